@@ -1,0 +1,80 @@
+// Deterministic, resumable token loader (SPEC §6).
+//
+// Samples: the split's shards are concatenated (in manifest order) into one
+// stream of N tokens; sample i is tokens [i*T, i*T + T + 1), i < S =
+// floor((N - 1) / T), so windows overlap by one token and may span shards.
+// Order: epoch e visits the samples in epoch_permutation(S, seed, e) (or in
+// index order when shuffle is off). The stream of epochs is endless; a global
+// batch takes the next G samples of it, so a batch that straddles an epoch end
+// takes the rest of epoch e and continues with epoch e+1's permutation
+// (nothing is dropped). DP rank r gets the contiguous slice [r*G/D, (r+1)*G/D).
+// State = (seed, epoch, samples consumed in that epoch), always with
+// samples_consumed < S after a batch; restoring it reproduces the stream.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace wiola {
+
+struct LoaderState {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint64_t samples_consumed = 0;  // samples consumed in the current epoch (global)
+  bool operator==(const LoaderState&) const = default;
+};
+
+struct DatasetInfo {
+  uint32_t vocab_size;
+  uint32_t eos_id;
+  std::string tokenizer_sha256;
+  uint64_t num_tokens;
+  uint64_t num_documents;
+  uint64_t num_samples;
+};
+
+// The permutation of [0, n) for (seed, epoch): xoshiro256** seeded by four
+// splitmix64 outputs from x0 = seed ^ (epoch * 0x9E3779B97F4A7C15), then
+// Fisher–Yates from the top: for i = n-1..1, j = uniform[0, i] by Lemire's
+// unbiased multiply-shift (rejection on the low word), swap(p[i], p[j]).
+std::vector<uint32_t> epoch_permutation(uint64_t n, uint64_t seed, uint64_t epoch);
+
+class TokenLoader {
+ public:
+  // `source`: a manifest file written by prep (split "train"/"val"), a
+  // directory holding manifest.json, or a single .h5 shard (split ignored).
+  // global_batch = sequences per optimizer step over all DP ranks; it must be
+  // a multiple of dp_size. Throws wiola::Error naming the file on bad input.
+  TokenLoader(const std::string& source, const std::string& split, int T, int global_batch, int dp_rank,
+              int dp_size, uint64_t seed, bool shuffle = true, bool prefetch = true);
+  ~TokenLoader();
+  TokenLoader(const TokenLoader&) = delete;
+  TokenLoader& operator=(const TokenLoader&) = delete;
+
+  const DatasetInfo& info() const;
+  int local_batch() const;  // global_batch / dp_size
+  int seq_len() const;      // T
+
+  // Fills out[local_batch][T+1] with this rank's slice of the next global
+  // batch and advances the state by one global batch.
+  void next_batch(int32_t* out);
+  // The whole next global batch [global_batch][T+1], in global order; does
+  // not advance the state.
+  void peek_global_batch(int32_t* out) const;
+  LoaderState state() const;           // state before the next next_batch
+  void restore(const LoaderState& s);  // exact resume (seed must match)
+
+  // Throws naming the source when the data does not fit the model/tokenizer.
+  void expect(uint32_t model_vocab_size, const std::string& tokenizer_sha256 = "") const;
+
+  // Global sample indices of the `count` samples after state `s` (advancing s).
+  std::vector<uint64_t> take_samples(LoaderState& s, uint64_t count) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wiola

@@ -1,0 +1,90 @@
+#include "data/manifest.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/text_input.h"
+#include "util/error.h"
+
+namespace wiola {
+
+Manifest read_manifest(const std::string& path) {
+  std::string text = read_file(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": not a valid manifest (JSON parse error: ", e.what(), ")");
+  }
+  Manifest m;
+  m.path = path;
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  try {
+    if (!j.is_object() || j.value("format", std::string()) != kManifestFormat)
+      fail(path, ": not a wiola manifest (format is not \"", kManifestFormat, "\")");
+    const auto& t = j.at("tokenizer");
+    m.vocab_size = t.at("vocab_size").get<uint32_t>();
+    m.eos_id = t.at("eos_id").get<uint32_t>();
+    m.tokenizer_sha256 = t.at("sha256").get<std::string>();
+    m.tokenizer_file = t.value("file", std::string());
+    for (auto it = j.at("splits").begin(); it != j.at("splits").end(); ++it) {
+      ManifestSplit s;
+      s.num_tokens = it.value().at("num_tokens").get<uint64_t>();
+      s.num_documents = it.value().at("num_documents").get<uint64_t>();
+      for (const auto& sh : it.value().at("shards")) {
+        ManifestShard e;
+        e.file = sh.at("file").get<std::string>();
+        e.path = (dir / e.file).string();
+        e.num_tokens = sh.at("num_tokens").get<uint64_t>();
+        e.num_documents = sh.at("num_documents").get<uint64_t>();
+        s.shards.push_back(std::move(e));
+      }
+      m.splits[it.key()] = std::move(s);
+    }
+    if (j.contains("prep")) m.extra_json = j["prep"].dump();
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": malformed manifest: ", e.what());
+  }
+  return m;
+}
+
+void write_manifest(const std::string& path, const Manifest& m) {
+  nlohmann::ordered_json j;
+  j["format"] = kManifestFormat;
+  j["tokenizer"] = {{"file", m.tokenizer_file},
+                    {"sha256", m.tokenizer_sha256},
+                    {"vocab_size", m.vocab_size},
+                    {"eos_id", m.eos_id}};
+  j["dtype"] = m.vocab_size <= 65536 ? "uint16" : "uint32";
+  nlohmann::ordered_json splits = nlohmann::ordered_json::object();
+  for (const auto& [name, s] : m.splits) {
+    nlohmann::ordered_json shards = nlohmann::ordered_json::array();
+    for (const auto& sh : s.shards)
+      shards.push_back({{"file", sh.file}, {"num_tokens", sh.num_tokens}, {"num_documents", sh.num_documents}});
+    splits[name] = {{"num_tokens", s.num_tokens}, {"num_documents", s.num_documents}, {"shards", shards}};
+  }
+  j["splits"] = splits;
+  j["prep"] = nlohmann::ordered_json::parse(m.extra_json);
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) fail(path, ": cannot write manifest: ", std::strerror(errno));
+    f << j.dump(2) << '\n';
+    f.close();
+    if (!f) {
+      std::remove(tmp.c_str());
+      fail(path, ": write error (disk full?)");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    std::remove(tmp.c_str());
+    fail(path, ": cannot rename the manifest into place: ", std::strerror(e));
+  }
+}
+
+}  // namespace wiola

@@ -1,0 +1,49 @@
+// `wiola prep`: raw text -> HDF5 token shards + manifest (SPEC §6).
+// Documents are tokenized in parallel (OpenMP) in input order, each followed
+// by the EOS id; every round(1/val_fraction)-th document (exactly
+// floor((d+1)·f) > floor(d·f) for document d) goes to the "val" split, the
+// rest to "train". Each split is cut into shards of shard_tokens tokens
+// (the last one shorter). Shards and the manifest are written in a private
+// temporary folder inside the output folder and moved into place only after
+// everything succeeded, manifest last; on error or Ctrl-C the temporary
+// folder is removed, so the output folder never holds a manifest that names
+// missing or partial shards.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "data/manifest.h"
+#include "data/shard.h"
+#include "data/text_input.h"
+
+namespace wiola {
+
+struct PrepOptions {
+  std::vector<std::string> inputs;  // files, directories, globs
+  std::string tokenizer_path;
+  std::string output_dir;
+  DocReaderOptions reader;
+  uint64_t shard_tokens = 100'000'000;
+  double val_fraction = 0.01;  // of documents, in [0, 1)
+  int threads = 0;             // 0: all cores
+  ShardWriteOptions shard;
+  bool parse_special = false;  // recognise "<eos>" etc. written in the text
+  bool progress = true;        // progress bar on stderr
+};
+
+struct PrepResult {
+  Manifest manifest;
+  std::string manifest_path;
+  uint64_t input_bytes = 0;
+  double seconds = 0;
+};
+
+PrepResult run_prep(const PrepOptions& opt);
+
+// Tokens held against the Chinchilla budget 20·N of each model size (SPEC §1).
+void print_chinchilla_report(FILE* f, uint64_t train_tokens);
+
+}  // namespace wiola

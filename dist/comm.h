@@ -1,0 +1,139 @@
+// The communicator interface: a group of ranks and the collectives the
+// training system needs, on flat buffers (pointer + element count + dtype).
+// Pure C++: nothing above dist/ includes <mpi.h>. The MPI implementation is
+// dist/mpi_comm.cpp; an NCCL one (CUDA backend) follows the same contract,
+// which is why buffers, counts and in-place rules follow NCCL's:
+//
+//   all_reduce         recv[i] = op over ranks of send[i]; in place: send == recv
+//   reduce_scatter_sum recv[0..c) = sum over ranks of send[rank*c .. rank*c+c),
+//                      send holds size()*c elements;
+//                      in place: recv == send + rank()*c
+//   all_gather         recv[r*c .. r*c+c) = send of rank r, recv holds size()*c;
+//                      in place: send == recv + rank()*c
+//   broadcast          buf of `root` copied to every rank
+//
+// Buffers are backend memory of the implementation (host for MPI). Every
+// operation is collective over the group and must be called in the same order
+// on all its ranks. Every wait is bounded by the process-wide timeout
+// (dist/diagnostics.h): a rank that waits longer prints one diagnostic and
+// ends the whole job, so a lost collective never hangs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace wiola::dist {
+
+enum class DType { F32, F64, I32, I64, U8 };
+enum class ReduceOp { Sum, Max };
+
+size_t dtype_bytes(DType t);
+const char* dtype_name(DType t);
+
+template <class T>
+constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::F32; }
+template <> constexpr DType dtype_of<double>() { return DType::F64; }
+template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::I64; }
+template <> constexpr DType dtype_of<uint8_t>() { return DType::U8; }
+
+// Implementation side of a pending operation.
+class RequestImpl {
+ public:
+  virtual ~RequestImpl() = default;
+  // Non-blocking: true once complete (then finishes any post-processing).
+  virtual bool test() = 0;
+  // Blocks until complete, bounded by the process-wide timeout.
+  virtual void wait() = 0;
+};
+
+// A pending non-blocking operation; empty requests are complete. Move-only.
+// Destroying a pending request waits for it (buffers must outlive it).
+class Request {
+ public:
+  Request() = default;
+  explicit Request(std::unique_ptr<RequestImpl> impl) : impl_(std::move(impl)) {}
+  Request(Request&&) noexcept = default;
+  Request& operator=(Request&& o) noexcept;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request();
+
+  bool pending() const { return impl_ != nullptr; }
+  bool test();   // true when complete
+  void wait();   // no-op when empty
+
+ private:
+  std::unique_ptr<RequestImpl> impl_;
+};
+
+void wait_all(std::vector<Request>& reqs);
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Group name for diagnostics: "world", "tp", "pp", "dp", "embed", "mp", ...
+  virtual const std::string& name() const = 0;
+
+  // ---- non-blocking collectives (the primitives) ----------------------------
+  virtual Request iall_reduce(const void* send, void* recv, size_t count,
+                              DType t, ReduceOp op) = 0;
+  virtual Request ireduce_scatter_sum(const void* send, void* recv,
+                                      size_t recv_count, DType t) = 0;
+  virtual Request iall_gather(const void* send, void* recv, size_t send_count,
+                              DType t) = 0;
+  virtual Request ibroadcast(void* buf, size_t count, DType t, int root) = 0;
+  virtual Request ibarrier() = 0;
+
+  // ---- point-to-point (ranks are ranks of this group) ------------------------
+  virtual Request isend(const void* buf, size_t count, DType t, int peer,
+                        int tag) = 0;
+  virtual Request irecv(void* buf, size_t count, DType t, int peer,
+                        int tag) = 0;
+
+  // ---- blocking forms: the non-blocking call + a bounded wait ------------
+  void all_reduce(const void* send, void* recv, size_t count, DType t,
+                  ReduceOp op) {
+    iall_reduce(send, recv, count, t, op).wait();
+  }
+  void reduce_scatter_sum(const void* send, void* recv, size_t recv_count,
+                          DType t) {
+    ireduce_scatter_sum(send, recv, recv_count, t).wait();
+  }
+  void all_gather(const void* send, void* recv, size_t send_count, DType t) {
+    iall_gather(send, recv, send_count, t).wait();
+  }
+  void broadcast(void* buf, size_t count, DType t, int root) {
+    ibroadcast(buf, count, t, root).wait();
+  }
+  void barrier() { ibarrier().wait(); }
+
+  // ---- typed conveniences ------------------------------------------------------
+  template <class T>
+  void all_reduce(T* buf, size_t count, ReduceOp op) {
+    all_reduce(buf, buf, count, dtype_of<T>(), op);
+  }
+  template <class T>
+  T all_reduce_value(T x, ReduceOp op) {
+    all_reduce(&x, &x, 1, dtype_of<T>(), op);
+    return x;
+  }
+  template <class T>
+  void broadcast(T* buf, size_t count, int root) {
+    broadcast(buf, count, dtype_of<T>(), root);
+  }
+
+  // Sub-groups: ranks with equal `color` form a group, ordered by (key, rank).
+  // Collective over this group. `name` labels the new group in diagnostics.
+  virtual std::unique_ptr<Comm> split(int color, int key,
+                                      const std::string& name) = 0;
+};
+
+}  // namespace wiola::dist

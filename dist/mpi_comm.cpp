@@ -1,0 +1,395 @@
+// MPI implementation of dist::Comm: non-blocking MPI calls + bounded polling.
+#include "dist/mpi_comm.h"
+
+// The C API only (no deprecated C++ bindings).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "dist/diagnostics.h"
+#include "util/error.h"
+
+namespace wiola::dist {
+namespace {
+
+bool mpi_active() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+    case DType::U8: return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, buf, &len);
+  abort_job(std::string("MPI error in ") + what + ": " + std::string(buf, len), 3);
+}
+
+// Largest element count one MPI call gets; longer buffers are split.
+constexpr size_t kMaxChunk = size_t(1) << 30;
+
+int to_int_count(size_t count, const char* op) {
+  WIOLA_CHECK(count <= size_t(INT_MAX), "dist: ", op, " of ", count,
+              " elements per rank exceeds MPI's int count; split the buffer "
+              "(smaller buckets)");
+  return int(count);
+}
+
+// One pending MPI operation (possibly several MPI requests, for split
+// buffers) with an optional completion step (in-place fix-ups).
+class MpiRequest final : public RequestImpl {
+ public:
+  MpiRequest(std::string group, int group_rank, int group_size, const char* op,
+             size_t count, DType t)
+      : group_(std::move(group)), group_rank_(group_rank),
+        group_size_(group_size), op_(op), count_(count), dtype_(t) {}
+
+  std::vector<MPI_Request> reqs;
+  std::function<void()> on_done;
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    check_mpi(MPI_Testall(int(reqs.size()), reqs.data(), &flag,
+                          MPI_STATUSES_IGNORE),
+              op_);
+    if (flag) finish();
+    return done_;
+  }
+
+  void wait() override {
+    if (done_) return;
+    const double limit = Diagnostics::instance().timeout_s();
+    const auto start = std::chrono::steady_clock::now();
+    for (long it = 0;; ++it) {
+      if (test()) return;
+      const double waited = std::chrono::duration<double>(
+                                std::chrono::steady_clock::now() - start)
+                                .count();
+      if (waited > limit) timeout(waited);
+      // Back off: spin, then yield, then sleep (ranks may share cores).
+      if (it > 2000)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      else if (it > 200)
+        std::this_thread::yield();
+    }
+  }
+
+ private:
+  void finish() {
+    done_ = true;
+    if (on_done) on_done();
+  }
+
+  [[noreturn]] void timeout(double waited) {
+    const std::string& ctx = Diagnostics::instance().context();
+    std::fprintf(stderr,
+                 "wiola: communication timeout: world rank %d waited %.1f s "
+                 "(limit %.1f s) in %s on group '%s' (rank %d of %d), count "
+                 "%zu %s; context: %s\n",
+                 world_rank(), waited, Diagnostics::instance().timeout_s(), op_,
+                 group_.c_str(), group_rank_, group_size_, count_,
+                 dtype_name(dtype_), ctx.empty() ? "(none)" : ctx.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    std::_Exit(3);
+  }
+
+  std::string group_;
+  int group_rank_, group_size_;
+  const char* op_;
+  size_t count_;
+  DType dtype_;
+  bool done_ = false;
+};
+
+class MpiComm final : public Comm {
+ public:
+  MpiComm(MPI_Comm c, std::string name, bool owned)
+      : comm_(c), name_(std::move(name)), owned_(owned) {
+    check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  }
+  ~MpiComm() override {
+    if (owned_ && mpi_active()) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+
+  Request iall_reduce(const void* send, void* recv, size_t count, DType t,
+                      ReduceOp op) override {
+    auto r = make("all_reduce", count, t);
+    const size_t eb = dtype_bytes(t);
+    for (size_t off = 0; off < count || (count == 0 && off == 0);
+         off += kMaxChunk) {
+      const size_t c = std::min(kMaxChunk, count - off);
+      char* rb = static_cast<char*>(recv) + off * eb;
+      const void* sb = send == recv ? MPI_IN_PLACE
+                                    : static_cast<const char*>(send) + off * eb;
+      r->reqs.emplace_back();
+      check_mpi(MPI_Iallreduce(sb, rb, int(c), mpi_type(t), mpi_op(op), comm_,
+                               &r->reqs.back()),
+                "MPI_Iallreduce");
+      if (count == 0) break;
+    }
+    return Request(std::move(r));
+  }
+
+  Request ireduce_scatter_sum(const void* send, void* recv, size_t recv_count,
+                              DType t) override {
+    const int c = to_int_count(recv_count, "reduce_scatter");
+    auto r = make("reduce_scatter_sum", recv_count, t);
+    const size_t eb = dtype_bytes(t);
+    const char* s = static_cast<const char*>(send);
+    char* d = static_cast<char*>(recv);
+    r->reqs.emplace_back();
+    if (d == s + size_t(rank_) * recv_count * eb) {
+      // NCCL-style in place: MPI leaves the result at the start of the
+      // buffer; move it to this rank's chunk when done.
+      char* base = const_cast<char*>(s);
+      check_mpi(MPI_Ireduce_scatter_block(MPI_IN_PLACE, base, c, mpi_type(t),
+                                          MPI_SUM, comm_, &r->reqs.back()),
+                "MPI_Ireduce_scatter_block");
+      if (rank_ != 0)
+        r->on_done = [base, d, n = recv_count * eb] { std::memmove(d, base, n); };
+    } else {
+      check_mpi(MPI_Ireduce_scatter_block(s, d, c, mpi_type(t), MPI_SUM, comm_,
+                                          &r->reqs.back()),
+                "MPI_Ireduce_scatter_block");
+    }
+    return Request(std::move(r));
+  }
+
+  Request iall_gather(const void* send, void* recv, size_t send_count,
+                      DType t) override {
+    const int c = to_int_count(send_count, "all_gather");
+    auto r = make("all_gather", send_count, t);
+    const size_t eb = dtype_bytes(t);
+    char* d = static_cast<char*>(recv);
+    const void* s = send == d + size_t(rank_) * send_count * eb ? MPI_IN_PLACE
+                                                                : send;
+    r->reqs.emplace_back();
+    check_mpi(MPI_Iallgather(s, s == MPI_IN_PLACE ? 0 : c,
+                             s == MPI_IN_PLACE ? MPI_DATATYPE_NULL : mpi_type(t),
+                             d, c, mpi_type(t), comm_, &r->reqs.back()),
+              "MPI_Iallgather");
+    return Request(std::move(r));
+  }
+
+  Request ibroadcast(void* buf, size_t count, DType t, int root) override {
+    WIOLA_CHECK(root >= 0 && root < size_, "dist: broadcast root ", root,
+                " outside group '", name_, "' of size ", size_);
+    auto r = make("broadcast", count, t);
+    const size_t eb = dtype_bytes(t);
+    for (size_t off = 0; off < count || (count == 0 && off == 0);
+         off += kMaxChunk) {
+      const size_t c = std::min(kMaxChunk, count - off);
+      r->reqs.emplace_back();
+      check_mpi(MPI_Ibcast(static_cast<char*>(buf) + off * eb, int(c),
+                           mpi_type(t), root, comm_, &r->reqs.back()),
+                "MPI_Ibcast");
+      if (count == 0) break;
+    }
+    return Request(std::move(r));
+  }
+
+  Request ibarrier() override {
+    auto r = make("barrier", 0, DType::U8);
+    r->reqs.emplace_back();
+    check_mpi(MPI_Ibarrier(comm_, &r->reqs.back()), "MPI_Ibarrier");
+    return Request(std::move(r));
+  }
+
+  Request isend(const void* buf, size_t count, DType t, int peer,
+                int tag) override {
+    check_peer(peer, "isend");
+    auto r = make("isend", count, t);
+    const size_t eb = dtype_bytes(t);
+    for (size_t off = 0; off < count || (count == 0 && off == 0);
+         off += kMaxChunk) {
+      const size_t c = std::min(kMaxChunk, count - off);
+      r->reqs.emplace_back();
+      check_mpi(MPI_Isend(static_cast<const char*>(buf) + off * eb, int(c),
+                          mpi_type(t), peer, tag, comm_, &r->reqs.back()),
+                "MPI_Isend");
+      if (count == 0) break;
+    }
+    return Request(std::move(r));
+  }
+
+  Request irecv(void* buf, size_t count, DType t, int peer, int tag) override {
+    check_peer(peer, "irecv");
+    auto r = make("irecv", count, t);
+    const size_t eb = dtype_bytes(t);
+    for (size_t off = 0; off < count || (count == 0 && off == 0);
+         off += kMaxChunk) {
+      const size_t c = std::min(kMaxChunk, count - off);
+      r->reqs.emplace_back();
+      check_mpi(MPI_Irecv(static_cast<char*>(buf) + off * eb, int(c),
+                          mpi_type(t), peer, tag, comm_, &r->reqs.back()),
+                "MPI_Irecv");
+      if (count == 0) break;
+    }
+    return Request(std::move(r));
+  }
+
+  std::unique_ptr<Comm> split(int color, int key,
+                              const std::string& name) override {
+    WIOLA_CHECK(color >= 0, "dist: split color must be >= 0, got ", color);
+    // MPI_Comm_split blocks; a bounded barrier first turns a rank that never
+    // arrives into a timeout diagnostic instead of a hang.
+    barrier();
+    MPI_Comm c;
+    check_mpi(MPI_Comm_split(comm_, color, key, &c), "MPI_Comm_split");
+    return std::make_unique<MpiComm>(c, name, true);
+  }
+
+ private:
+  std::unique_ptr<MpiRequest> make(const char* op, size_t count, DType t) {
+    return std::make_unique<MpiRequest>(name_, rank_, size_, op, count, t);
+  }
+  void check_peer(int peer, const char* op) const {
+    WIOLA_CHECK(peer >= 0 && peer < size_, "dist: ", op, " peer ", peer,
+                " outside group '", name_, "' of size ", size_);
+  }
+
+  MPI_Comm comm_;
+  std::string name_;
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+// ---- Request ------------------------------------------------------------------
+
+Request& Request::operator=(Request&& o) noexcept {
+  if (this != &o) {
+    if (impl_) impl_->wait();
+    impl_ = std::move(o.impl_);
+  }
+  return *this;
+}
+Request::~Request() {
+  if (impl_) impl_->wait();
+}
+bool Request::test() {
+  if (!impl_) return true;
+  if (!impl_->test()) return false;
+  impl_.reset();
+  return true;
+}
+void Request::wait() {
+  if (!impl_) return;
+  impl_->wait();
+  impl_.reset();
+}
+void wait_all(std::vector<Request>& reqs) {
+  for (auto& r : reqs) r.wait();
+}
+
+size_t dtype_bytes(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
+    case DType::U8: return 1;
+  }
+  return 0;
+}
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "float32";
+    case DType::F64: return "float64";
+    case DType::I32: return "int32";
+    case DType::I64: return "int64";
+    case DType::U8: return "uint8";
+  }
+  return "?";
+}
+
+// ---- diagnostics ------------------------------------------------------------------
+
+Diagnostics::Diagnostics() {
+  if (const char* s = std::getenv("WIOLA_COMM_TIMEOUT_S")) {
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    if (end != s && v > 0) timeout_s_ = v;
+  }
+}
+Diagnostics& Diagnostics::instance() {
+  static Diagnostics d;
+  return d;
+}
+
+int world_rank() {
+  if (!mpi_active()) return 0;
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+void abort_job(const std::string& msg, int code) {
+  const std::string& ctx = Diagnostics::instance().context();
+  std::fprintf(stderr, "rank %d: %s%s%s\n", world_rank(), msg.c_str(),
+               ctx.empty() ? "" : " [context: ",
+               ctx.empty() ? "" : (ctx + "]").c_str());
+  std::fflush(stderr);
+  if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+// ---- runtime --------------------------------------------------------------------------
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) {
+    int provided = 0;
+    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided),
+              "MPI_Init_thread");
+    owns_ = true;
+    if (provided < MPI_THREAD_FUNNELED)
+      abort_job("MPI does not provide MPI_THREAD_FUNNELED", 3);
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiRuntime::~MpiRuntime() {
+  if (owns_ && mpi_active()) MPI_Finalize();
+}
+
+std::unique_ptr<Comm> mpi_world_comm() {
+  WIOLA_CHECK(mpi_active(), "dist: MPI is not initialised (create an MpiRuntime first)");
+  return std::make_unique<MpiComm>(MPI_COMM_WORLD, "world", false);
+}
+
+}  // namespace wiola::dist

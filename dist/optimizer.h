@@ -1,0 +1,148 @@
+// Distributed AdamW (SPEC §4, §5) with optional ZeRO sharding of the fp32
+// master weights and moments over the data-parallel group. Works on one flat
+// parameter buffer and its gradient buffer; knows nothing about the model
+// beyond the segment table (decay on/off, counted in the norm or not).
+//
+// Layout. The flat buffer [0, n) is cut into buckets of B elements (B a
+// multiple of DP, from AdamWConfig::bucket_bytes; the last bucket may be
+// shorter). With ZeRO, each bucket is padded to a multiple of DP and split
+// into DP equal chunks; DP rank r owns chunk r of every bucket. Its shard is
+// the concatenation of those chunks: ceil(n/DP) elements of master weights,
+// m and v. Gradients are reduce-scattered and parameters all-gathered bucket
+// by bucket (the reduction partition is the same whether or not the trainer
+// overlaps them with backward, so both give bit-identical results).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "dist/comm.h"
+#include "kernels/ops.h"
+
+namespace wiola::dist {
+
+// A contiguous run of parameters with one optimizer treatment. in_norm=false:
+// a replica counted by another rank (e.g. TP-replicated γ/δ on tp rank ≠ 0,
+// the tied-embedding copy on the last stage).
+struct ParamSegment {
+  size_t offset = 0, size = 0;
+  bool decay = true;
+  bool in_norm = true;
+};
+
+struct AdamWConfig {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, clip = 1.0;
+  bool zero = true;             // shard master weights + moments over DP
+  bool nonfinite_fatal = false; // throw instead of skipping the step
+  size_t bucket_bytes = size_t(25) << 20;  // gradient bucket (fp32 bytes)
+};
+
+struct StepResult {
+  double grad_norm = 0;  // global L2 norm of the DP-mean gradient, before clipping
+  bool skipped = false;  // norm not finite: nothing changed
+};
+
+class DistAdamW {
+ public:
+  // params, grads: flat fp32 buffers of n elements in backend memory; every
+  // DP rank holds the full replica. segments cover [0, n) in order.
+  // dp: data-parallel group (nullptr or size 1: no DP). norm_group: the group
+  // over which distinct parameters' squared norms are summed (the tp×pp ranks
+  // of one dp index, Grid::mp(); nullptr: none). Both must outlive this.
+  DistAdamW(Ops<float>& ops, float* params, float* grads, size_t n,
+            std::vector<ParamSegment> segments, AdamWConfig cfg, Comm* dp,
+            Comm* norm_group);
+  ~DistAdamW();
+  DistAdamW(const DistAdamW&) = delete;
+  DistAdamW& operator=(const DistAdamW&) = delete;
+
+  // Overlap: during backward, declare grads[offset, offset+size) final (each
+  // element at most once per step). Complete buckets start their non-blocking
+  // reduction, always in descending bucket order (the order backward
+  // produces them), so every DP rank issues the same sequence.
+  void grad_ready(size_t offset, size_t size);
+  // Drive pending reductions (MPI progresses only inside MPI calls); cheap,
+  // call between layers.
+  void progress();
+
+  // One step at bias-correction step t (1-based) with learning rate lr:
+  // DP mean of the gradients, global norm, clip, AdamW, parameter all-gather.
+  // Not finite norm: skipped (params, m, v unchanged) or wiola::Error if
+  // nonfinite_fatal. Gradient contents afterwards are unspecified.
+  StepResult step(double lr, long t);
+
+  // Steps actually applied (not skipped). PyTorch's bias-correction step after
+  // a skip is applied_steps() + 1, which the trainer passes as t.
+  long applied_steps() const { return applied_; }
+
+  // fp32 master weights + m + v held by this rank: ZeRO 3·4·ceil(n/DP);
+  // without ZeRO 3·4·n (the params buffer itself is the master copy).
+  size_t state_bytes_this_rank() const;
+  // Temporary buffer for the padded last bucket (ZeRO only).
+  size_t workspace_bytes() const;
+  size_t shard_elems() const { return shard_elems_; }
+  size_t bucket_elems() const { return bucket_; }
+
+  struct Range {
+    size_t offset = 0, size = 0;
+  };
+  // Flat ranges whose optimizer state this rank holds (all of [0,n) without ZeRO).
+  std::vector<Range> owned_ranges() const;
+
+  // Full (unsharded) moments, length n on the host. Collective over dp.
+  void gather_moments(std::vector<float>& m_full, std::vector<float>& v_full);
+  // Restore from full moments (any former layout); re-reads master from params.
+  void set_moments(const std::vector<float>& m_full,
+                   const std::vector<float>& v_full, long applied_steps);
+
+  // Sharded checkpoint of this rank's (m, v, applied steps): a header
+  // (n, DP size and rank, ZeRO flag, bucket size) and the shard. load_shard
+  // checks the header matches this layout and re-reads master from params.
+  std::vector<uint8_t> save_shard() const;
+  void load_shard(const std::vector<uint8_t>& blob);
+
+  // Copy the current params into the master shard (after params were loaded
+  // or changed outside the optimizer). Called by the constructor.
+  void reload_master();
+
+ private:
+  struct Bucket {
+    size_t start = 0, len = 0;  // flat range
+    size_t chunk = 0;           // ZeRO chunk per rank (padded len / DP)
+    size_t local = 0;           // offset of this rank's chunk in the shard
+    bool padded = false;        // goes through tmp_ (len % DP != 0)
+    size_t ready = 0;
+    Request req;
+  };
+  struct Piece {                // segment ∩ owned chunk
+    size_t global = 0, size = 0, local = 0;
+    int bucket = 0;
+    bool decay = true, in_norm = true;
+  };
+
+  bool zero_active() const { return cfg_.zero; }
+  float* grad_at(const Piece& p);
+  size_t chunk_real(const Bucket& b) const;  // real elements of this rank's chunk
+  void launch(int k);
+  void launch_ready();
+  double sum_over(Comm* c, double x);
+
+  Ops<float>& ops_;
+  float* params_;
+  float* grads_;
+  size_t n_;
+  std::vector<ParamSegment> segs_;
+  AdamWConfig cfg_;
+  Comm* dp_;
+  Comm* norm_;
+  int dp_size_ = 1, dp_rank_ = 0;
+  size_t bucket_ = 0, shard_elems_ = 0;
+  std::vector<Bucket> buckets_;
+  std::vector<Piece> pieces_;
+  int next_launch_ = -1;  // next bucket to launch (descending), -1: all launched
+  Buffer<float> master_, m_, v_, tmp_;
+  long applied_ = 0;
+};
+
+}  // namespace wiola::dist

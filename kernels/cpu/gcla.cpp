@@ -1,0 +1,237 @@
+// GCLA pieces (SPEC §2 "Cross-layer summaries", "GCLA"): prefix-mean
+// summaries, the context sub-attention, the self/context blend and the
+// sigmoid output gate.
+#include "kernels/cpu/common.h"
+#include "kernels/cpu/kernels.h"
+#include "util/error.h"
+
+namespace wiola::cpu {
+namespace {
+
+// Prefix sums run per (sequence, block of kCols columns), in double.
+constexpr int kCols = 256;
+// Context rows per token handled by the context attention (Lambda is 2).
+constexpr int kMaxCtx = 64;
+
+}  // namespace
+
+// out[b,t] = mean_{u<=t} x[b,u]
+template <class T>
+void prefix_mean_fwd(const T* x, int B, int Tn, int d, T* out) {
+  const int nb = (d + kCols - 1) / kCols;
+  const long tasks = long(B) * nb;
+#pragma omp parallel for schedule(static) if (size_t(B) * Tn * d >= kParallelMin)
+  for (long task = 0; task < tasks; ++task) {
+    const size_t b = size_t(task / nb);
+    const int c0 = int(task % nb) * kCols, c1 = std::min(d, c0 + kCols);
+    double acc[kCols] = {};
+    for (int t = 0; t < Tn; ++t) {
+      const size_t r = (b * Tn + t) * d;
+      const double inv = 1.0 / double(t + 1);
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) {
+        acc[c - c0] += double(x[r + c]);
+        out[r + c] = T(acc[c - c0] * inv);
+      }
+    }
+  }
+}
+
+// dx[b,u] += sum_{t>=u} dout[b,t] / (t+1): a reverse running sum.
+template <class T>
+void prefix_mean_bwd(const T* dout, int B, int Tn, int d, T* dx) {
+  const int nb = (d + kCols - 1) / kCols;
+  const long tasks = long(B) * nb;
+#pragma omp parallel for schedule(static) if (size_t(B) * Tn * d >= kParallelMin)
+  for (long task = 0; task < tasks; ++task) {
+    const size_t b = size_t(task / nb);
+    const int c0 = int(task % nb) * kCols, c1 = std::min(d, c0 + kCols);
+    double acc[kCols] = {};
+    for (int t = Tn - 1; t >= 0; --t) {
+      const size_t r = (b * Tn + t) * d;
+      const double inv = 1.0 / double(t + 1);
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) {
+        acc[c - c0] += double(dout[r + c]) * inv;
+        dx[r + c] += T(acc[c - c0]);
+      }
+    }
+  }
+}
+
+// Cached decoding (same semantics as the Ops default, without host copies).
+template <class T>
+void prefix_mean_carry_fwd(const T* x, int B, int Tn, int d, int pos0,
+                           T* carry, T* out) {
+  const int nb = (d + kCols - 1) / kCols;
+  const long tasks = long(B) * nb;
+#pragma omp parallel for schedule(static) if (size_t(B) * Tn * d >= kParallelMin)
+  for (long task = 0; task < tasks; ++task) {
+    const size_t b = size_t(task / nb);
+    const int c0 = int(task % nb) * kCols, c1 = std::min(d, c0 + kCols);
+    double acc[kCols];
+    for (int c = c0; c < c1; ++c) acc[c - c0] = double(carry[b * d + c]);
+    for (int t = 0; t < Tn; ++t) {
+      const size_t r = (b * Tn + t) * d;
+      const double inv = 1.0 / double(pos0 + t + 1);
+      for (int c = c0; c < c1; ++c) {
+        acc[c - c0] += double(x[r + c]);
+        out[r + c] = T(acc[c - c0] * inv);
+      }
+    }
+    for (int c = c0; c < c1; ++c) carry[b * d + c] = T(acc[c - c0]);
+  }
+}
+
+template <class T>
+static T dot(const T* a, const T* b, int n) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Per token n and head h (group g = h % Hkv): p = softmax_i(q.kc_i/sqrt(dh)),
+// out = sum_i p_i vc_i.
+template <class T>
+void ctx_attention_fwd(const T* q, const T* kc, const T* vc, int N, int nc,
+                       int H, int Hkv, int dh, T* out, T* probs) {
+  WIOLA_CHECK(nc >= 1 && nc <= kMaxCtx, "ctx_attention: nc = ", nc,
+              " outside [1, ", kMaxCtx, "]");
+  const T sc = T(1.0 / std::sqrt(double(dh)));
+#pragma omp parallel for schedule(static) if (size_t(N) * H * nc * dh >= kParallelMin)
+  for (int n = 0; n < N; ++n) {
+    for (int h = 0; h < H; ++h) {
+      const int g = h % Hkv;
+      const T* qh = q + (size_t(n) * H + h) * dh;
+      T* p = probs + (size_t(n) * H + h) * nc;
+      T m = -std::numeric_limits<T>::infinity();
+      for (int i = 0; i < nc; ++i) {
+        p[i] = sc * dot(qh, kc + ((size_t(n) * nc + i) * Hkv + g) * dh, dh);
+        m = std::max(m, p[i]);
+      }
+      T z = 0;
+      for (int i = 0; i < nc; ++i) {
+        p[i] = std::exp(p[i] - m);
+        z += p[i];
+      }
+      for (int i = 0; i < nc; ++i) p[i] /= z;
+      T* o = out + (size_t(n) * H + h) * dh;
+      for (int c = 0; c < dh; ++c) o[c] = T(0);
+      for (int i = 0; i < nc; ++i) {
+        const T* v = vc + ((size_t(n) * nc + i) * Hkv + g) * dh;
+        const T pi = p[i];
+#pragma omp simd
+        for (int c = 0; c < dh; ++c) o[c] += pi * v[c];
+      }
+    }
+  }
+}
+
+// dp_i = dout.vc_i, ds_i = p_i (dp_i - sum_j p_j dp_j);
+// dq += sc sum_i ds_i kc_i; dkc_i = sc sum_h ds_i q_h; dvc_i = sum_h p_i dout_h.
+template <class T>
+void ctx_attention_bwd(const T* q, const T* kc, const T* vc, const T* probs,
+                       const T* dout, int N, int nc, int H, int Hkv, int dh,
+                       T* dq, T* dkc, T* dvc) {
+  WIOLA_CHECK(nc >= 1 && nc <= kMaxCtx, "ctx_attention: nc = ", nc,
+              " outside [1, ", kMaxCtx, "]");
+  const T sc = T(1.0 / std::sqrt(double(dh)));
+#pragma omp parallel for schedule(static) if (size_t(N) * H * nc * dh >= kParallelMin)
+  for (int n = 0; n < N; ++n) {
+    const size_t kv0 = size_t(n) * nc * Hkv * dh;
+    for (size_t c = 0; c < size_t(nc) * Hkv * dh; ++c) {
+      dkc[kv0 + c] = T(0);
+      dvc[kv0 + c] = T(0);
+    }
+    for (int h = 0; h < H; ++h) {
+      const int g = h % Hkv;
+      const size_t qo = (size_t(n) * H + h) * dh;
+      const T* p = probs + (size_t(n) * H + h) * nc;
+      T ds[kMaxCtx];
+      T pdp = 0;
+      for (int i = 0; i < nc; ++i) {
+        ds[i] = dot(dout + qo, vc + ((size_t(n) * nc + i) * Hkv + g) * dh, dh);
+        pdp += p[i] * ds[i];
+      }
+      for (int i = 0; i < nc; ++i) ds[i] = p[i] * (ds[i] - pdp);
+      for (int i = 0; i < nc; ++i) {
+        const size_t ko = ((size_t(n) * nc + i) * Hkv + g) * dh;
+        const T a = sc * ds[i], pi = p[i];
+#pragma omp simd
+        for (int c = 0; c < dh; ++c) {
+          dq[qo + c] += a * kc[ko + c];
+          dkc[ko + c] += a * q[qo + c];
+          dvc[ko + c] += pi * dout[qo + c];
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void blend_fwd(const T* o_self, const T* o_ctx, double phi, size_t n, T* out) {
+  const T beta = T(1.0 / (1.0 + std::exp(-phi)));
+  const T keep = T(1) - beta;
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (size_t i = 0; i < n; ++i) out[i] = keep * o_self[i] + beta * o_ctx[i];
+}
+
+// dL/dphi = beta (1 - beta) sum dout (o_ctx - o_self), a chunked reduction.
+template <class T>
+double blend_bwd(const T* o_self, const T* o_ctx, double phi, const T* dout,
+                 size_t n, T* d_self, T* d_ctx) {
+  const double bd = 1.0 / (1.0 + std::exp(-phi));
+  const T beta = T(bd), keep = T(1) - beta;
+  const double s = chunked_sum(n, [=](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) {
+      d_self[i] = keep * dout[i];
+      d_ctx[i] = beta * dout[i];
+    }
+    return lane_sum(i0, i1, [=](size_t i) {
+      return double(dout[i]) * (double(o_ctx[i]) - double(o_self[i]));
+    });
+  });
+  return s * bd * (1.0 - bd);
+}
+
+// out = sigmoid(pre) * x
+template <class T>
+void sigmoid_gate_fwd(const T* pre, const T* x, size_t n, T* out) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (size_t i = 0; i < n; ++i) out[i] = sigmoid(pre[i]) * x[i];
+}
+
+template <class T>
+void sigmoid_gate_bwd(const T* pre, const T* x, const T* dout, size_t n,
+                      T* dpre, T* dx) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (size_t i = 0; i < n; ++i) {
+    T s, c;
+    sigmoid2(pre[i], s, c);
+    dpre[i] = dout[i] * x[i] * s * c;
+    dx[i] = dout[i] * s;
+  }
+}
+
+#define WIOLA_INST(T)                                                        \
+  template void prefix_mean_fwd<T>(const T*, int, int, int, T*);             \
+  template void prefix_mean_bwd<T>(const T*, int, int, int, T*);             \
+  template void prefix_mean_carry_fwd<T>(const T*, int, int, int, int, T*,   \
+                                         T*);                                \
+  template void ctx_attention_fwd<T>(const T*, const T*, const T*, int, int, \
+                                     int, int, int, T*, T*);                 \
+  template void ctx_attention_bwd<T>(const T*, const T*, const T*, const T*, \
+                                     const T*, int, int, int, int, int, T*,  \
+                                     T*, T*);                                \
+  template void blend_fwd<T>(const T*, const T*, double, size_t, T*);        \
+  template double blend_bwd<T>(const T*, const T*, double, const T*, size_t, \
+                               T*, T*);                                      \
+  template void sigmoid_gate_fwd<T>(const T*, const T*, size_t, T*);         \
+  template void sigmoid_gate_bwd<T>(const T*, const T*, const T*, size_t,    \
+                                    T*, T*);
+WIOLA_INST(float)
+WIOLA_INST(double)
+#undef WIOLA_INST
+
+}  // namespace wiola::cpu

@@ -1,0 +1,110 @@
+// The CPU op bodies as free functions, one file per family; semantics are
+// documented once, in kernels/ops.h (same names, same arguments). Each
+// function is explicitly instantiated for float and double in its file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace wiola::cpu {
+
+// ---- elementwise.cpp: vector arithmetic and deterministic reductions ----
+template <class T> void add(const T* a, const T* b, T* out, size_t n);
+template <class T> void axpy(T alpha, const T* x, T* y, size_t n);
+template <class T> void scale(T* x, T s, size_t n);
+template <class T> double sum_squares(const T* x, size_t n);
+template <class T> double sum(const T* x, size_t n);
+
+// ---- vocab.cpp: vocab-parallel embedding and the three-phase cross-entropy
+template <class T>
+void embedding_fwd(const int32_t* ids, int N, const T* E, int v0, int V_local,
+                   int d, T* out);
+template <class T>
+void embedding_bwd(const int32_t* ids, int N, const T* dout, int v0,
+                   int V_local, int d, T* dE);
+template <class T>
+void ce_row_max(const T* logits, int N, int V_local, T* row_max);
+template <class T>
+void ce_sumexp_target(const T* logits, const int32_t* targets, int N,
+                      int V_local, int v0, const T* row_max, T* sumexp,
+                      T* tgt);
+template <class T>
+void ce_loss_grad(T* logits, const int32_t* targets, int N, int V_local,
+                  int v0, const T* row_max, const T* sumexp, const T* tgt,
+                  double scale, T* loss);
+template <class T>
+void ce_loss(const T* logits, const int32_t* targets, int N, int V_local,
+             int v0, const T* row_max, const T* sumexp, const T* tgt,
+             T* loss);
+
+// ---- norm.cpp: WiolaRMSNorm --------------------------------------------------
+template <class T>
+void rmsnorm_fwd(const T* x, const T* gamma, const T* delta, int N, int d,
+                 double eps, T* y, T* rstd);
+template <class T>
+void rmsnorm_bwd(const T* x, const T* gamma, const T* delta, const T* rstd,
+                 const T* dy, int N, int d, T* dx, T* dgamma, T* ddelta);
+
+// ---- srpe.cpp: SRPE rotation -------------------------------------------------
+template <class T>
+void srpe_apply(T* x, int B, int Tn, int nh, int dh, const T* table,
+                bool inverse);
+
+// ---- atm.cpp: ATM similarity and key/value merging --------------------------
+template <class T>
+void atm_similarity(const T* x, int B, int Tn, int d, double* rho);
+template <class T>
+void atm_merge_rows(const T* x, int B, int Tn, int w,
+                    const int32_t* group_first, const int32_t* key_end,
+                    const int32_t* n_groups, T* out);
+template <class T>
+void atm_merge_rows_bwd(const T* dout, int B, int Tn, int w,
+                        const int32_t* group_first, const int32_t* key_end,
+                        const int32_t* n_groups, T* dx);
+
+// ---- gcla.cpp: prefix mean, context attention, blend, output gate ----------
+template <class T>
+void prefix_mean_fwd(const T* x, int B, int Tn, int d, T* out);
+template <class T>
+void prefix_mean_bwd(const T* dout, int B, int Tn, int d, T* dx);
+template <class T>
+void prefix_mean_carry_fwd(const T* x, int B, int Tn, int d, int pos0,
+                           T* carry, T* out);
+template <class T>
+void ctx_attention_fwd(const T* q, const T* kc, const T* vc, int N, int nc,
+                       int H, int Hkv, int dh, T* out, T* probs);
+template <class T>
+void ctx_attention_bwd(const T* q, const T* kc, const T* vc, const T* probs,
+                       const T* dout, int N, int nc, int H, int Hkv, int dh,
+                       T* dq, T* dkc, T* dvc);
+template <class T>
+void blend_fwd(const T* o_self, const T* o_ctx, double phi, size_t n, T* out);
+template <class T>
+double blend_bwd(const T* o_self, const T* o_ctx, double phi, const T* dout,
+                 size_t n, T* d_self, T* d_ctx);
+template <class T>
+void sigmoid_gate_fwd(const T* pre, const T* x, size_t n, T* out);
+template <class T>
+void sigmoid_gate_bwd(const T* pre, const T* x, const T* dout, size_t n,
+                      T* dpre, T* dx);
+
+// ---- dsff.cpp: SwiGLU, GELU, stream fusion ------------------------------------
+template <class T> void swiglu_fwd(const T* g, const T* u, size_t n, T* h);
+template <class T>
+void swiglu_bwd(const T* g, const T* u, const T* dh, size_t n, T* dg, T* du);
+template <class T> void gelu_fwd(const T* x, size_t n, T* y);
+template <class T> void gelu_bwd(const T* x, const T* dy, size_t n, T* dx);
+template <class T>
+void fusion_fwd(const T* pre, const T* a, const T* b, size_t n, T* out);
+template <class T>
+void fusion_bwd(const T* pre, const T* a, const T* b, const T* dout, size_t n,
+                T* dpre, T* da, T* db);
+
+// ---- optimizer.cpp: AdamW ------------------------------------------------------
+template <class T>
+void adamw(T* p, const T* g, T* m, T* v, size_t n, double lr, double beta1,
+           double beta2, double eps, double wd, double bc1, double bc2);
+
+}  // namespace wiola::cpu

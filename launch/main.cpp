@@ -1,0 +1,55 @@
+// `wiola` — one binary, one subcommand per job.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "util/error.h"
+
+// Each subcommand lives in its own launch/cmd_*.cpp; argv[0] is its name.
+int wiola_cmd_train(int argc, char** argv);
+int wiola_cmd_bench(int argc, char** argv);
+int wiola_cmd_tokenizer(int argc, char** argv);
+int wiola_cmd_prep(int argc, char** argv);
+
+namespace {
+struct Sub {
+  const char* name;
+  int (*fn)(int, char**);
+  const char* help;
+};
+const Sub kSubs[] = {
+    {"train", wiola_cmd_train, "train a Wiola model from a TOML run config"},
+    {"bench", wiola_cmd_bench, "benchmarks (bench step: fwd+bwd+AdamW)"},
+    {"tokenizer", wiola_cmd_tokenizer, "encode / decode / train byte-level BPE"},
+    {"prep", wiola_cmd_prep, "tokenize text into HDF5 token shards"},
+};
+
+int usage(FILE* f) {
+  std::fprintf(f, "usage: wiola <subcommand> [options]\n\nsubcommands:\n");
+  for (const Sub& s : kSubs) std::fprintf(f, "  %-10s %s\n", s.name, s.help);
+  std::fprintf(f, "\n'wiola <subcommand> --help' for its options.\n");
+  return f == stdout ? 0 : 2;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage(stderr);
+  std::string cmd = argv[1];
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") return usage(stdout);
+  for (const Sub& s : kSubs) {
+    if (cmd == s.name) {
+      try {
+        return s.fn(argc - 1, argv + 1);
+      } catch (const wiola::Error& e) {
+        std::fprintf(stderr, "wiola %s: error: %s\n", s.name, e.what());
+        return 1;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "wiola %s: internal error: %s\n", s.name, e.what());
+        return 1;
+      }
+    }
+  }
+  std::fprintf(stderr, "wiola: unknown subcommand '%s'\n", cmd.c_str());
+  return usage(stderr);
+}

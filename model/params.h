@@ -1,0 +1,86 @@
+// Parameter layout: every tensor of SPEC §3 as a slice of one flat buffer
+// (llm.c style), so gradients, AdamW state and ZeRO shards mirror it.
+// Under TP a process holds a selection of global rows or columns of a tensor;
+// the maps here say which, so initialisation and the numerics dump work on
+// global element indices and every layout starts from the same model.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace wiola {
+
+enum class InitKind { Normal, Ones, Zeros, Constant };
+
+struct ParamEntry {
+  std::string name;            // SPEC §3 name
+  int64_t rows = 0, cols = 1;  // local shape ([out, in]; vectors: cols = 1)
+  int64_t grows = 0, gcols = 1;  // global shape
+  std::vector<int32_t> row_map;  // local row -> global row (empty: identity)
+  std::vector<int32_t> col_map;  // local col -> global col (empty: identity)
+  size_t offset = 0;           // into the flat buffer
+  bool decay = true;           // AdamW weight decay applies
+  bool tp_replicated = false;  // identical on every TP rank (count once in norms)
+  InitKind init = InitKind::Normal;
+  double init_value = 0;       // Constant init
+  size_t size() const { return size_t(rows * cols); }
+  bool is_matrix() const { return gcols > 1; }
+  // Global flat element index of local element (r, c).
+  int64_t global_index(int64_t r, int64_t c) const {
+    const int64_t gr = row_map.empty() ? r : row_map[size_t(r)];
+    const int64_t gc = col_map.empty() ? c : col_map[size_t(c)];
+    return gr * gcols + gc;
+  }
+};
+
+class ParamLayout {
+ public:
+  ParamLayout(const ModelConfig& cfg, const ModelShard& shard);
+  const std::vector<ParamEntry>& entries() const { return entries_; }
+  size_t total() const { return total_; }
+  const ParamEntry& find(const std::string& name) const;  // throws if absent
+  const ParamEntry* try_find(const std::string& name) const;
+
+ private:
+  void add(ParamEntry e);
+  std::vector<ParamEntry> entries_;
+  size_t total_ = 0;
+};
+
+// SPEC §3 names.
+std::string layer_param_name(int layer, const char* suffix);
+
+// Typed views into a flat buffer (parameters, or gradients with the same
+// layout). Pointers are backend memory.
+template <class T>
+struct LayerParams {
+  T *ln1_g, *ln1_d;                 // input_layernorm [d]
+  T *wq, *wk, *wv, *wkc, *wvc;      // [H dh, d], [Hkv dh, d] x4
+  T *wgate, *wo, *phi;              // [H dh, d], [d, H dh], [1]
+  T *ln2_g, *ln2_d;                 // post_attention_layernorm [d]
+  T *ga, *ua, *da;                  // [dA, d], [dA, d], [d, dA]
+  T *ub, *db, *wf;                  // [dB, d], [d, dB], [d, 2d]
+};
+
+template <class T>
+struct ModelParams {
+  T* embed = nullptr;                  // [V_local, d] (first or last stage)
+  T *norm_g = nullptr, *norm_d = nullptr;  // final norm (last stage)
+  std::vector<LayerParams<T>> layers;  // index l - layer_begin
+  static ModelParams bind(const ParamLayout& layout, T* base,
+                          const ModelConfig& cfg, const ModelShard& shard);
+};
+
+// Counter-based initial values: element value depends only on (seed, tensor
+// name, global element index). Writes host memory `out` (layout.total()).
+template <class T>
+void init_params_host(const ParamLayout& layout, uint64_t seed, T* out);
+
+// Standard normal from (seed, name, index): splitmix64 counters + Box-Muller.
+double counter_normal(uint64_t seed, const std::string& name, uint64_t index);
+
+}  // namespace wiola

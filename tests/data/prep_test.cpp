@@ -1,0 +1,194 @@
+// prep: documents -> shards + manifest; splits; input kinds; failures leave nothing.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "data/loader.h"
+#include "data/manifest.h"
+#include "data/prep.h"
+#include "data/tokenizer.h"
+#include "data_test_util.h"
+#include "util/error.h"
+
+namespace fs = std::filesystem;
+
+namespace wiola {
+namespace {
+
+PrepOptions options(const test::TempDir& dir, std::vector<std::string> inputs) {
+  PrepOptions o;
+  o.inputs = std::move(inputs);
+  o.tokenizer_path = test::kWiolaTokenizer;
+  o.output_dir = dir / "out";
+  o.progress = false;
+  o.threads = 2;
+  return o;
+}
+
+std::vector<std::string> docs8() {
+  return {"First document.\nIt has two lines.", "Second: café, 日本語, 👋.", "Third one",
+          "Fourth document here", "Fifth", "Sixth — with a dash", "Seventh 12345", "Eighth and last"};
+}
+
+// Everything in the output folder (names).
+std::vector<std::string> listing(const std::string& d) {
+  std::vector<std::string> v;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(d, ec)) v.push_back(e.path().filename().string());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST(Prep, TextDocumentsToShardsAndManifest) {
+  test::TempDir dir("prep-text");
+  std::string text;
+  for (const auto& d : docs8()) text += d + "\n\n\n";  // blank-line runs separate documents
+  test::write_text(dir / "corpus.txt", text);
+  PrepOptions o = options(dir, {dir / "corpus.txt"});
+  o.shard_tokens = 20;
+  o.val_fraction = 0.25;
+  PrepResult r = run_prep(o);
+  Tokenizer tok = Tokenizer::load(test::kWiolaTokenizer);
+  uint64_t want_train = 0, want_val = 0;
+  std::vector<int32_t> train_stream, val_stream;
+  for (size_t i = 0; i < 8; ++i) {
+    std::vector<int32_t> ids = tok.encode(docs8()[i]);
+    ids.push_back(2);
+    bool val = i == 3 || i == 7;  // every 4th document
+    (val ? want_val : want_train) += ids.size();
+    auto& s = val ? val_stream : train_stream;
+    s.insert(s.end(), ids.begin(), ids.end());
+  }
+  Manifest m = read_manifest(dir / "out/manifest.json");
+  EXPECT_EQ(m.tokenizer_sha256, tok.sha256());
+  EXPECT_EQ(m.vocab_size, 32000u);
+  EXPECT_EQ(m.eos_id, 2u);
+  EXPECT_EQ(m.splits["train"].num_tokens, want_train);
+  EXPECT_EQ(m.splits["train"].num_documents, 6u);
+  EXPECT_EQ(m.splits["val"].num_tokens, want_val);
+  EXPECT_EQ(m.splits["val"].num_documents, 2u);
+  EXPECT_EQ(m.splits["train"].shards.size(), (want_train + 19) / 20);
+  uint64_t docs = 0;
+  for (auto& s : m.splits["train"].shards) docs += s.num_documents;
+  EXPECT_EQ(docs, 6u);
+  // Read the streams back through the loader (fixed order, T = 1 -> every token).
+  for (auto [split, want] : {std::pair{"train", &train_stream}, std::pair{"val", &val_stream}}) {
+    TokenLoader l(dir / "out/manifest.json", split, 1, 1, 0, 1, 0, false, false);
+    std::vector<int32_t> got;
+    int32_t b[2];
+    for (uint64_t i = 0; i < l.info().num_samples; ++i) {
+      l.next_batch(b);
+      got.push_back(b[0]);
+    }
+    got.push_back(b[1]);
+    EXPECT_EQ(got, *want) << split;
+  }
+  EXPECT_EQ(tok.decode(val_stream), docs8()[3] + "<eos>" + docs8()[7] + "<eos>");
+  // Only shards and the manifest are left; no temporary files.
+  for (const auto& f : listing(dir / "out")) EXPECT_TRUE(f == "manifest.json" || f.ends_with(".h5")) << f;
+}
+
+TEST(Prep, JsonlDirectoriesGlobsAndDocPerFile) {
+  test::TempDir dir("prep-kinds");
+  fs::create_directories(dir / "in/sub");
+  test::write_text(dir / "in/a.jsonl", "{\"text\": \"alpha doc\"}\n\n{\"text\": \"beta\\ndoc\", \"id\": 3}\n");
+  test::write_text(dir / "in/sub/b.jsonl", "{\"body\": \"x\", \"text\": \"gamma\"}\n");
+  PrepOptions o = options(dir, {dir / "in"});
+  o.val_fraction = 0;
+  run_prep(o);
+  Manifest m = read_manifest(dir / "out/manifest.json");
+  EXPECT_EQ(m.splits["train"].num_documents, 3u);
+  EXPECT_EQ(m.splits["val"].num_documents, 0u);
+
+  test::write_text(dir / "d1.txt", "one file\n\nis one document\n");
+  test::write_text(dir / "d2.txt", "another");
+  o = options(dir, {dir / "d*.txt"});
+  o.reader.doc_per_file = true;
+  o.val_fraction = 0;
+  run_prep(o);
+  m = read_manifest(dir / "out/manifest.json");
+  EXPECT_EQ(m.splits["train"].num_documents, 2u);
+  Tokenizer tok = Tokenizer::load(test::kWiolaTokenizer);
+  EXPECT_EQ(m.splits["train"].num_tokens, tok.encode("one file\n\nis one document").size() + tok.encode("another").size() + 2);
+
+  test::write_text(dir / "bad.jsonl", "{\"text\": \"ok\"}\n{\"txt\": \"no\"}\n");
+  o = options(dir, {dir / "bad.jsonl"});
+  try {
+    run_prep(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.jsonl:2: no string field \"text\""), std::string::npos) << e.what();
+  }
+}
+
+TEST(Prep, FailuresLeaveNothingTheLoaderWouldAccept) {
+  test::TempDir dir("prep-fail");
+  test::write_text(dir / "good.txt", "a good document\n\nanother one\n");
+  PrepOptions o = options(dir, {dir / "good.txt"});
+  o.val_fraction = 0;
+  run_prep(o);  // a previous, complete output
+  auto before = listing(dir / "out");
+
+  std::string big;
+  for (int i = 0; i < 2000; ++i) big += "document number " + std::to_string(i) + "\n\n";
+  test::write_text(dir / "a.txt", big);
+  test::write_text(dir / "b.txt", "fine line\nbad \xFF byte\n");
+  o = options(dir, {dir / "a.txt", dir / "b.txt"});
+  o.shard_tokens = 100;  // shards are written before the error
+  try {
+    run_prep(o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("b.txt:2: invalid UTF-8"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(listing(dir / "out"), before);  // the old output is untouched, no temporary left
+  TokenLoader l(dir / "out", "train", 2, 1, 0, 1, 0);
+  EXPECT_EQ(l.info().num_documents, 2u);
+
+  // Empty corpus, missing file, empty directory, unsupported tokenizer.
+  test::write_text(dir / "empty.txt", "\n\n   \n");
+  o = options(dir, {dir / "empty.txt"});
+  o.output_dir = dir / "out2";
+  try {
+    run_prep(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("empty corpus"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "out2/manifest.json"));
+  EXPECT_TRUE(listing(dir / "out2").empty());
+  o = options(dir, {dir / "missing.txt"});
+  try {
+    run_prep(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.txt: no such file"), std::string::npos) << e.what();
+  }
+  test::write_text(dir / "tok.json", "{\"model\": {\"type\": \"Unigram\"}}");
+  o = options(dir, {dir / "good.txt"});
+  o.tokenizer_path = dir / "tok.json";
+  try {
+    run_prep(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tok.json: unsupported tokenizer.json: model.type is \"Unigram\""),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Prep, BrownCorpusCounts) {
+  test::TempDir dir("prep-brown");
+  PrepOptions o = options(dir, {test::kBrown});
+  PrepResult r = run_prep(o);
+  const Manifest& m = r.manifest;
+  EXPECT_EQ(m.splits.at("train").num_documents + m.splits.at("val").num_documents, 491u);
+  EXPECT_EQ(m.splits.at("val").num_documents, 4u);
+  EXPECT_EQ(m.splits.at("train").num_tokens + m.splits.at("val").num_tokens, 1321894u);
+  TokenLoader l(r.manifest_path, "train", 2048, 8, 0, 1, 1);
+  l.expect(32000, Tokenizer::load(test::kWiolaTokenizer).sha256());
+  EXPECT_EQ(l.info().num_samples, (m.splits.at("train").num_tokens - 1) / 2048);
+}
+
+}  // namespace
+}  // namespace wiola

@@ -1,0 +1,213 @@
+// Every collective of the MPI communicator against a serial computation,
+// split groups, a point-to-point ring and the grid's communicators.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "dist/grid.h"
+#include "dist/mpi_comm.h"
+#include "dist/tp_collectives.h"
+#include "util/error.h"
+
+using namespace wiola::dist;
+
+namespace {
+
+// Exactly representable values so sums are order-independent.
+template <class T>
+T val(int rank, size_t i) {
+  return T((rank * 7 + int(i) * 3) % 23);
+}
+
+template <class T>
+void check_all_reduce(Comm& c, ReduceOp op, bool in_place) {
+  const size_t n = 37;
+  std::vector<T> x(n), y(n, T(-1));
+  for (size_t i = 0; i < n; ++i) x[i] = val<T>(c.rank(), i);
+  if (in_place)
+    c.all_reduce(x.data(), x.data(), n, dtype_of<T>(), op);
+  else
+    c.all_reduce(x.data(), y.data(), n, dtype_of<T>(), op);
+  const std::vector<T>& got = in_place ? x : y;
+  for (size_t i = 0; i < n; ++i) {
+    T want = val<T>(0, i);
+    for (int r = 1; r < c.size(); ++r)
+      want = op == ReduceOp::Sum ? T(want + val<T>(r, i))
+                                 : std::max(want, val<T>(r, i));
+    ASSERT_EQ(got[i], want) << "element " << i;
+  }
+}
+
+template <class T>
+void check_reduce_scatter(Comm& c, bool in_place) {
+  const size_t cnt = 5, p = size_t(c.size());
+  std::vector<T> send(cnt * p), recv(cnt, T(-1));
+  for (size_t i = 0; i < send.size(); ++i) send[i] = val<T>(c.rank(), i);
+  const T* got;
+  if (in_place) {
+    T* mine = send.data() + size_t(c.rank()) * cnt;
+    c.reduce_scatter_sum(send.data(), mine, cnt, dtype_of<T>());
+    got = mine;
+  } else {
+    c.reduce_scatter_sum(send.data(), recv.data(), cnt, dtype_of<T>());
+    got = recv.data();
+  }
+  for (size_t j = 0; j < cnt; ++j) {
+    T want = 0;
+    for (int r = 0; r < c.size(); ++r)
+      want = T(want + val<T>(r, size_t(c.rank()) * cnt + j));
+    ASSERT_EQ(got[j], want) << "element " << j;
+  }
+}
+
+template <class T>
+void check_all_gather(Comm& c, bool in_place) {
+  const size_t cnt = 6, p = size_t(c.size());
+  std::vector<T> send(cnt), recv(cnt * p, T(-1));
+  for (size_t i = 0; i < cnt; ++i) send[i] = val<T>(c.rank(), i);
+  if (in_place) {
+    std::copy(send.begin(), send.end(), recv.begin() + c.rank() * cnt);
+    c.all_gather(recv.data() + c.rank() * cnt, recv.data(), cnt, dtype_of<T>());
+  } else {
+    c.all_gather(send.data(), recv.data(), cnt, dtype_of<T>());
+  }
+  for (int r = 0; r < c.size(); ++r)
+    for (size_t i = 0; i < cnt; ++i)
+      ASSERT_EQ(recv[r * cnt + i], val<T>(r, i)) << "rank " << r << " elem " << i;
+}
+
+template <class T>
+void check_broadcast(Comm& c) {
+  for (int root = 0; root < c.size(); ++root) {
+    std::vector<T> x(9);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = val<T>(c.rank(), i);
+    c.broadcast(x.data(), x.size(), root);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], val<T>(root, i));
+  }
+}
+
+template <class T>
+void check_all(Comm& c) {
+  for (bool ip : {false, true}) {
+    check_all_reduce<T>(c, ReduceOp::Sum, ip);
+    check_all_reduce<T>(c, ReduceOp::Max, ip);
+    check_reduce_scatter<T>(c, ip);
+    check_all_gather<T>(c, ip);
+  }
+  check_broadcast<T>(c);
+}
+
+}  // namespace
+
+TEST(MpiComm, CollectivesAllTypes) {
+  auto w = mpi_world_comm();
+  EXPECT_EQ(w->name(), "world");
+  check_all<float>(*w);
+  check_all<double>(*w);
+  check_all<int32_t>(*w);
+  check_all<int64_t>(*w);
+  check_all<uint8_t>(*w);
+}
+
+TEST(MpiComm, ZeroCountAndBarrier) {
+  auto w = mpi_world_comm();
+  float dummy = 0;
+  w->all_reduce(&dummy, &dummy, 0, DType::F32, ReduceOp::Sum);
+  w->broadcast(&dummy, 0, DType::F32, 0);
+  w->barrier();
+  SUCCEED();
+}
+
+TEST(MpiComm, NonBlockingOverlapOfSeveralCollectives) {
+  auto w = mpi_world_comm();
+  const size_t n = 1000;
+  std::vector<float> a(n, 1.0f), b(n, 2.0f);
+  std::vector<Request> reqs;
+  reqs.push_back(w->iall_reduce(a.data(), a.data(), n, DType::F32, ReduceOp::Sum));
+  reqs.push_back(w->iall_reduce(b.data(), b.data(), n, DType::F32, ReduceOp::Max));
+  while (!reqs[0].test()) {
+  }
+  EXPECT_FALSE(reqs[0].pending());
+  wait_all(reqs);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(a[i], float(w->size()));
+    ASSERT_EQ(b[i], 2.0f);
+  }
+}
+
+TEST(MpiComm, RingSendRecv) {
+  auto w = mpi_world_comm();
+  const int p = w->size(), r = w->rank();
+  std::vector<int64_t> out(11), in(11, -1);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = int64_t(r) * 1000 + int64_t(i);
+  std::vector<Request> reqs;
+  reqs.push_back(w->irecv(in.data(), in.size(), DType::I64, (r + p - 1) % p, 7));
+  reqs.push_back(w->isend(out.data(), out.size(), DType::I64, (r + 1) % p, 7));
+  wait_all(reqs);
+  for (size_t i = 0; i < in.size(); ++i)
+    ASSERT_EQ(in[i], int64_t((r + p - 1) % p) * 1000 + int64_t(i));
+}
+
+TEST(MpiComm, SplitGroups) {
+  auto w = mpi_world_comm();
+  // Even and odd ranks, ordered by descending world rank.
+  auto g = w->split(w->rank() % 2, -w->rank(), "parity");
+  EXPECT_EQ(g->name(), "parity");
+  std::vector<int> members;
+  for (int r = w->size() - 1; r >= 0; --r)
+    if (r % 2 == w->rank() % 2) members.push_back(r);
+  ASSERT_EQ(g->size(), int(members.size()));
+  EXPECT_EQ(members[g->rank()], w->rank());
+  std::vector<int32_t> got(members.size());
+  const int32_t me = w->rank();
+  g->all_gather(&me, got.data(), 1, DType::I32);
+  for (size_t i = 0; i < members.size(); ++i) EXPECT_EQ(got[i], members[i]);
+  check_all<float>(*g);
+}
+
+TEST(MpiComm, GridGroupsMatchArithmetic) {
+  auto w = mpi_world_comm();
+  const int W = w->size();
+  for (int tp = 1; tp <= W; ++tp)
+    for (int pp = 1; pp <= W; ++pp) {
+      if (W % (tp * pp)) continue;
+      const GridConfig cfg{tp, pp, W / (tp * pp)};
+      Grid grid(cfg, *w);
+      EXPECT_EQ(grid.coord(), grid_coord(cfg, w->rank()));
+      for (GroupKind k : {GroupKind::Tp, GroupKind::Pp, GroupKind::Dp,
+                          GroupKind::Embed, GroupKind::Mp, GroupKind::World}) {
+        Comm& c = grid.group(k);
+        const std::vector<int> want = group_ranks(cfg, w->rank(), k);
+        std::vector<int32_t> got(size_t(c.size()));
+        const int32_t me = w->rank();
+        c.all_gather(&me, got.data(), 1, DType::I32);
+        ASSERT_EQ(got.size(), want.size()) << group_name(k);
+        for (size_t i = 0; i < want.size(); ++i)
+          EXPECT_EQ(got[i], want[i]) << group_name(k) << " tp=" << tp
+                                     << " pp=" << pp;
+        if (k != GroupKind::World) { EXPECT_EQ(c.name(), group_name(k)); }
+      }
+    }
+}
+
+TEST(MpiComm, GridRejectsWrongWorldSize) {
+  auto w = mpi_world_comm();
+  const GridConfig bad{w->size() + 1, 1, 1};
+  EXPECT_THROW(Grid(bad, *w), wiola::Error);
+}
+
+TEST(MpiComm, TpCollectivesAdapter) {
+  auto w = mpi_world_comm();
+  CommTpCollectives<double> tp(*w);
+  std::vector<double> x = {double(w->rank()), -double(w->rank())};
+  tp.all_reduce_sum(x.data(), 2);
+  const double s = w->size() * (w->size() - 1) / 2.0;
+  EXPECT_EQ(x[0], s);
+  EXPECT_EQ(x[1], -s);
+  std::vector<float> y = {float(w->rank()), 0.5f};
+  CommTpCollectives<float>(*w).all_reduce_max(y.data(), 2);
+  EXPECT_EQ(y[0], float(w->size() - 1));
+  EXPECT_EQ(y[1], 0.5f);
+}
