@@ -234,6 +234,11 @@ class Ops {
 template <class T>
 std::unique_ptr<Ops<T>> make_cpu_ops();
 
+// Threads of the CPU backend (OpenMP loops and OpenBLAS); n <= 0 keeps the
+// runtime default. cpu_threads() reports the current count.
+void set_cpu_threads(int n);
+int cpu_threads();
+
 // Owning typed buffer in backend memory.
 template <class T, class E = T>
 class Buffer {

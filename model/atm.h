@@ -4,6 +4,7 @@
 // in SPEC §2), which the attention op handles through AttnKeys.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

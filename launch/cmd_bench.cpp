@@ -1,0 +1,199 @@
+// wiola bench step: forward + backward + AdamW of one training step on the
+// CPU backend, against the measured OpenBLAS sgemm rate and the PyTorch
+// reference (bench/torch_step.py) on the same configuration and threads.
+#include <CLI/CLI.hpp>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dist/optimizer.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+#include "util/error.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double peak_rss_mib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;
+}
+
+// Best of several 1024^3 sgemm calls: the machine's achievable matmul rate.
+double sgemm_gflops(wiola::Ops<float>& ops) {
+  const int n = 1024;
+  wiola::Buffer<float> a(ops, size_t(n) * n), b(ops, size_t(n) * n), c(ops, size_t(n) * n);
+  std::vector<float> h(size_t(n) * n);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = float((i * 2654435761u) % 1000) * 1e-3f;
+  ops.upload(a.data(), h.data(), h.size() * 4);
+  ops.upload(b.data(), h.data(), h.size() * 4);
+  double best = 1e30;
+  for (int r = 0; r < 8; ++r) {
+    const auto t0 = Clock::now();
+    ops.gemm(wiola::Trans::N, wiola::Trans::T, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    best = std::min(best, since(t0));
+  }
+  return 2.0 * n * n * double(n) / best / 1e9;
+}
+
+// Analytic FLOPs of one training step (forward x 3): matmuls with every
+// weight (head included), causal self-attention QK^T and PV over the average
+// (T+1)/2 visible keys, and the context attention. Elementwise work is not
+// counted, as usual for MFU-style figures.
+double step_flops(const wiola::ModelConfig& c, int B) {
+  const double d = c.d, hd = double(c.H) * c.dh(), kvd = double(c.Hkv) * c.dh();
+  const double N = double(B) * c.T;
+  const double w_layer = 2 * d * hd + hd * d + 4 * d * kvd + 3 * d * c.dA + 2 * d * c.dB + 2 * d * d;
+  double fwd = 2 * N * (c.L * w_layer + double(c.V) * d);
+  for (int l = 0; l < c.L; ++l)
+    fwd += N * c.H * (4.0 * c.dh() * (c.T + 1) / 2.0 + 4.0 * c.dh() * c.n_ctx(l));
+  return 3 * fwd;
+}
+
+// Tokens with runs of repeats (as bench/torch_step.py) so ATM merges some pairs.
+std::vector<int32_t> bench_tokens(int B, int T, int V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> tok(size_t(B) * (T + 1));
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t <= T; ++t) {
+      const size_t i = size_t(b) * (T + 1) + t;
+      const bool rep = t > 0 && (rng() % 5 == 0);
+      tok[i] = rep ? tok[i - 1] : int32_t(rng() % uint64_t(V));
+    }
+  return tok;
+}
+
+std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
+
+}  // namespace
+
+int wiola_cmd_bench(int argc, char** argv) {
+  CLI::App app{"Benchmarks", "wiola bench"};
+  app.require_subcommand(1);
+  auto* step = app.add_subcommand("step", "time forward+backward+AdamW of one training step");
+  std::string preset = "wiola-bench";
+  int batch = 8, threads = 2, steps = 5, warmup = 2, seq_len = 0;
+  bool no_torch = false, recompute = false, no_atm = false;
+  std::string json_out;
+  step->add_option("--preset", preset, "model preset")->capture_default_str();
+  step->add_option("--batch", batch, "sequences per step")->capture_default_str();
+  step->add_option("--seq-len", seq_len, "override the preset's T");
+  step->add_option("--threads", threads, "CPU threads (both sides)")->capture_default_str();
+  step->add_option("--steps", steps, "timed steps (median reported)")->capture_default_str();
+  step->add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
+  step->add_flag("--no-torch", no_torch, "skip the PyTorch reference");
+  step->add_flag("--recompute", recompute, "activation recompute");
+  step->add_flag("--no-atm", no_atm, "ATM off");
+  step->add_option("--json", json_out, "also write the figures as JSON here");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  WIOLA_CHECK(batch >= 1 && steps >= 1 && warmup >= 0 && threads >= 1, "bench: batch, steps, threads must be positive");
+  wiola::ModelConfig cfg = wiola::model_preset(preset);
+  if (seq_len > 0) cfg.T = seq_len;
+  if (no_atm) cfg.atm = false;
+  cfg.validate();
+  wiola::set_cpu_threads(threads);
+  auto ops = wiola::make_cpu_ops<float>();
+
+  std::printf("wiola bench step: %s (d=%d L=%d H=%d H_kv=%d d_A=%d d_B=%d V=%d T=%d), %d sequences, "
+              "%d threads, ATM %s%s\n", preset.c_str(), cfg.d, cfg.L, cfg.H, cfg.Hkv, cfg.dA, cfg.dB,
+              cfg.V, cfg.T, batch, threads, cfg.atm ? "on" : "off", recompute ? ", recompute" : "");
+  const double sgemm = sgemm_gflops(*ops);
+
+  wiola::ModelOptions mo;
+  mo.micro_batch = batch;
+  mo.recompute = recompute;
+  wiola::Model<float> model(*ops, cfg, wiola::ModelShard{}, nullptr, mo);
+  model.init(1);
+  std::vector<wiola::dist::ParamSegment> segs;
+  for (const auto& e : model.layout().entries()) segs.push_back({e.offset, e.size(), e.decay, true});
+  wiola::dist::AdamWConfig ac;
+  ac.zero = false;
+  wiola::dist::DistAdamW adam(*ops, model.params(), model.grads(), model.n_params(), segs, ac, nullptr, nullptr);
+  const auto tokens = bench_tokens(batch, cfg.T, cfg.V, 7);
+  const double scale = 1.0 / (double(batch) * cfg.T);
+  std::vector<double> times;
+  double loss = 0;
+  for (int s = 0; s < warmup + steps; ++s) {
+    const auto t0 = Clock::now();
+    model.zero_grads();
+    loss = model.train_micro_step(tokens.data(), scale) * scale;
+    adam.step(1e-4, adam.applied_steps() + 1);
+    if (s >= warmup) times.push_back(since(t0));
+  }
+  std::sort(times.begin(), times.end());
+  const double step_s = times[times.size() / 2];
+  const double tps = double(batch) * cfg.T / step_s;
+  const double gflops = step_flops(cfg, batch) / step_s / 1e9;
+  const double rss = peak_rss_mib();
+
+  std::printf("  step            %.1f ms (median of %d; best %.1f ms), loss %.4f\n", step_s * 1e3, steps,
+              times.front() * 1e3, loss);
+  std::printf("  tokens/s        %.0f\n", tps);
+  std::printf("  achieved        %.1f GFLOP/s (analytic %.2f GFLOP per step)\n", gflops,
+              step_flops(cfg, batch) / 1e9);
+  std::printf("  sgemm 1024^3    %.1f GFLOP/s  -> %.1f %% of sgemm\n", sgemm, 100.0 * gflops / sgemm);
+  std::printf("  activations     %.1f MiB, params+grads %.1f MiB, peak RSS %.1f MiB\n",
+              double(model.activation_bytes()) / 1048576.0, double(model.param_bytes()) / 1048576.0, rss);
+  for (const auto& st : model.atm_stats())
+    std::printf("  ATM layer %d     mu = %.4f, visible pairs %.2f %% of causal\n", st.layer, st.mu,
+                100.0 * st.visible_fraction);
+  nlohmann::json out = {{"preset", preset}, {"T", cfg.T}, {"batch", batch}, {"threads", threads},
+                        {"step_ms", step_s * 1e3}, {"tokens_per_s", tps}, {"gflops", gflops},
+                        {"sgemm_gflops", sgemm}, {"sgemm_fraction", gflops / sgemm},
+                        {"peak_rss_mib", rss}, {"activation_mib", double(model.activation_bytes()) / 1048576.0}};
+
+  if (!no_torch) {
+    const std::string script = std::string(WIOLA_SOURCE_DIR) + "/bench/torch_step.py";
+    char cmd[2048];
+    std::snprintf(cmd, sizeof cmd,
+                  "/usr/bin/python3 %s --threads %d --d %d --L %d --H %d --Hkv %d --dA %d --dB %d "
+                  "--V %d --T %d --B %d --tau %.17g --steps %d --warmup %d%s 2>&1",
+                  shell_quote(script).c_str(), threads, cfg.d, cfg.L, cfg.H, cfg.Hkv, cfg.dA, cfg.dB,
+                  cfg.V, cfg.T, batch, cfg.tau, steps, warmup, cfg.atm ? "" : " --no-atm");
+    std::printf("  running the PyTorch reference (bench/torch_step.py) ...\n");
+    std::fflush(stdout);
+    FILE* p = popen(cmd, "r");
+    WIOLA_CHECK(p, "cannot run ", cmd);
+    std::string text, last_json;
+    char buf[4096];
+    while (std::fgets(buf, sizeof buf, p)) {
+      text += buf;
+      if (buf[0] == '{') last_json = buf;
+    }
+    const int rc = pclose(p);
+    if (rc != 0 || last_json.empty()) {
+      std::printf("  PyTorch reference failed (exit %d):\n%s\n", rc, text.c_str());
+    } else {
+      const auto tj = nlohmann::json::parse(last_json);
+      const double ttps = tj.at("tokens_per_s").get<double>();
+      std::printf("  PyTorch         %.0f tokens/s (%.1f ms/step, torch %s, %d threads)\n", ttps,
+                  tj.at("step_ms").get<double>(), tj.at("torch").get<std::string>().c_str(),
+                  tj.at("threads").get<int>());
+      std::printf("  ratio           wiola / PyTorch = %.2fx\n", tps / ttps);
+      out["torch_tokens_per_s"] = ttps;
+      out["ratio_vs_torch"] = tps / ttps;
+    }
+  }
+  if (!json_out.empty()) {
+    FILE* f = std::fopen(json_out.c_str(), "w");
+    WIOLA_CHECK(f, "cannot write '", json_out, "'");
+    std::fprintf(f, "%s\n", out.dump().c_str());
+    std::fclose(f);
+  }
+  return 0;
+}

@@ -1,0 +1,45 @@
+// wiola train --config FILE [--set section.key=value ...] [--dump-step N:PATH ...]
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+#include "train/run_config.h"
+#include "train/trainer.h"
+#include "util/error.h"
+
+int wiola_cmd_train(int argc, char** argv) {
+  CLI::App app{"Train a Wiola model from a TOML run config (docs/config.md)", "wiola train"};
+  std::string config;
+  std::vector<std::string> sets, dump_specs;
+  bool quiet = false;
+  app.add_option("-c,--config", config, "TOML run config ([model] [train] [data] [parallel] [checkpoint])");
+  app.add_option("--set", sets, "override one key: section.key=value (repeatable)");
+  app.add_option("--dump-step", dump_specs,
+                 "N:PATH write the numerics of step N to HDF5 (SPEC §7; repeatable)");
+  app.add_flag("-q,--quiet", quiet, "no per-step progress lines");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  wiola::TrainOptions opt;
+  opt.quiet = quiet;
+  for (const std::string& s : dump_specs) {
+    const auto colon = s.find(':');
+    WIOLA_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < s.size(),
+                "--dump-step '", s, "': expected N:PATH");
+    int64_t step = 0;
+    try {
+      size_t used = 0;
+      step = std::stoll(s.substr(0, colon), &used);
+      WIOLA_CHECK(used == colon, "");
+    } catch (...) {
+      wiola::fail("--dump-step '", s, "': '", s.substr(0, colon), "' is not a step number");
+    }
+    opt.dumps.emplace_back(step, s.substr(colon + 1));
+  }
+  const wiola::RunConfig rc = wiola::load_run_config(config, sets);
+  wiola::run_training(rc, opt);
+  return 0;
+}

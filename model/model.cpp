@@ -1,0 +1,360 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "model/srpe.h"
+#include "util/error.h"
+
+namespace wiola {
+
+// Summary index s: s = 0 is S(-1) = P(X0); s = l+1 is S(l) = P(X(l+1)).
+// Layer l reads s = max(0, l+1-Lambda) .. l. A stage [l0, l1) holds
+// s in [max(0, l0+1-Lambda), l1-1]; those below l0 come from the previous
+// stage, s = l0 is P(X(l0)) of its input, the rest it makes itself.
+template <class T>
+struct Model<T>::Impl {
+  int B = 0, T_ = 0, N = 0, l0 = 0, l1 = 0, nl = 0;
+  Buffer<T> srpe;                   // [T, dh/2, 2] positions 0..T-1
+  Buffer<T> srpe_dec;               // [T, dh/2, 2] for a decoding chunk
+  Buffer<T, int32_t> ids, targets;  // [N]
+  std::vector<Buffer<T>> X;         // nl+1 residual streams [N, d]
+  std::vector<Buffer<T>> S, dS;     // summaries and their gradients [N, d]
+  std::vector<LayerActs<T>> acts;   // per layer, or one scratch (recompute)
+  LayerWork<T> work;
+  Buffer<T> xtmp;                   // recompute: discarded layer output
+  Buffer<T> dcur, dprev;            // residual-stream gradients [N, d]
+  // head (last stage)
+  Buffer<T> xf, rstd_f, logits, row_max, sumexp, tgt, loss, dxf;
+};
+
+template <class T>
+Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
+                TpCollectives<T>* tp, const ModelOptions& opt)
+    : ops_(ops), cfg_(cfg), shard_(shard), tp_(tp), opt_(opt),
+      layout_((cfg.validate(), cfg), shard), ld_(cfg, shard),
+      impl_(std::make_unique<Impl>()) {
+  WIOLA_CHECK(opt.micro_batch >= 1, "micro-batch must be at least 1 (got ", opt.micro_batch, ")");
+  const int l1 = shard.end(cfg);
+  WIOLA_CHECK(shard.layer_begin >= 0 && shard.layer_begin < l1 && l1 <= cfg.L,
+              "layer range [", shard.layer_begin, ", ", l1, ") is not inside 0..", cfg.L);
+  params_ = Buffer<T>(ops, layout_.total());
+  grads_ = Buffer<T>(ops, layout_.total());
+  p_ = ModelParams<T>::bind(layout_, params_.data(), cfg, shard);
+  g_ = ModelParams<T>::bind(layout_, grads_.data(), cfg, shard);
+  atm_open_.resize(size_t(cfg.L));
+
+  Impl& m = *impl_;
+  m.B = opt.micro_batch; m.T_ = cfg.T; m.N = m.B * m.T_;
+  m.l0 = shard.layer_begin; m.l1 = l1; m.nl = l1 - m.l0;
+  const size_t N = size_t(m.N), d = size_t(cfg.d);
+  const auto table = srpe_table<T>(cfg, 0, cfg.T);
+  m.srpe = Buffer<T>(ops, table.size());
+  ops.upload(m.srpe.data(), table.data(), table.size() * sizeof(T));
+  m.srpe_dec = Buffer<T>(ops, table.size());
+  m.ids = Buffer<T, int32_t>(ops, N);
+  m.targets = Buffer<T, int32_t>(ops, N);
+  for (int i = 0; i <= m.nl; ++i) m.X.emplace_back(ops, N * d);
+  for (int s = 0; s < n_summaries(); ++s) {
+    m.S.emplace_back(ops, N * d);
+    m.dS.emplace_back(ops, N * d);
+  }
+  const LayerCtx<T> c{ops, cfg_, ld_, tp_, m.B, m.T_, m.srpe.data()};
+  if (opt.recompute) {
+    m.acts.resize(1);
+    m.acts[0].allocate(c, cfg.Lambda);
+    m.xtmp = Buffer<T>(ops, N * d);
+  } else {
+    m.acts.resize(size_t(m.nl));
+    for (int l = m.l0; l < m.l1; ++l) m.acts[size_t(l - m.l0)].allocate(c, cfg.n_ctx(l));
+  }
+  m.work.allocate(c);
+  m.dcur = Buffer<T>(ops, N * d);
+  m.dprev = Buffer<T>(ops, N * d);
+  if (shard.last_stage(cfg)) {
+    m.xf = Buffer<T>(ops, N * d);
+    m.rstd_f = Buffer<T>(ops, N);
+    m.logits = Buffer<T>(ops, N * size_t(ld_.V));
+    m.row_max = Buffer<T>(ops, N);
+    m.sumexp = Buffer<T>(ops, N);
+    m.tgt = Buffer<T>(ops, N);
+    m.loss = Buffer<T>(ops, N);
+    m.dxf = Buffer<T>(ops, N * d);
+  }
+}
+
+template <class T>
+Model<T>::~Model() = default;
+
+template <class T>
+int Model<T>::summary_lo() const {
+  return std::max(0, shard_.layer_begin + 1 - cfg_.Lambda);
+}
+
+template <class T>
+int Model<T>::n_summaries() const {
+  // s_hi = l1 - 1 (layer l1-1 reads s up to l1-1).
+  return shard_.end(cfg_) - summary_lo();
+}
+
+template <class T>
+void Model<T>::context(int l, const T** ctx, T** dctx) {
+  const int nc = cfg_.n_ctx(l), lo = summary_lo();
+  for (int i = 0; i < nc; ++i) {
+    const int s = l + 1 - nc + i;  // oldest first
+    ctx[i] = impl_->S[size_t(s - lo)].data();
+    if (dctx) dctx[i] = impl_->dS[size_t(s - lo)].data();
+  }
+}
+
+template <class T>
+void Model<T>::init(uint64_t seed) {
+  std::vector<T> host(layout_.total());
+  init_params_host(layout_, seed, host.data());
+  ops_.upload(params_.data(), host.data(), host.size() * sizeof(T));
+}
+
+template <class T>
+void Model<T>::zero_grads() {
+  ops_.zero(grads_.data(), grads_.bytes());
+}
+
+template <class T>
+size_t Model<T>::activation_bytes() const {
+  const Impl& m = *impl_;
+  size_t b = 0;
+  for (const auto& a : m.acts) b += a.arena.bytes();
+  for (const auto& x : m.X) b += x.bytes();
+  for (const auto& s : m.S) b += s.bytes();
+  b += m.xtmp.bytes() + m.xf.bytes() + m.rstd_f.bytes() + m.logits.bytes();
+  return b;
+}
+
+// ---- forward -----------------------------------------------------------------
+// inputs_host [B, n]; n = T except in cached decoding.
+template <class T>
+void Model<T>::forward(const int32_t* inputs_host, int n, bool training,
+                       KvCache<T>* cache) {
+  WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_),
+              "single-process forward needs the whole layer range");
+  Impl& m = *impl_;
+  const int B = m.B, d = cfg_.d, N = B * n;
+  const size_t nd = size_t(N) * d;
+  const int pos0 = cache ? cache->len : 0;
+  const T* srpe = m.srpe.data();
+  if (cache) {
+    const auto table = srpe_table<T>(cfg_, pos0, n);
+    ops_.upload(m.srpe_dec.data(), table.data(), table.size() * sizeof(T));
+    srpe = m.srpe_dec.data();
+  }
+  const LayerCtx<T> c{ops_, cfg_, ld_, tp_, B, n, srpe};
+  ops_.upload(m.ids.data(), inputs_host, size_t(N) * sizeof(int32_t));
+  for (int32_t i = 0; i < N; ++i)
+    WIOLA_CHECK(inputs_host[i] >= 0 && inputs_host[i] < cfg_.V, "token id ",
+                inputs_host[i], " at position ", i, " is outside the vocabulary [0, ", cfg_.V, ")");
+
+  // X(0) = E[x] (vocab-parallel: each TP rank contributes its rows).
+  ops_.embedding_fwd(m.ids.data(), N, p_.embed, ld_.v0, ld_.V, d, m.X[0].data());
+  tp_sum(tp_, m.X[0].data(), nd);
+  // Summaries are prefix means of the raw residual stream (SPEC §2 DECISION).
+  auto summarize = [&](int s, const T* x) {
+    T* out = m.S[size_t(s - summary_lo())].data();
+    if (cache)
+      ops_.prefix_mean_carry_fwd(x, B, n, d, pos0, cache->carry[size_t(s - summary_lo())].data(), out);
+    else
+      ops_.prefix_mean_fwd(x, B, n, d, out);
+  };
+  summarize(m.l0, m.X[0].data());
+
+  const T* ctx[16];
+  for (int l = m.l0; l < m.l1; ++l) {
+    const int i = l - m.l0, nc = cfg_.n_ctx(l);
+    context(l, ctx, nullptr);
+    LayerActs<T>& a = m.acts[opt_.recompute ? 0 : size_t(i)];
+    KvSlot<T> kv;
+    if (cache) kv = KvSlot<T>{cache->k[size_t(i)].data(), cache->v[size_t(i)].data(), cache->capacity, cache->len};
+    layer_forward(c, l, p_.layers[size_t(i)], m.X[size_t(i)].data(), ctx, nc,
+                  training, a, m.X[size_t(i) + 1].data(), cache ? &kv : nullptr);
+    if (a.atm_active) atm_open_[size_t(l)] = a.atm.open;
+    else atm_open_[size_t(l)].clear();
+    if (l + 1 < m.l1) summarize(l + 1, m.X[size_t(i) + 1].data());
+  }
+
+  // Final norm and tied head: logits[N, V_local] = xf E_local^T.
+  ops_.rmsnorm_fwd(m.X[size_t(m.nl)].data(), p_.norm_g, p_.norm_d, N, d, cfg_.eps,
+                   m.xf.data(), m.rstd_f.data());
+  ops_.gemm(Trans::N, Trans::T, N, ld_.V, d, T(1), m.xf.data(), d, p_.embed, d,
+            T(0), m.logits.data(), ld_.V);
+}
+
+// Vocab-parallel cross-entropy in three phases (max, sum-exp and target
+// logit, loss) with TP reductions between them. grad: logits become
+// loss_scale * dCE/dlogits in place.
+template <class T>
+double Model<T>::head_loss(const int32_t* targets_host, double loss_scale, bool grad) {
+  Impl& m = *impl_;
+  const int N = m.N, Vl = ld_.V;
+  for (int i = 0; i < N; ++i)
+    WIOLA_CHECK(targets_host[i] >= 0 && targets_host[i] < cfg_.V, "target id ",
+                targets_host[i], " at position ", i, " is outside the vocabulary [0, ", cfg_.V, ")");
+  ops_.upload(m.targets.data(), targets_host, size_t(N) * sizeof(int32_t));
+  ops_.ce_row_max(m.logits.data(), N, Vl, m.row_max.data());
+  tp_max(tp_, m.row_max.data(), size_t(N));
+  ops_.ce_sumexp_target(m.logits.data(), m.targets.data(), N, Vl, ld_.v0,
+                        m.row_max.data(), m.sumexp.data(), m.tgt.data());
+  tp_sum(tp_, m.sumexp.data(), size_t(N));
+  tp_sum(tp_, m.tgt.data(), size_t(N));
+  if (grad)
+    ops_.ce_loss_grad(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(),
+                      m.sumexp.data(), m.tgt.data(), loss_scale, m.loss.data());
+  else
+    ops_.ce_loss(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(),
+                 m.sumexp.data(), m.tgt.data(), m.loss.data());
+  return ops_.sum(m.loss.data(), size_t(N));
+}
+
+// ---- backward ----------------------------------------------------------------
+// Expects head_loss(grad = true) to have left dlogits in m.logits.
+template <class T>
+void Model<T>::backward() {
+  Impl& m = *impl_;
+  const int B = m.B, d = cfg_.d, N = m.N, Vl = ld_.V;
+  const size_t nd = size_t(N) * d;
+  const LayerCtx<T> c{ops_, cfg_, ld_, tp_, B, m.T_, m.srpe.data()};
+
+  // Head: dxf = dlogits E (TP-partial over vocab), dE += dlogits^T xf.
+  ops_.gemm(Trans::N, Trans::N, N, d, Vl, T(1), m.logits.data(), Vl, p_.embed, d,
+            T(0), m.dxf.data(), d);
+  tp_sum(tp_, m.dxf.data(), nd);
+  ops_.gemm(Trans::T, Trans::N, Vl, d, N, T(1), m.logits.data(), Vl, m.xf.data(), d,
+            T(1), g_.embed, d);
+  ops_.zero(m.dcur.data(), nd * sizeof(T));
+  ops_.rmsnorm_bwd(m.X[size_t(m.nl)].data(), p_.norm_g, p_.norm_d, m.rstd_f.data(),
+                   m.dxf.data(), N, d, m.dcur.data(), g_.norm_g, g_.norm_d);
+
+  for (auto& ds : m.dS) ops_.zero(ds.data(), ds.bytes());
+  // A summary's gradient is complete once every layer reading it is done;
+  // the context rows were TP-partial, so sum them before the prefix mean.
+  auto summary_bwd = [&](int s, T* dx) {
+    T* ds = m.dS[size_t(s - summary_lo())].data();
+    tp_sum(tp_, ds, nd);
+    ops_.prefix_mean_bwd(ds, B, m.T_, d, dx);
+  };
+
+  const T* ctx[16];
+  T* dctx[16];
+  for (int l = m.l1 - 1; l >= m.l0; --l) {
+    const int i = l - m.l0, nc = cfg_.n_ctx(l);
+    if (l + 1 < m.l1) summary_bwd(l + 1, m.dcur.data());  // dX(l+1) complete
+    context(l, ctx, dctx);
+    LayerActs<T>& a = m.acts[opt_.recompute ? 0 : size_t(i)];
+    if (opt_.recompute)
+      layer_forward(c, l, p_.layers[size_t(i)], m.X[size_t(i)].data(), ctx, nc, true,
+                    a, m.xtmp.data());
+    layer_backward(c, l, p_.layers[size_t(i)], g_.layers[size_t(i)], m.X[size_t(i)].data(),
+                   ctx, nc, a, m.work, m.dcur.data(), m.dprev.data(), dctx);
+    std::swap(m.dcur, m.dprev);
+  }
+  summary_bwd(m.l0, m.dcur.data());
+  ops_.embedding_bwd(m.ids.data(), N, m.dcur.data(), ld_.v0, ld_.V, d, g_.embed);
+}
+
+namespace {
+// Split samples [B, T+1] into inputs and targets [B, T].
+void split_tokens(const int32_t* tokens, int B, int T, std::vector<int32_t>& in,
+                  std::vector<int32_t>& tg) {
+  in.resize(size_t(B) * T);
+  tg.resize(size_t(B) * T);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      in[size_t(b) * T + t] = tokens[size_t(b) * (T + 1) + t];
+      tg[size_t(b) * T + t] = tokens[size_t(b) * (T + 1) + t + 1];
+    }
+}
+}  // namespace
+
+template <class T>
+double Model<T>::train_micro_step(const int32_t* tokens, double loss_scale) {
+  std::vector<int32_t> in, tg;
+  split_tokens(tokens, impl_->B, cfg_.T, in, tg);
+  forward(in.data(), cfg_.T, true, nullptr);
+  if (opt_.keep_logits) {
+    logits_host_.resize(impl_->logits.size());
+    ops_.download(logits_host_.data(), impl_->logits.data(), impl_->logits.bytes());
+  }
+  const double loss = head_loss(tg.data(), loss_scale, true);
+  backward();
+  return loss;
+}
+
+template <class T>
+double Model<T>::eval_loss(const int32_t* tokens) {
+  std::vector<int32_t> in, tg;
+  split_tokens(tokens, impl_->B, cfg_.T, in, tg);
+  forward(in.data(), cfg_.T, false, nullptr);
+  return head_loss(tg.data(), 0.0, false);
+}
+
+template <class T>
+std::vector<T> Model<T>::forward_logits(const int32_t* inputs, bool training) {
+  forward(inputs, cfg_.T, training, nullptr);
+  std::vector<T> out(impl_->logits.size());
+  ops_.download(out.data(), impl_->logits.data(), impl_->logits.bytes());
+  return out;
+}
+
+template <class T>
+const std::vector<uint8_t>& Model<T>::atm_open(int l) const {
+  WIOLA_CHECK(l >= 0 && l < cfg_.L, "layer ", l, " out of range");
+  return atm_open_[size_t(l)];
+}
+
+template <class T>
+std::vector<typename Model<T>::AtmStats> Model<T>::atm_stats() const {
+  std::vector<AtmStats> out;
+  const int B = impl_->B, Tn = cfg_.T;
+  for (int l = 0; l < cfg_.L; ++l) {
+    const auto& open = atm_open_[size_t(l)];
+    if (open.empty()) continue;
+    const AtmLayout lay = atm_layout(open, B, Tn);
+    const double causal = double(B) * Tn * (Tn + 1) / 2.0;
+    out.push_back({l, 1.0 - double(lay.total_groups()) / (double(B) * Tn),
+                   double(lay.visible_pairs()) / causal});
+  }
+  return out;
+}
+
+// ---- incremental decoding ---------------------------------------------------------
+template <class T>
+KvCache<T> Model<T>::make_cache(int capacity) const {
+  WIOLA_CHECK(capacity >= 1, "KV cache capacity must be positive");
+  KvCache<T> kc;
+  kc.B = impl_->B;
+  kc.capacity = capacity;
+  const size_t kvd = size_t(ld_.Hkv) * ld_.dh;
+  for (int i = 0; i < impl_->nl; ++i) {
+    kc.k.emplace_back(ops_, size_t(kc.B) * capacity * kvd);
+    kc.v.emplace_back(ops_, size_t(kc.B) * capacity * kvd);
+  }
+  for (int s = 0; s < n_summaries(); ++s) kc.carry.emplace_back(ops_, size_t(kc.B) * cfg_.d);
+  return kc;
+}
+
+template <class T>
+std::vector<T> Model<T>::forward_cached(const int32_t* ids, int n, KvCache<T>& cache) {
+  WIOLA_CHECK(n >= 1 && n <= cfg_.T, "decoding chunk of ", n, " tokens: must be 1..", cfg_.T);
+  WIOLA_CHECK(cache.len + n <= cache.capacity, "KV cache full: ", cache.len, " + ", n,
+              " > capacity ", cache.capacity);
+  WIOLA_CHECK(cache.B == impl_->B, "KV cache is for ", cache.B, " sequences, model for ", impl_->B);
+  forward(ids, n, false, &cache);
+  cache.len += n;
+  const size_t count = size_t(impl_->B) * n * size_t(ld_.V);
+  std::vector<T> out(count);
+  ops_.download(out.data(), impl_->logits.data(), count * sizeof(T));
+  return out;
+}
+
+template class Model<float>;
+template class Model<double>;
+
+}  // namespace wiola

@@ -1,0 +1,122 @@
+// The Wiola model driver (SPEC §2): embedding -> layers (with prefix-mean
+// summaries of the residual stream as GCLA context) -> final norm -> tied
+// head -> cross-entropy, and the backward pass in reverse. One process holds
+// a ModelShard: its TP slice of every tensor and a contiguous layer range
+// (pipeline stage). The single-process entry points (train_micro_step,
+// eval_loss, forward_cached) need the whole layer range; the stage pieces
+// below them are what a pipeline schedule calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/collectives.h"
+#include "model/config.h"
+#include "model/layer.h"
+#include "model/params.h"
+
+namespace wiola {
+
+// Options fixed for the lifetime of a Model.
+struct ModelOptions {
+  int micro_batch = 1;     // B: sequences per micro-step
+  bool recompute = false;  // keep only layer inputs; rerun each layer in backward
+  bool keep_logits = false;  // copy logits to the host in train_micro_step (dump)
+};
+
+// KV cache for incremental decoding: per layer SRPE'd keys and values of
+// every earlier position, plus the running sums that give the prefix-mean
+// summaries (SPEC §2, Inference). ATM is off.
+template <class T>
+struct KvCache {
+  int B = 0, capacity = 0, len = 0;
+  std::vector<Buffer<T>> k, v;     // per local layer [B, capacity, Hkv dh]
+  std::vector<Buffer<T>> carry;    // per summary index [B, d]
+};
+
+template <class T>
+class Model {
+ public:
+  Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
+        TpCollectives<T>* tp, const ModelOptions& opt);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelShard& shard() const { return shard_; }
+  const ParamLayout& layout() const { return layout_; }
+  const ModelOptions& options() const { return opt_; }
+  void set_keep_logits(bool on) { opt_.keep_logits = on; }
+  size_t n_params() const { return layout_.total(); }
+  T* params() { return params_.data(); }
+  T* grads() { return grads_.data(); }
+  const ModelParams<T>& p() const { return p_; }
+
+  // Counter-based initial values (SPEC §3): independent of the layout.
+  void init(uint64_t seed);
+  void zero_grads();
+
+  // ---- single process (whole layer range) ---------------------------------
+  // tokens: host [B, T+1] (inputs are the first T, targets the last T).
+  // Forward and backward of one micro-batch in training mode (ATM active);
+  // gradients of loss_scale * sum(CE) accumulate into grads(). Returns the
+  // sum of the B*T cross-entropies (double, host).
+  double train_micro_step(const int32_t* tokens, double loss_scale);
+  // Sum of the B*T cross-entropies, evaluation mode (ATM off), no gradients.
+  double eval_loss(const int32_t* tokens);
+  // Logits [B, T, V_local] of the last forward (host copy), when
+  // keep_logits is set or after eval_logits.
+  const std::vector<T>& last_logits() const { return logits_host_; }
+  // Forward in evaluation or training mode; returns logits [B, T, V_local].
+  std::vector<T> forward_logits(const int32_t* inputs /*[B,T]*/, bool training);
+
+  // ATM merge decisions of the last training forward: open[B, T] per ATM
+  // layer (global index l), empty for other layers.
+  const std::vector<uint8_t>& atm_open(int l) const;
+  // Statistics of the last training forward, per ATM layer: mu = 1 - T'/T and
+  // the fraction of causal (query, key) pairs still visible.
+  struct AtmStats {
+    int layer;
+    double mu, visible_fraction;
+  };
+  std::vector<AtmStats> atm_stats() const;
+
+  // ---- incremental decoding (ATM off) -------------------------------------
+  KvCache<T> make_cache(int capacity) const;
+  // Feed n new tokens per sequence (ids host [B, n], n <= T, len+n <=
+  // capacity); returns their logits [B, n, V_local] on the host.
+  std::vector<T> forward_cached(const int32_t* ids, int n, KvCache<T>& cache);
+
+  // Bytes of saved activations for one micro-batch (reports what recompute
+  // saves) and of parameter + gradient buffers.
+  size_t activation_bytes() const;
+  size_t param_bytes() const { return params_.bytes() + grads_.bytes(); }
+
+ private:
+  struct Impl;
+  void forward(const int32_t* inputs_host, int n, bool training,
+               KvCache<T>* cache);
+  double head_loss(const int32_t* targets_host, double loss_scale, bool grad);
+  void backward();
+  int n_summaries() const;         // summary slots held by this stage
+  int summary_lo() const;          // lowest summary index s held
+  void context(int l, const T** ctx, T** dctx);
+
+  Ops<T>& ops_;
+  ModelConfig cfg_;
+  ModelShard shard_;
+  TpCollectives<T>* tp_;
+  ModelOptions opt_;
+  ParamLayout layout_;
+  LocalDims ld_;
+  Buffer<T> params_, grads_;
+  ModelParams<T> p_, g_;
+  std::unique_ptr<Impl> impl_;
+  std::vector<T> logits_host_;
+  std::vector<std::vector<uint8_t>> atm_open_;
+};
+
+}  // namespace wiola

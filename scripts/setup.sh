@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs what wiola needs on Debian 12. Idempotent and quiet when nothing is
+# missing. As root: apt-get installs the missing packages, then pip installs
+# Hugging Face `tokenizers` for /usr/bin/python3 (only the tokenizer
+# comparison tests and bench/tokenizer_bench.py use it; they skip without it).
+# Not root: prints what is missing and the command to install it, exits 1.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build g++ pkg-config git
+  libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libopenblas-dev
+  libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libpcre2-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  python3 python3-torch python3-h5py python3-numpy python3-matplotlib python3-pip
+  valgrind xz-utils
+)
+PY=/usr/bin/python3
+
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "setup.sh: no dpkg-query (not Debian?); make sure the equivalents of these are installed:" >&2
+  echo "  ${PACKAGES[*]}" >&2
+  exit 0
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$status" = installed ] || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if is_root; then
+    echo "setup.sh: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    apt-get install -y --no-install-recommends "${missing[@]}"
+  else
+    echo "setup.sh: missing Debian packages: ${missing[*]}" >&2
+    echo "install them as root with:" >&2
+    echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+if ! "$PY" -c "import tokenizers" >/dev/null 2>&1; then
+  pip_cmd=("$PY" -m pip install --break-system-packages tokenizers)
+  if is_root; then
+    echo "setup.sh: installing Hugging Face tokenizers for $PY (pip)"
+    if ! PIP_ROOT_USER_ACTION=ignore "${pip_cmd[@]}" --disable-pip-version-check -q; then
+      echo "setup.sh: warning: pip could not install tokenizers; the Hugging Face" \
+           "comparison tests will be skipped" >&2
+    fi
+  else
+    echo "setup.sh: note: Hugging Face tokenizers is not installed for $PY; the" \
+         "comparison tests will be skipped (install: ${pip_cmd[*]})" >&2
+  fi
+fi

@@ -1,0 +1,538 @@
+// Run configuration: TOML loading, presets, --set overrides, error messages,
+// validation, the canonical TOML round trip and the shipped configs/*.toml.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "train/run_config.h"
+#include "util/error.h"
+
+namespace fs = std::filesystem;
+
+namespace wiola {
+namespace {
+
+// A fresh directory under the system temp dir, removed at the end.
+class RunConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::random_device rd;
+    dir_ = fs::temp_directory_path() /
+           ("wiola-run-config-" + std::to_string(rd()) + "-" + std::to_string(rd()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p, std::ios::binary) << text;
+    return p.string();
+  }
+  fs::path dir_;
+};
+
+// The message of the wiola::Error that `f` throws ("" if none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected wiola::Error";
+  return "";
+}
+
+std::string load_error(const std::string& path, const std::vector<std::string>& ov = {}) {
+  return error_of([&] { load_run_config(path, ov); });
+}
+
+#define EXPECT_CONTAINS(msg, part) \
+  EXPECT_NE(std::string(msg).find(part), std::string::npos) << "message: " << (msg)
+
+TEST_F(RunConfigTest, EmptyPathGivesDefaults) {
+  const RunConfig rc = load_run_config("", {});
+  const RunConfig def;
+  EXPECT_EQ(rc.source, "");
+  EXPECT_EQ(rc.preset, "");
+  EXPECT_EQ(rc.model.name, "custom");
+  EXPECT_EQ(rc.model.d, def.model.d);
+  EXPECT_EQ(rc.model.L, def.model.L);
+  EXPECT_EQ(rc.train.micro_batch, 8);
+  EXPECT_EQ(rc.train.grad_accum, 1);
+  EXPECT_EQ(rc.train.steps, 0);
+  EXPECT_EQ(rc.train.warmup, -1);
+  EXPECT_DOUBLE_EQ(rc.train.lr_max, 3e-4);
+  EXPECT_DOUBLE_EQ(rc.train.beta2, 0.95);
+  EXPECT_EQ(rc.train.seed, 1234u);
+  EXPECT_EQ(rc.train.run_dir, "runs/default");
+  EXPECT_TRUE(rc.data.shuffle);
+  EXPECT_EQ(rc.data.seed, -1);
+  EXPECT_EQ(rc.parallel.schedule, "1f1b");
+  EXPECT_TRUE(rc.parallel.zero);
+  EXPECT_EQ(rc.checkpoint.keep, 2);
+  EXPECT_EQ(rc.global_batch(), 8);
+}
+
+TEST_F(RunConfigTest, EmptyFileGivesDefaults) {
+  const std::string p = write("empty.toml", "# nothing\n");
+  const RunConfig rc = load_run_config(p, {});
+  EXPECT_EQ(rc.source, p);
+  EXPECT_EQ(rc.model.d, ModelConfig{}.d);
+  EXPECT_EQ(rc.train.micro_batch, 8);
+}
+
+TEST_F(RunConfigTest, PresetThenFieldOverride) {
+  const std::string p = write("a.toml", R"(
+[model]
+seq_len = 256        # applied on top of the preset, wherever it is written
+preset = "wiola-360m"
+atm = false
+atm_tau = 0.5
+ctx_gate_init = -2   # an integer is fine for a float key
+
+[train]
+micro_batch = 4
+grad_accum = 3
+lr_max = 6e-4
+seed = 99
+run_dir = "runs/x"
+
+[parallel]
+dp = 2
+schedule = "gpipe"
+)");
+  const RunConfig rc = load_run_config(p, {});
+  EXPECT_EQ(rc.preset, "wiola-360m");
+  EXPECT_EQ(rc.model.name, "wiola-360m");
+  EXPECT_EQ(rc.model.d, 1024);
+  EXPECT_EQ(rc.model.L, 16);
+  EXPECT_EQ(rc.model.H, 16);
+  EXPECT_EQ(rc.model.Hkv, 4);
+  EXPECT_EQ(rc.model.dB, 4096);
+  EXPECT_EQ(rc.model.T, 256);
+  EXPECT_FALSE(rc.model.atm);
+  EXPECT_DOUBLE_EQ(rc.model.tau, 0.5);
+  EXPECT_DOUBLE_EQ(rc.model.phi_init, -2.0);
+  EXPECT_EQ(rc.model.param_count(), 318048272);  // T does not change N (SPEC §1)
+  EXPECT_EQ(rc.train.micro_batch, 4);
+  EXPECT_EQ(rc.train.grad_accum, 3);
+  EXPECT_DOUBLE_EQ(rc.train.lr_max, 6e-4);
+  EXPECT_EQ(rc.train.seed, 99u);
+  EXPECT_EQ(rc.train.run_dir, "runs/x");
+  EXPECT_EQ(rc.parallel.schedule, "gpipe");
+  EXPECT_EQ(rc.global_batch(), 4 * 3 * 2);
+}
+
+TEST_F(RunConfigTest, SetOverridesBeatFile) {
+  const std::string p = write("a.toml", R"(
+[model]
+preset = "wiola-tiny"
+seq_len = 64
+d_b = 128
+[train]
+steps = 10
+run_dir = "runs/file"
+[data]
+path = "from/file"
+)");
+  const RunConfig rc = load_run_config(
+      p, {"train.steps=20", "train.lr_max = 1e-3", "data.path=runs/shards/manifest.json",
+          "train.run_dir=2024", "data.shuffle=false", "parallel.schedule=gpipe",
+          "train.recompute=true"});
+  EXPECT_EQ(rc.train.steps, 20);
+  EXPECT_DOUBLE_EQ(rc.train.lr_max, 1e-3);
+  EXPECT_EQ(rc.data.path, "runs/shards/manifest.json");  // bare string
+  EXPECT_EQ(rc.train.run_dir, "2024");  // text kept for a string key
+  EXPECT_FALSE(rc.data.shuffle);
+  EXPECT_EQ(rc.parallel.schedule, "gpipe");
+  EXPECT_TRUE(rc.train.recompute);
+  EXPECT_EQ(rc.model.T, 64);
+  // A later --set wins over an earlier one.
+  EXPECT_EQ(load_run_config(p, {"train.steps=1", "train.steps=2"}).train.steps, 2);
+  // Quoted TOML strings work too.
+  EXPECT_EQ(load_run_config(p, {"data.path=\"a b\""}).data.path, "a b");
+}
+
+TEST_F(RunConfigTest, PresetOverrideReappliesExplicitModelKeys) {
+  const std::string p = write("a.toml", "[model]\npreset = \"wiola-tiny\"\nseq_len = 64\n");
+  const RunConfig rc = load_run_config(p, {"model.preset=wiola-small", "model.n_layers=3"});
+  EXPECT_EQ(rc.preset, "wiola-small");
+  EXPECT_EQ(rc.model.d, 128);     // from the new preset
+  EXPECT_EQ(rc.model.V, 32000);   // from the new preset
+  EXPECT_EQ(rc.model.T, 64);      // file key re-applied on top
+  EXPECT_EQ(rc.model.L, 3);       // override on top
+  // Overrides alone, no file.
+  const RunConfig r2 = load_run_config("", {"model.preset=\"wiola-bench\""});
+  EXPECT_EQ(r2.model.d, 256);
+  EXPECT_EQ(r2.model.name, "wiola-bench");
+}
+
+TEST_F(RunConfigTest, UnknownPreset) {
+  const std::string p = write("a.toml", "[model]\npreset = \"wiola-9b\"\n");
+  const std::string m = load_error(p);
+  EXPECT_CONTAINS(m, p);
+  EXPECT_CONTAINS(m, "model.preset");
+  EXPECT_CONTAINS(m, "wiola-9b");
+}
+
+TEST_F(RunConfigTest, UnknownKeyNamesKeyAndFile) {
+  const std::string p = write("a.toml", "[train]\nsteps = 5\nmicro_bach = 4\n");
+  const std::string m = load_error(p);
+  EXPECT_CONTAINS(m, p + ":3:1:");
+  EXPECT_CONTAINS(m, "train.micro_bach");
+  EXPECT_CONTAINS(m, "did you mean 'train.micro_batch'");
+  // A key of another section is suggested there.
+  const std::string m2 = load_error(write("b.toml", "[train]\npath = \"x\"\n"));
+  EXPECT_CONTAINS(m2, "train.path");
+  EXPECT_CONTAINS(m2, "data.path");
+  // Keys outside any section.
+  EXPECT_CONTAINS(load_error(write("c.toml", "steps = 3\n")), "train.steps");
+  // In an override.
+  const std::string m3 = load_error("", {"train.stepz=3"});
+  EXPECT_CONTAINS(m3, "<--set>");
+  EXPECT_CONTAINS(m3, "train.stepz");
+  EXPECT_CONTAINS(m3, "train.steps");
+  // Nested tables are not keys either.
+  EXPECT_CONTAINS(load_error(write("d.toml", "[train.extra]\nx = 1\n")), "train.extra");
+}
+
+TEST_F(RunConfigTest, UnknownSection) {
+  const std::string p = write("a.toml", "[model]\nd = 64\n\n[trian]\nsteps = 5\n");
+  const std::string m = load_error(p);
+  EXPECT_CONTAINS(m, p);
+  EXPECT_CONTAINS(m, "[trian]");
+  EXPECT_CONTAINS(m, "did you mean [train]");
+  const std::string m2 = load_error("", {"optim.lr=1"});
+  EXPECT_CONTAINS(m2, "<--set>");
+  EXPECT_CONTAINS(m2, "[optim]");
+  EXPECT_CONTAINS(load_error(write("b.toml", "train = 3\n")), "must be a table");
+}
+
+TEST_F(RunConfigTest, WrongTypes) {
+  auto err = [&](const std::string& body) {
+    return load_error(write("t.toml", body));
+  };
+  std::string m = err("[train]\nmicro_batch = \"eight\"\n");
+  EXPECT_CONTAINS(m, "train.micro_batch");
+  EXPECT_CONTAINS(m, "expected an integer");
+  EXPECT_CONTAINS(m, "string");
+  EXPECT_CONTAINS(m, "t.toml:2");
+  m = err("[train]\nsteps = 2.5\n");  // float for an integer key
+  EXPECT_CONTAINS(m, "train.steps");
+  EXPECT_CONTAINS(m, "float");
+  m = err("[train]\nmicro_batch = 3000000000\n");  // beyond int
+  EXPECT_CONTAINS(m, "train.micro_batch");
+  EXPECT_CONTAINS(m, "out of range");
+  m = err("[train]\nlr_max = \"fast\"\n");
+  EXPECT_CONTAINS(m, "train.lr_max");
+  EXPECT_CONTAINS(m, "expected a number");
+  m = err("[train]\nlr_max = nan\n");
+  EXPECT_CONTAINS(m, "finite");
+  m = err("[model]\natm = 1\n");
+  EXPECT_CONTAINS(m, "model.atm");
+  EXPECT_CONTAINS(m, "boolean");
+  m = err("[data]\npath = 3\n");
+  EXPECT_CONTAINS(m, "data.path");
+  EXPECT_CONTAINS(m, "expected a string");
+  m = err("[train]\nseed = -1\n");
+  EXPECT_CONTAINS(m, "train.seed");
+  EXPECT_CONTAINS(m, "non-negative");
+  m = err("[parallel]\ntp = [1, 2]\n");
+  EXPECT_CONTAINS(m, "parallel.tp");
+  EXPECT_CONTAINS(m, "array");
+  // Integers are fine for floats.
+  EXPECT_DOUBLE_EQ(load_run_config(write("ok.toml", "[train]\nclip = 2\n"), {}).train.clip, 2.0);
+  // In an override.
+  m = load_error("", {"train.micro_batch=abc"});
+  EXPECT_CONTAINS(m, "<--set>");
+  EXPECT_CONTAINS(m, "train.micro_batch");
+  EXPECT_CONTAINS(m, "expected an integer");
+}
+
+TEST_F(RunConfigTest, HeadsNotDivisibleByKvHeads) {
+  const std::string p = write("a.toml", "[model]\nd = 96\nn_heads = 6\nn_kv_heads = 4\n");
+  const std::string m = load_error(p);
+  EXPECT_CONTAINS(m, p);
+  EXPECT_CONTAINS(m, "model.n_heads");
+  EXPECT_CONTAINS(m, "model.n_kv_heads");
+}
+
+TEST_F(RunConfigTest, OddHeadDim) {
+  // d / n_heads = 60 / 4 = 15.
+  const std::string m = load_error(write("a.toml", "[model]\nd = 60\n"));
+  EXPECT_CONTAINS(m, "head dim");
+  EXPECT_CONTAINS(m, "15");
+}
+
+TEST_F(RunConfigTest, SequenceTooShort) {
+  const std::string m = load_error("", {"model.seq_len=1"});
+  EXPECT_CONTAINS(m, "model.seq_len");
+  EXPECT_CONTAINS(m, "<--set>");
+}
+
+TEST_F(RunConfigTest, ValidationOfTrainParallelCheckpoint) {
+  struct Case {
+    std::string set, key;
+  };
+  const std::vector<Case> cases = {
+      {"train.micro_batch=0", "train.micro_batch"},
+      {"train.grad_accum=0", "train.grad_accum"},
+      {"train.lr_max=0", "train.lr_max"},
+      {"train.lr_min=1", "train.lr_min"},
+      {"train.lr_min=-1e-5", "train.lr_min"},
+      {"train.beta1=1", "train.beta1"},
+      {"train.beta2=-0.1", "train.beta2"},
+      {"train.adam_eps=0", "train.adam_eps"},
+      {"train.weight_decay=-1", "train.weight_decay"},
+      {"train.steps=-1", "train.steps"},
+      {"train.tokens=-5", "train.tokens"},
+      {"train.warmup=-2", "train.warmup"},
+      {"train.log_every=0", "train.log_every"},
+      {"train.eval_every=-1", "train.eval_every"},
+      {"train.eval_batches=0", "train.eval_batches"},
+      {"train.threads=-1", "train.threads"},
+      {"train.seed=9223372036854775807", ""},  // INT64_MAX is fine
+      {"data.prefetch=-1", "data.prefetch"},
+      {"data.seed=-2", "data.seed"},
+      {"parallel.tp=0", "parallel.tp"},
+      {"parallel.pp=0", "parallel.pp"},
+      {"parallel.dp=0", "parallel.dp"},
+      {"parallel.pp=7", "model.n_layers"},
+      {"parallel.tp=3", "model.n_kv_heads"},
+      {"parallel.schedule=zb", "parallel.schedule"},
+      {"checkpoint.keep=0", "checkpoint.keep"},
+      {"checkpoint.every=-1", "checkpoint.every"},
+  };
+  for (const auto& c : cases) {
+    if (c.key.empty()) {
+      EXPECT_NO_THROW(load_run_config("", {c.set})) << c.set;
+      continue;
+    }
+    const std::string m = load_error("", {c.set});
+    EXPECT_CONTAINS(m, c.key) << " for " << c.set;
+  }
+  // Messages name the keys with values; the file is named too.
+  const std::string p = write("tp.toml", "[model]\nn_kv_heads = 4\nn_heads = 4\n[parallel]\ntp = 3\n");
+  const std::string m = load_error(p);
+  EXPECT_CONTAINS(m, p);
+  EXPECT_CONTAINS(m, "parallel.tp (3) must divide model.n_kv_heads (4)");
+  // tp divides the widths and the vocabulary too.
+  EXPECT_CONTAINS(load_error("", {"parallel.tp=2", "model.d_a=65"}), "model.d_a");
+  EXPECT_CONTAINS(load_error("", {"parallel.tp=2", "model.d_b=257"}), "model.d_b");
+  EXPECT_CONTAINS(load_error("", {"parallel.tp=2", "model.vocab_size=513"}), "model.vocab_size");
+  EXPECT_NO_THROW(load_run_config("", {"parallel.tp=2", "parallel.pp=6", "parallel.dp=3"}));
+  // validate_run_config on a hand-built config names its source.
+  RunConfig rc;
+  rc.source = "hand.toml";
+  rc.train.seed = uint64_t(1) << 63;
+  const std::string m2 = error_of([&] { validate_run_config(rc); });
+  EXPECT_CONTAINS(m2, "hand.toml");
+  EXPECT_CONTAINS(m2, "train.seed");
+}
+
+TEST_F(RunConfigTest, MalformedOverrides) {
+  for (const std::string ov : {"train.steps", "steps=3", ".steps=3", "train.=3", "=3"}) {
+    const std::string m = load_error("", {ov});
+    EXPECT_CONTAINS(m, "<--set>");
+    EXPECT_CONTAINS(m, "section.key=value");
+  }
+}
+
+TEST_F(RunConfigTest, MissingFile) {
+  const std::string p = (dir_ / "nope.toml").string();
+  const std::string m = load_error(p);
+  EXPECT_CONTAINS(m, "cannot read config file '" + p + "'");
+  EXPECT_CONTAINS(load_error(dir_.string()), "cannot read config file");
+}
+
+TEST_F(RunConfigTest, SyntaxErrorHasLineAndColumn) {
+  const std::string p = write("bad.toml", "[train]\nsteps = 5\nlr_max = = 3\n");
+  const std::string m = load_error(p);
+  EXPECT_CONTAINS(m, p + ":3:");
+  EXPECT_CONTAINS(m, "syntax error");
+  // Duplicate keys are TOML errors too.
+  EXPECT_CONTAINS(load_error(write("dup.toml", "[train]\nsteps = 1\nsteps = 2\n")), ":3:");
+}
+
+void expect_same(const RunConfig& a, const RunConfig& b) {
+  EXPECT_EQ(a.preset, b.preset);
+  const ModelConfig &m = a.model, &n = b.model;
+  EXPECT_EQ(m.name, n.name);
+  EXPECT_EQ(m.d, n.d);
+  EXPECT_EQ(m.L, n.L);
+  EXPECT_EQ(m.H, n.H);
+  EXPECT_EQ(m.Hkv, n.Hkv);
+  EXPECT_EQ(m.dA, n.dA);
+  EXPECT_EQ(m.dB, n.dB);
+  EXPECT_EQ(m.V, n.V);
+  EXPECT_EQ(m.T, n.T);
+  EXPECT_EQ(m.theta0, n.theta0);
+  EXPECT_EQ(m.k_s, n.k_s);
+  EXPECT_EQ(m.a_s, n.a_s);
+  EXPECT_EQ(m.f_s, n.f_s);
+  EXPECT_EQ(m.tau, n.tau);
+  EXPECT_EQ(m.atm, n.atm);
+  EXPECT_EQ(m.Lambda, n.Lambda);
+  EXPECT_EQ(m.eps, n.eps);
+  EXPECT_EQ(m.init_std, n.init_std);
+  EXPECT_EQ(m.phi_init, n.phi_init);
+  const TrainSection &t = a.train, &u = b.train;
+  EXPECT_EQ(t.micro_batch, u.micro_batch);
+  EXPECT_EQ(t.grad_accum, u.grad_accum);
+  EXPECT_EQ(t.steps, u.steps);
+  EXPECT_EQ(t.tokens, u.tokens);
+  EXPECT_EQ(t.lr_max, u.lr_max);  // exact, not approximately
+  EXPECT_EQ(t.lr_min, u.lr_min);
+  EXPECT_EQ(t.warmup, u.warmup);
+  EXPECT_EQ(t.beta1, u.beta1);
+  EXPECT_EQ(t.beta2, u.beta2);
+  EXPECT_EQ(t.adam_eps, u.adam_eps);
+  EXPECT_EQ(t.weight_decay, u.weight_decay);
+  EXPECT_EQ(t.clip, u.clip);
+  EXPECT_EQ(t.nonfinite_fatal, u.nonfinite_fatal);
+  EXPECT_EQ(t.seed, u.seed);
+  EXPECT_EQ(t.recompute, u.recompute);
+  EXPECT_EQ(t.threads, u.threads);
+  EXPECT_EQ(t.log_every, u.log_every);
+  EXPECT_EQ(t.eval_every, u.eval_every);
+  EXPECT_EQ(t.eval_batches, u.eval_batches);
+  EXPECT_EQ(t.run_dir, u.run_dir);
+  EXPECT_EQ(t.max_steps, u.max_steps);
+  EXPECT_EQ(a.data.path, b.data.path);
+  EXPECT_EQ(a.data.shuffle, b.data.shuffle);
+  EXPECT_EQ(a.data.seed, b.data.seed);
+  EXPECT_EQ(a.data.prefetch, b.data.prefetch);
+  EXPECT_EQ(a.parallel.tp, b.parallel.tp);
+  EXPECT_EQ(a.parallel.pp, b.parallel.pp);
+  EXPECT_EQ(a.parallel.dp, b.parallel.dp);
+  EXPECT_EQ(a.parallel.zero, b.parallel.zero);
+  EXPECT_EQ(a.parallel.schedule, b.parallel.schedule);
+  EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
+  EXPECT_EQ(a.checkpoint.every, b.checkpoint.every);
+  EXPECT_EQ(a.checkpoint.resume, b.checkpoint.resume);
+  EXPECT_EQ(a.checkpoint.keep, b.checkpoint.keep);
+}
+
+TEST_F(RunConfigTest, TomlRoundTripIsExact) {
+  const std::string p = write("a.toml", R"(
+[model]
+preset = "wiola-tiny"
+d = 96
+n_heads = 6
+n_kv_heads = 3
+d_a = 48
+d_b = 384
+vocab_size = 513
+srpe_theta = 12345.678901234567
+srpe_radial_amp = 0.30000000000000004
+srpe_radial_freq = 1e-300
+atm = false
+atm_tau = 0.9199999999999999
+rms_eps = 1e-5
+ctx_gate_init = -3.25
+[train]
+micro_batch = 3
+grad_accum = 5
+steps = 1234
+tokens = 9876543210
+lr_max = 0.00030000000000000003
+lr_min = 1.5e-7
+warmup = 0
+adam_eps = 1e-12
+clip = -1
+nonfinite_fatal = true
+seed = 9223372036854775807
+recompute = true
+threads = 7
+log_every = 10
+eval_every = 25
+eval_batches = 3
+run_dir = "runs/q\"uote\\back\tslash ünï 日本"
+max_steps = 17
+[data]
+path = "C:\\data\\manifest.json"
+shuffle = false
+seed = 42
+prefetch = 0
+[parallel]
+tp = 3
+pp = 2
+dp = 4
+zero = false
+schedule = "gpipe"
+[checkpoint]
+dir = "ckpt\nnewline"
+every = 100
+resume = false
+keep = 5
+)");
+  const RunConfig a = load_run_config(p, {});
+  const std::string text = run_config_to_toml(a);
+  const RunConfig b = load_run_config(write("b.toml", text), {});
+  expect_same(a, b);
+  EXPECT_EQ(run_config_to_toml(b), text);
+  EXPECT_NE(text.find("preset = \"wiola-tiny\""), std::string::npos) << text;
+
+  // Custom model (no preset) and defaults round-trip too; no preset key.
+  const RunConfig c = load_run_config("", {});
+  const std::string ctext = run_config_to_toml(c);
+  EXPECT_EQ(ctext.find("preset"), std::string::npos) << ctext;
+  const RunConfig d = load_run_config(write("c.toml", ctext), {});
+  expect_same(c, d);
+  // Every key of every section is written.
+  for (const char* k : {"[model]", "[train]", "[data]", "[parallel]", "[checkpoint]", "d =",
+                        "srpe_spiral_divisor =", "lookback =", "init_std =", "max_steps =",
+                        "nonfinite_fatal =", "prefetch =", "schedule =", "keep ="})
+    EXPECT_NE(ctext.find(k), std::string::npos) << k;
+}
+
+TEST_F(RunConfigTest, ShippedConfigsLoad) {
+  const fs::path configs = fs::path(WIOLA_SOURCE_DIR) / "configs";
+  ASSERT_TRUE(fs::is_directory(configs)) << configs;
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(configs)) {
+    if (e.path().extension() != ".toml") continue;
+    ++n;
+    SCOPED_TRACE(e.path().string());
+    RunConfig rc;
+    ASSERT_NO_THROW(rc = load_run_config(e.path().string(), {}));
+    EXPECT_FALSE(rc.preset.empty());
+    EXPECT_EQ(rc.preset, e.path().stem().string() == "brown-small" ? "wiola-small"
+                                                                  : e.path().stem().string());
+    expect_same(rc, load_run_config(write("rt.toml", run_config_to_toml(rc)), {}));
+  }
+  EXPECT_GE(n, 6);
+}
+
+TEST_F(RunConfigTest, BrownSmallIsTheCpuDemo) {
+  const RunConfig rc =
+      load_run_config((fs::path(WIOLA_SOURCE_DIR) / "configs" / "brown-small.toml").string(), {});
+  EXPECT_EQ(rc.model.d, 128);
+  EXPECT_EQ(rc.model.L, 6);
+  EXPECT_EQ(rc.model.H, 4);
+  EXPECT_EQ(rc.model.Hkv, 2);
+  EXPECT_EQ(rc.model.V, 32000);
+  EXPECT_EQ(rc.model.T, 128);
+  EXPECT_EQ(rc.train.micro_batch, 8);
+  EXPECT_EQ(rc.train.grad_accum, 1);
+  EXPECT_EQ(rc.train.steps, 300);
+  EXPECT_DOUBLE_EQ(rc.train.lr_max, 1e-3);
+  EXPECT_EQ(rc.train.warmup, -1);
+  EXPECT_EQ(rc.train.run_dir, "runs/brown-small");
+  EXPECT_EQ(rc.train.eval_every, 50);
+  EXPECT_EQ(rc.train.eval_batches, 2);
+  EXPECT_EQ(rc.train.threads, 0);
+  EXPECT_EQ(rc.data.path, "runs/brown-shards/manifest.json");
+  EXPECT_EQ(rc.checkpoint.dir, "runs/brown-small/ckpt");
+  EXPECT_EQ(rc.checkpoint.every, 100);
+}
+
+}  // namespace
+}  // namespace wiola

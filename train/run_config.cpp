@@ -1,0 +1,495 @@
+// TOML run configuration: parsing (toml++), --set overrides, validation and
+// the canonical TOML form. Every key is documented in docs/config.md.
+#include "train/run_config.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string_view>
+#include <variant>
+
+#include "util/error.h"
+
+namespace wiola {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Schema: every section and key, bound to the RunConfig field it sets.
+
+using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*>;
+
+struct KeyDef {
+  const char* name;
+  FieldPtr (*field)(RunConfig&);
+};
+
+struct SectionDef {
+  const char* name;
+  std::vector<KeyDef> keys;
+};
+
+#define WIOLA_KEY(key, member) \
+  KeyDef { key, [](RunConfig& r) -> FieldPtr { return &r.member; } }
+
+const std::vector<SectionDef>& schema() {
+  static const std::vector<SectionDef> s = {
+      {"model",
+       {WIOLA_KEY("preset", preset),  // applied first; handled specially
+        WIOLA_KEY("d", model.d),
+        WIOLA_KEY("n_layers", model.L),
+        WIOLA_KEY("n_heads", model.H),
+        WIOLA_KEY("n_kv_heads", model.Hkv),
+        WIOLA_KEY("d_a", model.dA),
+        WIOLA_KEY("d_b", model.dB),
+        WIOLA_KEY("vocab_size", model.V),
+        WIOLA_KEY("seq_len", model.T),
+        WIOLA_KEY("srpe_theta", model.theta0),
+        WIOLA_KEY("srpe_spiral_divisor", model.k_s),
+        WIOLA_KEY("srpe_radial_amp", model.a_s),
+        WIOLA_KEY("srpe_radial_freq", model.f_s),
+        WIOLA_KEY("atm", model.atm),
+        WIOLA_KEY("atm_tau", model.tau),
+        WIOLA_KEY("lookback", model.Lambda),
+        WIOLA_KEY("rms_eps", model.eps),
+        WIOLA_KEY("init_std", model.init_std),
+        WIOLA_KEY("ctx_gate_init", model.phi_init)}},
+      {"train",
+       {WIOLA_KEY("micro_batch", train.micro_batch),
+        WIOLA_KEY("grad_accum", train.grad_accum),
+        WIOLA_KEY("steps", train.steps),
+        WIOLA_KEY("tokens", train.tokens),
+        WIOLA_KEY("lr_max", train.lr_max),
+        WIOLA_KEY("lr_min", train.lr_min),
+        WIOLA_KEY("warmup", train.warmup),
+        WIOLA_KEY("beta1", train.beta1),
+        WIOLA_KEY("beta2", train.beta2),
+        WIOLA_KEY("adam_eps", train.adam_eps),
+        WIOLA_KEY("weight_decay", train.weight_decay),
+        WIOLA_KEY("clip", train.clip),
+        WIOLA_KEY("nonfinite_fatal", train.nonfinite_fatal),
+        WIOLA_KEY("seed", train.seed),
+        WIOLA_KEY("recompute", train.recompute),
+        WIOLA_KEY("threads", train.threads),
+        WIOLA_KEY("log_every", train.log_every),
+        WIOLA_KEY("eval_every", train.eval_every),
+        WIOLA_KEY("eval_batches", train.eval_batches),
+        WIOLA_KEY("run_dir", train.run_dir),
+        WIOLA_KEY("max_steps", train.max_steps)}},
+      {"data",
+       {WIOLA_KEY("path", data.path),
+        WIOLA_KEY("shuffle", data.shuffle),
+        WIOLA_KEY("seed", data.seed),
+        WIOLA_KEY("prefetch", data.prefetch)}},
+      {"parallel",
+       {WIOLA_KEY("tp", parallel.tp),
+        WIOLA_KEY("pp", parallel.pp),
+        WIOLA_KEY("dp", parallel.dp),
+        WIOLA_KEY("zero", parallel.zero),
+        WIOLA_KEY("schedule", parallel.schedule)}},
+      {"checkpoint",
+       {WIOLA_KEY("dir", checkpoint.dir),
+        WIOLA_KEY("every", checkpoint.every),
+        WIOLA_KEY("resume", checkpoint.resume),
+        WIOLA_KEY("keep", checkpoint.keep)}},
+  };
+  return s;
+}
+
+#undef WIOLA_KEY
+
+const SectionDef* find_section(std::string_view name) {
+  for (const auto& s : schema())
+    if (name == s.name) return &s;
+  return nullptr;
+}
+
+const KeyDef* find_key(const SectionDef& s, std::string_view name) {
+  for (const auto& k : s.keys)
+    if (name == k.name) return &k;
+  return nullptr;
+}
+
+// Which alternative of FieldPtr a key binds (same for every RunConfig).
+bool is_string_key(const KeyDef& k) {
+  RunConfig probe;
+  return std::holds_alternative<std::string*>(k.field(probe));
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1,
+                         prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// " (did you mean 'section.key'?)" or a pointer to the docs.
+std::string suggest_key(const SectionDef* sec, std::string_view key) {
+  // Same key name in another section (e.g. [train] path -> data.path).
+  for (const auto& s : schema())
+    if (&s != sec && find_key(s, key))
+      return detail::concat(" (did you mean '", s.name, ".", key, "'?)");
+  if (sec) {
+    const KeyDef* best = nullptr;
+    size_t best_d = 3;
+    for (const auto& k : sec->keys) {
+      const size_t dist = edit_distance(key, k.name);
+      if (dist < best_d) best_d = dist, best = &k;
+    }
+    if (best) return detail::concat(" (did you mean '", sec->name, ".", best->name, "'?)");
+  }
+  return " (see docs/config.md)";
+}
+
+std::string suggest_section(std::string_view name) {
+  for (const auto& s : schema())
+    if (edit_distance(name, s.name) <= 2) return detail::concat(" (did you mean [", s.name, "]?)");
+  return " (known: [model] [train] [data] [parallel] [checkpoint])";
+}
+
+// ---------------------------------------------------------------------------
+// Values.
+
+const char* type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+    default: return "nothing";
+  }
+}
+
+std::string toml_string(std::string_view s) {
+  std::string o = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\b': o += "\\b"; break;
+      case '\t': o += "\\t"; break;
+      case '\n': o += "\\n"; break;
+      case '\f': o += "\\f"; break;
+      case '\r': o += "\\r"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04X", unsigned(c));
+          o += buf;
+        } else {
+          o += ch;  // UTF-8 passes through unchanged
+        }
+    }
+  }
+  return o + "\"";
+}
+
+// Shortest text that reads back as exactly `v`, always a TOML float.
+std::string toml_double(double v) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, res.ptr);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // 'n': inf, nan
+  return s;
+}
+
+std::string describe(const toml::node& n) {
+  std::string d = type_name(n);
+  if (auto s = n.as_string()) return d + " (" + toml_string(s->get()) + ")";
+  if (auto i = n.as_integer()) return d + " (" + std::to_string(i->get()) + ")";
+  if (auto f = n.as_floating_point()) return d + " (" + toml_double(f->get()) + ")";
+  if (auto b = n.as_boolean()) return d + (b->get() ? " (true)" : " (false)");
+  return d;
+}
+
+// One value of the merged configuration and where it came from.
+struct Entry {
+  const toml::node* node = nullptr;
+  std::string origin;  // "file:line:col" or "<--set> 'section.key=value'"
+};
+
+using Entries = std::map<std::string, std::map<std::string, Entry>>;  // section -> key
+
+[[noreturn]] void key_error(const Entry& e, std::string_view sec, std::string_view key,
+                            const std::string& problem) {
+  fail(e.origin, ": ", sec, ".", key, ": ", problem);
+}
+
+void assign(RunConfig& rc, const KeyDef& k, std::string_view sec, const Entry& e) {
+  const toml::node& n = *e.node;
+  auto want = [&](const char* what) {
+    key_error(e, sec, k.name, detail::concat("expected ", what, ", got ", describe(n)));
+  };
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          if (!n.is_string()) want("a string");
+          *p = n.as_string()->get();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!n.is_boolean()) want("a boolean (true or false)");
+          *p = n.as_boolean()->get();
+        } else if constexpr (std::is_same_v<T, double>) {
+          double v = 0;
+          if (auto i = n.as_integer()) v = static_cast<double>(i->get());
+          else if (auto f = n.as_floating_point()) v = f->get();
+          else want("a number");
+          if (!std::isfinite(v)) key_error(e, sec, k.name, "must be a finite number");
+          *p = v;
+        } else {  // integers
+          if (!n.is_integer()) want("an integer");
+          const int64_t v = n.as_integer()->get();
+          if constexpr (std::is_same_v<T, int>) {
+            if (v < INT_MIN || v > INT_MAX)
+              key_error(e, sec, k.name, detail::concat("integer ", v, " is out of range (",
+                                                       INT_MIN, " .. ", INT_MAX, ")"));
+            *p = static_cast<int>(v);
+          } else if constexpr (std::is_same_v<T, uint64_t>) {
+            if (v < 0)
+              key_error(e, sec, k.name, detail::concat("must be non-negative (got ", v, ")"));
+            *p = static_cast<uint64_t>(v);
+          } else {
+            *p = v;
+          }
+        }
+      },
+      k.field(rc));
+}
+
+std::string position(const toml::source_region& r, const std::string& file) {
+  const auto& b = r.begin;
+  if (b.line == 0) return file;
+  return detail::concat(file, ":", b.line, ":", b.column);
+}
+
+std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    fail("cannot read config file '", path, "': is a directory");
+  errno = 0;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("cannot read config file '", path, "': ", std::strerror(errno ? errno : ENOENT));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) fail("cannot read config file '", path, "': read error");
+  return ss.str();
+}
+
+// The file's sections and keys, checked against the schema.
+void collect_file(const toml::table& root, const std::string& path, Entries& out) {
+  for (const auto& [skey, snode] : root) {
+    const std::string sname(skey.str());
+    const std::string swhere = position(skey.source(), path);
+    const SectionDef* sec = find_section(sname);
+    if (!snode.is_table()) {
+      if (sec) fail(swhere, ": [", sname, "] must be a table (a section), got ", type_name(snode));
+      fail(swhere, ": key '", sname, "' is outside any section", suggest_key(nullptr, sname));
+    }
+    if (!sec) fail(swhere, ": unknown section [", sname, "]", suggest_section(sname));
+    for (const auto& [kkey, knode] : *snode.as_table()) {
+      const std::string kname(kkey.str());
+      if (!find_key(*sec, kname))
+        fail(position(kkey.source(), path), ": unknown key '", sname, ".", kname, "'",
+             suggest_key(sec, kname));
+      out[sname][kname] = Entry{&knode, position(knode.source(), path)};
+    }
+  }
+}
+
+std::string_view trim(std::string_view s) {
+  const auto ws = " \t\r\n";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+// "section.key=value": value in TOML syntax, or else taken as a bare string.
+void collect_override(const std::string& ov, std::vector<std::unique_ptr<toml::table>>& store,
+                      Entries& out) {
+  const std::string origin = "<--set> '" + ov + "'";
+  const size_t eq = ov.find('=');
+  if (eq == std::string::npos)
+    fail(origin, ": malformed override, expected section.key=value (no '=')");
+  const std::string_view lhs = trim(std::string_view(ov).substr(0, eq));
+  const std::string_view rhs = trim(std::string_view(ov).substr(eq + 1));
+  const size_t dot = lhs.find('.');
+  if (dot == std::string_view::npos || dot == 0 || dot + 1 == lhs.size())
+    fail(origin, ": malformed override, expected section.key=value (need 'section.key' before '=')");
+  const std::string sname(trim(lhs.substr(0, dot)));
+  const std::string kname(trim(lhs.substr(dot + 1)));
+  const SectionDef* sec = find_section(sname);
+  if (!sec) fail(origin, ": unknown section [", sname, "]", suggest_section(sname));
+  const KeyDef* key = find_key(*sec, kname);
+  if (!key) fail(origin, ": unknown key '", sname, ".", kname, "'", suggest_key(sec, kname));
+
+  std::unique_ptr<toml::table> t;
+  try {
+    t = std::make_unique<toml::table>(toml::parse("x = " + std::string(rhs), std::string_view("<--set>")));
+    if (t->size() != 1 || !t->contains("x")) t.reset();
+  } catch (const toml::parse_error&) {
+    t.reset();
+  }
+  // Bare text, or text meant for a string key that parsed as something else
+  // (e.g. train.run_dir=2024): the text itself.
+  if (!t || (is_string_key(*key) && !(*t)["x"].is_string())) {
+    t = std::make_unique<toml::table>();
+    t->insert("x", std::string(rhs));
+  }
+  out[sname][kname] = Entry{t->get("x"), origin};
+  store.push_back(std::move(t));
+}
+
+void check_run_config(const RunConfig& rc) {
+  rc.model.validate();
+  const auto& t = rc.train;
+  const auto& p = rc.parallel;
+  const auto& c = rc.checkpoint;
+  auto at_least = [](auto v, auto lo, const char* key) {
+    WIOLA_CHECK(v >= lo, key, " must be >= ", lo, " (got ", v, ")");
+  };
+  at_least(t.micro_batch, 1, "train.micro_batch");
+  at_least(t.grad_accum, 1, "train.grad_accum");
+  at_least(t.steps, 0, "train.steps");
+  at_least(t.tokens, 0, "train.tokens");
+  at_least(t.warmup, -1, "train.warmup");
+  at_least(t.threads, 0, "train.threads");
+  at_least(t.log_every, 1, "train.log_every");
+  at_least(t.eval_every, 0, "train.eval_every");
+  at_least(t.eval_batches, 1, "train.eval_batches");
+  at_least(t.max_steps, 0, "train.max_steps");
+  WIOLA_CHECK(t.seed <= uint64_t(INT64_MAX), "train.seed must be <= ", INT64_MAX, " (got ", t.seed, ")");
+  WIOLA_CHECK(t.lr_max > 0, "train.lr_max must be positive (got ", t.lr_max, ")");
+  WIOLA_CHECK(t.lr_min >= 0 && t.lr_min <= t.lr_max, "train.lr_min (", t.lr_min,
+              ") must be in [0, train.lr_max] = [0, ", t.lr_max, "]");
+  WIOLA_CHECK(t.beta1 >= 0 && t.beta1 < 1, "train.beta1 must be in [0, 1) (got ", t.beta1, ")");
+  WIOLA_CHECK(t.beta2 >= 0 && t.beta2 < 1, "train.beta2 must be in [0, 1) (got ", t.beta2, ")");
+  WIOLA_CHECK(t.adam_eps > 0, "train.adam_eps must be positive (got ", t.adam_eps, ")");
+  WIOLA_CHECK(t.weight_decay >= 0, "train.weight_decay must be >= 0 (got ", t.weight_decay, ")");
+  at_least(rc.data.seed, -1, "data.seed");
+  at_least(rc.data.prefetch, 0, "data.prefetch");
+  at_least(p.tp, 1, "parallel.tp");
+  at_least(p.pp, 1, "parallel.pp");
+  at_least(p.dp, 1, "parallel.dp");
+  WIOLA_CHECK(p.schedule == "1f1b" || p.schedule == "gpipe",
+              "parallel.schedule must be \"1f1b\" or \"gpipe\" (got \"", p.schedule, "\")");
+  WIOLA_CHECK(p.pp <= rc.model.L, "parallel.pp (", p.pp, ") must not exceed model.n_layers (",
+              rc.model.L, "): every pipeline stage needs a layer");
+  auto divides = [&](int v, const char* key) {
+    WIOLA_CHECK(v % p.tp == 0, "parallel.tp (", p.tp, ") must divide ", key, " (", v, ")");
+  };
+  divides(rc.model.Hkv, "model.n_kv_heads");
+  divides(rc.model.dA, "model.d_a");
+  divides(rc.model.dB, "model.d_b");
+  divides(rc.model.V, "model.vocab_size");
+  at_least(c.every, 0, "checkpoint.every");
+  at_least(c.keep, 1, "checkpoint.keep");
+  WIOLA_CHECK(int64_t(t.micro_batch) * t.grad_accum * p.dp <= INT_MAX,
+              "global batch train.micro_batch x train.grad_accum x parallel.dp is too large");
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  toml::table file_root;
+  Entries entries;
+  if (!path.empty()) {
+    const std::string text = read_file(path);
+    try {
+      file_root = toml::parse(text, std::string_view(path));
+    } catch (const toml::parse_error& e) {
+      const auto& b = e.source().begin;
+      fail(path, ":", b.line, ":", b.column, ": TOML syntax error: ", e.description());
+    }
+    collect_file(file_root, path, entries);
+  }
+  std::vector<std::unique_ptr<toml::table>> store;
+  for (const auto& ov : overrides) collect_override(ov, store, entries);
+
+  RunConfig rc;
+  rc.source = path;
+  // model.preset first, then every explicit model key on top of it.
+  const SectionDef& model_sec = *find_section("model");
+  if (auto it = entries["model"].find("preset"); it != entries["model"].end()) {
+    assign(rc, *find_key(model_sec, "preset"), "model", it->second);
+    if (!rc.preset.empty()) {
+      try {
+        rc.model = model_preset(rc.preset);
+      } catch (const Error& err) {
+        key_error(it->second, "model", "preset", err.what());
+      }
+    }
+  }
+  rc.model.name = rc.preset.empty() ? "custom" : rc.preset;
+  for (const auto& sec : schema())
+    for (const auto& [kname, entry] : entries[sec.name]) {
+      if (&sec == &model_sec && kname == "preset") continue;
+      assign(rc, *find_key(sec, kname), sec.name, entry);
+    }
+
+  try {
+    validate_run_config(rc);
+  } catch (const Error& err) {
+    if (rc.source.empty() && !overrides.empty()) fail("<--set>: ", err.what());
+    throw;
+  }
+  return rc;
+}
+
+void validate_run_config(const RunConfig& rc) {
+  try {
+    check_run_config(rc);
+  } catch (const Error& err) {
+    if (rc.source.empty()) throw;
+    fail(rc.source, ": ", err.what());
+  }
+}
+
+std::string run_config_to_toml(const RunConfig& rc) {
+  RunConfig copy = rc;  // schema accessors take a mutable RunConfig
+  std::ostringstream os;
+  os << "# wiola run configuration (effective values; keys in docs/config.md)\n";
+  bool first = true;
+  for (const auto& sec : schema()) {
+    os << (first ? "" : "\n") << "[" << sec.name << "]\n";
+    first = false;
+    for (const auto& k : sec.keys) {
+      if (std::string_view(k.name) == "preset" && rc.preset.empty()) continue;
+      os << k.name << " = ";
+      std::visit(
+          [&](auto* p) {
+            using T = std::remove_pointer_t<decltype(p)>;
+            if constexpr (std::is_same_v<T, std::string>) os << toml_string(*p);
+            else if constexpr (std::is_same_v<T, bool>) os << (*p ? "true" : "false");
+            else if constexpr (std::is_same_v<T, double>) os << toml_double(*p);
+            else os << *p;
+          },
+          k.field(copy));
+      os << "\n";
+    }
+  }
+  return os.str();
+}
+
+}  // namespace wiola

@@ -1,0 +1,86 @@
+// A training run's configuration: the TOML file of `wiola train --config`
+// with sections [model] [train] [data] [parallel] [checkpoint], plus
+// `--set section.key=value` overrides. Every key is documented in
+// docs/config.md. Unknown sections or keys, wrong types and inconsistent
+// values are errors naming the file and key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace wiola {
+
+struct TrainSection {
+  int micro_batch = 8;        // sequences per rank per micro-step
+  int grad_accum = 1;         // micro-batches per optimizer step
+  int64_t steps = 0;          // T_max; 0 = from `tokens`, or Chinchilla 20 N
+  int64_t tokens = 0;         // token budget (0 = Chinchilla: 20 x params)
+  double lr_max = 3e-4;
+  double lr_min = 0.0;
+  int64_t warmup = -1;        // -1 = floor((T_max + 10) / 20) (SPEC §4)
+  double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
+  double weight_decay = 0.1;
+  double clip = 1.0;          // <= 0: no clipping
+  bool nonfinite_fatal = false;  // non-finite grad norm: stop instead of skip
+  uint64_t seed = 1234;       // parameter init (and data order unless data.seed)
+  bool recompute = false;     // per-layer activation recompute
+  int threads = 0;            // OpenMP threads; 0 = runtime default
+  int log_every = 1;          // print a progress line every N steps
+  int eval_every = 0;         // validation loss every N steps (0 = off)
+  int eval_batches = 4;       // global batches per validation
+  std::string run_dir = "runs/default";  // metrics.jsonl etc.
+  int64_t max_steps = 0;      // stop after this many steps of T_max (0 = all)
+};
+
+struct DataSection {
+  std::string path;           // manifest.json, directory holding it, or one .h5 shard
+  bool shuffle = true;
+  int64_t seed = -1;          // data order seed; -1 = train.seed
+  int prefetch = 2;           // batches prepared ahead by the loader thread
+};
+
+struct ParallelSection {
+  int tp = 1, pp = 1, dp = 1;
+  bool zero = true;                  // shard AdamW state over DP (ZeRO-1)
+  std::string schedule = "1f1b";     // "1f1b" or "gpipe"
+};
+
+struct CheckpointSection {
+  std::string dir;            // empty: no checkpoints
+  int every = 0;              // steps between checkpoints (0 = end only)
+  bool resume = true;         // resume from the newest checkpoint in dir
+  int keep = 2;               // checkpoints kept
+};
+
+struct RunConfig {
+  std::string source;         // file the config came from (for messages)
+  std::string preset;         // model.preset ("" = custom)
+  ModelConfig model;
+  TrainSection train;
+  DataSection data;
+  ParallelSection parallel;
+  CheckpointSection checkpoint;
+
+  int global_batch() const {
+    return train.micro_batch * train.grad_accum * parallel.dp;
+  }
+};
+
+// Parse `path` (TOML) and apply `overrides` ("section.key=value", value in
+// TOML syntax or a bare string), then validate (model included). `path` may
+// be empty: defaults plus overrides. Throws wiola::Error naming the file,
+// section.key and the problem.
+RunConfig load_run_config(const std::string& path,
+                          const std::vector<std::string>& overrides);
+
+// Check cross-field consistency; throws wiola::Error.
+void validate_run_config(const RunConfig& rc);
+
+// The effective configuration as TOML (written into RUN_DIR/config.toml and
+// checkpoints, so a run records exactly what it ran with).
+std::string run_config_to_toml(const RunConfig& rc);
+
+}  // namespace wiola
