@@ -3,8 +3,6 @@
 # bundled Brown corpus once, train wiola-small on the CPU (configs/brown-small.toml)
 # and plot the metrics. Extra arguments go to `wiola train`, e.g.
 #   scripts/main_job.sh --set train.steps=50
-# WIOLA_SHARED overrides the folder holding data/wiola360m/tokenizer.json
-# (default: ../shared beside the repository).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,11 +19,9 @@ SHARDS=runs/brown-shards
 
 # ---- data: Brown corpus -> HDF5 token shards (once) ----
 if [ ! -f "$SHARDS/manifest.json" ]; then
-  tokenizer="${WIOLA_SHARED:-$(cd .. && pwd)/shared}/data/wiola360m/tokenizer.json"
+  tokenizer="data/wiola360m/tokenizer.json"   # bundled (MIT, see its README)
   if [ ! -f "$tokenizer" ]; then
     echo "main_job.sh: tokenizer not found: $tokenizer" >&2
-    echo "  It is the Wiola360M tokenizer.json from the project's shared data folder;" >&2
-    echo "  set WIOLA_SHARED to the folder that holds data/wiola360m/tokenizer.json." >&2
     exit 1
   fi
   mkdir -p runs

@@ -449,10 +449,12 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
     }
 
   try {
-    validate_run_config(rc);
+    check_run_config(rc);
   } catch (const Error& err) {
-    if (rc.source.empty() && !overrides.empty()) fail("<--set>: ", err.what());
-    throw;
+    const std::string where = path.empty()        ? std::string("<--set>")
+                              : overrides.empty() ? path
+                                                  : path + " with --set overrides";
+    fail(where, ": ", err.what());
   }
   return rc;
 }

@@ -13,8 +13,9 @@
 
 namespace wiola::test {
 
-inline const std::string kWiolaTokenizer = std::string(WIOLA_SHARED_DIR) + "/data/wiola360m/tokenizer.json";
-inline const std::string kBrown = std::string(WIOLA_SHARED_DIR) + "/data/brown.txt";
+inline const std::string kWiolaTokenizer = std::string(WIOLA_SOURCE_DIR) + "/data/wiola360m/tokenizer.json";
+// The bundled corpus (data/brown/brown.txt.xz), unpacked at configure time.
+inline const std::string kBrown = std::string(WIOLA_BINARY_DIR) + "/brown.txt";
 
 // A fresh folder under the build tree, removed at scope exit.
 struct TempDir {
