@@ -238,6 +238,9 @@ std::unique_ptr<Ops<T>> make_cpu_ops();
 // runtime default. cpu_threads() reports the current count.
 void set_cpu_threads(int n);
 int cpu_threads();
+// Best-of-`reps` GFLOP/s of an n^3 OpenBLAS sgemm on cpu_threads() threads:
+// the machine's matmul rate that benchmarks report against.
+double openblas_sgemm_gflops(int n, int reps);
 
 // Owning typed buffer in backend memory.
 template <class T, class E = T>

@@ -15,6 +15,7 @@ namespace wiola {
 template <class T>
 class CpuOps final : public Ops<T> {
  public:
+  CpuOps();
   const char* name() const override;
 
   void* alloc_bytes(size_t bytes) override;
