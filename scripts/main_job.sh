@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
-scripts/build.sh
+scripts/build.sh --target wiola   # tests are built by scripts/test.sh
 
 # Single-process Open MPI as root needs these (harmless otherwise).
 if [ "$(id -u)" -eq 0 ]; then

@@ -530,7 +530,7 @@ TEST_F(RunConfigTest, BrownSmallIsTheCpuDemo) {
   EXPECT_EQ(rc.train.eval_batches, 2);
   EXPECT_EQ(rc.train.threads, 0);
   EXPECT_EQ(rc.data.path, "runs/brown-shards/manifest.json");
-  EXPECT_EQ(rc.checkpoint.dir, "runs/brown-small/ckpt");
+  EXPECT_EQ(rc.checkpoint.dir, "");
   EXPECT_EQ(rc.checkpoint.every, 100);
 }
 
