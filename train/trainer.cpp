@@ -126,10 +126,11 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt) {
   std::printf("  data %s: %llu train samples; global batch %lld = %d x %d micro-batches "
               "(%lld tokens/step)\n", rc.data.path.c_str(), (unsigned long long)di.num_samples,
               (long long)GB, B, tr.grad_accum, (long long)(GB * T));
-  std::printf("  steps T_max = %lld (%s; Chinchilla would be %lld), warmup %lld, lr %.3g -> %.3g, "
-              "%d threads\n", (long long)t_max, budget,
-              (long long)chinchilla_steps(n_params, GB, T), (long long)warmup, tr.lr_max, tr.lr_min,
-              cpu_threads());
+  std::printf("  Chinchilla budget: D = 20 x %lld = %lld tokens; T_max = ceil(D / (%lld x %d)) = %lld steps\n",
+              (long long)n_params, (long long)(20 * n_params), (long long)GB, T,
+              (long long)chinchilla_steps(n_params, GB, T));
+  std::printf("  steps T_max = %lld (from %s), warmup %lld, lr %.3g -> %.3g, %d threads\n",
+              (long long)t_max, budget, (long long)warmup, tr.lr_max, tr.lr_min, cpu_threads());
   std::printf("  memory: parameters+gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB%s\n",
               double(model.param_bytes()) / 1048576.0, double(adam.state_bytes_this_rank()) / 1048576.0,
               double(model.activation_bytes()) / 1048576.0, tr.recompute ? " (recompute on)" : "");

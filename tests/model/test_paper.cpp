@@ -77,6 +77,14 @@ Buffer<T> up(Ops<T>& ops, const std::vector<T>& h) {
   return b;
 }
 
+// Index arrays (int32) in backend memory.
+template <class T>
+Buffer<T, int32_t> up_idx(Ops<T>& ops, const std::vector<int32_t>& h) {
+  Buffer<T, int32_t> b(ops, h.size());
+  ops.upload(b.data(), h.data(), h.size() * sizeof(int32_t));
+  return b;
+}
+
 template <class A, class B>
 double max_abs_diff(const A& a, const B& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -135,7 +143,7 @@ std::vector<double> rms_ref(const double* x, const double* g, const double* dl,
   for (int j = 0; j < d; ++j) ss += (x[j] + dl[j]) * (x[j] + dl[j]);
   const double r = 1.0 / std::sqrt(ss / d + eps);
   if (rstd) *rstd = r;
-  std::vector<double> y(size_t(d));
+  std::vector<double> y(static_cast<size_t>(d));
   for (int j = 0; j < d; ++j) y[size_t(j)] = g[j] * (x[j] + dl[j]) * r;
   return y;
 }
@@ -255,7 +263,7 @@ TEST(PaperRMSNorm, DeltaEffect) {
     for (int j = 0; j < d; ++j) xs[size_t(i) * d + j] += dl[size_t(j)];
   EXPECT_LT(max_abs_diff(run(xs, zero), y1), 1e-13);
   // x = -delta gives z = 0 and y = 0 exactly.
-  std::vector<double> xneg(size_t(d));
+  std::vector<double> xneg(static_cast<size_t>(d));
   for (int j = 0; j < d; ++j) xneg[size_t(j)] = -dl[size_t(j)];
   for (double v : run(xneg, dl)) EXPECT_EQ(v, 0.0);
 }
@@ -797,14 +805,17 @@ TEST(PaperATM, MergeUnmergeRoundtrip) {
   const AtmLayout lay = atm_layout(open2, 2, Tn);
   EXPECT_EQ(lay.n_groups, (std::vector<int32_t>{5, 5}));
   EXPECT_EQ(lay.total_groups(), 10);
-  // visible (query, key) pairs of the first map: 1+1+2+3+3+4+5, the second 0+... by hand.
-  // second map groups {0},{1,2},{3},{4},{5,6}: key_end 0,2,3,4,6;
-  // t: 0->1, 1->1+1, 2->2, 3->3, 4->4, 5->4+1, 6->5  = 21
-  EXPECT_EQ(lay.visible_pairs(), 19 + 21);
+  // Visible (query, key) pairs, by hand: complete groups of the prefix plus
+  // the query's own raw key where it opens a pair.
+  // first map, key_end 1,2,4,5,6:  t = 0..6 -> 0+1, 1, 2, 2+1, 3, 4, 5 = 19
+  // second map {0},{1,2},{3},{4},{5,6}, key_end 0,2,3,4,6:
+  //                                t = 0..6 -> 1, 1+1, 2, 3, 4, 4+1, 5 = 22
+  EXPECT_EQ(lay.visible_pairs(), 19 + 22);
   auto ops = make_cpu_ops<double>();
   const auto xb = randn(size_t(2) * Tn * w, 103);
   auto bx = up(*ops, xb);
-  auto gf = up(*ops, lay.group_first), ke = up(*ops, lay.key_end), ng = up(*ops, lay.n_groups);
+  auto gf = up_idx(*ops, lay.group_first), ke = up_idx(*ops, lay.key_end);
+  auto ng = up_idx(*ops, lay.n_groups);
   Buffer<double> bo(*ops, xb.size());
   ops->atm_merge_rows(bx.data(), 2, Tn, w, gf.data(), ke.data(), ng.data(), bo.data());
   const auto merged = down(*ops, bo.data(), xb.size());
@@ -1086,7 +1097,6 @@ TEST(PaperModel, KvCache) {
   EXPECT_EQ(kc.len, cap);
   KvCache<float> wrong_b;
   {
-    auto ops1 = make_cpu_ops<float>();
     Model<float> m1(*ops, cfg, ModelShard{}, nullptr, ModelOptions{1, false, false});
     wrong_b = m1.make_cache(4);
   }
@@ -1149,9 +1159,8 @@ TEST(PaperCausalLM, Loss) {
   const auto g = down(*ops, m.grads(), m.n_params());
   EXPECT_TRUE(all_finite(g));
   EXPECT_GT(max_abs_diff(g, std::vector<float>(g.size(), 0.0f)), 0.0);
-  // The loss uses the targets (inputs shifted by one): changing only the
-  // last target changes the loss by exactly that token's CE difference, and
-  // changing only the first input changes it too.
+  // The loss reads the targets (inputs shifted by one): changing only the
+  // last target of sequence 0 changes it.
   auto tok2 = tok;
   tok2[size_t(Tn)] = (tok2[size_t(Tn)] + 1) % cfg.V;
   EXPECT_NE(m.eval_loss(tok2.data()), ev);
@@ -1219,56 +1228,76 @@ TEST(PaperCausalLM, Logits) {
   EXPECT_GT(max_abs_diff(z2, z), 1e-4);
 }
 
-TEST(PaperCausalLM, Generation) {
-  const ModelConfig cfg = tiny_cfg(64, 16);
-  auto ops = make_cpu_ops<float>();
+// Greedy generation of n_new tokens after a 4-token prompt, (a) with the KV
+// cache (prompt as one chunk, then one token at a time) and (b) by a full
+// evaluation forward of the padded window per step (causality makes
+// position p independent of the padding after it). Returns the tokens.
+template <class T>
+std::vector<int32_t> check_greedy(double init_std, double tol) {
+  ModelConfig cfg = tiny_cfg(64, 16);
+  cfg.init_std = init_std;
+  auto ops = make_cpu_ops<T>();
   const int Tn = cfg.T, V = cfg.V, n_prompt = 4, n_new = 8;
-  Model<float> m(*ops, cfg, ModelShard{}, nullptr, ModelOptions{1, false, false});
+  Model<T> m(*ops, cfg, ModelShard{}, nullptr, ModelOptions{1, false, false});
   m.init(37);
   const auto prompt = rand_tokens(size_t(n_prompt), V, 191);
-  auto argmax = [&](const float* row) {
+  auto argmax = [&](const T* row) {
     return int32_t(std::max_element(row, row + V) - row);
   };
-  // (a) KV cache: the prompt as one chunk, then one token at a time.
   std::vector<int32_t> gen_cached;
-  std::vector<std::vector<float>> rows_cached;
+  std::vector<std::vector<T>> rows_cached;
   {
-    KvCache<float> kc = m.make_cache(Tn);
+    KvCache<T> kc = m.make_cache(Tn);
     auto z = m.forward_cached(prompt.data(), n_prompt, kc);
-    std::vector<float> last(z.end() - V, z.end());
+    EXPECT_EQ(z.size(), size_t(n_prompt) * V);
+    std::vector<T> last(z.end() - V, z.end());
     for (int i = 0; i < n_new; ++i) {
       rows_cached.push_back(last);
-      const int32_t t = argmax(last.data());
-      gen_cached.push_back(t);
+      const int32_t tok = argmax(last.data());
+      gen_cached.push_back(tok);
       if (i + 1 == n_new) break;
-      z = m.forward_cached(&t, 1, kc);
-      ASSERT_EQ(z.size(), size_t(V));
+      z = m.forward_cached(&tok, 1, kc);
+      EXPECT_EQ(z.size(), size_t(V));
       last = z;
     }
+    EXPECT_EQ(kc.len, n_prompt + n_new - 1);
   }
-  // (b) full evaluation forward of the padded window each step.
   std::vector<int32_t> seq = prompt, gen_full;
   double max_diff = 0;
   for (int i = 0; i < n_new; ++i) {
     std::vector<int32_t> in(size_t(Tn), 0);
     std::copy(seq.begin(), seq.end(), in.begin());
     const auto z = m.forward_logits(in.data(), false);
-    const float* row = z.data() + (seq.size() - 1) * size_t(V);
-    max_diff = std::max(max_diff, max_abs_diff(std::vector<float>(row, row + V), rows_cached[size_t(i)]));
-    const int32_t t = argmax(row);
-    gen_full.push_back(t);
-    seq.push_back(t);
+    const T* row = z.data() + (seq.size() - 1) * size_t(V);
+    max_diff = std::max(max_diff, max_abs_diff(std::vector<T>(row, row + V), rows_cached[size_t(i)]));
+    const int32_t tok = argmax(row);
+    gen_full.push_back(tok);
+    seq.push_back(tok);
   }
-  EXPECT_EQ(gen_cached, gen_full);
-  EXPECT_LT(max_diff, 1e-4);
+  EXPECT_EQ(gen_cached, gen_full) << "init_std " << init_std;
+  EXPECT_LT(max_diff, tol) << "init_std " << init_std;
   // Causality behind the padding: another pad token gives the same logits.
   std::vector<int32_t> a(size_t(Tn), 0), b(size_t(Tn), 5);
   std::copy(seq.begin(), seq.end(), a.begin());
   std::copy(seq.begin(), seq.end(), b.begin());
   const auto za = m.forward_logits(a.data(), false), zb = m.forward_logits(b.data(), false);
-  EXPECT_LT(max_abs_diff(std::vector<float>(za.begin(), za.begin() + long(seq.size()) * V),
-                         std::vector<float>(zb.begin(), zb.begin() + long(seq.size()) * V)),
-            1e-6);
+  const long used = long(seq.size()) * V;
+  EXPECT_LT(max_abs_diff(std::vector<T>(za.begin(), za.begin() + used),
+                         std::vector<T>(zb.begin(), zb.begin() + used)), tol);
+  return gen_full;
+}
+
+TEST(PaperCausalLM, Generation) {
+  // The SPEC model (init std 0.02) in fp32, the training type.
+  check_greedy<float>(0.02, 1e-4);
+  // At init std 0.02 greedy decoding settles on one token; a model with
+  // larger weights (in double: fp32 rounding grows with the weights) makes
+  // every step's choice depend on the context.
+  const auto gen = check_greedy<double>(0.3, 1e-9);
+  std::vector<int32_t> distinct = gen;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  EXPECT_GE(distinct.size(), 4u) << "greedy sequence is degenerate; the check is weak";
 }
 
 TEST(PaperCausalLM, ParamCount) {
