@@ -1,5 +1,7 @@
 #include "data/manifest.h"
 
+#include "util/files.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -69,22 +71,7 @@ void write_manifest(const std::string& path, const Manifest& m) {
   }
   j["splits"] = splits;
   j["prep"] = nlohmann::ordered_json::parse(m.extra_json);
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) fail(path, ": cannot write manifest: ", std::strerror(errno));
-    f << j.dump(2) << '\n';
-    f.close();
-    if (!f) {
-      std::remove(tmp.c_str());
-      fail(path, ": write error (disk full?)");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    std::remove(tmp.c_str());
-    fail(path, ": cannot rename the manifest into place: ", std::strerror(e));
-  }
+  write_text_atomic(path, j.dump(2) + "\n");
 }
 
 }  // namespace wiola

@@ -2,7 +2,6 @@
 // CPU backend, against the measured OpenBLAS sgemm rate and the PyTorch
 // reference (bench/torch_step.py) on the same configuration and threads.
 #include <CLI/CLI.hpp>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,18 +16,14 @@
 #include "dist/optimizer.h"
 #include "kernels/ops.h"
 #include "model/model.h"
+#include "train/trainer.h"
 #include "util/error.h"
+#include "util/files.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double peak_rss_mib() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return double(ru.ru_maxrss) / 1024.0;
-}
 
 // Analytic FLOPs of one training step (forward x 3): matmuls with every
 // weight (head included), causal self-attention QK^T and PV over the average
@@ -102,11 +97,10 @@ int wiola_cmd_bench(int argc, char** argv) {
   mo.recompute = recompute;
   wiola::Model<float> model(*ops, cfg, wiola::ModelShard{}, nullptr, mo);
   model.init(1);
-  std::vector<wiola::dist::ParamSegment> segs;
-  for (const auto& e : model.layout().entries()) segs.push_back({e.offset, e.size(), e.decay, true});
   wiola::dist::AdamWConfig ac;
   ac.zero = false;
-  wiola::dist::DistAdamW adam(*ops, model.params(), model.grads(), model.n_params(), segs, ac, nullptr, nullptr);
+  wiola::dist::DistAdamW adam(*ops, model.params(), model.grads(), model.n_params(),
+                                 wiola::optimizer_segments(model.layout()), ac, nullptr, nullptr);
   const auto tokens = bench_tokens(batch, cfg.T, cfg.V, 7);
   const double scale = 1.0 / (double(batch) * cfg.T);
   std::vector<double> times;
@@ -123,7 +117,7 @@ int wiola_cmd_bench(int argc, char** argv) {
   const double step_s = times[times.size() / 2];
   const double tps = double(batch) * cfg.T / step_s;
   const double gflops = step_flops(cfg, batch) / step_s / 1e9;
-  const double rss = peak_rss_mib();
+  const double rss = wiola::peak_rss_mib();
 
   std::printf("  step            %.1f ms (median of %d; best %.1f ms), loss %.4f\n", step_s * 1e3, steps,
               times.front() * 1e3, loss);

@@ -14,6 +14,7 @@
 #include "data/text_input.h"
 #include "data/tokenizer.h"
 #include "util/error.h"
+#include "util/files.h"
 
 namespace {
 
@@ -129,21 +130,7 @@ int wiola_cmd_tokenizer(int argc, char** argv) {
   if (dec->parsed()) return run_decode(tok_path, input);
   topt.progress = true;
   std::string json = wiola::train_bpe(wiola::expand_inputs(texts), topt);
-  std::string tmp = output + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) wiola::fail(output, ": cannot write: ", std::strerror(errno));
-    f << json;
-    f.close();
-    if (!f) {
-      std::remove(tmp.c_str());
-      wiola::fail(output, ": write error");
-    }
-  }
-  if (std::rename(tmp.c_str(), output.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    wiola::fail(output, ": cannot rename into place: ", std::strerror(errno));
-  }
+  wiola::write_text_atomic(output, json);
   wiola::Tokenizer check = wiola::Tokenizer::load(output);
   std::fprintf(stderr, "wrote %s: vocab %u, %zu merges, sha256 %s\n", output.c_str(), check.vocab_size(),
                check.model().num_merges(), check.sha256().c_str());

@@ -7,6 +7,16 @@
 #include "util/error.h"
 
 namespace wiola {
+namespace {
+// Ids come from files; a bad one is an input error, not a crash.
+void check_ids(const int32_t* ids, int n, int V, const char* what) {
+  for (int i = 0; i < n; ++i)
+    WIOLA_CHECK(ids[i] >= 0 && ids[i] < V, what, " id ", ids[i], " at position ", i,
+                " is outside the vocabulary [0, ", V, ")");
+}
+// Context pointers live in fixed arrays of this size.
+constexpr int kMaxLambda = 16;
+}  // namespace
 
 // Summary index s: s = 0 is S(-1) = P(X0); s = l+1 is S(l) = P(X(l+1)).
 // Layer l reads s = max(0, l+1-Lambda) .. l. A stage [l0, l1) holds
@@ -34,6 +44,7 @@ Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
     : ops_(ops), cfg_(cfg), shard_(shard), tp_(tp), opt_(opt),
       layout_((cfg.validate(), cfg), shard), ld_(cfg, shard),
       impl_(std::make_unique<Impl>()) {
+  WIOLA_CHECK(cfg.Lambda <= kMaxLambda, "model.lookback (", cfg.Lambda, ") must be at most ", kMaxLambda);
   WIOLA_CHECK(opt.micro_batch >= 1, "micro-batch must be at least 1 (got ", opt.micro_batch, ")");
   const int l1 = shard.end(cfg);
   WIOLA_CHECK(shard.layer_begin >= 0 && shard.layer_begin < l1 && l1 <= cfg.L,
@@ -148,10 +159,8 @@ void Model<T>::forward(const int32_t* inputs_host, int n, bool training,
     srpe = m.srpe_dec.data();
   }
   const LayerCtx<T> c{ops_, cfg_, ld_, tp_, B, n, srpe};
+  check_ids(inputs_host, N, cfg_.V, "token");
   ops_.upload(m.ids.data(), inputs_host, size_t(N) * sizeof(int32_t));
-  for (int32_t i = 0; i < N; ++i)
-    WIOLA_CHECK(inputs_host[i] >= 0 && inputs_host[i] < cfg_.V, "token id ",
-                inputs_host[i], " at position ", i, " is outside the vocabulary [0, ", cfg_.V, ")");
 
   // X(0) = E[x] (vocab-parallel: each TP rank contributes its rows).
   ops_.embedding_fwd(m.ids.data(), N, p_.embed, ld_.v0, ld_.V, d, m.X[0].data());
@@ -166,7 +175,7 @@ void Model<T>::forward(const int32_t* inputs_host, int n, bool training,
   };
   summarize(m.l0, m.X[0].data());
 
-  const T* ctx[16];
+  const T* ctx[kMaxLambda];
   for (int l = m.l0; l < m.l1; ++l) {
     const int i = l - m.l0, nc = cfg_.n_ctx(l);
     context(l, ctx, nullptr);
@@ -194,9 +203,7 @@ template <class T>
 double Model<T>::head_loss(const int32_t* targets_host, double loss_scale, bool grad) {
   Impl& m = *impl_;
   const int N = m.N, Vl = ld_.V;
-  for (int i = 0; i < N; ++i)
-    WIOLA_CHECK(targets_host[i] >= 0 && targets_host[i] < cfg_.V, "target id ",
-                targets_host[i], " at position ", i, " is outside the vocabulary [0, ", cfg_.V, ")");
+  check_ids(targets_host, N, cfg_.V, "target");
   ops_.upload(m.targets.data(), targets_host, size_t(N) * sizeof(int32_t));
   ops_.ce_row_max(m.logits.data(), N, Vl, m.row_max.data());
   tp_max(tp_, m.row_max.data(), size_t(N));
@@ -241,8 +248,8 @@ void Model<T>::backward() {
     ops_.prefix_mean_bwd(ds, B, m.T_, d, dx);
   };
 
-  const T* ctx[16];
-  T* dctx[16];
+  const T* ctx[kMaxLambda];
+  T* dctx[kMaxLambda];
   for (int l = m.l1 - 1; l >= m.l0; --l) {
     const int i = l - m.l0, nc = cfg_.n_ctx(l);
     if (l + 1 < m.l1) summary_bwd(l + 1, m.dcur.data());  // dX(l+1) complete

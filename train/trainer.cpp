@@ -1,7 +1,5 @@
 #include "train/trainer.h"
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +15,7 @@
 #include "train/dump.h"
 #include "train/schedule.h"
 #include "util/error.h"
+#include "util/files.h"
 
 namespace wiola {
 namespace {
@@ -36,31 +35,13 @@ std::string human_duration(double s) {
   return buf;
 }
 
-double peak_rss_mib() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
-}
+}  // namespace
 
-// Writes text to path atomically.
-void write_file_atomic(const std::filesystem::path& path, const std::string& text) {
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    WIOLA_CHECK(f.good(), "cannot write '", tmp, "'");
-    f << text;
-    WIOLA_CHECK(f.good(), "cannot write '", tmp, "'");
-  }
-  std::filesystem::rename(tmp, path);
-}
-
-std::vector<dist::ParamSegment> segments_of(const ParamLayout& layout) {
+std::vector<dist::ParamSegment> optimizer_segments(const ParamLayout& layout) {
   std::vector<dist::ParamSegment> segs;
   for (const ParamEntry& e : layout.entries()) segs.push_back({e.offset, e.size(), e.decay, true});
   return segs;
 }
-
-}  // namespace
 
 TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt) {
   const TrainSection& tr = rc.train;
@@ -101,7 +82,7 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt) {
   ac.weight_decay = tr.weight_decay; ac.clip = tr.clip;
   ac.zero = false; ac.nonfinite_fatal = tr.nonfinite_fatal;
   dist::DistAdamW adam(*ops, model.params(), model.grads(), model.n_params(),
-                       segments_of(model.layout()), ac, nullptr, nullptr);
+                       optimizer_segments(model.layout()), ac, nullptr, nullptr);
 
   const char* budget = "train.steps";
   int64_t t_max = tr.steps;
@@ -115,7 +96,7 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt) {
 
   const std::filesystem::path run_dir(tr.run_dir);
   std::filesystem::create_directories(run_dir);
-  write_file_atomic(run_dir / "config.toml", run_config_to_toml(rc));
+  write_text_atomic((run_dir / "config.toml").string(), run_config_to_toml(rc));
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::trunc);
   WIOLA_CHECK(metrics.good(), "cannot write '", (run_dir / "metrics.jsonl").string(), "'");
 

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "dist/optimizer.h"
+#include "model/params.h"
 #include "train/run_config.h"
 
 namespace wiola {
@@ -23,6 +25,10 @@ struct TrainSummary {
   double val_loss = -1;       // last validation loss (-1: none)
   double tokens_per_s = 0;    // whole run, wall clock of the steps
 };
+
+// AdamW segments of a parameter layout: decay per SPEC §4, each tensor in
+// the norm once (single process).
+std::vector<dist::ParamSegment> optimizer_segments(const ParamLayout& layout);
 
 TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt);
 
