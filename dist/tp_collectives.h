@@ -17,6 +17,9 @@ class CommTpCollectives final : public TpCollectives<T> {
   void all_reduce_max(T* x, size_t n) override {
     tp_.all_reduce(x, x, n, dtype_of<T>(), ReduceOp::Max);
   }
+  double sum_scalar(double x) override {
+    return tp_.all_reduce_value(x, ReduceOp::Sum);
+  }
 
  private:
   Comm& tp_;

@@ -14,11 +14,17 @@ class TpCollectives {
   virtual ~TpCollectives() = default;
   virtual void all_reduce_sum(T* x, size_t n) = 0;
   virtual void all_reduce_max(T* x, size_t n) = 0;
+  // A host scalar summed over the group (the TP-partial dφ).
+  virtual double sum_scalar(double x) = 0;
 };
 
 template <class T>
 inline void tp_sum(TpCollectives<T>* tp, T* x, size_t n) {
   if (tp) tp->all_reduce_sum(x, n);
+}
+template <class T>
+inline double tp_sum_scalar(TpCollectives<T>* tp, double x) {
+  return tp ? tp->sum_scalar(x) : x;
 }
 template <class T>
 inline void tp_max(TpCollectives<T>* tp, T* x, size_t n) {

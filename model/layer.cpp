@@ -209,8 +209,9 @@ void layer_backward(const LayerCtx<T>& c, int l, const LayerParams<T>& p,
   linear_bwd_x(ops, w.dxh, p.wo, N, hd, d, w.dog);
   linear_bwd_w(ops, w.dxh, a.og, N, hd, d, g.wo);
   ops.sigmoid_gate_bwd(a.gpre, a.o, w.dog, nhd, w.dgpre, w.d_o);
+  // dφ sums over this rank's heads only: sum over TP (φ is replicated).
   const double dphi = ops.blend_bwd(a.o_self, a.o_ctx, read_scalar(ops, p.phi), w.d_o, nhd, w.do_self, w.do_ctx);
-  add_scalar(ops, g.phi, dphi);
+  add_scalar(ops, g.phi, tp_sum_scalar(c.tp, dphi));
 
   // Self-attention first (it overwrites dq), then the context path adds to dq.
   const AttnShape s = attn_shape(c);

@@ -22,20 +22,31 @@ constexpr int kMaxLambda = 16;
 // Layer l reads s = max(0, l+1-Lambda) .. l. A stage [l0, l1) holds
 // s in [max(0, l0+1-Lambda), l1-1]; those below l0 come from the previous
 // stage, s = l0 is P(X(l0)) of its input, the rest it makes itself.
+
+// What one micro-batch keeps from its forward to its backward.
+template <class T>
+struct Model<T>::Slot {
+  Buffer<T, int32_t> ids;          // [N] (first stage)
+  std::vector<Buffer<T>> X;        // nl+1 residual streams [N, d]
+  std::vector<Buffer<T>> S;        // summaries held by the stage [N, d]
+  std::vector<LayerActs<T>> acts;  // per layer (empty with recompute)
+  Buffer<T> rstd_f, dx_top;        // last stage: final-norm rstd [N], dX(L) [N, d]
+};
+
 template <class T>
 struct Model<T>::Impl {
   int B = 0, T_ = 0, N = 0, l0 = 0, l1 = 0, nl = 0;
   Buffer<T> srpe;                   // [T, dh/2, 2] positions 0..T-1
   Buffer<T> srpe_dec;               // [T, dh/2, 2] for a decoding chunk
-  Buffer<T, int32_t> ids, targets;  // [N]
-  std::vector<Buffer<T>> X;         // nl+1 residual streams [N, d]
-  std::vector<Buffer<T>> S, dS;     // summaries and their gradients [N, d]
-  std::vector<LayerActs<T>> acts;   // per layer, or one scratch (recompute)
+  Buffer<T, int32_t> targets;       // [N]
+  std::vector<Slot> slots;
+  LayerActs<T> scratch;             // recompute: one layer's activations
   LayerWork<T> work;
   Buffer<T> xtmp;                   // recompute: discarded layer output
+  std::vector<Buffer<T>> dS;        // summary gradients [N, d]
   Buffer<T> dcur, dprev;            // residual-stream gradients [N, d]
-  // head (last stage)
-  Buffer<T> xf, rstd_f, logits, row_max, sumexp, tgt, loss, dxf;
+  // head (last stage), shared: consumed inside the forward
+  Buffer<T> xf, logits, row_max, sumexp, tgt, loss, dxf;
 };
 
 template <class T>
@@ -46,6 +57,7 @@ Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
       impl_(std::make_unique<Impl>()) {
   WIOLA_CHECK(cfg.Lambda <= kMaxLambda, "model.lookback (", cfg.Lambda, ") must be at most ", kMaxLambda);
   WIOLA_CHECK(opt.micro_batch >= 1, "micro-batch must be at least 1 (got ", opt.micro_batch, ")");
+  WIOLA_CHECK(opt.slots >= 1, "activation slots must be at least 1 (got ", opt.slots, ")");
   const int l1 = shard.end(cfg);
   WIOLA_CHECK(shard.layer_begin >= 0 && shard.layer_begin < l1 && l1 <= cfg.L,
               "layer range [", shard.layer_begin, ", ", l1, ") is not inside 0..", cfg.L);
@@ -54,6 +66,21 @@ Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
   p_ = ModelParams<T>::bind(layout_, params_.data(), cfg, shard);
   g_ = ModelParams<T>::bind(layout_, grads_.data(), cfg, shard);
   atm_open_.resize(size_t(cfg.L));
+  // Flat ranges for grad-ready reports: a layer's tensors are contiguous.
+  for (int l = shard.layer_begin; l < l1; ++l) {
+    const std::string prefix = layer_param_name(l, "");
+    size_t lo = layout_.total(), hi = 0;
+    for (const ParamEntry& e : layout_.entries())
+      if (e.name.compare(0, prefix.size(), prefix) == 0) {
+        lo = std::min(lo, e.offset);
+        hi = std::max(hi, e.offset + e.size());
+      }
+    layer_range_.emplace_back(lo, hi);
+  }
+  if (const ParamEntry* e = layout_.try_find("model.norm.weight")) {
+    const ParamEntry& o = layout_.find("model.norm.offset");
+    norm_range_ = {std::min(e->offset, o.offset), std::max(e->offset + e->size(), o.offset + o.size())};
+  }
 
   Impl& m = *impl_;
   m.B = opt.micro_batch; m.T_ = cfg.T; m.N = m.B * m.T_;
@@ -63,28 +90,33 @@ Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
   m.srpe = Buffer<T>(ops, table.size());
   ops.upload(m.srpe.data(), table.data(), table.size() * sizeof(T));
   m.srpe_dec = Buffer<T>(ops, table.size());
-  m.ids = Buffer<T, int32_t>(ops, N);
   m.targets = Buffer<T, int32_t>(ops, N);
-  for (int i = 0; i <= m.nl; ++i) m.X.emplace_back(ops, N * d);
-  for (int s = 0; s < n_summaries(); ++s) {
-    m.S.emplace_back(ops, N * d);
-    m.dS.emplace_back(ops, N * d);
-  }
   const LayerCtx<T> c{ops, cfg_, ld_, tp_, m.B, m.T_, m.srpe.data()};
-  if (opt.recompute) {
-    m.acts.resize(1);
-    m.acts[0].allocate(c, cfg.Lambda);
-    m.xtmp = Buffer<T>(ops, N * d);
-  } else {
-    m.acts.resize(size_t(m.nl));
-    for (int l = m.l0; l < m.l1; ++l) m.acts[size_t(l - m.l0)].allocate(c, cfg.n_ctx(l));
+  const bool last = shard.last_stage(cfg);
+  m.slots.resize(size_t(opt.slots));
+  for (Slot& sl : m.slots) {
+    sl.ids = Buffer<T, int32_t>(ops, N);
+    for (int i = 0; i <= m.nl; ++i) sl.X.emplace_back(ops, N * d);
+    for (int s = 0; s < n_summaries(); ++s) sl.S.emplace_back(ops, N * d);
+    if (!opt.recompute) {
+      sl.acts.resize(size_t(m.nl));
+      for (int l = m.l0; l < m.l1; ++l) sl.acts[size_t(l - m.l0)].allocate(c, cfg.n_ctx(l));
+    }
+    if (last) {
+      sl.rstd_f = Buffer<T>(ops, N);
+      sl.dx_top = Buffer<T>(ops, N * d);
+    }
   }
+  if (opt.recompute) {
+    m.scratch.allocate(c, cfg.Lambda);
+    m.xtmp = Buffer<T>(ops, N * d);
+  }
+  for (int s = 0; s < n_summaries(); ++s) m.dS.emplace_back(ops, N * d);
   m.work.allocate(c);
   m.dcur = Buffer<T>(ops, N * d);
   m.dprev = Buffer<T>(ops, N * d);
-  if (shard.last_stage(cfg)) {
+  if (last) {
     m.xf = Buffer<T>(ops, N * d);
-    m.rstd_f = Buffer<T>(ops, N);
     m.logits = Buffer<T>(ops, N * size_t(ld_.V));
     m.row_max = Buffer<T>(ops, N);
     m.sumexp = Buffer<T>(ops, N);
@@ -98,6 +130,13 @@ template <class T>
 Model<T>::~Model() = default;
 
 template <class T>
+typename Model<T>::Slot& Model<T>::slot(int i) {
+  WIOLA_CHECK(i >= 0 && i < int(impl_->slots.size()), "activation slot ", i, " outside 0..",
+              impl_->slots.size() - 1);
+  return impl_->slots[size_t(i)];
+}
+
+template <class T>
 int Model<T>::summary_lo() const {
   return std::max(0, shard_.layer_begin + 1 - cfg_.Lambda);
 }
@@ -109,11 +148,16 @@ int Model<T>::n_summaries() const {
 }
 
 template <class T>
-void Model<T>::context(int l, const T** ctx, T** dctx) {
+int Model<T>::send_lo() const {
+  return std::max(0, shard_.end(cfg_) + 1 - cfg_.Lambda);
+}
+
+template <class T>
+void Model<T>::context(const Slot& sl, int l, const T** ctx, T** dctx) {
   const int nc = cfg_.n_ctx(l), lo = summary_lo();
   for (int i = 0; i < nc; ++i) {
     const int s = l + 1 - nc + i;  // oldest first
-    ctx[i] = impl_->S[size_t(s - lo)].data();
+    ctx[i] = sl.S[size_t(s - lo)].data();
     if (dctx) dctx[i] = impl_->dS[size_t(s - lo)].data();
   }
 }
@@ -133,76 +177,136 @@ void Model<T>::zero_grads() {
 template <class T>
 size_t Model<T>::activation_bytes() const {
   const Impl& m = *impl_;
-  size_t b = 0;
-  for (const auto& a : m.acts) b += a.arena.bytes();
-  for (const auto& x : m.X) b += x.bytes();
-  for (const auto& s : m.S) b += s.bytes();
-  b += m.xtmp.bytes() + m.xf.bytes() + m.rstd_f.bytes() + m.logits.bytes();
+  size_t b = m.scratch.arena.bytes() + m.xtmp.bytes() + m.xf.bytes() + m.logits.bytes();
+  for (const Slot& sl : m.slots) {
+    for (const auto& a : sl.acts) b += a.arena.bytes();
+    for (const auto& x : sl.X) b += x.bytes();
+    for (const auto& s : sl.S) b += s.bytes();
+    b += sl.rstd_f.bytes() + sl.dx_top.bytes();
+  }
   return b;
 }
 
-// ---- forward -----------------------------------------------------------------
-// inputs_host [B, n]; n = T except in cached decoding.
 template <class T>
-void Model<T>::forward(const int32_t* inputs_host, int n, bool training,
+void Model<T>::report_ready(size_t offset, size_t size) {
+  if (grad_ready_armed_ && grad_ready_ && size) grad_ready_(offset, size);
+}
+
+// ---- pipeline boundaries -------------------------------------------------------
+template <class T>
+int Model<T>::boundary_in() const {
+  return shard_.first_stage() ? 0 : 1 + (shard_.layer_begin - summary_lo());
+}
+
+template <class T>
+int Model<T>::boundary_out() const {
+  return shard_.last_stage(cfg_) ? 0 : 1 + (shard_.end(cfg_) - send_lo());
+}
+
+template <class T>
+std::vector<T*> Model<T>::fwd_in(int i) {
+  Slot& sl = slot(i);
+  std::vector<T*> out;
+  if (boundary_in() == 0) return out;
+  out.push_back(sl.X[0].data());
+  for (int s = summary_lo(); s < shard_.layer_begin; ++s) out.push_back(sl.S[size_t(s - summary_lo())].data());
+  return out;
+}
+
+template <class T>
+std::vector<const T*> Model<T>::fwd_out(int i) const {
+  const Slot& sl = impl_->slots.at(size_t(i));
+  std::vector<const T*> out;
+  if (boundary_out() == 0) return out;
+  out.push_back(sl.X[size_t(impl_->nl)].data());
+  for (int s = send_lo(); s < shard_.end(cfg_); ++s) out.push_back(sl.S[size_t(s - summary_lo())].data());
+  return out;
+}
+
+template <class T>
+std::vector<T*> Model<T>::bwd_in() {
+  std::vector<T*> out;
+  if (boundary_out() == 0) return out;
+  out.push_back(impl_->dcur.data());
+  for (int s = send_lo(); s < shard_.end(cfg_); ++s) out.push_back(impl_->dS[size_t(s - summary_lo())].data());
+  return out;
+}
+
+template <class T>
+std::vector<const T*> Model<T>::bwd_out() const {
+  std::vector<const T*> out;
+  if (boundary_in() == 0) return out;
+  out.push_back(impl_->dcur.data());
+  for (int s = summary_lo(); s < shard_.layer_begin; ++s) out.push_back(impl_->dS[size_t(s - summary_lo())].data());
+  return out;
+}
+
+// ---- forward -----------------------------------------------------------------
+// inputs_host [B, n] (first stage); n = T except in cached decoding. Other
+// stages find X(l0) and the summaries below l0 in the slot (fwd_in).
+template <class T>
+void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool training,
                        KvCache<T>* cache) {
-  WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_),
-              "single-process forward needs the whole layer range");
   Impl& m = *impl_;
   const int B = m.B, d = cfg_.d, N = B * n;
   const size_t nd = size_t(N) * d;
   const int pos0 = cache ? cache->len : 0;
   const T* srpe = m.srpe.data();
   if (cache) {
+    WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_),
+                "cached decoding needs the whole layer range");
     const auto table = srpe_table<T>(cfg_, pos0, n);
     ops_.upload(m.srpe_dec.data(), table.data(), table.size() * sizeof(T));
     srpe = m.srpe_dec.data();
   }
   const LayerCtx<T> c{ops_, cfg_, ld_, tp_, B, n, srpe};
-  check_ids(inputs_host, N, cfg_.V, "token");
-  ops_.upload(m.ids.data(), inputs_host, size_t(N) * sizeof(int32_t));
-
-  // X(0) = E[x] (vocab-parallel: each TP rank contributes its rows).
-  ops_.embedding_fwd(m.ids.data(), N, p_.embed, ld_.v0, ld_.V, d, m.X[0].data());
-  tp_sum(tp_, m.X[0].data(), nd);
+  if (shard_.first_stage()) {
+    check_ids(inputs_host, N, cfg_.V, "token");
+    ops_.upload(sl.ids.data(), inputs_host, size_t(N) * sizeof(int32_t));
+    // X(0) = E[x] (vocab-parallel: each TP rank contributes its rows).
+    ops_.embedding_fwd(sl.ids.data(), N, p_.embed, ld_.v0, ld_.V, d, sl.X[0].data());
+    tp_sum(tp_, sl.X[0].data(), nd);
+  }
   // Summaries are prefix means of the raw residual stream (SPEC §2 DECISION).
   auto summarize = [&](int s, const T* x) {
-    T* out = m.S[size_t(s - summary_lo())].data();
+    T* out = sl.S[size_t(s - summary_lo())].data();
     if (cache)
       ops_.prefix_mean_carry_fwd(x, B, n, d, pos0, cache->carry[size_t(s - summary_lo())].data(), out);
     else
       ops_.prefix_mean_fwd(x, B, n, d, out);
   };
-  summarize(m.l0, m.X[0].data());
+  summarize(m.l0, sl.X[0].data());
 
   const T* ctx[kMaxLambda];
   for (int l = m.l0; l < m.l1; ++l) {
     const int i = l - m.l0, nc = cfg_.n_ctx(l);
-    context(l, ctx, nullptr);
-    LayerActs<T>& a = m.acts[opt_.recompute ? 0 : size_t(i)];
+    context(sl, l, ctx, nullptr);
+    LayerActs<T>& a = opt_.recompute ? m.scratch : sl.acts[size_t(i)];
     KvSlot<T> kv;
     if (cache) kv = KvSlot<T>{cache->k[size_t(i)].data(), cache->v[size_t(i)].data(), cache->capacity, cache->len};
-    layer_forward(c, l, p_.layers[size_t(i)], m.X[size_t(i)].data(), ctx, nc,
-                  training, a, m.X[size_t(i) + 1].data(), cache ? &kv : nullptr);
+    layer_forward(c, l, p_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc,
+                  training, a, sl.X[size_t(i) + 1].data(), cache ? &kv : nullptr);
     if (a.atm_active) atm_open_[size_t(l)] = a.atm.open;
     else atm_open_[size_t(l)].clear();
-    if (l + 1 < m.l1) summarize(l + 1, m.X[size_t(i) + 1].data());
+    if (l + 1 < m.l1) summarize(l + 1, sl.X[size_t(i) + 1].data());
   }
+  if (!shard_.last_stage(cfg_)) return;
 
   // Final norm and tied head: logits[N, V_local] = xf E_local^T.
-  ops_.rmsnorm_fwd(m.X[size_t(m.nl)].data(), p_.norm_g, p_.norm_d, N, d, cfg_.eps,
-                   m.xf.data(), m.rstd_f.data());
+  ops_.rmsnorm_fwd(sl.X[size_t(m.nl)].data(), p_.norm_g, p_.norm_d, N, d, cfg_.eps,
+                   m.xf.data(), sl.rstd_f.data());
   ops_.gemm(Trans::N, Trans::T, N, ld_.V, d, T(1), m.xf.data(), d, p_.embed, d,
             T(0), m.logits.data(), ld_.V);
 }
 
 // Vocab-parallel cross-entropy in three phases (max, sum-exp and target
-// logit, loss) with TP reductions between them. grad: logits become
-// loss_scale * dCE/dlogits in place.
+// logit, loss) with TP reductions between them. grad: also the head's
+// backward into sl.dx_top = dX(L) and the gradients of E and the final norm.
 template <class T>
-double Model<T>::head_loss(const int32_t* targets_host, double loss_scale, bool grad) {
+double Model<T>::head_loss(Slot& sl, const int32_t* targets_host, double loss_scale, bool grad) {
   Impl& m = *impl_;
-  const int N = m.N, Vl = ld_.V;
+  const int N = m.N, Vl = ld_.V, d = cfg_.d;
+  const size_t nd = size_t(N) * d;
   check_ids(targets_host, N, cfg_.V, "target");
   ops_.upload(m.targets.data(), targets_host, size_t(N) * sizeof(int32_t));
   ops_.ce_row_max(m.logits.data(), N, Vl, m.row_max.data());
@@ -211,39 +315,49 @@ double Model<T>::head_loss(const int32_t* targets_host, double loss_scale, bool 
                         m.row_max.data(), m.sumexp.data(), m.tgt.data());
   tp_sum(tp_, m.sumexp.data(), size_t(N));
   tp_sum(tp_, m.tgt.data(), size_t(N));
-  if (grad)
-    ops_.ce_loss_grad(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(),
-                      m.sumexp.data(), m.tgt.data(), loss_scale, m.loss.data());
-  else
+  if (!grad) {
     ops_.ce_loss(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(),
                  m.sumexp.data(), m.tgt.data(), m.loss.data());
-  return ops_.sum(m.loss.data(), size_t(N));
-}
-
-// ---- backward ----------------------------------------------------------------
-// Expects head_loss(grad = true) to have left dlogits in m.logits.
-template <class T>
-void Model<T>::backward() {
-  Impl& m = *impl_;
-  const int B = m.B, d = cfg_.d, N = m.N, Vl = ld_.V;
-  const size_t nd = size_t(N) * d;
-  const LayerCtx<T> c{ops_, cfg_, ld_, tp_, B, m.T_, m.srpe.data()};
-
+    return ops_.sum(m.loss.data(), size_t(N));
+  }
+  // logits become loss_scale * dCE/dlogits in place.
+  ops_.ce_loss_grad(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(),
+                    m.sumexp.data(), m.tgt.data(), loss_scale, m.loss.data());
+  const double loss = ops_.sum(m.loss.data(), size_t(N));
   // Head: dxf = dlogits E (TP-partial over vocab), dE += dlogits^T xf.
   ops_.gemm(Trans::N, Trans::N, N, d, Vl, T(1), m.logits.data(), Vl, p_.embed, d,
             T(0), m.dxf.data(), d);
   tp_sum(tp_, m.dxf.data(), nd);
   ops_.gemm(Trans::T, Trans::N, Vl, d, N, T(1), m.logits.data(), Vl, m.xf.data(), d,
             T(1), g_.embed, d);
-  ops_.zero(m.dcur.data(), nd * sizeof(T));
-  ops_.rmsnorm_bwd(m.X[size_t(m.nl)].data(), p_.norm_g, p_.norm_d, m.rstd_f.data(),
-                   m.dxf.data(), N, d, m.dcur.data(), g_.norm_g, g_.norm_d);
+  ops_.zero(sl.dx_top.data(), nd * sizeof(T));
+  ops_.rmsnorm_bwd(sl.X[size_t(m.nl)].data(), p_.norm_g, p_.norm_d, sl.rstd_f.data(),
+                   m.dxf.data(), N, d, sl.dx_top.data(), g_.norm_g, g_.norm_d);
+  return loss;
+}
 
-  for (auto& ds : m.dS) ops_.zero(ds.data(), ds.bytes());
+// ---- backward ----------------------------------------------------------------
+// Last stage: starts from sl.dx_top. Other stages: bwd_in() was filled with
+// dX(l1) and the gradients of the summaries the next stage read.
+template <class T>
+void Model<T>::backward(Slot& sl) {
+  Impl& m = *impl_;
+  const int B = m.B, d = cfg_.d, N = m.N;
+  const size_t nd = size_t(N) * d;
+  const LayerCtx<T> c{ops_, cfg_, ld_, tp_, B, m.T_, m.srpe.data()};
+  const int lo = summary_lo();
+  // Summary gradients not received from the next stage start at zero.
+  const int recv_lo = shard_.last_stage(cfg_) ? m.l1 : send_lo();
+  for (int s = lo; s < recv_lo; ++s) ops_.zero(m.dS[size_t(s - lo)].data(), nd * sizeof(T));
+  if (shard_.last_stage(cfg_)) {
+    ops_.copy(m.dcur.data(), sl.dx_top.data(), nd * sizeof(T));
+    report_ready(norm_range_.first, norm_range_.second - norm_range_.first);
+  }
+
   // A summary's gradient is complete once every layer reading it is done;
   // the context rows were TP-partial, so sum them before the prefix mean.
   auto summary_bwd = [&](int s, T* dx) {
-    T* ds = m.dS[size_t(s - summary_lo())].data();
+    T* ds = m.dS[size_t(s - lo)].data();
     tp_sum(tp_, ds, nd);
     ops_.prefix_mean_bwd(ds, B, m.T_, d, dx);
   };
@@ -253,58 +367,71 @@ void Model<T>::backward() {
   for (int l = m.l1 - 1; l >= m.l0; --l) {
     const int i = l - m.l0, nc = cfg_.n_ctx(l);
     if (l + 1 < m.l1) summary_bwd(l + 1, m.dcur.data());  // dX(l+1) complete
-    context(l, ctx, dctx);
-    LayerActs<T>& a = m.acts[opt_.recompute ? 0 : size_t(i)];
+    context(sl, l, ctx, dctx);
+    LayerActs<T>& a = opt_.recompute ? m.scratch : sl.acts[size_t(i)];
     if (opt_.recompute)
-      layer_forward(c, l, p_.layers[size_t(i)], m.X[size_t(i)].data(), ctx, nc, true,
+      layer_forward(c, l, p_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, true,
                     a, m.xtmp.data());
-    layer_backward(c, l, p_.layers[size_t(i)], g_.layers[size_t(i)], m.X[size_t(i)].data(),
+    layer_backward(c, l, p_.layers[size_t(i)], g_.layers[size_t(i)], sl.X[size_t(i)].data(),
                    ctx, nc, a, m.work, m.dcur.data(), m.dprev.data(), dctx);
     std::swap(m.dcur, m.dprev);
+    report_ready(layer_range_[size_t(i)].first, layer_range_[size_t(i)].second - layer_range_[size_t(i)].first);
   }
   summary_bwd(m.l0, m.dcur.data());
-  ops_.embedding_bwd(m.ids.data(), N, m.dcur.data(), ld_.v0, ld_.V, d, g_.embed);
+  if (shard_.first_stage())
+    ops_.embedding_bwd(sl.ids.data(), N, m.dcur.data(), ld_.v0, ld_.V, d, g_.embed);
 }
-
-namespace {
-// Split samples [B, T+1] into inputs and targets [B, T].
-void split_tokens(const int32_t* tokens, int B, int T, std::vector<int32_t>& in,
-                  std::vector<int32_t>& tg) {
-  in.resize(size_t(B) * T);
-  tg.resize(size_t(B) * T);
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < T; ++t) {
-      in[size_t(b) * T + t] = tokens[size_t(b) * (T + 1) + t];
-      tg[size_t(b) * T + t] = tokens[size_t(b) * (T + 1) + t + 1];
-    }
-}
-}  // namespace
 
 template <class T>
-double Model<T>::train_micro_step(const int32_t* tokens, double loss_scale) {
+double Model<T>::stage_forward(int i, const int32_t* tokens, double loss_scale, bool training) {
+  Slot& sl = slot(i);
+  const int B = impl_->B, T_ = cfg_.T;
   std::vector<int32_t> in, tg;
-  split_tokens(tokens, impl_->B, cfg_.T, in, tg);
-  forward(in.data(), cfg_.T, true, nullptr);
+  if (shard_.first_stage() || shard_.last_stage(cfg_)) {
+    WIOLA_CHECK(tokens, "stage_forward: the first and last stage need the tokens");
+    in.resize(size_t(B) * T_);
+    tg.resize(size_t(B) * T_);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T_; ++t) {
+        in[size_t(b) * T_ + t] = tokens[size_t(b) * (T_ + 1) + t];
+        tg[size_t(b) * T_ + t] = tokens[size_t(b) * (T_ + 1) + t + 1];
+      }
+  }
+  forward(sl, in.data(), T_, training, nullptr);
+  if (!shard_.last_stage(cfg_)) return 0.0;
   if (opt_.keep_logits) {
     logits_host_.resize(impl_->logits.size());
     ops_.download(logits_host_.data(), impl_->logits.data(), impl_->logits.bytes());
   }
-  const double loss = head_loss(tg.data(), loss_scale, true);
-  backward();
+  return head_loss(sl, tg.data(), loss_scale, training);
+}
+
+template <class T>
+void Model<T>::stage_backward(int i) {
+  backward(slot(i));
+}
+
+template <class T>
+double Model<T>::train_micro_step(const int32_t* tokens, double loss_scale) {
+  WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_),
+              "train_micro_step needs the whole layer range (use stage_forward/stage_backward)");
+  const double loss = stage_forward(0, tokens, loss_scale, true);
+  stage_backward(0);
   return loss;
 }
 
 template <class T>
 double Model<T>::eval_loss(const int32_t* tokens) {
-  std::vector<int32_t> in, tg;
-  split_tokens(tokens, impl_->B, cfg_.T, in, tg);
-  forward(in.data(), cfg_.T, false, nullptr);
-  return head_loss(tg.data(), 0.0, false);
+  WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_),
+              "eval_loss needs the whole layer range (use stage_forward)");
+  return stage_forward(0, tokens, 0.0, false);
 }
 
 template <class T>
 std::vector<T> Model<T>::forward_logits(const int32_t* inputs, bool training) {
-  forward(inputs, cfg_.T, training, nullptr);
+  WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_),
+              "forward_logits needs the whole layer range");
+  forward(slot(0), inputs, cfg_.T, training, nullptr);
   std::vector<T> out(impl_->logits.size());
   ops_.download(out.data(), impl_->logits.data(), impl_->logits.bytes());
   return out;
@@ -353,7 +480,7 @@ std::vector<T> Model<T>::forward_cached(const int32_t* ids, int n, KvCache<T>& c
   WIOLA_CHECK(cache.len + n <= cache.capacity, "KV cache full: ", cache.len, " + ", n,
               " > capacity ", cache.capacity);
   WIOLA_CHECK(cache.B == impl_->B, "KV cache is for ", cache.B, " sequences, model for ", impl_->B);
-  forward(ids, n, false, &cache);
+  forward(slot(0), ids, n, false, &cache);
   cache.len += n;
   const size_t count = size_t(impl_->B) * n * size_t(ld_.V);
   std::vector<T> out(count);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct ModelOptions {
   int micro_batch = 1;     // B: sequences per micro-step
   bool recompute = false;  // keep only layer inputs; rerun each layer in backward
   bool keep_logits = false;  // copy logits to the host in train_micro_step (dump)
+  int slots = 1;           // micro-batches whose activations a stage keeps at once
+                           // (pipeline schedules: 1F1B needs pp - stage)
 };
 
 // KV cache for incremental decoding: per layer SRPE'd keys and values of
@@ -84,6 +87,38 @@ class Model {
   };
   std::vector<AtmStats> atm_stats() const;
 
+  // ---- pipeline stage (any layer range) -------------------------------------
+  // A micro-batch's activations live in a slot (0..slots-1) from its forward
+  // to its backward. Boundary tensors are [B, T, d] each. The forward message
+  // into a stage [l0, l1) is X(l0) followed by the summaries s in
+  // [max(0, l0+1-Λ), l0-1] (S(s-1) in SPEC numbering) its layers read but
+  // cannot compute; P(X(l0)) itself is recomputed here. The backward message
+  // out of it carries their gradients (summary gradients TP-partial).
+  int boundary_in() const;   // tensors in the forward message into this stage (0: first)
+  int boundary_out() const;  // tensors in the forward message it sends (0: last)
+  // Where the received forward message goes / what to send forward.
+  std::vector<T*> fwd_in(int slot);
+  std::vector<const T*> fwd_out(int slot) const;
+  // Where the received backward message goes (before stage_backward) / what
+  // to send backward (after it, until the next stage_backward).
+  std::vector<T*> bwd_in();
+  std::vector<const T*> bwd_out() const;
+  // Forward of one micro-batch. tokens: host [B, T+1] on the first stage
+  // (inputs) and the last (targets); ignored elsewhere. On the last stage in
+  // training it also runs the head's backward (gradients of loss_scale *
+  // sum(CE)), so only [B,T,d] waits for stage_backward, never the logits.
+  // Returns the sum of the B*T cross-entropies on the last stage, else 0.
+  double stage_forward(int slot, const int32_t* tokens, double loss_scale, bool training);
+  // Backward of the micro-batch in `slot` (after its training forward).
+  void stage_backward(int slot);
+  // Called with flat [offset, offset+size) ranges of grads() as they become
+  // final during the backward passes while armed (the trainer arms it for the
+  // last micro-batch of a step, to start gradient reduction early). The
+  // embedding is never reported (the trainer sums it between stages first).
+  using GradReadyFn = std::function<void(size_t offset, size_t size)>;
+  void set_grad_ready(GradReadyFn fn) { grad_ready_ = std::move(fn); }
+  void arm_grad_ready(bool on) { grad_ready_armed_ = on; }
+
   // ---- incremental decoding (ATM off) -------------------------------------
   KvCache<T> make_cache(int capacity) const;
   // Feed n new tokens per sequence (ids host [B, n], n <= T, len+n <=
@@ -97,13 +132,17 @@ class Model {
 
  private:
   struct Impl;
-  void forward(const int32_t* inputs_host, int n, bool training,
+  struct Slot;
+  void forward(Slot& sl, const int32_t* inputs_host, int n, bool training,
                KvCache<T>* cache);
-  double head_loss(const int32_t* targets_host, double loss_scale, bool grad);
-  void backward();
+  double head_loss(Slot& sl, const int32_t* targets_host, double loss_scale, bool grad);
+  void backward(Slot& sl);
+  Slot& slot(int i);
   int n_summaries() const;         // summary slots held by this stage
   int summary_lo() const;          // lowest summary index s held
-  void context(int l, const T** ctx, T** dctx);
+  int send_lo() const;             // lowest summary index sent to the next stage
+  void context(const Slot& sl, int l, const T** ctx, T** dctx);
+  void report_ready(size_t offset, size_t size);
 
   Ops<T>& ops_;
   ModelConfig cfg_;
@@ -117,6 +156,10 @@ class Model {
   std::unique_ptr<Impl> impl_;
   std::vector<T> logits_host_;
   std::vector<std::vector<uint8_t>> atm_open_;
+  std::vector<std::pair<size_t, size_t>> layer_range_;  // flat [begin, end) per local layer
+  std::pair<size_t, size_t> norm_range_{0, 0};
+  GradReadyFn grad_ready_;
+  bool grad_ready_armed_ = false;
 };
 
 }  // namespace wiola
