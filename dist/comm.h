@@ -73,9 +73,21 @@ class Request {
 
 void wait_all(std::vector<Request>& reqs);
 
+// What a group's operations moved from this rank since the last reset:
+// operations issued, payload bytes (the caller's buffer), and the bytes this
+// rank puts on the wire under the standard ring/direct algorithms
+// (all_reduce 2(p-1)/p·n, reduce_scatter and all_gather (p-1)·chunk,
+// broadcast n at the root, send n, receive 0).
+struct CommTraffic {
+  uint64_t ops = 0, payload_bytes = 0, wire_bytes = 0;
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;
+
+  const CommTraffic& traffic() const { return traffic_; }
+  void reset_traffic() { traffic_ = CommTraffic{}; }
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
@@ -134,6 +146,13 @@ class Comm {
   // Collective over this group. `name` labels the new group in diagnostics.
   virtual std::unique_ptr<Comm> split(int color, int key,
                                       const std::string& name) = 0;
+
+ protected:
+  // Implementations call this once per operation they issue.
+  void count_traffic(const char* op, size_t count, DType t, int root = -1);
+
+ private:
+  CommTraffic traffic_;
 };
 
 }  // namespace wiola::dist

@@ -205,7 +205,7 @@ class MpiComm final : public Comm {
   Request ibroadcast(void* buf, size_t count, DType t, int root) override {
     WIOLA_CHECK(root >= 0 && root < size_, "dist: broadcast root ", root,
                 " outside group '", name_, "' of size ", size_);
-    auto r = make("broadcast", count, t);
+    auto r = make("broadcast", count, t, root);
     const size_t eb = dtype_bytes(t);
     for (size_t off = 0; off < count || (count == 0 && off == 0);
          off += kMaxChunk) {
@@ -271,7 +271,8 @@ class MpiComm final : public Comm {
   }
 
  private:
-  std::unique_ptr<MpiRequest> make(const char* op, size_t count, DType t) {
+  std::unique_ptr<MpiRequest> make(const char* op, size_t count, DType t, int root = -1) {
+    count_traffic(op, count, t, root);
     return std::make_unique<MpiRequest>(name_, rank_, size_, op, count, t);
   }
   void check_peer(int peer, const char* op) const {
@@ -312,6 +313,21 @@ void Request::wait() {
 }
 void wait_all(std::vector<Request>& reqs) {
   for (auto& r : reqs) r.wait();
+}
+
+void Comm::count_traffic(const char* op, size_t count, DType t, int root) {
+  const std::string o(op);
+  const double n = double(count * dtype_bytes(t)), p = double(size());
+  double payload = n, wire = 0;
+  if (o == "all_reduce") wire = p > 1 ? 2.0 * (p - 1) / p * n : 0;
+  else if (o == "reduce_scatter_sum") { payload = n * p; wire = (p - 1) * n; }
+  else if (o == "all_gather") { payload = n * p; wire = (p - 1) * n; }
+  else if (o == "broadcast") wire = rank() == root ? n : 0;
+  else if (o == "isend") wire = n;
+  else if (o == "irecv") payload = 0;
+  ++traffic_.ops;
+  traffic_.payload_bytes += uint64_t(payload);
+  traffic_.wire_bytes += uint64_t(wire);
 }
 
 size_t dtype_bytes(DType t) {

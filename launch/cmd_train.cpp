@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/agree.h"
+#include "dist/mpi_comm.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 #include "util/error.h"
@@ -39,7 +41,25 @@ int wiola_cmd_train(int argc, char** argv) {
     }
     opt.dumps.emplace_back(step, s.substr(colon + 1));
   }
-  const wiola::RunConfig rc = wiola::load_run_config(config, sets);
-  wiola::run_training(rc, opt);
-  return 0;
+  // Under mpirun or srun every rank runs this; alone, MPI starts as a
+  // singleton (world of 1). With several ranks, an error on any rank ends the
+  // whole job with that rank's message (no rank is left waiting).
+  wiola::dist::MpiRuntime mpi(&argc, &argv);
+  auto world = wiola::dist::mpi_world_comm();
+  if (world->size() == 1) {
+    const wiola::RunConfig rc = wiola::load_run_config(config, sets);
+    wiola::run_training(rc, opt, *world);
+    return 0;
+  }
+  return wiola::dist::run_or_abort([&] {
+    try {
+      wiola::RunConfig rc;
+      wiola::dist::agree_on_setup(*world, "wiola train", [&] { rc = wiola::load_run_config(config, sets); });
+      if (world->rank() != 0) opt.quiet = true;
+      wiola::run_training(rc, opt, *world);
+      return 0;
+    } catch (const wiola::dist::SetupFailed&) {
+      return 1;  // already reported once, by the failing rank
+    }
+  });
 }

@@ -64,7 +64,12 @@ void write_step_dump(const std::string& path, const ParamLayout& layout, const S
                 "numerics dump needs unsharded tensors (", e.name, " is sharded)");
   const std::string tmp = path + ".tmp";
   const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
+  if (!parent.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    WIOLA_CHECK(!ec, "numerics dump '", path, "': cannot create directory '", parent.string(), "': ",
+                ec.message());
+  }
   H5 h{path};
   hid_t f = h.check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "create");
   try {

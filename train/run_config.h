@@ -46,6 +46,7 @@ struct ParallelSection {
   int tp = 1, pp = 1, dp = 1;
   bool zero = true;                  // shard AdamW state over DP (ZeRO-1)
   std::string schedule = "1f1b";     // "1f1b" or "gpipe"
+  bool overlap = true;               // start DP gradient reduction during the last backward
 };
 
 struct CheckpointSection {

@@ -1,6 +1,11 @@
-// Single-process training loop: loader -> micro-batches -> forward/backward
-// (gradients accumulate) -> AdamW (dist::DistAdamW, one rank) with the SPEC
-// §4 schedule, progress lines, RUN_DIR/metrics.jsonl, optional numerics dumps.
+// The training loop, for any process layout (SPEC §5): one rank of a
+// TP × PP × DP grid (a single process is the 1 × 1 × 1 grid). Per step: the
+// loader's DP slice -> the pipeline schedule (1F1B or GPipe) over the
+// micro-batches, forwarding hidden states and GCLA summaries between stages
+// -> tied-embedding gradient sum between first and last stage -> ZeRO AdamW
+// over DP (reduction overlapped with the last backward) with the SPEC §4
+// schedule; progress lines and RUN_DIR/metrics.jsonl from world rank 0,
+// numerics dumps gathered to full tensors.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "dist/comm.h"
 #include "dist/optimizer.h"
 #include "model/params.h"
 #include "train/run_config.h"
@@ -26,10 +32,15 @@ struct TrainSummary {
   double tokens_per_s = 0;    // whole run, wall clock of the steps
 };
 
-// AdamW segments of a parameter layout: decay per SPEC §4, each tensor in
-// the norm once (single process).
-std::vector<dist::ParamSegment> optimizer_segments(const ParamLayout& layout);
+// AdamW segments of a parameter layout: decay per SPEC §4. A tensor counts
+// in the gradient norm on exactly one rank: TP-replicated tensors only on
+// tp rank 0, and the tied embedding only where embed_in_norm (the first
+// stage; the last stage holds a copy when pp > 1).
+std::vector<dist::ParamSegment> optimizer_segments(const ParamLayout& layout, int tp_rank = 0,
+                                                   bool embed_in_norm = true);
 
-TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt);
+// Collective over `world` (size tp·pp·dp of rc.parallel). Throws
+// wiola::Error on a bad config or input; the caller ends the job.
+TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, dist::Comm& world);
 
 }  // namespace wiola

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Layout equivalence (SPEC §5, issue 4): a 10-step run of a small Wiola with
+# ATM active (τ = 0.7: about a third of the pairs merge in layer 2, half in
+# layer 3) under a process layout must match the single-process run: every
+# loss and every final parameter tensor within 1e-5 relative
+# (compare_runs.py), and identical ATM merge decisions at the dumped step.
+#
+#   equivalence.sh setup WIOLA WORK           tokenize a Brown slice, run the
+#                                             single-process reference
+#   equivalence.sh run WIOLA WORK NAME NP [--set ...]
+#                                             run NAME on NP ranks and compare
+set -euo pipefail
+mode=$1; wiola=$2; work=$3; shift 3
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+python=${WIOLA_PYTHON:-/usr/bin/python3}
+common=(--set model.preset=wiola-tiny --set model.vocab_size=32000 --set model.atm_tau=0.7
+        --set train.micro_batch=2 --set train.grad_accum=4 --set train.steps=10
+        --set train.lr_max=1e-3 --set train.threads=1 --set "data.path=$work/shards/manifest.json" -q)
+if [ "$mode" = setup ]; then
+  rm -rf "$work"; mkdir -p "$work"
+  xz -dc "$root/data/brown/brown.txt.xz" > "$work/full.txt"
+  head -c 300000 "$work/full.txt" > "$work/brown.txt"; rm "$work/full.txt"
+  "$wiola" prep --no-progress --tokenizer "$root/data/wiola360m/tokenizer.json" \
+    --output "$work/shards" "$work/brown.txt" > "$work/prep.log"
+  "$wiola" train "${common[@]}" --set "train.run_dir=$work/single" --dump-step "10:$work/single.h5"
+  exit 0
+fi
+name=$1; np=$2; shift 2
+rm -rf "${work:?}/$name" "$work/$name.h5"
+"${MPIEXEC:-mpiexec}" -n "$np" --bind-to none "$wiola" train "${common[@]}" "$@" \
+  --set "train.run_dir=$work/$name" --dump-step "10:$work/$name.h5"
+"$python" "$here/compare_runs.py" --tol 1e-5 "$work/single" "$work/single.h5" "$work/$name" "$work/$name.h5"
