@@ -158,7 +158,7 @@ StepResult DistAdamW::step(double lr, long t) {
   r.grad_norm = std::sqrt(sq);
   if (!std::isfinite(r.grad_norm)) {
     WIOLA_CHECK(!cfg_.nonfinite_fatal, "non-finite gradient norm (", r.grad_norm,
-                ") at optimizer step ", t, " (optim.nonfinite_fatal is set)");
+                ") at optimizer step ", t, " (train.nonfinite_fatal is set)");
     r.skipped = true;
     return r;
   }

@@ -578,7 +578,7 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
   } else {
     rank_wire = wire;
   }
-  const TrafficModel model_traffic = analytic_traffic(rc, model, grid, adam.shard_elems() * size_t(par.dp));
+  const TrafficModel model_traffic = analytic_traffic(rc, model, grid, ac.zero ? adam.shard_elems() * size_t(par.dp) : model.n_params());
   std::vector<double> analytic = {model_traffic.tp, model_traffic.pp, model_traffic.dp, model_traffic.embed, 0};
   std::vector<double> rank_analytic(groups.size() * size_t(world.size()), 0.0);
   if (world.size() > 1) world.all_gather(analytic.data(), rank_analytic.data(), analytic.size(), DType::F64);
