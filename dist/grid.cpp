@@ -112,6 +112,41 @@ std::pair<int, int> stage_layers(int n_layers, int pp, int stage) {
   return {first, first + q + (stage < r ? 1 : 0)};
 }
 
+std::vector<std::pair<int, int>> balanced_stages(const std::vector<double>& layer_cost,
+                                                 double first_extra, double last_extra, int pp) {
+  const int L = int(layer_cost.size());
+  WIOLA_CHECK(pp >= 1 && pp <= L, "balanced_stages: need 1 <= pp <= L (L=", L, " pp=", pp, ")");
+  std::vector<double> prefix(size_t(L) + 1, 0.0);
+  for (int l = 0; l < L; ++l) prefix[size_t(l) + 1] = prefix[size_t(l)] + layer_cost[size_t(l)];
+  auto cost = [&](int s, int a, int b) {
+    return prefix[size_t(b)] - prefix[size_t(a)] + (s == 0 ? first_extra : 0.0) +
+           (s == pp - 1 ? last_extra : 0.0);
+  };
+  // best[s][a]: smallest max cost of stages s..pp-1 covering layers [a, L).
+  const double inf = 1e300;
+  std::vector<std::vector<double>> best(size_t(pp) + 1, std::vector<double>(size_t(L) + 1, inf));
+  std::vector<std::vector<int>> cut(size_t(pp), std::vector<int>(size_t(L) + 1, -1));
+  best[size_t(pp)][size_t(L)] = 0.0;
+  for (int s = pp - 1; s >= 0; --s)
+    for (int a = s; a <= L - (pp - s); ++a)
+      for (int b = L - (pp - s - 1); b > a; --b) {  // larger stages first: ties keep them
+        const double rest = best[size_t(s) + 1][size_t(b)];
+        if (rest >= inf) continue;
+        const double v = std::max(cost(s, a, b), rest);
+        if (v < best[size_t(s)][size_t(a)] * (1 - 1e-12)) {
+          best[size_t(s)][size_t(a)] = v;
+          cut[size_t(s)][size_t(a)] = b;
+        }
+      }
+  std::vector<std::pair<int, int>> out;
+  for (int s = 0, a = 0; s < pp; ++s) {
+    const int b = cut[size_t(s)][size_t(a)];
+    out.emplace_back(a, b);
+    a = b;
+  }
+  return out;
+}
+
 Grid::Grid(const GridConfig& cfg, Comm& world)
     : cfg_(cfg), rank_(world.rank()), world_(&world) {
   validate_grid(cfg, world.size());

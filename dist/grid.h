@@ -55,6 +55,14 @@ void validate_layout(const GridConfig& g, int world_size, int n_layers,
 // layers go to the front: the last stage also carries the LM head and loss).
 std::pair<int, int> stage_layers(int n_layers, int pp, int stage);
 
+// Contiguous stages of at least one layer each that minimise the largest
+// stage cost: cost(stage) = sum of its layers' costs, plus first_extra on
+// stage 0 and last_extra on the last stage (embedding lookup, head + loss).
+// Ties go to the split with more layers in front. Returns [first, last) per
+// stage. Throws wiola::Error unless 1 <= pp <= layer_cost.size().
+std::vector<std::pair<int, int>> balanced_stages(const std::vector<double>& layer_cost,
+                                                 double first_extra, double last_extra, int pp);
+
 // The communicators of one rank. Construction is collective over `world`.
 class Grid {
  public:

@@ -97,7 +97,8 @@ const std::vector<SectionDef>& schema() {
         WIOLA_KEY("dp", parallel.dp),
         WIOLA_KEY("zero", parallel.zero),
         WIOLA_KEY("schedule", parallel.schedule),
-        WIOLA_KEY("overlap", parallel.overlap)}},
+        WIOLA_KEY("overlap", parallel.overlap),
+        WIOLA_KEY("stage_balance", parallel.stage_balance)}},
       {"checkpoint",
        {WIOLA_KEY("dir", checkpoint.dir),
         WIOLA_KEY("every", checkpoint.every),
@@ -393,6 +394,8 @@ void check_run_config(const RunConfig& rc) {
   at_least(p.tp, 1, "parallel.tp");
   at_least(p.pp, 1, "parallel.pp");
   at_least(p.dp, 1, "parallel.dp");
+  WIOLA_CHECK(p.stage_balance == "compute" || p.stage_balance == "layers",
+              "parallel.stage_balance must be \"compute\" or \"layers\" (got \"", p.stage_balance, "\")");
   WIOLA_CHECK(p.schedule == "1f1b" || p.schedule == "gpipe",
               "parallel.schedule must be \"1f1b\" or \"gpipe\" (got \"", p.schedule, "\")");
   WIOLA_CHECK(p.pp <= rc.model.L, "parallel.pp (", p.pp, ") must not exceed model.n_layers (",

@@ -47,6 +47,7 @@ struct ParallelSection {
   bool zero = true;                  // shard AdamW state over DP (ZeRO-1)
   std::string schedule = "1f1b";     // "1f1b" or "gpipe"
   bool overlap = true;               // start DP gradient reduction during the last backward
+  std::string stage_balance = "compute";  // "compute" (FLOPs, head included) or "layers"
 };
 
 struct CheckpointSection {

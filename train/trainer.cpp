@@ -107,7 +107,7 @@ class StageLink {
 // rank 0 rebuilds every contributor's ParamLayout to map its elements to
 // global indices (the tied embedding arrives twice with pp > 1: same values).
 std::vector<float> gather_full(dist::Grid& grid, const ModelConfig& cfg, const ParamLayout& mine,
-                               const std::vector<float>& local) {
+                               const std::vector<float>& local, const std::vector<std::pair<int, int>>& stages) {
   Comm& world = grid.world();
   const auto& g = grid.config();
   const bool root = world.rank() == 0;
@@ -131,7 +131,7 @@ std::vector<float> gather_full(dist::Grid& grid, const ModelConfig& cfg, const P
   for (int r = 1; r < world.size(); ++r) {
     const dist::GridCoord c = dist::grid_coord(g, r);
     if (c.dp != 0) continue;
-    const auto [l0, l1] = dist::stage_layers(cfg.L, g.pp, c.pp);
+    const auto [l0, l1] = stages[size_t(c.pp)];
     const ParamLayout lay(cfg, ModelShard{c.tp, g.tp, l0, l1});
     buf.resize(lay.total());
     world.irecv(buf.data(), buf.size(), DType::F32, r, tag).wait();
@@ -205,6 +205,22 @@ void inject_fault(const Fault& f, int rank, int64_t step) {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // until the job is aborted
 }
 
+// Layer ranges of the pipeline stages (parallel.stage_balance).
+std::vector<std::pair<int, int>> pipeline_stages(const ModelConfig& cfg, const ParallelSection& par) {
+  if (par.stage_balance == "layers") {
+    std::vector<std::pair<int, int>> out;
+    for (int s = 0; s < par.pp; ++s) out.push_back(dist::stage_layers(cfg.L, par.pp, s));
+    return out;
+  }
+  // FLOPs per token, forward + backward: 6 per parameter of a layer plus
+  // causal attention (QK and PV over ~T/2 keys, 6·T·d); the tied head
+  // 6·V·d. The embedding lookup costs nothing comparable.
+  const int64_t per_layer = (cfg.param_count() - int64_t(cfg.V) * cfg.d - 2 * cfg.d) / cfg.L;
+  const double layer = 6.0 * double(per_layer) + 6.0 * cfg.T * cfg.d;
+  return dist::balanced_stages(std::vector<double>(size_t(cfg.L), layer), 0.0, 6.0 * cfg.V * cfg.d,
+                               par.pp);
+}
+
 }  // namespace
 
 std::vector<dist::ParamSegment> optimizer_segments(const ParamLayout& layout, int tp_rank,
@@ -262,7 +278,8 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
   if (val) val_start = val->state();
   set_cpu_threads(tr.threads);
   dist::Grid grid(gc, world);
-  const auto [l0, l1] = dist::stage_layers(cfg.L, par.pp, me.pp);
+  const std::vector<std::pair<int, int>> stages = pipeline_stages(cfg, par);
+  const auto [l0, l1] = stages[size_t(me.pp)];
   const ModelShard shard{me.tp, par.tp, l0, l1};
   const bool first = grid.first_stage(), last = grid.last_stage();
   const bool gpipe = par.schedule == "gpipe";
@@ -322,6 +339,11 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
                   "predicted bubble %.3f; DP overlap %s\n",
                   world.size(), par.tp, par.pp, par.dp, ac.zero ? "on" : "off", par.schedule.c_str(), m,
                   dist::bubble_fraction_predicted(par.pp, m), overlap ? "on" : "off");
+    if (par.pp > 1) {
+      std::printf("  pipeline stages (%s balance):", par.stage_balance.c_str());
+      for (const auto& [a, b] : stages) std::printf(" [%d,%d)", a, b);
+      std::printf("\n");
+    }
     std::printf("  memory (rank 0): parameters+gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB "
                 "(%d slot%s)%s\n",
                 double(model.param_bytes()) / 1048576.0, double(adam.state_bytes_this_rank()) / 1048576.0,
@@ -395,12 +417,12 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
     if (dumping) {
       model.set_keep_logits(world.size() == 1);
       ops->download(host.data(), model.params(), host.size() * sizeof(float));
-      dump.params = gather_full(grid, cfg, model.layout(), host);
+      dump.params = gather_full(grid, cfg, model.layout(), host, stages);
       if (t > 1) {
         std::vector<float> mm, vv;
         adam.gather_moments(mm, vv);
-        dump.m = gather_full(grid, cfg, model.layout(), mm);
-        dump.v = gather_full(grid, cfg, model.layout(), vv);
+        dump.m = gather_full(grid, cfg, model.layout(), mm, stages);
+        dump.v = gather_full(grid, cfg, model.layout(), vv, stages);
       }
     }
     // Reductions started during backward work in place on the gradients, so
@@ -459,7 +481,7 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
         grid.dp().all_reduce(host.data(), host.size(), ReduceOp::Sum);
         for (float& x : host) x /= float(par.dp);
       }
-      dump.grads = gather_full(grid, cfg, model.layout(), host);
+      dump.grads = gather_full(grid, cfg, model.layout(), host, stages);
     }
     dist::set_context(step_ctx + " optimizer");
     const dist::StepResult res = adam.step(lr, adam.applied_steps() + 1);
@@ -479,7 +501,7 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
     if (dumping) {
       model.set_keep_logits(false);
       ops->download(host.data(), model.params(), host.size() * sizeof(float));
-      dump.params_after = gather_full(grid, cfg, model.layout(), host);
+      dump.params_after = gather_full(grid, cfg, model.layout(), host, stages);
       // Tokens in global sample order: DP slices from (tp 0, pp 0, dp r).
       // ATM decisions from tp 0 of each layer's stage, DP slices in order.
       dist::set_context(step_ctx + " dump gather");
@@ -500,7 +522,7 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
           if (src == 0) std::copy(batch.begin(), batch.end(), dst);
           else world.irecv(dst, batch.size(), DType::I32, src, tag).wait();
           for (int s = 0; s < par.pp; ++s) {
-            const auto [a0, a1] = dist::stage_layers(cfg.L, par.pp, s);
+            const auto [a0, a1] = stages[size_t(s)];
             int n_atm = 0;
             for (int l = a0; l < a1; ++l) n_atm += cfg.atm_layer(l) ? 1 : 0;
             if (!n_atm) continue;
@@ -604,6 +626,11 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
         idle += rank_sched[size_t(r)] > 0 ? 1.0 - rank_busy[size_t(r)] / rank_sched[size_t(r)] : 0.0;
       idle /= world.size();
       report["bubble_measured"] = idle;
+      // Compute seconds per step of every rank: shows stage imbalance (the
+      // last stage also runs the head and the loss).
+      std::vector<double> busy_per_step;
+      for (double b : rank_busy) busy_per_step.push_back(b / double(measured_steps));
+      report["compute_s_per_step"] = busy_per_step;
       std::printf("  pipeline: predicted bubble (p-1)/(m+p-1) = %.3f, measured idle share of the schedule %.3f "
                   "(mean over ranks, steps 2..%lld)\n",
                   dist::bubble_fraction_predicted(par.pp, m), idle, (long long)sum.steps);

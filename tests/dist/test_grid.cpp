@@ -153,3 +153,28 @@ TEST(Grid, StageLayersContiguousBalanced) {
   EXPECT_THROW(stage_layers(4, 5, 0), wiola::Error);
   EXPECT_THROW(stage_layers(4, 2, 2), wiola::Error);
 }
+
+TEST(Grid, BalancedStages) {
+  // Uniform costs, no extras: the same as stage_layers.
+  for (int L = 1; L <= 12; ++L)
+    for (int pp = 1; pp <= L; ++pp) {
+      const auto st = balanced_stages(std::vector<double>(size_t(L), 1.0), 0, 0, pp);
+      ASSERT_EQ(int(st.size()), pp);
+      int max_layers = 0;
+      for (int s = 0; s < pp; ++s) {
+        EXPECT_EQ(st[size_t(s)].first, s == 0 ? 0 : st[size_t(s) - 1].second);
+        EXPECT_GT(st[size_t(s)].second, st[size_t(s)].first);
+        max_layers = std::max(max_layers, st[size_t(s)].second - st[size_t(s)].first);
+      }
+      EXPECT_EQ(st.back().second, L);
+      EXPECT_EQ(max_layers, (L + pp - 1) / pp);
+    }
+  // A head worth 2.8 layers on the last of 4 stages of 12 layers: [4,4,3,1]
+  // (max cost 4) instead of [3,3,3,3] (last stage 5.8).
+  const auto st = balanced_stages(std::vector<double>(12, 1.0), 0.0, 2.8, 4);
+  const std::vector<std::pair<int, int>> want = {{0, 4}, {4, 8}, {8, 11}, {11, 12}};
+  EXPECT_EQ(st, want);
+  // A head heavier than all layers: the last stage keeps one layer.
+  EXPECT_EQ(balanced_stages(std::vector<double>(6, 1.0), 0.0, 13.0, 2).back(), std::make_pair(5, 6));
+  EXPECT_THROW(balanced_stages(std::vector<double>(3, 1.0), 0, 0, 4), wiola::Error);
+}
