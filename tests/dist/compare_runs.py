@@ -67,7 +67,12 @@ def main():
                 for lname, ds in fr[key].items():
                     if not np.array_equal(np.asarray(ds), np.asarray(fo[key][lname])):
                         bad.append(f"/{key}/{lname}: merge decisions differ")
-    print(f"{len(lr)} losses: worst rel {worst_loss:.2e}; {n} tensors: worst rel (L2) {worst_p:.2e} ({worst_name}); element-wise max|a-b|/max|a| {worst_e:.2e}")
+    model_rel = (sq_d / sq_r) ** 0.5 if sq_r > 0 else 0.0
+    if not model_rel < a.tol:
+        bad.append(f"final parameters (whole model) differ by {model_rel:.2e} relative")
+    print(f"{len(lr)} losses: worst rel {worst_loss:.2e}; final parameters (whole model, L2) rel {model_rel:.2e}; "
+          f"{n} tensors: worst rel (L2) {worst_p:.2e} ({worst_name}); "
+          f"element-wise max|a-b|/max|a| {worst_e:.2e}")
     if bad:
         print("NOT EQUIVALENT:\n  " + "\n  ".join(bad[:20]))
         return 1
