@@ -446,7 +446,7 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
           const auto& lg = model.last_logits();
           dump.logits.insert(dump.logits.end(), lg.begin(), lg.end());
         }
-        if (dumping && me.tp == 0)
+        if (dumping)
           for (int l = l0; l < l1; ++l) {
             const auto& o = model.atm_open(l);
             if (!o.empty()) atm_local[l].insert(atm_local[l].end(), o.begin(), o.end());
@@ -509,6 +509,18 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
       if (me.tp == 0 && me.pp == 0 && !root) world.isend(batch.data(), batch.size(), DType::I32, 0, tag).wait();
       std::vector<uint8_t> atm_flat;
       for (auto& [l, v] : atm_local) atm_flat.insert(atm_flat.end(), v.begin(), v.end());
+      if (par.tp > 1) {
+        // ATM decisions must be identical on the TP ranks (each computes
+        // them from its copy of X-tilde): compare fingerprints.
+        uint64_t h = 1469598103934665603ull;
+        for (uint8_t b : atm_flat) h = (h ^ b) * 1099511628211ull;
+        std::vector<int64_t> all(size_t(par.tp));
+        const int64_t mine = int64_t(h >> 1);
+        grid.tp().all_gather(&mine, all.data(), 1, DType::I64);
+        for (int64_t v : all)
+          WIOLA_CHECK(v == mine, "ATM merge decisions differ between the TP ranks of stage ", me.pp,
+                      " at step ", t);
+      }
       if (me.tp == 0 && !root && !atm_flat.empty())
         world.isend(atm_flat.data(), atm_flat.size(), DType::U8, 0, tag + 1).wait();
       if (root) {
