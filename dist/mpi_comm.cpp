@@ -316,15 +316,14 @@ void wait_all(std::vector<Request>& reqs) {
 }
 
 void Comm::count_traffic(const char* op, size_t count, DType t, int root) {
-  const std::string o(op);
+  const auto is = [op](const char* name) { return std::strcmp(op, name) == 0; };
   const double n = double(count * dtype_bytes(t)), p = double(size());
   double payload = n, wire = 0;
-  if (o == "all_reduce") wire = p > 1 ? 2.0 * (p - 1) / p * n : 0;
-  else if (o == "reduce_scatter_sum") { payload = n * p; wire = (p - 1) * n; }
-  else if (o == "all_gather") { payload = n * p; wire = (p - 1) * n; }
-  else if (o == "broadcast") wire = rank() == root ? n : 0;
-  else if (o == "isend") wire = n;
-  else if (o == "irecv") payload = 0;
+  if (is("all_reduce")) wire = p > 1 ? 2.0 * (p - 1) / p * n : 0;
+  else if (is("reduce_scatter_sum") || is("all_gather")) { payload = n * p; wire = (p - 1) * n; }
+  else if (is("broadcast")) wire = rank() == root ? n : 0;
+  else if (is("isend")) wire = n;
+  else if (is("irecv")) payload = 0;
   ++traffic_.ops;
   traffic_.payload_bytes += uint64_t(payload);
   traffic_.wire_bytes += uint64_t(wire);

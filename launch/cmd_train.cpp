@@ -42,22 +42,23 @@ int wiola_cmd_train(int argc, char** argv) {
     opt.dumps.emplace_back(step, s.substr(colon + 1));
   }
   // Under mpirun or srun every rank runs this; alone, MPI starts as a
-  // singleton (world of 1). With several ranks, an error on any rank ends the
-  // whole job with that rank's message (no rank is left waiting).
+  // singleton (world of 1) and errors propagate to main's handler. With
+  // several ranks, a setup error is reported once by the failing rank
+  // (agree_on_setup), and a later error on any rank ends the whole job with
+  // that rank's message (no rank is left waiting).
   wiola::dist::MpiRuntime mpi(&argc, &argv);
   auto world = wiola::dist::mpi_world_comm();
-  if (world->size() == 1) {
-    const wiola::RunConfig rc = wiola::load_run_config(config, sets);
+  auto body = [&] {
+    wiola::RunConfig rc;
+    wiola::dist::agree_on_setup(*world, "wiola train", [&] { rc = wiola::load_run_config(config, sets); });
+    if (world->rank() != 0) opt.quiet = true;
     wiola::run_training(rc, opt, *world);
     return 0;
-  }
+  };
+  if (world->size() == 1) return body();
   return wiola::dist::run_or_abort([&] {
     try {
-      wiola::RunConfig rc;
-      wiola::dist::agree_on_setup(*world, "wiola train", [&] { rc = wiola::load_run_config(config, sets); });
-      if (world->rank() != 0) opt.quiet = true;
-      wiola::run_training(rc, opt, *world);
-      return 0;
+      return body();
     } catch (const wiola::dist::SetupFailed&) {
       return 1;  // already reported once, by the failing rank
     }

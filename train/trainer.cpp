@@ -75,7 +75,6 @@ class StageLink {
         break;
       }
     if (!p) p = &pending_.emplace_back();
-    p->req = dist::Request();
     p->data.resize(ts.size() * each_);
     for (size_t i = 0; i < ts.size(); ++i) std::memcpy(p->data.data() + i * each_, ts[i], each_ * sizeof(float));
     p->req = pp_.isend(p->data.data(), p->data.size(), DType::F32, peer, tag);
@@ -203,6 +202,63 @@ void inject_fault(const Fault& f, int rank, int64_t step) {
   if (f.kind == "fail") fail("injected fault (WIOLA_FAULT) at step ", step);
   if (f.kind == "stall")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // until the job is aborted
+}
+
+// ATM decisions must be identical on the TP ranks (each computes them from
+// its own copy of X-tilde): compare fingerprints of this rank's decisions.
+void check_atm_agrees_over_tp(dist::Grid& grid, const std::vector<uint8_t>& atm_flat, int64_t step) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (uint8_t b : atm_flat) h = (h ^ b) * 1099511628211ull;
+  const int64_t mine = int64_t(h >> 1);
+  std::vector<int64_t> all(size_t(grid.tp().size()));
+  grid.tp().all_gather(&mine, all.data(), 1, DType::I64);
+  for (int64_t v : all)
+    WIOLA_CHECK(v == mine, "ATM merge decisions differ between the TP ranks of stage ", grid.coord().pp,
+                " at step ", step);
+}
+
+// Dump steps: the global batch's tokens (DP slices in order, from tp 0 of
+// stage 0) and every ATM layer's decisions [B_global, T] (from tp 0 of the
+// layer's stage), into `dump` on world rank 0. atm_flat: this rank's ATM
+// layers in order, each [local batch, T] (`each` elements).
+void gather_tokens_and_atm(dist::Grid& grid, const ModelConfig& cfg,
+                           const std::vector<std::pair<int, int>>& stages, const std::vector<int32_t>& batch,
+                           const std::vector<uint8_t>& atm_flat, size_t each, StepDump& dump) {
+  Comm& world = grid.world();
+  const dist::GridConfig& gc = grid.config();
+  const dist::GridCoord me = grid.coord();
+  const int tag = 7002;
+  if (world.rank() != 0) {
+    if (me.tp == 0 && me.pp == 0) world.isend(batch.data(), batch.size(), DType::I32, 0, tag).wait();
+    if (me.tp == 0 && !atm_flat.empty())
+      world.isend(atm_flat.data(), atm_flat.size(), DType::U8, 0, tag + 1).wait();
+    return;
+  }
+  dump.tokens.resize(batch.size() * size_t(gc.dp));
+  std::vector<std::vector<uint8_t>> atm(size_t(cfg.L));
+  std::vector<uint8_t> got;
+  for (int r = 0; r < gc.dp; ++r) {
+    int32_t* dst = dump.tokens.data() + size_t(r) * batch.size();
+    const int src = dist::grid_rank(gc, {0, 0, r});
+    if (src == 0) std::copy(batch.begin(), batch.end(), dst);
+    else world.irecv(dst, batch.size(), DType::I32, src, tag).wait();
+    for (int s = 0; s < gc.pp; ++s) {
+      const auto [a0, a1] = stages[size_t(s)];
+      std::vector<int> layers;
+      for (int l = a0; l < a1; ++l)
+        if (cfg.atm_layer(l)) layers.push_back(l);
+      if (layers.empty()) continue;
+      const int from = dist::grid_rank(gc, {0, s, r});
+      got.resize(each * layers.size());
+      if (from == 0) got = atm_flat;
+      else world.irecv(got.data(), got.size(), DType::U8, from, tag + 1).wait();
+      for (size_t j = 0; j < layers.size(); ++j)
+        atm[size_t(layers[j])].insert(atm[size_t(layers[j])].end(), got.begin() + long(j * each),
+                                      got.begin() + long((j + 1) * each));
+    }
+  }
+  for (int l = 0; l < cfg.L; ++l)
+    if (!atm[size_t(l)].empty()) dump.atm[l] = std::move(atm[size_t(l)]);
 }
 
 // Layer ranges of the pipeline stages (parallel.stage_balance).
@@ -402,6 +458,12 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
     return world_loss(tot) / (double(tr.eval_batches) * GB * T);
   };
 
+  // Dumps: a flat buffer of this rank (backend memory) as full tensors on rank 0.
+  auto gather_device = [&](const float* dev) {
+    std::vector<float> host(model.n_params());
+    ops->download(host.data(), dev, host.size() * sizeof(float));
+    return gather_full(grid, cfg, model.layout(), host, stages);
+  };
   const Fault fault = fault_from_env();
   for (int64_t t = 1; t <= last_step; ++t) {
     const auto t0 = Clock::now();
@@ -412,12 +474,10 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
     const auto dump_it = dumps.find(t);
     const bool dumping = dump_it != dumps.end();
     StepDump dump;
-    std::vector<float> host(model.n_params());
     std::map<int, std::vector<uint8_t>> atm_local;
     if (dumping) {
       model.set_keep_logits(world.size() == 1);
-      ops->download(host.data(), model.params(), host.size() * sizeof(float));
-      dump.params = gather_full(grid, cfg, model.layout(), host, stages);
+      dump.params = gather_device(model.params());
       if (t > 1) {
         std::vector<float> mm, vv;
         adam.gather_moments(mm, vv);
@@ -476,6 +536,7 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
     const double lr = lr_at(t, t_max, warmup, tr.lr_max, tr.lr_min);
     if (dumping) {
       // Gradient of the mean loss: the DP mean of the replicas' gradients.
+      std::vector<float> host(model.n_params());
       ops->download(host.data(), model.grads(), host.size() * sizeof(float));
       if (par.dp > 1) {
         grid.dp().all_reduce(host.data(), host.size(), ReduceOp::Sum);
@@ -500,60 +561,15 @@ TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Comm& wo
     }
     if (dumping) {
       model.set_keep_logits(false);
-      ops->download(host.data(), model.params(), host.size() * sizeof(float));
-      dump.params_after = gather_full(grid, cfg, model.layout(), host, stages);
-      // Tokens in global sample order: DP slices from (tp 0, pp 0, dp r).
-      // ATM decisions from tp 0 of each layer's stage, DP slices in order.
+      dump.params_after = gather_device(model.params());
       dist::set_context(step_ctx + " dump gather");
-      const int tag = 7002;
-      if (me.tp == 0 && me.pp == 0 && !root) world.isend(batch.data(), batch.size(), DType::I32, 0, tag).wait();
       std::vector<uint8_t> atm_flat;
       for (auto& [l, v] : atm_local) atm_flat.insert(atm_flat.end(), v.begin(), v.end());
-      if (par.tp > 1) {
-        // ATM decisions must be identical on the TP ranks (each computes
-        // them from its copy of X-tilde): compare fingerprints.
-        uint64_t h = 1469598103934665603ull;
-        for (uint8_t b : atm_flat) h = (h ^ b) * 1099511628211ull;
-        std::vector<int64_t> all(size_t(par.tp));
-        const int64_t mine = int64_t(h >> 1);
-        grid.tp().all_gather(&mine, all.data(), 1, DType::I64);
-        for (int64_t v : all)
-          WIOLA_CHECK(v == mine, "ATM merge decisions differ between the TP ranks of stage ", me.pp,
-                      " at step ", t);
-      }
-      if (me.tp == 0 && !root && !atm_flat.empty())
-        world.isend(atm_flat.data(), atm_flat.size(), DType::U8, 0, tag + 1).wait();
+      if (par.tp > 1) check_atm_agrees_over_tp(grid, atm_flat, t);
+      gather_tokens_and_atm(grid, cfg, stages, batch, atm_flat, size_t(local_mb) * T, dump);
       if (root) {
         dump.cfg = cfg;
         dump.B = int(GB);
-        dump.tokens.resize(size_t(GB) * (T + 1));
-        std::vector<std::vector<uint8_t>> atm_dp(size_t(cfg.L));
-        for (int r = 0; r < par.dp; ++r) {
-          int32_t* dst = dump.tokens.data() + size_t(r) * batch.size();
-          const int src = dist::grid_rank(gc, {0, 0, r});
-          if (src == 0) std::copy(batch.begin(), batch.end(), dst);
-          else world.irecv(dst, batch.size(), DType::I32, src, tag).wait();
-          for (int s = 0; s < par.pp; ++s) {
-            const auto [a0, a1] = stages[size_t(s)];
-            int n_atm = 0;
-            for (int l = a0; l < a1; ++l) n_atm += cfg.atm_layer(l) ? 1 : 0;
-            if (!n_atm) continue;
-            const size_t each = size_t(local_mb) * T;
-            std::vector<uint8_t> got(each * size_t(n_atm));
-            const int from = dist::grid_rank(gc, {0, s, r});
-            if (from == 0) got = atm_flat;
-            else world.irecv(got.data(), got.size(), DType::U8, from, tag + 1).wait();
-            int j = 0;
-            for (int l = a0; l < a1; ++l)
-              if (cfg.atm_layer(l)) {
-                atm_dp[size_t(l)].insert(atm_dp[size_t(l)].end(), got.begin() + long(j * each),
-                                         got.begin() + long((j + 1) * each));
-                ++j;
-              }
-          }
-        }
-        for (int l = 0; l < cfg.L; ++l)
-          if (!atm_dp[size_t(l)].empty()) dump.atm[l] = std::move(atm_dp[size_t(l)]);
         dump.loss = loss;
         dump.grad_norm = res.grad_norm;
         dump.float_attrs = {{"lr", lr}, {"lr_max", tr.lr_max}, {"lr_min", tr.lr_min},
