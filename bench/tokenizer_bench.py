@@ -8,18 +8,27 @@ beyond building the list); wiola runs bench's wiola_tokenizer_speed (best of
 3, cold word cache each time). Prints MB/s of both and the ratio.
 
 usage: tokenizer_bench.py [--tokenizer FILE] [--text FILE] [--speed BIN]
+
+Defaults are the files bundled with the repository: the Wiola-360M tokenizer
+(data/wiola360m/tokenizer.json) and the Brown corpus (data/brown/brown.txt.xz).
+A text file ending in .xz is decompressed (Python's lzma) into a temporary
+file first, so both tokenizers read the same plain text.
 """
 import argparse
+import atexit
+import lzma
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 p = argparse.ArgumentParser()
-p.add_argument("--tokenizer", default=os.path.join(root, "..", "shared", "data", "wiola360m", "tokenizer.json"))
-p.add_argument("--text", default=os.path.join(root, "..", "shared", "data", "brown.txt"))
+p.add_argument("--tokenizer", default=os.path.join(root, "data", "wiola360m", "tokenizer.json"))
+p.add_argument("--text", default=os.path.join(root, "data", "brown", "brown.txt.xz"),
+               help="plain text, or .xz-compressed plain text")
 p.add_argument("--speed", default=os.path.join(root, "build", "bench", "wiola_tokenizer_speed"),
                help="path of the wiola_tokenizer_speed program")
 p.add_argument("--cpu", type=int, default=None, help="CPU to pin both to (default: the first allowed)")
@@ -37,7 +46,17 @@ except ImportError:
     sys.exit("Hugging Face tokenizers is not installed: "
              "/usr/bin/python3 -m pip install --break-system-packages tokenizers")
 
-raw = open(a.text, "rb").read()
+text_path = a.text
+if a.text.endswith(".xz"):
+    with lzma.open(a.text, "rb") as f:
+        raw = f.read()
+    tmp = tempfile.NamedTemporaryFile(prefix="tokenizer_bench_", suffix=".txt", delete=False)
+    with tmp:
+        tmp.write(raw)
+    atexit.register(os.unlink, tmp.name)
+    text_path = tmp.name
+else:
+    raw = open(a.text, "rb").read()
 lines = raw.decode("utf-8").split("\n")
 if lines and lines[-1] == "":
     lines.pop()
@@ -54,12 +73,12 @@ for _ in range(a.repeat):
 hf = mb / best
 
 env = dict(os.environ, OMP_NUM_THREADS="1")
-out = subprocess.run(["taskset", "-c", str(cpu), a.speed, a.tokenizer, a.text, str(a.repeat)],
+out = subprocess.run(["taskset", "-c", str(cpu), a.speed, a.tokenizer, text_path, str(a.repeat)],
                      capture_output=True, text=True, env=env, check=True).stdout
 vals = dict(line.split(" ", 1) for line in out.strip().split("\n") if " " in line)
 ours = float(vals["one_thread_MBps"])
 os.sched_setaffinity(0, allowed)
-out_mt = subprocess.run([a.speed, a.tokenizer, a.text, "1"], capture_output=True, text=True, check=True).stdout
+out_mt = subprocess.run([a.speed, a.tokenizer, text_path, "1"], capture_output=True, text=True, check=True).stdout
 vals_mt = dict(line.split(" ", 1) for line in out_mt.strip().split("\n") if " " in line)
 
 print(f"text: {a.text} ({mb:.2f} MB, {len(lines)} lines)")

@@ -2,8 +2,8 @@
 """Time one Wiola training step of the PyTorch reference (CPU).
 
 forward (training mode, ATM active with tau = 0.92) + backward + global-norm
-clip + AdamW update -- the same math as the C++ trainer (SPEC §2, §4).  Prints
-ONE JSON line: {"tokens_per_s", "step_ms", "threads", "torch", ...}.
+clip + AdamW update -- the same math as the C++ trainer (docs/model.md §2,
+§4).  Prints ONE JSON line: {"tokens_per_s", "step_ms", "threads", "torch", ...}.
 
     /usr/bin/python3 bench/torch_step.py --threads 2
 """

@@ -1,4 +1,4 @@
-// Deterministic, resumable token loader (SPEC §6).
+// Deterministic, resumable token loader (docs/model.md §6).
 //
 // Samples: the split's shards are concatenated (in manifest order) into one
 // stream of N tokens; sample i is tokens [i*T, i*T + T + 1), i < S =

@@ -1,4 +1,4 @@
-// `wiola prep`: raw text -> HDF5 token shards + manifest (SPEC §6).
+// `wiola prep`: raw text -> HDF5 token shards + manifest (docs/model.md §6).
 // Documents are tokenized in parallel (OpenMP) in input order, each followed
 // by the EOS id; every round(1/val_fraction)-th document (exactly
 // floor((d+1)·f) > floor(d·f) for document d) goes to the "val" split, the
@@ -43,7 +43,7 @@ struct PrepResult {
 
 PrepResult run_prep(const PrepOptions& opt);
 
-// Tokens held against the Chinchilla budget 20·N of each model size (SPEC §1).
+// Tokens held against the Chinchilla budget 20·N of each model size (docs/model.md §1).
 void print_chinchilla_report(FILE* f, uint64_t train_tokens);
 
 }  // namespace wiola

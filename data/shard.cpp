@@ -169,7 +169,7 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
     size_t want = meta_.vocab_size <= 65536 ? 2 : 4;
     if (!is_int || !is_unsigned || bytes != want)
       fail(path, ": /tokens has the wrong dtype (", is_int ? (is_unsigned ? "uint" : "int") : "non-integer ",
-           bytes * 8, "); SPEC §6 wants uint", want * 8, " for vocab_size ", meta_.vocab_size);
+           bytes * 8, "); docs/model.md §6 wants uint", want * 8, " for vocab_size ", meta_.vocab_size);
     if (meta_.num_tokens != dims[0])
       fail(path, ": attribute num_tokens = ", meta_.num_tokens, " but /tokens holds ", dims[0]);
     if (meta_.eos_id >= meta_.vocab_size) fail(path, ": eos_id ", meta_.eos_id, " >= vocab_size ", meta_.vocab_size);

@@ -1,4 +1,4 @@
-// HDF5 token shards (SPEC §6): dataset /tokens, 1-D, uint16 when the
+// HDF5 token shards (docs/model.md §6): dataset /tokens, 1-D, uint16 when the
 // vocabulary has at most 65536 ids else uint32, chunked, shuffle + deflate +
 // Fletcher-32 checksum per chunk (so corrupt data is an error, not garbage);
 // attributes vocab_size, eos_id, tokenizer_sha256, num_tokens, num_documents

@@ -12,7 +12,12 @@
 //                      in place: send == recv + rank()*c
 //   broadcast          buf of `root` copied to every rank
 //
-// Buffers are backend memory of the implementation (host for MPI). Every
+// Two roles (see Grid): a control-plane communicator moves host memory
+// (scalars, agreement, gathers to the host) and is always MPI; a data-plane
+// communicator moves backend memory (activations, gradients, parameters):
+// MPI itself for host-memory backends, MPI staged through host buffers
+// (dist/staged_comm.h) for backends the host cannot touch, NCCL for GPUs.
+// Every
 // operation is collective over the group and must be called in the same order
 // on all its ranks. Every wait is bounded by the process-wide timeout
 // (dist/diagnostics.h): a rank that waits longer prints one diagnostic and
@@ -25,21 +30,17 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dtype.h"
+
 namespace wiola::dist {
 
-enum class DType { F32, F64, I32, I64, U8 };
+// Element types are the op interface's (kernels/dtype.h): a backend buffer's
+// dtype is what goes on the wire.
+using wiola::DType;
+using wiola::dtype_bytes;
+using wiola::dtype_name;
+using wiola::dtype_of;
 enum class ReduceOp { Sum, Max };
-
-size_t dtype_bytes(DType t);
-const char* dtype_name(DType t);
-
-template <class T>
-constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::F32; }
-template <> constexpr DType dtype_of<double>() { return DType::F64; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::I64; }
-template <> constexpr DType dtype_of<uint8_t>() { return DType::U8; }
 
 // Implementation side of a pending operation.
 class RequestImpl {

@@ -147,7 +147,8 @@ std::vector<std::pair<int, int>> balanced_stages(const std::vector<double>& laye
   return out;
 }
 
-Grid::Grid(const GridConfig& cfg, Comm& world)
+Grid::Grid(const GridConfig& cfg, Comm& world,
+           const std::function<std::unique_ptr<Comm>(Comm&)>& data_plane)
     : cfg_(cfg), rank_(world.rank()), world_(&world) {
   validate_grid(cfg, world.size());
   coord_ = grid_coord(cfg, rank_);
@@ -159,6 +160,25 @@ Grid::Grid(const GridConfig& cfg, Comm& world)
   embed_ = world.split(ends ? c.dp * cfg.tp + c.tp : cfg.dp * cfg.tp + rank_,
                        c.pp, "embed");
   mp_ = world.split(c.dp, rank_, "mp");
+  if (data_plane)
+    for (GroupKind k : {GroupKind::Tp, GroupKind::Pp, GroupKind::Dp, GroupKind::Embed, GroupKind::Mp,
+                        GroupKind::World})
+      data_[int(k)] = data_plane(group(k));
+}
+
+Comm& Grid::data(GroupKind k) {
+  return data_[int(k)] ? *data_[int(k)] : group(k);
+}
+
+CommTraffic Grid::traffic(GroupKind k) {
+  CommTraffic t = group(k).traffic();
+  if (data_[int(k)]) {  // a data plane that counts its own traffic (NCCL)
+    const CommTraffic& d = data_[int(k)]->traffic();
+    t.ops += d.ops;
+    t.payload_bytes += d.payload_bytes;
+    t.wire_bytes += d.wire_bytes;
+  }
+  return t;
 }
 
 Comm& Grid::group(GroupKind k) {

@@ -1,9 +1,10 @@
-// The process grid (SPEC §5): world = TP × PP × DP, TP innermost:
+// The process grid (docs/model.md §5): world = TP × PP × DP, TP innermost:
 //   rank = pp·(DP·TP) + dp·TP + tp.
 // Pure arithmetic (grid_coord, grid_rank, group_ranks) is separate from the
 // communicators (Grid), so layouts can be checked without MPI.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -43,7 +44,7 @@ int grid_rank(const GridConfig& g, const GridCoord& c);
 // World ranks of `kind`'s group containing `rank`, in group-rank order.
 std::vector<int> group_ranks(const GridConfig& g, int rank, GroupKind kind);
 
-// Model-dependent layout checks (SPEC §5); throws wiola::Error saying what to
+// Model-dependent layout checks (docs/model.md §5); throws wiola::Error saying what to
 // change: tp·pp·dp = world; TP divides H_kv (and H_kv divides H), d_A, d_B
 // and V; PP <= L; micro_batch · micro_batches · dp = global_batch.
 void validate_layout(const GridConfig& g, int world_size, int n_layers,
@@ -63,10 +64,19 @@ std::pair<int, int> stage_layers(int n_layers, int pp, int stage);
 std::vector<std::pair<int, int>> balanced_stages(const std::vector<double>& layer_cost,
                                                  double first_extra, double last_extra, int pp);
 
-// The communicators of one rank. Construction is collective over `world`.
+// The communicators of one rank, in two roles:
+//   control plane (world(), tp(), ..., group(k)): host memory, always MPI:
+//     scalars (loss, norm partial sums), setup agreement, gathers of host
+//     copies (dumps, reports), every bounded wait and timeout diagnostic;
+//   data plane (data(k)): backend memory: TP activations and gradients,
+//     pipeline messages, DP gradient buckets and parameter shards, the
+//     tied-embedding gradient. Made from the control plane by `data_plane`
+//     (dist/staged_comm.h: data_plane_for(ops)); empty means the same
+//     communicators serve both roles (host-memory backends).
+// Construction is collective over `world`.
 class Grid {
  public:
-  Grid(const GridConfig& cfg, Comm& world);
+  Grid(const GridConfig& cfg, Comm& world, const std::function<std::unique_ptr<Comm>(Comm&)>& data_plane = {});
 
   const GridConfig& config() const { return cfg_; }
   const GridCoord& coord() const { return coord_; }
@@ -81,6 +91,10 @@ class Grid {
   Comm& embed() { return *embed_; }
   Comm& mp() { return *mp_; }
   Comm& group(GroupKind k);
+  // The data-plane communicator of group k (backend buffers).
+  Comm& data(GroupKind k);
+  // What group k moved on both planes since construction.
+  CommTraffic traffic(GroupKind k);
 
  private:
   GridConfig cfg_;
@@ -88,6 +102,7 @@ class Grid {
   int rank_ = 0;
   Comm* world_;
   std::unique_ptr<Comm> tp_, pp_, dp_, embed_, mp_;
+  std::unique_ptr<Comm> data_[6];  // per GroupKind; null: the control communicator
 };
 
 }  // namespace wiola::dist

@@ -35,6 +35,7 @@ MPI_Datatype mpi_type(DType t) {
     case DType::I32: return MPI_INT32_T;
     case DType::I64: return MPI_INT64_T;
     case DType::U8: return MPI_UINT8_T;
+    case DType::BF16: return MPI_UINT16_T;  // moved, never reduced (MPI has no bf16)
   }
   return MPI_DATATYPE_NULL;
 }
@@ -144,6 +145,7 @@ class MpiComm final : public Comm {
 
   Request iall_reduce(const void* send, void* recv, size_t count, DType t,
                       ReduceOp op) override {
+    WIOLA_CHECK(t != DType::BF16, "dist: MPI cannot reduce bfloat16 buffers (group '", name_, "')");
     auto r = make("all_reduce", count, t);
     const size_t eb = dtype_bytes(t);
     for (size_t off = 0; off < count || (count == 0 && off == 0);
@@ -164,6 +166,7 @@ class MpiComm final : public Comm {
   Request ireduce_scatter_sum(const void* send, void* recv, size_t recv_count,
                               DType t) override {
     const int c = to_int_count(recv_count, "reduce_scatter");
+    WIOLA_CHECK(t != DType::BF16, "dist: MPI cannot reduce bfloat16 buffers (group '", name_, "')");
     auto r = make("reduce_scatter_sum", recv_count, t);
     const size_t eb = dtype_bytes(t);
     const char* s = static_cast<const char*>(send);
@@ -327,27 +330,6 @@ void Comm::count_traffic(const char* op, size_t count, DType t, int root) {
   ++traffic_.ops;
   traffic_.payload_bytes += uint64_t(payload);
   traffic_.wire_bytes += uint64_t(wire);
-}
-
-size_t dtype_bytes(DType t) {
-  switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::U8: return 1;
-  }
-  return 0;
-}
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::F32: return "float32";
-    case DType::F64: return "float64";
-    case DType::I32: return "int32";
-    case DType::I64: return "int64";
-    case DType::U8: return "uint8";
-  }
-  return "?";
 }
 
 // ---- diagnostics ------------------------------------------------------------------

@@ -1,4 +1,5 @@
 #include "dist/optimizer.h"
+// (docs/model.md §4: AdamW, clipping, the non-finite skip.)
 
 #include <algorithm>
 #include <cmath>
@@ -10,9 +11,10 @@ namespace wiola::dist {
 
 DistAdamW::DistAdamW(Ops<float>& ops, float* params, float* grads, size_t n,
                      std::vector<ParamSegment> segments, AdamWConfig cfg,
-                     Comm* dp, Comm* norm_group)
+                     Comm* dp, Comm* norm_group, Comm* dp_ctrl)
     : ops_(ops), params_(params), grads_(grads), n_(n),
-      segs_(std::move(segments)), cfg_(cfg), dp_(dp), norm_(norm_group) {
+      segs_(std::move(segments)), cfg_(cfg), dp_(dp), norm_(norm_group),
+      dp_ctrl_(dp_ctrl ? dp_ctrl : dp) {
   WIOLA_CHECK(n_ > 0, "DistAdamW: empty parameter buffer");
   size_t at = 0;
   for (const ParamSegment& s : segs_) {
@@ -61,6 +63,9 @@ DistAdamW::DistAdamW(Ops<float>& ops, float* params, float* grads, size_t n,
   }
   m_ = Buffer<float>(ops_, shard_elems_);
   v_ = Buffer<float>(ops_, shard_elems_);
+  ops_.zero(m_.data(), m_.bytes());
+  ops_.zero(v_.data(), v_.bytes());
+  sq_ = Buffer<float, double>(ops_, 1);
   reload_master();
   next_launch_ = int(buckets_.size()) - 1;
 }
@@ -148,11 +153,14 @@ StepResult DistAdamW::step(double lr, long t) {
     for (const Piece& p : pieces_) ops_.scale(grad_at(p), inv, p.size);
   }
 
-  // 3. Global norm: each parameter once.
-  double sq = 0;
+  // 3. Global norm: each parameter once, summed on the backend; the host
+  // gets one double (for clipping and the non-finite check).
+  ops_.zero(sq_.data(), sq_.bytes());
   for (const Piece& p : pieces_)
-    if (p.in_norm) sq += ops_.sum_squares(grad_at(p), p.size);
-  if (zero_active()) sq = sum_over(dp_, sq);
+    if (p.in_norm) ops_.sum_squares(grad_at(p), p.size, sq_.data());
+  double sq = 0;
+  ops_.download(&sq, sq_.data(), sizeof sq);
+  if (zero_active()) sq = sum_over(dp_ctrl_, sq);
   sq = sum_over(norm_, sq);
   StepResult r;
   r.grad_norm = std::sqrt(sq);

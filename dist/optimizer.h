@@ -1,4 +1,4 @@
-// Distributed AdamW (SPEC §4, §5) with optional ZeRO sharding of the fp32
+// Distributed AdamW (docs/model.md §4, §5) with optional ZeRO sharding of the fp32
 // master weights and moments over the data-parallel group. Works on one flat
 // parameter buffer and its gradient buffer; knows nothing about the model
 // beyond the segment table (decay on/off, counted in the norm or not).
@@ -11,6 +11,12 @@
 // m and v. Gradients are reduce-scattered and parameters all-gathered bucket
 // by bucket (the reduction partition is the same whether or not the trainer
 // overlaps them with backward, so both give bit-identical results).
+//
+// Precision: master weights, gradients and moments are fp32 (Ops<float>) in
+// every mode; a lower-precision weight copy for GEMMs belongs to the model
+// (Model::refresh_weights after each step). Buffers are backend memory: the
+// host sees one double per step (the squared gradient norm, for clipping
+// and the non-finite check).
 #pragma once
 
 #include <cstddef>
@@ -47,12 +53,15 @@ class DistAdamW {
  public:
   // params, grads: flat fp32 buffers of n elements in backend memory; every
   // DP rank holds the full replica. segments cover [0, n) in order.
-  // dp: data-parallel group (nullptr or size 1: no DP). norm_group: the group
-  // over which distinct parameters' squared norms are summed (the tp×pp ranks
-  // of one dp index, Grid::mp(); nullptr: none). Both must outlive this.
+  // dp: data-parallel group, data plane (gradient buckets, parameter shards;
+  // nullptr or size 1: no DP). norm_group: control-plane group over which
+  // distinct parameters' squared norms are summed (the tp×pp ranks of one dp
+  // index, Grid::mp(); nullptr: none). dp_ctrl: the DP group's control plane
+  // (host scalars); nullptr: dp itself (a host-memory data plane). All must
+  // outlive this.
   DistAdamW(Ops<float>& ops, float* params, float* grads, size_t n,
             std::vector<ParamSegment> segments, AdamWConfig cfg, Comm* dp,
-            Comm* norm_group);
+            Comm* norm_group, Comm* dp_ctrl = nullptr);
   ~DistAdamW();
   DistAdamW(const DistAdamW&) = delete;
   DistAdamW& operator=(const DistAdamW&) = delete;
@@ -136,12 +145,14 @@ class DistAdamW {
   AdamWConfig cfg_;
   Comm* dp_;
   Comm* norm_;
+  Comm* dp_ctrl_;
   int dp_size_ = 1, dp_rank_ = 0;
   size_t bucket_ = 0, shard_elems_ = 0;
   std::vector<Bucket> buckets_;
   std::vector<Piece> pieces_;
   int next_launch_ = -1;  // next bucket to launch (descending), -1: all launched
   Buffer<float> master_, m_, v_, tmp_;
+  Buffer<float, double> sq_;  // [1] squared gradient norm of this rank's pieces
   long applied_ = 0;
 };
 

@@ -1,4 +1,4 @@
-// Pipeline schedules (SPEC §5): the ordered list of forward/backward
+// Pipeline schedules (docs/model.md §5): the ordered list of forward/backward
 // micro-batch actions one stage runs in a step. Pure logic, no communication:
 // the trainer walks the list, receiving inputs before and sending outputs
 // after each action.

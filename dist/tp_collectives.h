@@ -1,5 +1,6 @@
-// The model's TP hook (model/collectives.h) implemented over a dist::Comm, so
-// the model sees only TpCollectives<T> and never the communicator.
+// The model's TP hook (model/collectives.h) implemented over the data-plane
+// communicator of the TP group, so the model sees only TpCollectives and
+// never the communicator.
 #pragma once
 
 #include "dist/comm.h"
@@ -7,18 +8,17 @@
 
 namespace wiola::dist {
 
-template <class T>
-class CommTpCollectives final : public TpCollectives<T> {
+class CommTpCollectives final : public TpCollectives {
  public:
-  explicit CommTpCollectives(Comm& tp) : tp_(tp) {}
-  void all_reduce_sum(T* x, size_t n) override {
-    tp_.all_reduce(x, x, n, dtype_of<T>(), ReduceOp::Sum);
+  explicit CommTpCollectives(Comm& tp_data) : tp_(tp_data) {}
+  void all_reduce_sum(Ptr x, size_t n) override {
+    tp_.all_reduce(x.raw(), x.raw(), n, x.dtype(), ReduceOp::Sum);
   }
-  void all_reduce_max(T* x, size_t n) override {
-    tp_.all_reduce(x, x, n, dtype_of<T>(), ReduceOp::Max);
+  void all_reduce_max(Ptr x, size_t n) override {
+    tp_.all_reduce(x.raw(), x.raw(), n, x.dtype(), ReduceOp::Max);
   }
-  double sum_scalar(double x) override {
-    return tp_.all_reduce_value(x, ReduceOp::Sum);
+  void all_reduce_sum(double* x, size_t n) override {
+    tp_.all_reduce(x, x, n, DType::F64, ReduceOp::Sum);
   }
 
  private:

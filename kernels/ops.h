@@ -1,14 +1,24 @@
 // The op interface: every numerical operation the Wiola model needs, one
 // function per op with its backward beside it. `model/` calls only this;
 // `kernels/cpu/` implements it with OpenBLAS + OpenMP (float and double, so
-// tests can check gradients in double precision) and `kernels/cuda/` with
-// cuBLAS (bf16 operands, fp32 accumulate).
+// tests can check gradients in double precision); a CUDA backend implements
+// it with cuBLAS (bf16 operands, fp32 accumulate).
 //
 // Conventions
 // - Row-major. Shapes are written in brackets; N = tokens = B*T.
-// - Tensor pointers are backend memory (host for CPU, device for CUDA).
-//   Index arrays (token ids, ATM layouts) are `int32_t`/`uint8_t` backend
-//   memory too; host<->backend copies go through upload/download.
+// - Every pointer is backend memory (host for the CPU backend, device memory
+//   for a GPU, inaccessible memory for the cpu-opaque debug backend). The
+//   host never dereferences one; host<->backend copies go through
+//   upload/download, and only where the host needs a value (logging, the
+//   non-finite check, dumps), batched once per step.
+// - Floating-point buffers are typed pointers (kernels/ptr.h): each knows its
+//   storage dtype. T, the compute type of Ops<T>, is the type of master
+//   weights, gradients and statistics; activations and weight copies use the
+//   storage types of precision() (all T on the CPU). Index arrays (token ids,
+//   ATM plans) are int32_t/uint8_t, device-side scalars double.
+// - Reductions leave their result in backend memory (double accumulators):
+//   a loss, a norm or dL/dφ never round-trips to the host inside model code.
+// - Allocations are not zero-filled: callers zero() what must start at zero.
 // - Backward ops: parameter gradients ACCUMULATE (+=, for micro-batches);
 //   activation gradients OVERWRITE unless the comment says "accumulates"
 //   (the residual stream and tensors that feed several consumers).
@@ -19,13 +29,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
+
+#include "kernels/dtype.h"
+#include "kernels/ptr.h"
 
 namespace wiola {
 
 enum class Trans { N, T };
 
-// Keys of one self-attention call after ATM (SPEC §2). Keys are rows sorted
+// Keys of one self-attention call after ATM (docs/model.md §2). Keys are rows sorted
 // by `key_end`; key row j of sequence b is visible to the query at position
 // p iff key_end[b*Tk + j] <= p. A query whose position opens a merged pair
 // additionally sees its own raw key/value (its pair is not complete inside its
@@ -48,6 +62,19 @@ struct AttnShape {
   int q_pos0 = 0;  // position of query row 0 (non-zero in cached decoding)
 };
 
+// Storage types of the model's buffers. T (Ops<T>) is always the type of
+// master weights, gradients, optimizer state and statistics (norm rstd,
+// softmax log-sum-exp, loss terms).
+struct Precision {
+  DType act;       // activations and their gradients (GEMM/attention operands)
+  DType residual;  // the residual stream X, the GCLA summaries, their gradients
+  DType weight;    // the weight copy GEMMs read
+  // Weights live in a copy of the master parameters, refreshed after every
+  // optimizer step (Model::refresh_weights), even when weight == T. A GPU
+  // in bf16 needs the copy; cpu-opaque can force it to test the plumbing.
+  bool separate_weights = false;
+};
+
 template <class T>
 class Ops {
  public:
@@ -55,54 +82,66 @@ class Ops {
   virtual const char* name() const = 0;
 
   // ---- memory ------------------------------------------------------------
-  virtual void* alloc_bytes(size_t bytes) = 0;  // zero-filled
+  virtual void* alloc_bytes(size_t bytes) = 0;  // contents undefined
   virtual void free_bytes(void* p) = 0;
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* p, size_t bytes) = 0;
   virtual void synchronize() {}
+  // True when the host may touch this backend's buffers directly (plain CPU
+  // memory): a communicator may then use them as message buffers.
+  virtual bool host_accessible() const = 0;
+  virtual Precision precision() const {
+    return {dtype_of<T>(), dtype_of<T>(), dtype_of<T>(), false};
+  }
+  // dst[i] = src[i] between storage types (master weights -> weight copy).
+  virtual void convert(CPtr src, Ptr dst, size_t n) = 0;
 
   // ---- BLAS ----------------------------------------------------------------
-  // C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C
-  virtual void gemm(Trans ta, Trans tb, int m, int n, int k, T alpha,
-                    const T* A, int lda, const T* B, int ldb, T beta, T* C,
-                    int ldc) = 0;
-  // The same for `batch` independent problems at fixed strides.
+  // C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C (accumulated in T or
+  // wider whatever the storage types)
+  virtual void gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, CPtr A,
+                    int lda, CPtr B, int ldb, T beta, Ptr C, int ldc) = 0;
+  // The same for `batch` independent problems at fixed strides (elements).
   virtual void gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k,
-                                    T alpha, const T* A, int lda, long sA,
-                                    const T* B, int ldb, long sB, T beta, T* C,
-                                    int ldc, long sC, int batch) = 0;
+                                    T alpha, CPtr A, int lda, long sA, CPtr B,
+                                    int ldb, long sB, T beta, Ptr C, int ldc,
+                                    long sC, int batch) = 0;
 
   // ---- elementwise and reductions --------------------------------------------
-  virtual void add(const T* a, const T* b, T* out, size_t n) = 0;  // out = a+b
-  virtual void axpy(T alpha, const T* x, T* y, size_t n) = 0;      // y += a*x
-  virtual void scale(T* x, T s, size_t n) = 0;
-  virtual double sum_squares(const T* x, size_t n) = 0;  // returned on host
-  virtual double sum(const T* x, size_t n) = 0;
+  virtual void add(CPtr a, CPtr b, Ptr out, size_t n) = 0;  // out = a+b
+  virtual void axpy(T alpha, CPtr x, Ptr y, size_t n) = 0;  // y += a*x
+  virtual void scale(Ptr x, T s, size_t n) = 0;
+  // acc[0] += sum of x[i]^2 / of x[i], summed in double; acc is a backend
+  // double (the caller zeroes it, then downloads it once when it needs it).
+  virtual void sum_squares(CPtr x, size_t n, double* acc) = 0;
+  virtual void sum(CPtr x, size_t n, double* acc) = 0;
+  // y[i] = y[i] + x[i], added in double: double partial results (dL/dφ after
+  // its TP sum) into a gradient.
+  virtual void accumulate(const double* x, Ptr y, size_t n) = 0;
 
   // ---- embedding (vocab-parallel: rows [v0, v0+V_local) live here) --------
   // out[N,d] = E[ids - v0] for ids in range, 0 otherwise.
-  virtual void embedding_fwd(const int32_t* ids, int N, const T* E, int v0,
-                             int V_local, int d, T* out) = 0;
+  virtual void embedding_fwd(const int32_t* ids, int N, CPtr E, int v0,
+                             int V_local, int d, Ptr out) = 0;
   // dE[id - v0] += dout[i] for ids in range.
-  virtual void embedding_bwd(const int32_t* ids, int N, const T* dout, int v0,
-                             int V_local, int d, T* dE) = 0;
+  virtual void embedding_bwd(const int32_t* ids, int N, CPtr dout, int v0,
+                             int V_local, int d, Ptr dE) = 0;
 
   // ---- WiolaRMSNorm: z = x + delta; y = gamma * z / sqrt(mean(z^2) + eps) ----
   // rstd[N] saved for backward.
-  virtual void rmsnorm_fwd(const T* x, const T* gamma, const T* delta, int N,
-                           int d, double eps, T* y, T* rstd) = 0;
+  virtual void rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d,
+                           double eps, Ptr y, Ptr rstd) = 0;
   // dx ACCUMULATES (x is the residual stream); dgamma, ddelta accumulate.
-  virtual void rmsnorm_bwd(const T* x, const T* gamma, const T* delta,
-                           const T* rstd, const T* dy, int N, int d, T* dx,
-                           T* dgamma, T* ddelta) = 0;
+  virtual void rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy,
+                           int N, int d, Ptr dx, Ptr dgamma, Ptr ddelta) = 0;
 
   // ---- SRPE: rotate-half pairs of each head, in place ------------------------
   // x[B, Tn, nh, dh]; table[Tn, dh/2, 2] = (c, s) for positions of rows
   // 0..Tn-1 (host-computed in float64, rounded once; see model/srpe.h).
   // inverse=true applies the transpose rotation (= the backward pass).
-  virtual void srpe_apply(T* x, int B, int Tn, int nh, int dh, const T* table,
+  virtual void srpe_apply(Ptr x, int B, int Tn, int nh, int dh, CPtr table,
                           bool inverse) = 0;
 
   // ---- causal self-attention with GQA and ATM key merging ---------------------
@@ -110,129 +149,126 @@ class Ops {
   // self_open). out o[B,Tq,H,dh], lse[B,H,Tq] (log-sum-exp of scaled scores,
   // saved for backward). Scale 1/sqrt(dh). Tiled, online softmax: no
   // [B,H,Tq,Tk] buffer.
-  virtual void attention_fwd(const AttnShape& s, const AttnKeys& keys,
-                             const T* q, const T* k, const T* v,
-                             const T* raw_k, const T* raw_v, T* o, T* lse) = 0;
+  virtual void attention_fwd(const AttnShape& s, const AttnKeys& keys, CPtr q,
+                             CPtr k, CPtr v, CPtr raw_k, CPtr raw_v, Ptr o,
+                             Ptr lse) = 0;
   // Overwrites dq[B,Tq,H,dh], dk,dv[B,Tk,Hkv,dh], draw_k,draw_v[B,Tq,Hkv,dh]
-  // (zero where not self_open; may be nullptr when self_open is nullptr).
-  virtual void attention_bwd(const AttnShape& s, const AttnKeys& keys,
-                             const T* q, const T* k, const T* v,
-                             const T* raw_k, const T* raw_v, const T* o,
-                             const T* lse, const T* dout, T* dq, T* dk, T* dv,
-                             T* draw_k, T* draw_v) = 0;
+  // (zero where not self_open; may be null when self_open is nullptr).
+  virtual void attention_bwd(const AttnShape& s, const AttnKeys& keys, CPtr q,
+                             CPtr k, CPtr v, CPtr raw_k, CPtr raw_v, CPtr o,
+                             CPtr lse, CPtr dout, Ptr dq, Ptr dk, Ptr dv,
+                             Ptr draw_k, Ptr draw_v) = 0;
 
-  // ---- ATM (SPEC §2): cosine similarity of neighbours, merged keys/values ----
-  // rho[B, T-1]: rho_t = x_t.x_{t+1} / (|x_t| |x_{t+1}|), 0 if a norm is 0.
-  // Always accumulated in double, stored as double on the host side.
-  virtual void atm_similarity(const T* x, int B, int Tn, int d,
-                              double* rho_host) = 0;
+  // ---- ATM (docs/model.md §2): similarity, merge plan, merged keys/values ----
+  // rho[B, Tn-1] (backend doubles): rho_t = x_t.x_{t+1} / (|x_t| |x_{t+1}|),
+  // 0 if a norm is 0, accumulated in double.
+  virtual void atm_similarity(CPtr x, int B, int Tn, int d, double* rho) = 0;
+  // The merge plan of every sequence (kernels/atm_plan.h: Algorithm 1 and the
+  // key layout): open[B,Tn], group_first[B,Tn], key_end[B,Tn], n_groups[B].
+  virtual void atm_plan(const double* rho, int B, int Tn, double tau,
+                        uint8_t* open, int32_t* group_first, int32_t* key_end,
+                        int32_t* n_groups) = 0;
   // Merge rows of x[B,Tn,w] into out[B,Tn,w] (rows >= n_groups[b] zero):
   // out[b,j] = mean of x[b, group_first[b,j] .. key_end[b,j]].
-  virtual void atm_merge_rows(const T* x, int B, int Tn, int w,
+  virtual void atm_merge_rows(CPtr x, int B, int Tn, int w,
                               const int32_t* group_first,
                               const int32_t* key_end, const int32_t* n_groups,
-                              T* out) = 0;
+                              Ptr out) = 0;
   // dx[b,t] += dout[b,j] / |group j| for every member t of group j.
-  virtual void atm_merge_rows_bwd(const T* dout, int B, int Tn, int w,
+  virtual void atm_merge_rows_bwd(CPtr dout, int B, int Tn, int w,
                                   const int32_t* group_first,
                                   const int32_t* key_end,
-                                  const int32_t* n_groups, T* dx) = 0;
+                                  const int32_t* n_groups, Ptr dx) = 0;
 
   // ---- GCLA pieces --------------------------------------------------------------
   // Prefix mean over positions: out[b,t] = mean_{u<=t} x[b,u]; x,out [B,Tn,d].
-  virtual void prefix_mean_fwd(const T* x, int B, int Tn, int d, T* out) = 0;
+  virtual void prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr out) = 0;
   // dx[b,u] += sum_{t>=u} dout[b,t]/(t+1)   (ACCUMULATES)
-  virtual void prefix_mean_bwd(const T* dout, int B, int Tn, int d, T* dx) = 0;
+  virtual void prefix_mean_bwd(CPtr dout, int B, int Tn, int d, Ptr dx) = 0;
   // Cached decoding: rows are positions pos0..pos0+Tn-1 and carry[B,d] holds
   // the sums of all earlier rows: out[b,i] = (carry[b] + sum_{u<=i} x[b,u]) /
-  // (pos0+i+1), then carry[b] += sum_u x[b,u]. Default: on the host (decoding
-  // is not the hot path); backends may override.
-  virtual void prefix_mean_carry_fwd(const T* x, int B, int Tn, int d, int pos0,
-                                     T* carry, T* out) {
-    const size_t n = size_t(B) * Tn * d;
-    std::vector<T> hx(n), hc(size_t(B) * d), ho(n);
-    download(hx.data(), x, n * sizeof(T));
-    download(hc.data(), carry, hc.size() * sizeof(T));
-    for (int b = 0; b < B; ++b)
-      for (int j = 0; j < d; ++j) {
-        double acc = double(hc[size_t(b) * d + j]);
-        for (int i = 0; i < Tn; ++i) {
-          const size_t r = (size_t(b) * Tn + i) * d + j;
-          acc += double(hx[r]);
-          ho[r] = T(acc / double(pos0 + i + 1));
-        }
-        hc[size_t(b) * d + j] = T(acc);
-      }
-    upload(out, ho.data(), n * sizeof(T));
-    upload(carry, hc.data(), hc.size() * sizeof(T));
-  }
+  // (pos0+i+1), then carry[b] += sum_u x[b,u].
+  virtual void prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0,
+                                     Ptr carry, Ptr out) = 0;
   // Context sub-attention: per token n and head h, softmax over nc context
   // rows of q[n,h].kc[n,i,g]/sqrt(dh), g = h % Hkv.
   // q[N,H,dh], kc,vc[N,nc,Hkv,dh]; out[N,H,dh], probs[N,H,nc].
-  virtual void ctx_attention_fwd(const T* q, const T* kc, const T* vc, int N,
-                                 int nc, int H, int Hkv, int dh, T* out,
-                                 T* probs) = 0;
+  virtual void ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc,
+                                 int H, int Hkv, int dh, Ptr out,
+                                 Ptr probs) = 0;
   // dq ACCUMULATES (q also feeds self-attention); dkc, dvc overwrite.
-  virtual void ctx_attention_bwd(const T* q, const T* kc, const T* vc,
-                                 const T* probs, const T* dout, int N, int nc,
-                                 int H, int Hkv, int dh, T* dq, T* dkc,
-                                 T* dvc) = 0;
-  // out = (1-beta)*o_self + beta*o_ctx, beta = sigmoid(phi) (phi on host).
-  virtual void blend_fwd(const T* o_self, const T* o_ctx, double phi, size_t n,
-                         T* out) = 0;
-  // d_self = (1-beta) dout, d_ctx = beta dout (overwrite); returns dL/dphi.
-  virtual double blend_bwd(const T* o_self, const T* o_ctx, double phi,
-                           const T* dout, size_t n, T* d_self, T* d_ctx) = 0;
+  virtual void ctx_attention_bwd(CPtr q, CPtr kc, CPtr vc, CPtr probs,
+                                 CPtr dout, int N, int nc, int H, int Hkv,
+                                 int dh, Ptr dq, Ptr dkc, Ptr dvc) = 0;
+  // out = (1-beta)*o_self + beta*o_ctx, beta = sigmoid(phi[0]); phi is the
+  // layer's φ in backend memory (read by the op: no host round trip).
+  virtual void blend_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, size_t n,
+                         Ptr out) = 0;
+  // d_self = (1-beta) dout, d_ctx = beta dout (overwrite); dphi[0] (backend
+  // double) = dL/dφ of this call (overwrite; summed in double).
+  virtual void blend_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout,
+                         size_t n, Ptr d_self, Ptr d_ctx, double* dphi) = 0;
   // out = sigmoid(pre) * x
-  virtual void sigmoid_gate_fwd(const T* pre, const T* x, size_t n, T* out) = 0;
-  virtual void sigmoid_gate_bwd(const T* pre, const T* x, const T* dout,
-                                size_t n, T* dpre, T* dx) = 0;
+  virtual void sigmoid_gate_fwd(CPtr pre, CPtr x, size_t n, Ptr out) = 0;
+  virtual void sigmoid_gate_bwd(CPtr pre, CPtr x, CPtr dout, size_t n,
+                                Ptr dpre, Ptr dx) = 0;
 
   // ---- DSFF pieces -------------------------------------------------------------
   // h = SiLU(g) * u
-  virtual void swiglu_fwd(const T* g, const T* u, size_t n, T* h) = 0;
-  virtual void swiglu_bwd(const T* g, const T* u, const T* dh, size_t n, T* dg,
-                          T* du) = 0;
+  virtual void swiglu_fwd(CPtr g, CPtr u, size_t n, Ptr h) = 0;
+  virtual void swiglu_bwd(CPtr g, CPtr u, CPtr dh, size_t n, Ptr dg,
+                          Ptr du) = 0;
   // y = GELU(x) (exact erf form)
-  virtual void gelu_fwd(const T* x, size_t n, T* y) = 0;
-  virtual void gelu_bwd(const T* x, const T* dy, size_t n, T* dx) = 0;
+  virtual void gelu_fwd(CPtr x, size_t n, Ptr y) = 0;
+  virtual void gelu_bwd(CPtr x, CPtr dy, size_t n, Ptr dx) = 0;
   // out = alpha*a + (1-alpha)*b, alpha = sigmoid(pre)
-  virtual void fusion_fwd(const T* pre, const T* a, const T* b, size_t n,
-                          T* out) = 0;
-  virtual void fusion_bwd(const T* pre, const T* a, const T* b, const T* dout,
-                          size_t n, T* dpre, T* da, T* db) = 0;
+  virtual void fusion_fwd(CPtr pre, CPtr a, CPtr b, size_t n, Ptr out) = 0;
+  virtual void fusion_bwd(CPtr pre, CPtr a, CPtr b, CPtr dout, size_t n,
+                          Ptr dpre, Ptr da, Ptr db) = 0;
 
   // ---- cross-entropy, in three phases so TP can all-reduce between them ----
   // (vocab-parallel: logits[N, V_local] hold columns [v0, v0+V_local).)
   // Phase 1: row_max[N] = max over local columns.
-  virtual void ce_row_max(const T* logits, int N, int V_local, T* row_max) = 0;
+  virtual void ce_row_max(CPtr logits, int N, int V_local, Ptr row_max) = 0;
   // Phase 2: sumexp[N] = sum exp(logit - row_max); tgt[N] = logit[target]
   // if target in the local slice else 0.
-  virtual void ce_sumexp_target(const T* logits, const int32_t* targets, int N,
-                                int V_local, int v0, const T* row_max,
-                                T* sumexp, T* tgt) = 0;
+  virtual void ce_sumexp_target(CPtr logits, const int32_t* targets, int N,
+                                int V_local, int v0, CPtr row_max, Ptr sumexp,
+                                Ptr tgt) = 0;
   // Phase 3: loss[N] = log(sumexp) + row_max - tgt, and in place
   // logits <- scale * (softmax - onehot(target)) = dL/dlogits.
-  virtual void ce_loss_grad(T* logits, const int32_t* targets, int N,
-                            int V_local, int v0, const T* row_max,
-                            const T* sumexp, const T* tgt, double scale,
-                            T* loss) = 0;
+  virtual void ce_loss_grad(Ptr logits, const int32_t* targets, int N,
+                            int V_local, int v0, CPtr row_max, CPtr sumexp,
+                            CPtr tgt, double scale, Ptr loss) = 0;
   // Logits-only softmax statistics for evaluation (no gradient).
-  virtual void ce_loss(const T* logits, const int32_t* targets, int N,
-                       int V_local, int v0, const T* row_max, const T* sumexp,
-                       const T* tgt, T* loss) = 0;
+  virtual void ce_loss(CPtr logits, const int32_t* targets, int N, int V_local,
+                       int v0, CPtr row_max, CPtr sumexp, CPtr tgt,
+                       Ptr loss) = 0;
 
   // ---- optimizer -------------------------------------------------------------------
   // PyTorch AdamW on a flat range: p *= 1 - lr*wd; m,v moments; bias
   // corrections bc1 = 1-beta1^t, bc2 = 1-beta2^t.
-  virtual void adamw(T* p, const T* g, T* m, T* v, size_t n, double lr,
+  virtual void adamw(Ptr p, CPtr g, Ptr m, Ptr v, size_t n, double lr,
                      double beta1, double beta2, double eps, double wd,
                      double bc1, double bc2) = 0;
 };
 
 // The CPU backend for a scalar type (float for training, double for checks).
+// Memory::Opaque is the debug backend "cpu-opaque": the same kernels, but its
+// buffers are inaccessible to the host (PROT_NONE) except while one of its
+// ops or an upload/download runs, and fresh allocations hold NaN bytes. Any
+// host access to a backend buffer outside the backend crashes there, and
+// reliance on zero-filled allocation shows up as NaN.
+enum class CpuMemory { Host, Opaque };
 template <class T>
-std::unique_ptr<Ops<T>> make_cpu_ops();
+std::unique_ptr<Ops<T>> make_cpu_ops(CpuMemory memory = CpuMemory::Host);
+
+// A backend by its start-up name: "cpu", "cpu-opaque" (add
+// "+separate-weights" to keep GEMM weights in a refreshed copy). Throws
+// wiola::Error naming the known backends.
+template <class T>
+std::unique_ptr<Ops<T>> make_backend(const std::string& name);
+std::vector<std::string> backend_names();
 
 // Threads of the CPU backend (OpenMP loops and OpenBLAS); n <= 0 keeps the
 // runtime default. cpu_threads() reports the current count.
@@ -266,6 +302,7 @@ class Buffer {
   const E* data() const { return p_; }
   size_t size() const { return n_; }
   size_t bytes() const { return n_ * sizeof(E); }
+  static constexpr DType dtype() { return dtype_of<E>(); }
 
  private:
   void release() {
@@ -274,6 +311,27 @@ class Buffer {
   }
   Ops<T>* ops_ = nullptr;
   E* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+
+// Owning buffer whose element type is chosen at run time (activations, in the
+// storage type the backend's precision() names).
+template <class T>
+class DynBuffer {
+ public:
+  DynBuffer() = default;
+  DynBuffer(Ops<T>& ops, DType t, size_t n)
+      : bytes_(Buffer<T, unsigned char>(ops, n * dtype_bytes(t))), t_(t), n_(n) {}
+  Ptr data() { return Ptr(bytes_.data(), t_); }
+  CPtr data() const { return CPtr(bytes_.data(), t_); }
+  size_t size() const { return n_; }
+  size_t bytes() const { return bytes_.bytes(); }
+  DType dtype() const { return t_; }
+
+ private:
+  Buffer<T, unsigned char> bytes_;
+  DType t_ = DType::F32;
   size_t n_ = 0;
 };
 

@@ -1,4 +1,4 @@
-// `wiola prep`: tokenize text into HDF5 token shards + manifest (SPEC §6).
+// `wiola prep`: tokenize text into HDF5 token shards + manifest (docs/model.md §6).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>

@@ -6,6 +6,7 @@
 
 #include "dist/agree.h"
 #include "dist/mpi_comm.h"
+#include "kernels/ops.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 #include "util/error.h"
@@ -18,7 +19,7 @@ int wiola_cmd_train(int argc, char** argv) {
   app.add_option("-c,--config", config, "TOML run config ([model] [train] [data] [parallel] [checkpoint])");
   app.add_option("--set", sets, "override one key: section.key=value (repeatable)");
   app.add_option("--dump-step", dump_specs,
-                 "N:PATH write the numerics of step N to HDF5 (SPEC §7; repeatable)");
+                 "N:PATH write the numerics of step N to HDF5 (docs/model.md §7; repeatable)");
   app.add_flag("-q,--quiet", quiet, "no per-step progress lines");
   try {
     app.parse(argc, argv);
@@ -52,7 +53,10 @@ int wiola_cmd_train(int argc, char** argv) {
     wiola::RunConfig rc;
     wiola::dist::agree_on_setup(*world, "wiola train", [&] { rc = wiola::load_run_config(config, sets); });
     if (world->rank() != 0) opt.quiet = true;
-    wiola::run_training(rc, opt, *world);
+    // The backend is start-up configuration: chosen here, used by everything.
+    wiola::set_cpu_threads(rc.train.threads);
+    auto ops = wiola::make_backend<float>(rc.train.backend);
+    wiola::run_training(rc, opt, *ops, *world);
     return 0;
   };
   if (world->size() == 1) return body();

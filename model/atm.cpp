@@ -1,17 +1,12 @@
 #include "model/atm.h"
 
+#include "kernels/atm_plan.h"
+
 namespace wiola {
 
 std::vector<uint8_t> atm_greedy_open(const double* rho, int T, double tau) {
   std::vector<uint8_t> open(size_t(T), 0);
-  for (int t = 0; t + 1 < T;) {
-    if (rho[t] > tau) {
-      open[size_t(t)] = 1;
-      t += 2;  // t+1 is taken
-    } else {
-      t += 1;
-    }
-  }
+  atm_greedy_row(rho, T, tau, open.data());
   return open;
 }
 
@@ -56,22 +51,10 @@ AtmLayout atm_layout(std::vector<uint8_t> open, int B, int T) {
   a.group_first.assign(size_t(B) * T, 0);
   a.key_end.assign(size_t(B) * T, 0);
   a.n_groups.assign(size_t(B), 0);
-  for (int b = 0; b < B; ++b) {
-    const uint8_t* o = a.open.data() + size_t(b) * T;
-    int j = 0;
-    for (int t = 0; t < T; ++j) {
-      const bool pair = o[t] && t + 1 < T;
-      a.group_first[size_t(b) * T + j] = t;
-      a.key_end[size_t(b) * T + j] = pair ? t + 1 : t;
-      t += pair ? 2 : 1;
-    }
-    a.n_groups[size_t(b)] = j;
-    // Rows past n_groups keep key_end beyond every position: never visible.
-    for (int r = j; r < T; ++r) {
-      a.group_first[size_t(b) * T + r] = T;
-      a.key_end[size_t(b) * T + r] = T;
-    }
-  }
+  for (int b = 0; b < B; ++b)
+    a.n_groups[size_t(b)] = atm_layout_row(a.open.data() + size_t(b) * T, T,
+                                           a.group_first.data() + size_t(b) * T,
+                                           a.key_end.data() + size_t(b) * T);
   return a;
 }
 

@@ -1,7 +1,9 @@
-// ATM (SPEC §2 and the paper's Algorithm 1): the merge map is decided on the
-// host from neighbour cosine similarities; decisions are constants for the
-// backward pass. Queries are never merged: keys and values are (the DECISION
-// in SPEC §2), which the attention op handles through AttnKeys.
+// ATM (docs/model.md §2 and the paper's Algorithm 1), host side: the merge
+// map for tests, statistics and dumps. Training decides on the backend
+// (Ops::atm_plan); both run the same code (kernels/atm_plan.h), so the
+// decisions agree. Decisions are constants for the backward pass. Queries are
+// never merged: keys and values are (docs/model.md §2), which the attention
+// op handles through AttnKeys.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// Model hyper-parameters (SPEC §1) and the slice of the model one process
+// Model hyper-parameters (docs/model.md §1) and the slice of the model one process
 // owns (TP rank, pipeline layer range).
 #pragma once
 
@@ -36,7 +36,7 @@ struct ModelConfig {
   int n_ctx(int l) const { return l + 1 < Lambda ? l + 1 : Lambda; }
   // Throws wiola::Error naming the first inconsistent field.
   void validate() const;
-  // Exact parameter count (SPEC §1 formula).
+  // Exact parameter count (docs/model.md §1 formula).
   int64_t param_count() const;
 };
 

@@ -1,5 +1,6 @@
 #include "model/layer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/linear.h"
@@ -11,19 +12,21 @@ void LayerActs<T>::allocate(const LayerCtx<T>& c, int nc) {
   const size_t N = size_t(c.N()), d = size_t(c.cfg.d);
   const size_t hd = size_t(c.ld.H) * c.ld.dh, kvd = size_t(c.ld.Hkv) * c.ld.dh;
   const size_t dA = size_t(c.ld.dA), dB = size_t(c.ld.dB);
+  const DType act = c.prec.act, res = c.prec.residual, st = dtype_of<T>();  // st: statistics
   auto& r = arena;
-  r.reserve(&xn1, N * d); r.reserve(&rstd1, N);
-  r.reserve(&q, N * hd); r.reserve(&k, N * kvd); r.reserve(&v, N * kvd);
-  r.reserve(&gpre, N * hd);
-  r.reserve(&kg, N * kvd); r.reserve(&vg, N * kvd);
-  r.reserve(&o_self, N * hd); r.reserve(&lse, N * size_t(c.ld.H));
-  r.reserve(&kc, N * size_t(nc) * kvd); r.reserve(&vc, N * size_t(nc) * kvd);
-  r.reserve(&o_ctx, N * hd); r.reserve(&probs, N * size_t(c.ld.H) * size_t(nc));
-  r.reserve(&o, N * hd); r.reserve(&og, N * hd);
-  r.reserve(&xh, N * d); r.reserve(&xn2, N * d); r.reserve(&rstd2, N);
-  r.reserve(&ga, N * dA); r.reserve(&ua, N * dA); r.reserve(&ha, N * dA);
-  r.reserve(&ub, N * dB); r.reserve(&hb, N * dB);
-  r.reserve(&a, N * d); r.reserve(&b, N * d); r.reserve(&fpre, N * d);
+  r.reserve(&xn1, act, N * d); r.reserve(&rstd1, st, N);
+  r.reserve(&q, act, N * hd); r.reserve(&k, act, N * kvd); r.reserve(&v, act, N * kvd);
+  r.reserve(&gpre, act, N * hd);
+  r.reserve(&kg, act, N * kvd); r.reserve(&vg, act, N * kvd);
+  r.reserve(&o_self, act, N * hd); r.reserve(&lse, st, N * size_t(c.ld.H));
+  r.reserve(&kc, act, N * size_t(nc) * kvd); r.reserve(&vc, act, N * size_t(nc) * kvd);
+  r.reserve(&o_ctx, act, N * hd); r.reserve(&probs, st, N * size_t(c.ld.H) * size_t(nc));
+  r.reserve(&o, act, N * hd); r.reserve(&og, act, N * hd);
+  r.reserve(&xh, res, N * d); r.reserve(&xn2, act, N * d); r.reserve(&rstd2, st, N);
+  r.reserve(&ga, act, N * dA); r.reserve(&ua, act, N * dA); r.reserve(&ha, act, N * dA);
+  r.reserve(&ub, act, N * dB); r.reserve(&hb, act, N * dB);
+  r.reserve(&a, act, N * d); r.reserve(&b, act, N * d); r.reserve(&fpre, act, N * d);
+  r.reserve(&rho, size_t(c.B) * size_t(std::max(c.T_ - 1, 1)));
   r.reserve(&group_first, N); r.reserve(&key_end, N);
   r.reserve(&n_groups, size_t(c.B)); r.reserve(&open, N);
   r.commit(c.ops);
@@ -35,53 +38,30 @@ void LayerWork<T>::allocate(const LayerCtx<T>& c) {
   const size_t hd = size_t(c.ld.H) * c.ld.dh, kvd = size_t(c.ld.Hkv) * c.ld.dh;
   const size_t dA = size_t(c.ld.dA), dB = size_t(c.ld.dB);
   const size_t nc = size_t(c.cfg.Lambda);
+  const DType act = c.prec.act, res = c.prec.residual;
   auto& r = arena;
-  r.reserve(&dxn, N * d); r.reserve(&dq, N * hd); r.reserve(&dk, N * kvd);
-  r.reserve(&dv, N * kvd); r.reserve(&dgpre, N * hd);
-  r.reserve(&dkg, N * kvd); r.reserve(&dvg, N * kvd);
-  r.reserve(&dog, N * hd); r.reserve(&d_o, N * hd); r.reserve(&do_self, N * hd); r.reserve(&do_ctx, N * hd);
-  r.reserve(&dkc, N * nc * kvd); r.reserve(&dvc, N * nc * kvd);
-  r.reserve(&dfpre, N * d); r.reserve(&da, N * d); r.reserve(&db, N * d);
-  r.reserve(&dha, N * dA); r.reserve(&dhb, N * dB);
-  r.reserve(&dga, N * dA); r.reserve(&dua, N * dA); r.reserve(&dub, N * dB);
-  r.reserve(&dxh, N * d);
+  r.reserve(&dxn, act, N * d); r.reserve(&dq, act, N * hd); r.reserve(&dk, act, N * kvd);
+  r.reserve(&dv, act, N * kvd); r.reserve(&dgpre, act, N * hd);
+  r.reserve(&dkg, act, N * kvd); r.reserve(&dvg, act, N * kvd);
+  r.reserve(&dog, act, N * hd); r.reserve(&d_o, act, N * hd);
+  r.reserve(&do_self, act, N * hd); r.reserve(&do_ctx, act, N * hd);
+  r.reserve(&dkc, act, N * nc * kvd); r.reserve(&dvc, act, N * nc * kvd);
+  r.reserve(&dfpre, act, N * d); r.reserve(&da, act, N * d); r.reserve(&db, act, N * d);
+  r.reserve(&dha, act, N * dA); r.reserve(&dhb, act, N * dB);
+  r.reserve(&dga, act, N * dA); r.reserve(&dua, act, N * dA); r.reserve(&dub, act, N * dB);
+  r.reserve(&dxh, res, N * d);
+  r.reserve(&dphi, 1);
   r.commit(c.ops);
 }
 
 namespace {
 
-template <class T>
-double read_scalar(Ops<T>& ops, const T* p) {
-  T v{};
-  ops.download(&v, p, sizeof(T));
-  return double(v);
-}
-
-template <class T>
-void add_scalar(Ops<T>& ops, T* p, double delta) {
-  T v{};
-  ops.download(&v, p, sizeof(T));
-  v = T(double(v) + delta);
-  ops.upload(p, &v, sizeof(T));
-}
-
-// ATM merge decision on X-tilde (SPEC §2): cosine of neighbours in double,
-// greedy Algorithm 1 on the host, layout uploaded for the attention op.
+// ATM merge decision on X-tilde (docs/model.md §2): cosine of neighbours in
+// double and Algorithm 1, both on the backend; nothing returns to the host.
 template <class T>
 void atm_decide(const LayerCtx<T>& c, LayerActs<T>& a) {
-  const int B = c.B, Tn = c.T_;
-  std::vector<double> rho(size_t(B) * (Tn - 1));
-  c.ops.atm_similarity(a.xn1, B, Tn, c.cfg.d, rho.data());
-  std::vector<uint8_t> open(size_t(B) * Tn, 0);
-  for (int b = 0; b < B; ++b) {
-    auto ob = atm_greedy_open(rho.data() + size_t(b) * (Tn - 1), Tn, c.cfg.tau);
-    std::copy(ob.begin(), ob.end(), open.begin() + size_t(b) * Tn);
-  }
-  a.atm = atm_layout(std::move(open), B, Tn);
-  c.ops.upload(a.open, a.atm.open.data(), a.atm.open.size());
-  c.ops.upload(a.group_first, a.atm.group_first.data(), a.atm.group_first.size() * 4);
-  c.ops.upload(a.key_end, a.atm.key_end.data(), a.atm.key_end.size() * 4);
-  c.ops.upload(a.n_groups, a.atm.n_groups.data(), a.atm.n_groups.size() * 4);
+  c.ops.atm_similarity(a.xn1, c.B, c.T_, c.cfg.d, a.rho);
+  c.ops.atm_plan(a.rho, c.B, c.T_, c.cfg.tau, a.open, a.group_first, a.key_end, a.n_groups);
 }
 
 template <class T>
@@ -95,15 +75,14 @@ AttnShape attn_shape(const LayerCtx<T>& c) {
 }  // namespace
 
 template <class T>
-void layer_forward(const LayerCtx<T>& c, int l, const LayerParams<T>& p,
-                   const T* x, const T* const* ctx, int nc, bool training,
-                   LayerActs<T>& a, T* x_out, const KvSlot<T>* kv) {
+void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, const CPtr* ctx,
+                   int nc, bool training, LayerActs<T>& a, Ptr x_out, const KvSlot* kv) {
   Ops<T>& ops = c.ops;
   const int N = c.N(), d = c.cfg.d, dh = c.ld.dh;
   const int hd = c.ld.H * dh, kvd = c.ld.Hkv * dh;
   const size_t nhd = size_t(N) * hd;
 
-  // ---- GCLA (SPEC §2) ----
+  // ---- GCLA (docs/model.md §2) ----
   ops.rmsnorm_fwd(x, p.ln1_g, p.ln1_d, N, d, c.cfg.eps, a.xn1, a.rstd1);
   linear_fwd(ops, a.xn1, p.wq, N, d, hd, a.q);
   linear_fwd(ops, a.xn1, p.wk, N, d, kvd, a.k);
@@ -121,8 +100,9 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams<T>& p,
     for (int b = 0; b < c.B; ++b) {
       const size_t dst = (size_t(b) * kv->capacity + kv->len) * kvd;
       const size_t src = size_t(b) * c.T_ * kvd;
-      ops.copy(kv->k + dst, a.k + src, size_t(c.T_) * kvd * sizeof(T));
-      ops.copy(kv->v + dst, a.v + src, size_t(c.T_) * kvd * sizeof(T));
+      const size_t bytes = size_t(c.T_) * kvd * dtype_bytes(c.prec.act);
+      ops.copy((kv->k + dst).raw(), (a.k + src).raw(), bytes);
+      ops.copy((kv->v + dst).raw(), (a.v + src).raw(), bytes);
     }
     s.Tk = kv->capacity;
     s.q_pos0 = kv->len;
@@ -146,13 +126,13 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams<T>& p,
   ops.ctx_attention_fwd(a.q, a.kc, a.vc, N, nc, c.ld.H, c.ld.Hkv, dh, a.o_ctx, a.probs);
 
   // Blend with beta = sigmoid(phi), sigmoid output gate, output projection.
-  ops.blend_fwd(a.o_self, a.o_ctx, read_scalar(ops, p.phi), nhd, a.o);
+  ops.blend_fwd(a.o_self, a.o_ctx, p.phi, nhd, a.o);
   ops.sigmoid_gate_fwd(a.gpre, a.o, nhd, a.og);
   linear_fwd(ops, a.og, p.wo, N, hd, d, a.xh);  // A (row-parallel)
   tp_sum(c.tp, a.xh, size_t(N) * d);
   ops.add(x, a.xh, a.xh, size_t(N) * d);        // X-half = X + A
 
-  // ---- DSFF (SPEC §2) ----
+  // ---- DSFF (docs/model.md §2) ----
   ops.rmsnorm_fwd(a.xh, p.ln2_g, p.ln2_d, N, d, c.cfg.eps, a.xn2, a.rstd2);
   const int dA = c.ld.dA, dB = c.ld.dB;
   linear_fwd(ops, a.xn2, p.ga, N, d, dA, a.ga);
@@ -172,10 +152,9 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams<T>& p,
 }
 
 template <class T>
-void layer_backward(const LayerCtx<T>& c, int l, const LayerParams<T>& p,
-                    const LayerParams<T>& g, const T* x, const T* const* ctx,
-                    int nc, LayerActs<T>& a, LayerWork<T>& w, const T* dx_out,
-                    T* dx, T* const* dctx) {
+void layer_backward(const LayerCtx<T>& c, int l, const LayerParams& p, const LayerParams& g,
+                    CPtr x, const CPtr* ctx, int nc, LayerActs<T>& a, LayerWork<T>& w,
+                    CPtr dx_out, Ptr dx, const Ptr* dctx) {
   Ops<T>& ops = c.ops;
   const int N = c.N(), d = c.cfg.d, dh = c.ld.dh;
   const int hd = c.ld.H * dh, kvd = c.ld.Hkv * dh, dA = c.ld.dA, dB = c.ld.dB;
@@ -202,16 +181,18 @@ void layer_backward(const LayerCtx<T>& c, int l, const LayerParams<T>& p,
   linear_bwd_x(ops, w.dua, p.ua, N, d, dA, w.dxn, T(1));
   linear_bwd_w(ops, w.dua, a.xn2, N, d, dA, g.ua);
   tp_sum(c.tp, w.dxn, nd);  // column-parallel input gradient
-  ops.copy(w.dxh, dx_out, nd * sizeof(T));
+  ops.copy(w.dxh.raw(), dx_out.raw(), nd * dtype_bytes(c.prec.residual));
   ops.rmsnorm_bwd(a.xh, p.ln2_g, p.ln2_d, a.rstd2, w.dxn, N, d, w.dxh, g.ln2_g, g.ln2_d);
 
   // ---- GCLA backward; dA = dX-half ----
   linear_bwd_x(ops, w.dxh, p.wo, N, hd, d, w.dog);
   linear_bwd_w(ops, w.dxh, a.og, N, hd, d, g.wo);
   ops.sigmoid_gate_bwd(a.gpre, a.o, w.dog, nhd, w.dgpre, w.d_o);
-  // dφ sums over this rank's heads only: sum over TP (φ is replicated).
-  const double dphi = ops.blend_bwd(a.o_self, a.o_ctx, read_scalar(ops, p.phi), w.d_o, nhd, w.do_self, w.do_ctx);
-  add_scalar(ops, g.phi, tp_sum_scalar(c.tp, dphi));
+  // dφ sums over this rank's heads only: sum over TP (φ is replicated),
+  // then add to φ's gradient, all in backend memory.
+  ops.blend_bwd(a.o_self, a.o_ctx, p.phi, w.d_o, nhd, w.do_self, w.do_ctx, w.dphi);
+  tp_sum(c.tp, w.dphi, 1);
+  ops.accumulate(w.dphi, g.phi, 1);
 
   // Self-attention first (it overwrites dq), then the context path adds to dq.
   const AttnShape s = attn_shape(c);
@@ -226,8 +207,8 @@ void layer_backward(const LayerCtx<T>& c, int l, const LayerParams<T>& p,
   }
   ops.ctx_attention_bwd(a.q, a.kc, a.vc, a.probs, w.do_ctx, N, nc, c.ld.H, c.ld.Hkv, dh, w.dq, w.dkc, w.dvc);
   for (int i = 0; i < nc; ++i) {
-    const T* dkc_i = w.dkc + size_t(i) * kvd;
-    const T* dvc_i = w.dvc + size_t(i) * kvd;
+    const CPtr dkc_i = w.dkc + size_t(i) * kvd;
+    const CPtr dvc_i = w.dvc + size_t(i) * kvd;
     ops.gemm(Trans::N, Trans::N, N, d, kvd, T(1), dkc_i, nc * kvd, p.wkc, d, T(1), dctx[i], d);
     ops.gemm(Trans::N, Trans::N, N, d, kvd, T(1), dvc_i, nc * kvd, p.wvc, d, T(1), dctx[i], d);
     ops.gemm(Trans::T, Trans::N, kvd, d, N, T(1), dkc_i, nc * kvd, ctx[i], d, T(1), g.wkc, d);
@@ -245,20 +226,18 @@ void layer_backward(const LayerCtx<T>& c, int l, const LayerParams<T>& p,
   linear_bwd_x(ops, w.dgpre, p.wgate, N, d, hd, w.dxn, T(1));
   linear_bwd_w(ops, w.dgpre, a.xn1, N, d, hd, g.wgate);
   tp_sum(c.tp, w.dxn, nd);
-  ops.copy(dx, w.dxh, nd * sizeof(T));  // residual
+  ops.copy(dx.raw(), w.dxh.raw(), nd * dtype_bytes(c.prec.residual));  // residual
   ops.rmsnorm_bwd(x, p.ln1_g, p.ln1_d, a.rstd1, w.dxn, N, d, dx, g.ln1_g, g.ln1_d);
 }
 
-#define WIOLA_INSTANTIATE_LAYER(T)                                              \
-  template struct LayerActs<T>;                                                 \
-  template struct LayerWork<T>;                                                 \
-  template void layer_forward<T>(const LayerCtx<T>&, int, const LayerParams<T>&, \
-                                 const T*, const T* const*, int, bool,          \
-                                 LayerActs<T>&, T*, const KvSlot<T>*);                          \
-  template void layer_backward<T>(const LayerCtx<T>&, int, const LayerParams<T>&, \
-                                  const LayerParams<T>&, const T*,              \
-                                  const T* const*, int, LayerActs<T>&,          \
-                                  LayerWork<T>&, const T*, T*, T* const*);
+#define WIOLA_INSTANTIATE_LAYER(T)                                                          \
+  template struct LayerActs<T>;                                                             \
+  template struct LayerWork<T>;                                                             \
+  template void layer_forward<T>(const LayerCtx<T>&, int, const LayerParams&, CPtr,          \
+                                 const CPtr*, int, bool, LayerActs<T>&, Ptr, const KvSlot*); \
+  template void layer_backward<T>(const LayerCtx<T>&, int, const LayerParams&,              \
+                                  const LayerParams&, CPtr, const CPtr*, int, LayerActs<T>&, \
+                                  LayerWork<T>&, CPtr, Ptr, const Ptr*);
 WIOLA_INSTANTIATE_LAYER(float)
 WIOLA_INSTANTIATE_LAYER(double)
 

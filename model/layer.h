@@ -1,6 +1,8 @@
-// One Wiola decoder layer (SPEC §2): GCLA with ATM inside, then DSFF, each
-// behind a WiolaRMSNorm, on the residual stream. Forward and backward side by
-// side in layer.cpp. Shapes: N = B*T tokens; local (TP) head and FFN sizes.
+// One Wiola decoder layer (docs/model.md §2): GCLA with ATM inside, then
+// DSFF, each behind a WiolaRMSNorm, on the residual stream. Forward and
+// backward side by side in layer.cpp. Shapes: N = B*T tokens; local (TP) head
+// and FFN sizes. Every buffer is backend memory; the storage type of each is
+// chosen by its role (Precision, kernels/ops.h) in allocate().
 #pragma once
 
 #include <cstdint>
@@ -21,31 +23,32 @@ struct LayerCtx {
   Ops<T>& ops;
   const ModelConfig& cfg;
   LocalDims ld;
-  TpCollectives<T>* tp;  // nullptr: one TP rank
+  TpCollectives* tp;     // nullptr: one TP rank
   int B, T_;             // micro-batch sequences, positions per sequence
-  const T* srpe;         // SRPE table [T_, dh/2, 2] in backend memory
+  CPtr srpe;             // SRPE table [T_, dh/2, 2] in backend memory
+  Precision prec;        // storage types (ops.precision())
   int N() const { return B * T_; }
 };
 
 // Saved activations of one layer for one micro-batch.
 template <class T>
 struct LayerActs {
-  T *xn1, *rstd1;             // [N,d], [N]     input norm
-  T *q, *k, *v, *gpre;        // [N,H dh] SRPE'd, [N,Hkv dh] SRPE'd, [N,Hkv dh], [N,H dh]
-  T *kg, *vg;                 // [N,Hkv dh] ATM-merged keys/values
-  T *o_self, *lse;            // [N,H dh], [B,H,T]
-  T *kc, *vc;                 // [N,nc,Hkv dh] context keys/values
-  T *o_ctx, *probs;           // [N,H dh], [N,H,nc]
-  T *o, *og;                  // blended, gated [N,H dh]
-  T *xh;                      // [N,d] X + A (X-half)
-  T *xn2, *rstd2;             // [N,d], [N]
-  T *ga, *ua, *ha;            // [N,dA]
-  T *ub, *hb;                 // [N,dB]
-  T *a, *b, *fpre;            // [N,d]
-  int32_t *group_first, *key_end, *n_groups;  // ATM layout (backend memory)
-  uint8_t* open;
+  Ptr xn1, rstd1;             // [N,d], [N]     input norm
+  Ptr q, k, v, gpre;          // [N,H dh] SRPE'd, [N,Hkv dh] SRPE'd, [N,Hkv dh], [N,H dh]
+  Ptr kg, vg;                 // [N,Hkv dh] ATM-merged keys/values
+  Ptr o_self, lse;            // [N,H dh], [B,H,T]
+  Ptr kc, vc;                 // [N,nc,Hkv dh] context keys/values
+  Ptr o_ctx, probs;           // [N,H dh], [N,H,nc]
+  Ptr o, og;                  // blended, gated [N,H dh]
+  Ptr xh;                     // [N,d] X + A (X-half, residual stream)
+  Ptr xn2, rstd2;             // [N,d], [N]
+  Ptr ga, ua, ha;             // [N,dA]
+  Ptr ub, hb;                 // [N,dB]
+  Ptr a, b, fpre;             // [N,d]
+  double* rho;                // [B, T-1] ATM neighbour similarities
+  int32_t *group_first, *key_end, *n_groups;  // ATM plan
+  uint8_t* open;                              // [B, T] ATM decisions
   bool atm_active = false;
-  AtmLayout atm;              // host copy: dump, statistics
   Arena<T> arena;
   void allocate(const LayerCtx<T>& c, int nc);
 };
@@ -53,36 +56,34 @@ struct LayerActs {
 // Gradient scratch shared by all layers (overwritten each layer).
 template <class T>
 struct LayerWork {
-  T *dxn, *dq, *dk, *dv, *dgpre, *dkg, *dvg, *dog, *d_o, *do_self, *do_ctx;
-  T *dkc, *dvc, *dfpre, *da, *db, *dha, *dhb, *dga, *dua, *dub, *dxh;
+  Ptr dxn, dq, dk, dv, dgpre, dkg, dvg, dog, d_o, do_self, do_ctx;
+  Ptr dkc, dvc, dfpre, da, db, dha, dhb, dga, dua, dub, dxh;
+  double* dphi;               // [1] this call's dL/dφ (TP-partial until summed)
   Arena<T> arena;
   void allocate(const LayerCtx<T>& c);
 };
 
 // Cached decoding: this layer's keys (SRPE'd) and values of earlier positions,
 // [B, capacity, Hkv dh]; new rows are appended at `len` (the caller advances it).
-template <class T>
 struct KvSlot {
-  T* k = nullptr;
-  T* v = nullptr;
+  Ptr k, v;
   int capacity = 0;
   int len = 0;
 };
 
-// x_out = layer_l(x, ctx). ctx: nc pointers to summaries [N,d], oldest first.
-// training: ATM active in its layers (SPEC §2); eval runs with ATM off.
+// x_out = layer_l(x, ctx). ctx: nc summaries [N,d], oldest first. p: the
+// forward view of the parameters (ModelParams::bind_forward).
+// training: ATM active in its layers (docs/model.md §2); eval runs with ATM off.
 template <class T>
-void layer_forward(const LayerCtx<T>& c, int l, const LayerParams<T>& p,
-                   const T* x, const T* const* ctx, int nc, bool training,
-                   LayerActs<T>& a, T* x_out, const KvSlot<T>* kv = nullptr);
+void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, const CPtr* ctx,
+                   int nc, bool training, LayerActs<T>& a, Ptr x_out, const KvSlot* kv = nullptr);
 
 // Backward of layer_forward. dx_out: gradient of x_out. Writes dx (overwrite),
 // accumulates into parameter gradients g and into dctx[i] (gradients of the
 // context summaries; TP-partial: the caller all-reduces them).
 template <class T>
-void layer_backward(const LayerCtx<T>& c, int l, const LayerParams<T>& p,
-                    const LayerParams<T>& g, const T* x, const T* const* ctx,
-                    int nc, LayerActs<T>& a, LayerWork<T>& w, const T* dx_out,
-                    T* dx, T* const* dctx);
+void layer_backward(const LayerCtx<T>& c, int l, const LayerParams& p, const LayerParams& g,
+                    CPtr x, const CPtr* ctx, int nc, LayerActs<T>& a, LayerWork<T>& w,
+                    CPtr dx_out, Ptr dx, const Ptr* dctx);
 
 }  // namespace wiola

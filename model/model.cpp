@@ -27,10 +27,11 @@ constexpr int kMaxLambda = 16;
 template <class T>
 struct Model<T>::Slot {
   Buffer<T, int32_t> ids;          // [N] (first stage)
-  std::vector<Buffer<T>> X;        // nl+1 residual streams [N, d]
-  std::vector<Buffer<T>> S;        // summaries held by the stage [N, d]
+  std::vector<DynBuffer<T>> X;     // nl+1 residual streams [N, d]
+  std::vector<DynBuffer<T>> S;     // summaries held by the stage [N, d]
   std::vector<LayerActs<T>> acts;  // per layer (empty with recompute)
-  Buffer<T> rstd_f, dx_top;        // last stage: final-norm rstd [N], dX(L) [N, d]
+  Buffer<T> rstd_f;                // last stage: final-norm rstd [N]
+  DynBuffer<T> dx_top;             // last stage: dX(L) [N, d]
 };
 
 template <class T>
@@ -42,17 +43,23 @@ struct Model<T>::Impl {
   std::vector<Slot> slots;
   LayerActs<T> scratch;             // recompute: one layer's activations
   LayerWork<T> work;
-  Buffer<T> xtmp;                   // recompute: discarded layer output
-  std::vector<Buffer<T>> dS;        // summary gradients [N, d]
-  Buffer<T> dcur, dprev;            // residual-stream gradients [N, d]
+  DynBuffer<T> xtmp;                // recompute: discarded layer output
+  std::vector<DynBuffer<T>> dS;     // summary gradients [N, d]
+  DynBuffer<T> dcur, dprev;         // residual-stream gradients [N, d]
   // head (last stage), shared: consumed inside the forward
-  Buffer<T> xf, logits, row_max, sumexp, tgt, loss, dxf;
+  DynBuffer<T> xf, logits, dxf;     // [N, d], [N, V_local], [N, d]
+  Buffer<T> row_max, sumexp, tgt, loss;  // [N] statistics
+  Buffer<T, double> loss_sum;       // [1] CE sum since take_loss_sum()
+  LayerCtx<T> ctx(Ops<T>& ops, const ModelConfig& cfg, const LocalDims& ld, TpCollectives* tp,
+                  int n, CPtr table, const Precision& prec) const {
+    return LayerCtx<T>{ops, cfg, ld, tp, B, n, table, prec};
+  }
 };
 
 template <class T>
 Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
-                TpCollectives<T>* tp, const ModelOptions& opt)
-    : ops_(ops), cfg_(cfg), shard_(shard), tp_(tp), opt_(opt),
+                TpCollectives* tp, const ModelOptions& opt)
+    : ops_(ops), cfg_(cfg), shard_(shard), tp_(tp), opt_(opt), prec_(ops.precision()),
       layout_((cfg.validate(), cfg), shard), ld_(cfg, shard),
       impl_(std::make_unique<Impl>()) {
   WIOLA_CHECK(cfg.Lambda <= kMaxLambda, "model.lookback (", cfg.Lambda, ") must be at most ", kMaxLambda);
@@ -63,9 +70,16 @@ Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
               "layer range [", shard.layer_begin, ", ", l1, ") is not inside 0..", cfg.L);
   params_ = Buffer<T>(ops, layout_.total());
   grads_ = Buffer<T>(ops, layout_.total());
-  p_ = ModelParams<T>::bind(layout_, params_.data(), cfg, shard);
-  g_ = ModelParams<T>::bind(layout_, grads_.data(), cfg, shard);
+  ops.zero(grads_.data(), grads_.bytes());
+  Ptr weights = params_.data();
+  if (prec_.separate_weights || prec_.weight != dtype_of<T>()) {
+    weights_ = DynBuffer<T>(ops, prec_.weight, layout_.total());
+    weights = weights_.data();
+  }
+  w_ = ModelParams::bind_forward(layout_, weights, params_.data(), cfg, shard);
+  g_ = ModelParams::bind(layout_, grads_.data(), cfg, shard);
   atm_open_.resize(size_t(cfg.L));
+  atm_valid_.assign(size_t(cfg.L), false);
   // Flat ranges for grad-ready reports: a layer's tensors are contiguous.
   for (int l = shard.layer_begin; l < l1; ++l) {
     const std::string prefix = layer_param_name(l, "");
@@ -86,44 +100,49 @@ Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
   m.B = opt.micro_batch; m.T_ = cfg.T; m.N = m.B * m.T_;
   m.l0 = shard.layer_begin; m.l1 = l1; m.nl = l1 - m.l0;
   const size_t N = size_t(m.N), d = size_t(cfg.d);
+  const DType res = prec_.residual, act = prec_.act;
   const auto table = srpe_table<T>(cfg, 0, cfg.T);
   m.srpe = Buffer<T>(ops, table.size());
   ops.upload(m.srpe.data(), table.data(), table.size() * sizeof(T));
   m.srpe_dec = Buffer<T>(ops, table.size());
   m.targets = Buffer<T, int32_t>(ops, N);
-  const LayerCtx<T> c{ops, cfg_, ld_, tp_, m.B, m.T_, m.srpe.data()};
+  m.loss_sum = Buffer<T, double>(ops, 1);
+  ops.zero(m.loss_sum.data(), m.loss_sum.bytes());
+  const LayerCtx<T> c = m.ctx(ops, cfg_, ld_, tp_, m.T_, m.srpe.data(), prec_);
   const bool last = shard.last_stage(cfg);
   m.slots.resize(size_t(opt.slots));
   for (Slot& sl : m.slots) {
     sl.ids = Buffer<T, int32_t>(ops, N);
-    for (int i = 0; i <= m.nl; ++i) sl.X.emplace_back(ops, N * d);
-    for (int s = 0; s < n_summaries(); ++s) sl.S.emplace_back(ops, N * d);
+    for (int i = 0; i <= m.nl; ++i) sl.X.emplace_back(ops, res, N * d);
+    for (int s = 0; s < n_summaries(); ++s) sl.S.emplace_back(ops, res, N * d);
     if (!opt.recompute) {
       sl.acts.resize(size_t(m.nl));
       for (int l = m.l0; l < m.l1; ++l) sl.acts[size_t(l - m.l0)].allocate(c, cfg.n_ctx(l));
     }
     if (last) {
       sl.rstd_f = Buffer<T>(ops, N);
-      sl.dx_top = Buffer<T>(ops, N * d);
+      sl.dx_top = DynBuffer<T>(ops, res, N * d);
     }
   }
   if (opt.recompute) {
     m.scratch.allocate(c, cfg.Lambda);
-    m.xtmp = Buffer<T>(ops, N * d);
+    m.xtmp = DynBuffer<T>(ops, res, N * d);
   }
-  for (int s = 0; s < n_summaries(); ++s) m.dS.emplace_back(ops, N * d);
+  for (int s = 0; s < n_summaries(); ++s) m.dS.emplace_back(ops, res, N * d);
   m.work.allocate(c);
-  m.dcur = Buffer<T>(ops, N * d);
-  m.dprev = Buffer<T>(ops, N * d);
+  m.dcur = DynBuffer<T>(ops, res, N * d);
+  m.dprev = DynBuffer<T>(ops, res, N * d);
   if (last) {
-    m.xf = Buffer<T>(ops, N * d);
-    m.logits = Buffer<T>(ops, N * size_t(ld_.V));
+    m.xf = DynBuffer<T>(ops, act, N * d);
+    m.logits = DynBuffer<T>(ops, act, N * size_t(ld_.V));
     m.row_max = Buffer<T>(ops, N);
     m.sumexp = Buffer<T>(ops, N);
     m.tgt = Buffer<T>(ops, N);
     m.loss = Buffer<T>(ops, N);
-    m.dxf = Buffer<T>(ops, N * d);
+    m.dxf = DynBuffer<T>(ops, act, N * d);
   }
+  for (int l = m.l0; l < m.l1; ++l)
+    if (cfg.atm_layer(l)) atm_open_[size_t(l)] = Buffer<T, uint8_t>(ops, N);
 }
 
 template <class T>
@@ -153,7 +172,7 @@ int Model<T>::send_lo() const {
 }
 
 template <class T>
-void Model<T>::context(const Slot& sl, int l, const T** ctx, T** dctx) {
+void Model<T>::context(const Slot& sl, int l, CPtr* ctx, Ptr* dctx) {
   const int nc = cfg_.n_ctx(l), lo = summary_lo();
   for (int i = 0; i < nc; ++i) {
     const int s = l + 1 - nc + i;  // oldest first
@@ -167,6 +186,35 @@ void Model<T>::init(uint64_t seed) {
   std::vector<T> host(layout_.total());
   init_params_host(layout_, seed, host.data());
   ops_.upload(params_.data(), host.data(), host.size() * sizeof(T));
+  refresh_weights();
+}
+
+template <class T>
+void Model<T>::refresh_weights() {
+  if (weights_.size()) ops_.convert(params_.data(), weights_.data(), layout_.total());
+}
+
+template <class T>
+double Model<T>::take_loss_sum() {
+  double s = 0;
+  ops_.download(&s, impl_->loss_sum.data(), sizeof s);
+  ops_.zero(impl_->loss_sum.data(), impl_->loss_sum.bytes());
+  return s;
+}
+
+// Logits [count] as T on the host, whatever their storage type.
+template <class T>
+std::vector<T> Model<T>::download_logits(size_t count) const {
+  std::vector<T> out(count);
+  CPtr src = impl_->logits.data();
+  if (src.dtype() == dtype_of<T>()) {
+    ops_.download(out.data(), src.raw(), count * sizeof(T));
+  } else {
+    Buffer<T> tmp(ops_, count);
+    ops_.convert(src, tmp.data(), count);
+    ops_.download(out.data(), tmp.data(), count * sizeof(T));
+  }
+  return out;
 }
 
 template <class T>
@@ -204,9 +252,9 @@ int Model<T>::boundary_out() const {
 }
 
 template <class T>
-std::vector<T*> Model<T>::fwd_in(int i) {
+std::vector<Ptr> Model<T>::fwd_in(int i) {
   Slot& sl = slot(i);
-  std::vector<T*> out;
+  std::vector<Ptr> out;
   if (boundary_in() == 0) return out;
   out.push_back(sl.X[0].data());
   for (int s = summary_lo(); s < shard_.layer_begin; ++s) out.push_back(sl.S[size_t(s - summary_lo())].data());
@@ -214,9 +262,9 @@ std::vector<T*> Model<T>::fwd_in(int i) {
 }
 
 template <class T>
-std::vector<const T*> Model<T>::fwd_out(int i) const {
+std::vector<CPtr> Model<T>::fwd_out(int i) const {
   const Slot& sl = impl_->slots.at(size_t(i));
-  std::vector<const T*> out;
+  std::vector<CPtr> out;
   if (boundary_out() == 0) return out;
   out.push_back(sl.X[size_t(impl_->nl)].data());
   for (int s = send_lo(); s < shard_.end(cfg_); ++s) out.push_back(sl.S[size_t(s - summary_lo())].data());
@@ -224,8 +272,8 @@ std::vector<const T*> Model<T>::fwd_out(int i) const {
 }
 
 template <class T>
-std::vector<T*> Model<T>::bwd_in() {
-  std::vector<T*> out;
+std::vector<Ptr> Model<T>::bwd_in() {
+  std::vector<Ptr> out;
   if (boundary_out() == 0) return out;
   out.push_back(impl_->dcur.data());
   for (int s = send_lo(); s < shard_.end(cfg_); ++s) out.push_back(impl_->dS[size_t(s - summary_lo())].data());
@@ -233,8 +281,8 @@ std::vector<T*> Model<T>::bwd_in() {
 }
 
 template <class T>
-std::vector<const T*> Model<T>::bwd_out() const {
-  std::vector<const T*> out;
+std::vector<CPtr> Model<T>::bwd_out() const {
+  std::vector<CPtr> out;
   if (boundary_in() == 0) return out;
   out.push_back(impl_->dcur.data());
   for (int s = summary_lo(); s < shard_.layer_begin; ++s) out.push_back(impl_->dS[size_t(s - summary_lo())].data());
@@ -251,7 +299,7 @@ void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool trainin
   const int B = m.B, d = cfg_.d, N = B * n;
   const size_t nd = size_t(N) * d;
   const int pos0 = cache ? cache->len : 0;
-  const T* srpe = m.srpe.data();
+  CPtr srpe = m.srpe.data();
   if (cache) {
     WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_),
                 "cached decoding needs the whole layer range");
@@ -259,17 +307,17 @@ void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool trainin
     ops_.upload(m.srpe_dec.data(), table.data(), table.size() * sizeof(T));
     srpe = m.srpe_dec.data();
   }
-  const LayerCtx<T> c{ops_, cfg_, ld_, tp_, B, n, srpe};
+  const LayerCtx<T> c = m.ctx(ops_, cfg_, ld_, tp_, n, srpe, prec_);
   if (shard_.first_stage()) {
     check_ids(inputs_host, N, cfg_.V, "token");
     ops_.upload(sl.ids.data(), inputs_host, size_t(N) * sizeof(int32_t));
     // X(0) = E[x] (vocab-parallel: each TP rank contributes its rows).
-    ops_.embedding_fwd(sl.ids.data(), N, p_.embed, ld_.v0, ld_.V, d, sl.X[0].data());
+    ops_.embedding_fwd(sl.ids.data(), N, w_.embed, ld_.v0, ld_.V, d, sl.X[0].data());
     tp_sum(tp_, sl.X[0].data(), nd);
   }
-  // Summaries are prefix means of the raw residual stream (SPEC §2 DECISION).
-  auto summarize = [&](int s, const T* x) {
-    T* out = sl.S[size_t(s - summary_lo())].data();
+  // Summaries are prefix means of the raw residual stream (docs/model.md §2).
+  auto summarize = [&](int s, CPtr x) {
+    Ptr out = sl.S[size_t(s - summary_lo())].data();
     if (cache)
       ops_.prefix_mean_carry_fwd(x, B, n, d, pos0, cache->carry[size_t(s - summary_lo())].data(), out);
     else
@@ -277,25 +325,27 @@ void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool trainin
   };
   summarize(m.l0, sl.X[0].data());
 
-  const T* ctx[kMaxLambda];
+  CPtr ctx[kMaxLambda];
   for (int l = m.l0; l < m.l1; ++l) {
     const int i = l - m.l0, nc = cfg_.n_ctx(l);
     context(sl, l, ctx, nullptr);
     LayerActs<T>& a = opt_.recompute ? m.scratch : sl.acts[size_t(i)];
-    KvSlot<T> kv;
-    if (cache) kv = KvSlot<T>{cache->k[size_t(i)].data(), cache->v[size_t(i)].data(), cache->capacity, cache->len};
-    layer_forward(c, l, p_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc,
+    KvSlot kv;
+    if (cache) kv = KvSlot{cache->k[size_t(i)].data(), cache->v[size_t(i)].data(), cache->capacity, cache->len};
+    layer_forward(c, l, w_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc,
                   training, a, sl.X[size_t(i) + 1].data(), cache ? &kv : nullptr);
-    if (a.atm_active) atm_open_[size_t(l)] = a.atm.open;
-    else atm_open_[size_t(l)].clear();
+    // Keep this forward's decisions (a device-side copy; downloaded only
+    // when asked for: dumps, statistics).
+    atm_valid_[size_t(l)] = a.atm_active;
+    if (a.atm_active) ops_.copy(atm_open_[size_t(l)].data(), a.open, size_t(N));
     if (l + 1 < m.l1) summarize(l + 1, sl.X[size_t(i) + 1].data());
   }
   if (!shard_.last_stage(cfg_)) return;
 
   // Final norm and tied head: logits[N, V_local] = xf E_local^T.
-  ops_.rmsnorm_fwd(sl.X[size_t(m.nl)].data(), p_.norm_g, p_.norm_d, N, d, cfg_.eps,
+  ops_.rmsnorm_fwd(sl.X[size_t(m.nl)].data(), w_.norm_g, w_.norm_d, N, d, cfg_.eps,
                    m.xf.data(), sl.rstd_f.data());
-  ops_.gemm(Trans::N, Trans::T, N, ld_.V, d, T(1), m.xf.data(), d, p_.embed, d,
+  ops_.gemm(Trans::N, Trans::T, N, ld_.V, d, T(1), m.xf.data(), d, w_.embed, d,
             T(0), m.logits.data(), ld_.V);
 }
 
@@ -303,7 +353,7 @@ void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool trainin
 // logit, loss) with TP reductions between them. grad: also the head's
 // backward into sl.dx_top = dX(L) and the gradients of E and the final norm.
 template <class T>
-double Model<T>::head_loss(Slot& sl, const int32_t* targets_host, double loss_scale, bool grad) {
+void Model<T>::head_loss(Slot& sl, const int32_t* targets_host, double loss_scale, bool grad) {
   Impl& m = *impl_;
   const int N = m.N, Vl = ld_.V, d = cfg_.d;
   const size_t nd = size_t(N) * d;
@@ -318,22 +368,22 @@ double Model<T>::head_loss(Slot& sl, const int32_t* targets_host, double loss_sc
   if (!grad) {
     ops_.ce_loss(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(),
                  m.sumexp.data(), m.tgt.data(), m.loss.data());
-    return ops_.sum(m.loss.data(), size_t(N));
+    ops_.sum(m.loss.data(), size_t(N), m.loss_sum.data());
+    return;
   }
   // logits become loss_scale * dCE/dlogits in place.
   ops_.ce_loss_grad(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(),
                     m.sumexp.data(), m.tgt.data(), loss_scale, m.loss.data());
-  const double loss = ops_.sum(m.loss.data(), size_t(N));
+  ops_.sum(m.loss.data(), size_t(N), m.loss_sum.data());
   // Head: dxf = dlogits E (TP-partial over vocab), dE += dlogits^T xf.
-  ops_.gemm(Trans::N, Trans::N, N, d, Vl, T(1), m.logits.data(), Vl, p_.embed, d,
+  ops_.gemm(Trans::N, Trans::N, N, d, Vl, T(1), m.logits.data(), Vl, w_.embed, d,
             T(0), m.dxf.data(), d);
   tp_sum(tp_, m.dxf.data(), nd);
   ops_.gemm(Trans::T, Trans::N, Vl, d, N, T(1), m.logits.data(), Vl, m.xf.data(), d,
             T(1), g_.embed, d);
-  ops_.zero(sl.dx_top.data(), nd * sizeof(T));
-  ops_.rmsnorm_bwd(sl.X[size_t(m.nl)].data(), p_.norm_g, p_.norm_d, sl.rstd_f.data(),
+  ops_.zero(sl.dx_top.data().raw(), sl.dx_top.bytes());
+  ops_.rmsnorm_bwd(sl.X[size_t(m.nl)].data(), w_.norm_g, w_.norm_d, sl.rstd_f.data(),
                    m.dxf.data(), N, d, sl.dx_top.data(), g_.norm_g, g_.norm_d);
-  return loss;
 }
 
 // ---- backward ----------------------------------------------------------------
@@ -344,35 +394,35 @@ void Model<T>::backward(Slot& sl) {
   Impl& m = *impl_;
   const int B = m.B, d = cfg_.d, N = m.N;
   const size_t nd = size_t(N) * d;
-  const LayerCtx<T> c{ops_, cfg_, ld_, tp_, B, m.T_, m.srpe.data()};
+  const LayerCtx<T> c = m.ctx(ops_, cfg_, ld_, tp_, m.T_, m.srpe.data(), prec_);
   const int lo = summary_lo();
   // Summary gradients not received from the next stage start at zero.
   const int recv_lo = shard_.last_stage(cfg_) ? m.l1 : send_lo();
-  for (int s = lo; s < recv_lo; ++s) ops_.zero(m.dS[size_t(s - lo)].data(), nd * sizeof(T));
+  for (int s = lo; s < recv_lo; ++s) ops_.zero(m.dS[size_t(s - lo)].data().raw(), m.dS[size_t(s - lo)].bytes());
   if (shard_.last_stage(cfg_)) {
-    ops_.copy(m.dcur.data(), sl.dx_top.data(), nd * sizeof(T));
+    ops_.copy(m.dcur.data().raw(), sl.dx_top.data().raw(), sl.dx_top.bytes());
     report_ready(norm_range_.first, norm_range_.second - norm_range_.first);
   }
 
   // A summary's gradient is complete once every layer reading it is done;
   // the context rows were TP-partial, so sum them before the prefix mean.
-  auto summary_bwd = [&](int s, T* dx) {
-    T* ds = m.dS[size_t(s - lo)].data();
+  auto summary_bwd = [&](int s, Ptr dx) {
+    Ptr ds = m.dS[size_t(s - lo)].data();
     tp_sum(tp_, ds, nd);
     ops_.prefix_mean_bwd(ds, B, m.T_, d, dx);
   };
 
-  const T* ctx[kMaxLambda];
-  T* dctx[kMaxLambda];
+  CPtr ctx[kMaxLambda];
+  Ptr dctx[kMaxLambda];
   for (int l = m.l1 - 1; l >= m.l0; --l) {
     const int i = l - m.l0, nc = cfg_.n_ctx(l);
     if (l + 1 < m.l1) summary_bwd(l + 1, m.dcur.data());  // dX(l+1) complete
     context(sl, l, ctx, dctx);
     LayerActs<T>& a = opt_.recompute ? m.scratch : sl.acts[size_t(i)];
     if (opt_.recompute)
-      layer_forward(c, l, p_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, true,
+      layer_forward(c, l, w_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, true,
                     a, m.xtmp.data());
-    layer_backward(c, l, p_.layers[size_t(i)], g_.layers[size_t(i)], sl.X[size_t(i)].data(),
+    layer_backward(c, l, w_.layers[size_t(i)], g_.layers[size_t(i)], sl.X[size_t(i)].data(),
                    ctx, nc, a, m.work, m.dcur.data(), m.dprev.data(), dctx);
     std::swap(m.dcur, m.dprev);
     report_ready(layer_range_[size_t(i)].first, layer_range_[size_t(i)].second - layer_range_[size_t(i)].first);
@@ -383,7 +433,7 @@ void Model<T>::backward(Slot& sl) {
 }
 
 template <class T>
-double Model<T>::stage_forward(int i, const int32_t* tokens, double loss_scale, bool training) {
+void Model<T>::stage_forward(int i, const int32_t* tokens, double loss_scale, bool training) {
   Slot& sl = slot(i);
   const int B = impl_->B, T_ = cfg_.T;
   std::vector<int32_t> in, tg;
@@ -398,12 +448,9 @@ double Model<T>::stage_forward(int i, const int32_t* tokens, double loss_scale, 
       }
   }
   forward(sl, in.data(), T_, training, nullptr);
-  if (!shard_.last_stage(cfg_)) return 0.0;
-  if (opt_.keep_logits) {
-    logits_host_.resize(impl_->logits.size());
-    ops_.download(logits_host_.data(), impl_->logits.data(), impl_->logits.bytes());
-  }
-  return head_loss(sl, tg.data(), loss_scale, training);
+  if (!shard_.last_stage(cfg_)) return;
+  if (opt_.keep_logits) logits_host_ = download_logits(impl_->logits.size());
+  head_loss(sl, tg.data(), loss_scale, training);
 }
 
 template <class T>
@@ -415,16 +462,17 @@ template <class T>
 double Model<T>::train_micro_step(const int32_t* tokens, double loss_scale) {
   WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_),
               "train_micro_step needs the whole layer range (use stage_forward/stage_backward)");
-  const double loss = stage_forward(0, tokens, loss_scale, true);
+  stage_forward(0, tokens, loss_scale, true);
   stage_backward(0);
-  return loss;
+  return take_loss_sum();
 }
 
 template <class T>
 double Model<T>::eval_loss(const int32_t* tokens) {
   WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_),
               "eval_loss needs the whole layer range (use stage_forward)");
-  return stage_forward(0, tokens, 0.0, false);
+  stage_forward(0, tokens, 0.0, false);
+  return take_loss_sum();
 }
 
 template <class T>
@@ -432,15 +480,16 @@ std::vector<T> Model<T>::forward_logits(const int32_t* inputs, bool training) {
   WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_),
               "forward_logits needs the whole layer range");
   forward(slot(0), inputs, cfg_.T, training, nullptr);
-  std::vector<T> out(impl_->logits.size());
-  ops_.download(out.data(), impl_->logits.data(), impl_->logits.bytes());
-  return out;
+  return download_logits(impl_->logits.size());
 }
 
 template <class T>
-const std::vector<uint8_t>& Model<T>::atm_open(int l) const {
+std::vector<uint8_t> Model<T>::atm_open(int l) const {
   WIOLA_CHECK(l >= 0 && l < cfg_.L, "layer ", l, " out of range");
-  return atm_open_[size_t(l)];
+  if (!atm_valid_[size_t(l)]) return {};
+  std::vector<uint8_t> out(atm_open_[size_t(l)].size());
+  ops_.download(out.data(), atm_open_[size_t(l)].data(), out.size());
+  return out;
 }
 
 template <class T>
@@ -448,7 +497,7 @@ std::vector<typename Model<T>::AtmStats> Model<T>::atm_stats() const {
   std::vector<AtmStats> out;
   const int B = impl_->B, Tn = cfg_.T;
   for (int l = 0; l < cfg_.L; ++l) {
-    const auto& open = atm_open_[size_t(l)];
+    std::vector<uint8_t> open = atm_open(l);
     if (open.empty()) continue;
     const AtmLayout lay = atm_layout(open, B, Tn);
     const double causal = double(B) * Tn * (Tn + 1) / 2.0;
@@ -467,10 +516,13 @@ KvCache<T> Model<T>::make_cache(int capacity) const {
   kc.capacity = capacity;
   const size_t kvd = size_t(ld_.Hkv) * ld_.dh;
   for (int i = 0; i < impl_->nl; ++i) {
-    kc.k.emplace_back(ops_, size_t(kc.B) * capacity * kvd);
-    kc.v.emplace_back(ops_, size_t(kc.B) * capacity * kvd);
+    kc.k.emplace_back(ops_, prec_.act, size_t(kc.B) * capacity * kvd);
+    kc.v.emplace_back(ops_, prec_.act, size_t(kc.B) * capacity * kvd);
   }
-  for (int s = 0; s < n_summaries(); ++s) kc.carry.emplace_back(ops_, size_t(kc.B) * cfg_.d);
+  for (int s = 0; s < n_summaries(); ++s) kc.carry.emplace_back(ops_, prec_.residual, size_t(kc.B) * cfg_.d);
+  // An empty cache: zero sums, and no stale rows behind the causal mask.
+  for (auto* v : {&kc.k, &kc.v, &kc.carry})
+    for (DynBuffer<T>& b : *v) ops_.zero(b.data().raw(), b.bytes());
   return kc;
 }
 
@@ -482,10 +534,7 @@ std::vector<T> Model<T>::forward_cached(const int32_t* ids, int n, KvCache<T>& c
   WIOLA_CHECK(cache.B == impl_->B, "KV cache is for ", cache.B, " sequences, model for ", impl_->B);
   forward(slot(0), ids, n, false, &cache);
   cache.len += n;
-  const size_t count = size_t(impl_->B) * n * size_t(ld_.V);
-  std::vector<T> out(count);
-  ops_.download(out.data(), impl_->logits.data(), count * sizeof(T));
-  return out;
+  return download_logits(size_t(impl_->B) * n * size_t(ld_.V));
 }
 
 template class Model<float>;

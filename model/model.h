@@ -1,10 +1,12 @@
-// The Wiola model driver (SPEC §2): embedding -> layers (with prefix-mean
+// The Wiola model driver (docs/model.md §2): embedding -> layers (with prefix-mean
 // summaries of the residual stream as GCLA context) -> final norm -> tied
 // head -> cross-entropy, and the backward pass in reverse. One process holds
 // a ModelShard: its TP slice of every tensor and a contiguous layer range
 // (pipeline stage). The single-process entry points (train_micro_step,
 // eval_loss, forward_cached) need the whole layer range; the stage pieces
-// below them are what a pipeline schedule calls.
+// below them are what a pipeline schedule calls. Every tensor lives in backend
+// memory; the host sees values only through explicit downloads (the loss sum
+// once per step, logits and ATM decisions when asked for).
 #pragma once
 
 #include <cstdint>
@@ -31,19 +33,19 @@ struct ModelOptions {
 
 // KV cache for incremental decoding: per layer SRPE'd keys and values of
 // every earlier position, plus the running sums that give the prefix-mean
-// summaries (SPEC §2, Inference). ATM is off.
+// summaries (docs/model.md §2, Inference). ATM is off. Starts zeroed.
 template <class T>
 struct KvCache {
   int B = 0, capacity = 0, len = 0;
-  std::vector<Buffer<T>> k, v;     // per local layer [B, capacity, Hkv dh]
-  std::vector<Buffer<T>> carry;    // per summary index [B, d]
+  std::vector<DynBuffer<T>> k, v;     // per local layer [B, capacity, Hkv dh]
+  std::vector<DynBuffer<T>> carry;    // per summary index [B, d]
 };
 
 template <class T>
 class Model {
  public:
   Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
-        TpCollectives<T>* tp, const ModelOptions& opt);
+        TpCollectives* tp, const ModelOptions& opt);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -54,22 +56,34 @@ class Model {
   const ModelOptions& options() const { return opt_; }
   void set_keep_logits(bool on) { opt_.keep_logits = on; }
   size_t n_params() const { return layout_.total(); }
+  // Flat master parameters and gradients [n_params] in backend memory, in
+  // the compute type T (what the optimizer updates and reduces).
   T* params() { return params_.data(); }
   T* grads() { return grads_.data(); }
-  const ModelParams<T>& p() const { return p_; }
+  // What the forward reads: matrices from the weight copy, γ/δ/φ from the
+  // master (ModelParams::bind_forward).
+  const ModelParams& p() const { return w_; }
 
-  // Counter-based initial values (SPEC §3): independent of the layout.
+  // Counter-based initial values (docs/model.md §3): independent of the layout.
   void init(uint64_t seed);
+  // Master parameters were changed (optimizer step, init, a load): bring the
+  // weight copy GEMMs read up to date. A no-op when there is no copy.
+  void refresh_weights();
   void zero_grads();
 
   // ---- single process (whole layer range) ---------------------------------
   // tokens: host [B, T+1] (inputs are the first T, targets the last T).
   // Forward and backward of one micro-batch in training mode (ATM active);
   // gradients of loss_scale * sum(CE) accumulate into grads(). Returns the
-  // sum of the B*T cross-entropies (double, host).
+  // sum of the B*T cross-entropies (downloaded: a convenience for tests and
+  // tools; the trainer reads take_loss_sum() once per step instead).
   double train_micro_step(const int32_t* tokens, double loss_scale);
   // Sum of the B*T cross-entropies, evaluation mode (ATM off), no gradients.
   double eval_loss(const int32_t* tokens);
+  // The cross-entropy sum of every forward on the last stage since the last
+  // call (accumulated in double on the backend), downloaded, and reset.
+  // 0 on other stages.
+  double take_loss_sum();
   // Logits [B, T, V_local] of the last forward (host copy), when
   // keep_logits is set or after eval_logits.
   const std::vector<T>& last_logits() const { return logits_host_; }
@@ -77,8 +91,8 @@ class Model {
   std::vector<T> forward_logits(const int32_t* inputs /*[B,T]*/, bool training);
 
   // ATM merge decisions of the last training forward: open[B, T] per ATM
-  // layer (global index l), empty for other layers.
-  const std::vector<uint8_t>& atm_open(int l) const;
+  // layer (global index l; downloaded), empty for other layers.
+  std::vector<uint8_t> atm_open(int l) const;
   // Statistics of the last training forward, per ATM layer: mu = 1 - T'/T and
   // the fraction of causal (query, key) pairs still visible.
   struct AtmStats {
@@ -91,24 +105,26 @@ class Model {
   // A micro-batch's activations live in a slot (0..slots-1) from its forward
   // to its backward. Boundary tensors are [B, T, d] each. The forward message
   // into a stage [l0, l1) is X(l0) followed by the summaries s in
-  // [max(0, l0+1-Λ), l0-1] (S(s-1) in SPEC numbering) its layers read but
+  // [max(0, l0+1-Λ), l0-1] (S(s-1) in docs/model.md numbering) its layers read but
   // cannot compute; P(X(l0)) itself is recomputed here. The backward message
   // out of it carries their gradients (summary gradients TP-partial).
   int boundary_in() const;   // tensors in the forward message into this stage (0: first)
   int boundary_out() const;  // tensors in the forward message it sends (0: last)
   // Where the received forward message goes / what to send forward.
-  std::vector<T*> fwd_in(int slot);
-  std::vector<const T*> fwd_out(int slot) const;
+  std::vector<Ptr> fwd_in(int slot);
+  std::vector<CPtr> fwd_out(int slot) const;
   // Where the received backward message goes (before stage_backward) / what
   // to send backward (after it, until the next stage_backward).
-  std::vector<T*> bwd_in();
-  std::vector<const T*> bwd_out() const;
+  std::vector<Ptr> bwd_in();
+  std::vector<CPtr> bwd_out() const;
+  // Storage type of the boundary tensors (all [B, T, d]).
+  DType boundary_dtype() const { return prec_.residual; }
   // Forward of one micro-batch. tokens: host [B, T+1] on the first stage
   // (inputs) and the last (targets); ignored elsewhere. On the last stage in
   // training it also runs the head's backward (gradients of loss_scale *
   // sum(CE)), so only [B,T,d] waits for stage_backward, never the logits.
-  // Returns the sum of the B*T cross-entropies on the last stage, else 0.
-  double stage_forward(int slot, const int32_t* tokens, double loss_scale, bool training);
+  // The B*T cross-entropies add to the backend loss sum (take_loss_sum).
+  void stage_forward(int slot, const int32_t* tokens, double loss_scale, bool training);
   // Backward of the micro-batch in `slot` (after its training forward).
   void stage_backward(int slot);
   // Called with flat [offset, offset+size) ranges of grads() as they become
@@ -128,34 +144,38 @@ class Model {
   // Bytes of saved activations for one micro-batch (reports what recompute
   // saves) and of parameter + gradient buffers.
   size_t activation_bytes() const;
-  size_t param_bytes() const { return params_.bytes() + grads_.bytes(); }
+  size_t param_bytes() const { return params_.bytes() + grads_.bytes() + weights_.bytes(); }
 
  private:
   struct Impl;
   struct Slot;
   void forward(Slot& sl, const int32_t* inputs_host, int n, bool training,
                KvCache<T>* cache);
-  double head_loss(Slot& sl, const int32_t* targets_host, double loss_scale, bool grad);
+  void head_loss(Slot& sl, const int32_t* targets_host, double loss_scale, bool grad);
+  std::vector<T> download_logits(size_t count) const;
   void backward(Slot& sl);
   Slot& slot(int i);
   int n_summaries() const;         // summary slots held by this stage
   int summary_lo() const;          // lowest summary index s held
   int send_lo() const;             // lowest summary index sent to the next stage
-  void context(const Slot& sl, int l, const T** ctx, T** dctx);
+  void context(const Slot& sl, int l, CPtr* ctx, Ptr* dctx);
   void report_ready(size_t offset, size_t size);
 
   Ops<T>& ops_;
   ModelConfig cfg_;
   ModelShard shard_;
-  TpCollectives<T>* tp_;
+  TpCollectives* tp_;
   ModelOptions opt_;
+  Precision prec_;
   ParamLayout layout_;
   LocalDims ld_;
-  Buffer<T> params_, grads_;
-  ModelParams<T> p_, g_;
+  Buffer<T> params_, grads_;   // master parameters, gradients
+  DynBuffer<T> weights_;       // the weight copy (empty: GEMMs read params_)
+  ModelParams w_, g_;          // forward view, gradients
   std::unique_ptr<Impl> impl_;
   std::vector<T> logits_host_;
-  std::vector<std::vector<uint8_t>> atm_open_;
+  std::vector<Buffer<T, uint8_t>> atm_open_;  // per layer: decisions of the last training forward
+  std::vector<bool> atm_valid_;               // per layer: ATM acted in the last forward
   std::vector<std::pair<size_t, size_t>> layer_range_;  // flat [begin, end) per local layer
   std::pair<size_t, size_t> norm_range_{0, 0};
   GradReadyFn grad_ready_;

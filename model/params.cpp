@@ -125,21 +125,21 @@ const ParamEntry& ParamLayout::find(const std::string& name) const {
   return *e;
 }
 
-template <class T>
-ModelParams<T> ModelParams<T>::bind(const ParamLayout& layout, T* base,
-                                    const ModelConfig& cfg,
-                                    const ModelShard& shard) {
-  ModelParams<T> p;
-  auto at = [&](const std::string& name) { return base + layout.find(name).offset; };
-  if (const ParamEntry* e = layout.try_find("model.embed_tokens.weight"))
-    p.embed = base + e->offset;
+ModelParams ModelParams::bind_forward(const ParamLayout& layout, Ptr weights, Ptr master,
+                                      const ModelConfig& cfg, const ModelShard& shard) {
+  ModelParams p;
+  auto at = [&](const std::string& name) {
+    const ParamEntry& e = layout.find(name);
+    return (e.is_matrix() ? weights : master) + e.offset;
+  };
+  if (layout.try_find("model.embed_tokens.weight")) p.embed = at("model.embed_tokens.weight");
   if (shard.last_stage(cfg)) {
     p.norm_g = at("model.norm.weight");
     p.norm_d = at("model.norm.offset");
   }
   for (int l = shard.layer_begin; l < shard.end(cfg); ++l) {
     auto n = [&](const char* s) { return at(layer_param_name(l, s)); };
-    LayerParams<T> lp{};
+    LayerParams lp{};
     lp.ln1_g = n("input_layernorm.weight");
     lp.ln1_d = n("input_layernorm.offset");
     lp.wq = n("self_attn.q_proj.weight");
@@ -161,6 +161,11 @@ ModelParams<T> ModelParams<T>::bind(const ParamLayout& layout, T* base,
     p.layers.push_back(lp);
   }
   return p;
+}
+
+ModelParams ModelParams::bind(const ParamLayout& layout, Ptr base, const ModelConfig& cfg,
+                              const ModelShard& shard) {
+  return bind_forward(layout, base, base, cfg, shard);
 }
 
 namespace {
@@ -205,8 +210,6 @@ void init_params_host(const ParamLayout& layout, uint64_t seed, T* out) {
   }
 }
 
-template struct ModelParams<float>;
-template struct ModelParams<double>;
 template void init_params_host<float>(const ParamLayout&, uint64_t, float*);
 template void init_params_host<double>(const ParamLayout&, uint64_t, double*);
 

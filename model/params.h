@@ -1,4 +1,4 @@
-// Parameter layout: every tensor of SPEC §3 as a slice of one flat buffer
+// Parameter layout: every tensor of docs/model.md §3 as a slice of one flat buffer
 // (llm.c style), so gradients, AdamW state and ZeRO shards mirror it.
 // Under TP a process holds a selection of global rows or columns of a tensor;
 // the maps here say which, so initialisation and the numerics dump work on
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ptr.h"
 #include "model/config.h"
 
 namespace wiola {
@@ -17,7 +18,7 @@ namespace wiola {
 enum class InitKind { Normal, Ones, Zeros, Constant };
 
 struct ParamEntry {
-  std::string name;            // SPEC §3 name
+  std::string name;            // docs/model.md §3 name
   int64_t rows = 0, cols = 1;  // local shape ([out, in]; vectors: cols = 1)
   int64_t grows = 0, gcols = 1;  // global shape
   std::vector<int32_t> row_map;  // local row -> global row (empty: identity)
@@ -51,28 +52,32 @@ class ParamLayout {
   size_t total_ = 0;
 };
 
-// SPEC §3 names.
+// docs/model.md §3 names.
 std::string layer_param_name(int layer, const char* suffix);
 
-// Typed views into a flat buffer (parameters, or gradients with the same
-// layout). Pointers are backend memory.
-template <class T>
+// Views into flat buffers of the layout (parameters, gradients, the weight
+// copy), as typed backend pointers.
 struct LayerParams {
-  T *ln1_g, *ln1_d;                 // input_layernorm [d]
-  T *wq, *wk, *wv, *wkc, *wvc;      // [H dh, d], [Hkv dh, d] x4
-  T *wgate, *wo, *phi;              // [H dh, d], [d, H dh], [1]
-  T *ln2_g, *ln2_d;                 // post_attention_layernorm [d]
-  T *ga, *ua, *da;                  // [dA, d], [dA, d], [d, dA]
-  T *ub, *db, *wf;                  // [dB, d], [d, dB], [d, 2d]
+  Ptr ln1_g, ln1_d;                 // input_layernorm [d]
+  Ptr wq, wk, wv, wkc, wvc;         // [H dh, d], [Hkv dh, d] x4
+  Ptr wgate, wo, phi;               // [H dh, d], [d, H dh], [1]
+  Ptr ln2_g, ln2_d;                 // post_attention_layernorm [d]
+  Ptr ga, ua, da;                   // [dA, d], [dA, d], [d, dA]
+  Ptr ub, db, wf;                   // [dB, d], [d, dB], [d, 2d]
 };
 
-template <class T>
 struct ModelParams {
-  T* embed = nullptr;                  // [V_local, d] (first or last stage)
-  T *norm_g = nullptr, *norm_d = nullptr;  // final norm (last stage)
-  std::vector<LayerParams<T>> layers;  // index l - layer_begin
-  static ModelParams bind(const ParamLayout& layout, T* base,
-                          const ModelConfig& cfg, const ModelShard& shard);
+  Ptr embed;                        // [V_local, d] (first or last stage)
+  Ptr norm_g, norm_d;               // final norm (last stage)
+  std::vector<LayerParams> layers;  // index l - layer_begin
+  // Every tensor at base + its offset.
+  static ModelParams bind(const ParamLayout& layout, Ptr base, const ModelConfig& cfg,
+                          const ModelShard& shard);
+  // What the forward and backward read: matrices (and the embedding) from
+  // the weight copy, vectors (γ, δ, φ) from the master parameters. With no
+  // separate copy both bases are the master.
+  static ModelParams bind_forward(const ParamLayout& layout, Ptr weights, Ptr master,
+                                  const ModelConfig& cfg, const ModelShard& shard);
 };
 
 // Counter-based initial values: element value depends only on (seed, tensor

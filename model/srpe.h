@@ -1,4 +1,4 @@
-// SRPE table (SPEC §2): angles and the radial factor are computed in float64
+// SRPE table (docs/model.md §2): angles and the radial factor are computed in float64
 // from the integer position and rounded once to the model's type; backends
 // only apply the rotation (Ops::srpe_apply).
 #pragma once

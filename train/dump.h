@@ -1,4 +1,4 @@
-// Numerics dump of one training step (SPEC §7) for cross-checking with other
+// Numerics dump of one training step (docs/model.md §7) for cross-checking with other
 // implementations (tests/reference/compare_dump.py): config attributes, the
 // global batch, full unsharded parameters / gradients / AdamW state, loss,
 // gradient norm, ATM merge decisions and the logits.

@@ -2,6 +2,8 @@
 // the canonical TOML form. Every key is documented in docs/config.md.
 #include "train/run_config.h"
 
+#include "kernels/ops.h"
+
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -81,6 +83,7 @@ const std::vector<SectionDef>& schema() {
         WIOLA_KEY("seed", train.seed),
         WIOLA_KEY("recompute", train.recompute),
         WIOLA_KEY("threads", train.threads),
+        WIOLA_KEY("backend", train.backend),
         WIOLA_KEY("log_every", train.log_every),
         WIOLA_KEY("eval_every", train.eval_every),
         WIOLA_KEY("eval_batches", train.eval_batches),
@@ -377,6 +380,13 @@ void check_run_config(const RunConfig& rc) {
   at_least(t.tokens, 0, "train.tokens");
   at_least(t.warmup, -1, "train.warmup");
   at_least(t.threads, 0, "train.threads");
+  {
+    const auto known = backend_names();
+    std::string list;
+    for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+    WIOLA_CHECK(std::find(known.begin(), known.end(), t.backend) != known.end(), "train.backend \"", t.backend,
+                "\" is not a backend of this build (known: ", list, ")");
+  }
   at_least(t.log_every, 1, "train.log_every");
   at_least(t.eval_every, 0, "train.eval_every");
   at_least(t.eval_batches, 1, "train.eval_batches");

@@ -20,7 +20,7 @@ struct TrainSection {
   int64_t tokens = 0;         // token budget (0 = Chinchilla: 20 x params)
   double lr_max = 3e-4;
   double lr_min = 0.0;
-  int64_t warmup = -1;        // -1 = floor((T_max + 10) / 20) (SPEC §4)
+  int64_t warmup = -1;        // -1 = floor((T_max + 10) / 20) (docs/model.md §4)
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
   double weight_decay = 0.1;
   double clip = 1.0;          // <= 0: no clipping
@@ -28,6 +28,7 @@ struct TrainSection {
   uint64_t seed = 1234;       // parameter init (and data order unless data.seed)
   bool recompute = false;     // per-layer activation recompute
   int threads = 0;            // OpenMP threads; 0 = runtime default
+  std::string backend = "cpu";  // op backend: "cpu", or "cpu-opaque" (debug: host cannot touch its memory)
   int log_every = 1;          // print a progress line every N steps
   int eval_every = 0;         // validation loss every N steps (0 = off)
   int eval_batches = 4;       // global batches per validation

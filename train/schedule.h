@@ -1,4 +1,4 @@
-// Step budget and learning-rate schedule (SPEC §4).
+// Step budget and learning-rate schedule (docs/model.md §4).
 #pragma once
 
 #include <cstdint>

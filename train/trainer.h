@@ -1,20 +1,28 @@
-// The training loop, for any process layout (SPEC §5): one rank of a
-// TP × PP × DP grid (a single process is the 1 × 1 × 1 grid). Per step: the
-// loader's DP slice -> the pipeline schedule (1F1B or GPipe) over the
-// micro-batches, forwarding hidden states and GCLA summaries between stages
-// -> tied-embedding gradient sum between first and last stage -> ZeRO AdamW
-// over DP (reduction overlapped with the last backward) with the SPEC §4
-// schedule; progress lines and RUN_DIR/metrics.jsonl from world rank 0,
-// numerics dumps gathered to full tensors.
+// The training loop, for any process layout (docs/model.md §5): one rank of
+// a TP × PP × DP grid (a single process is the 1 × 1 × 1 grid). The run is a
+// Trainer object holding everything a checkpoint saves and restores (the
+// model, the optimizer, the loader, the progress counters and the metrics
+// writer), and its work is named parts:
+//   Trainer(...)   setup: every check agreed by all ranks, then the grid,
+//                  model, optimizer and loaders
+//   run()          the steps, then the report
+//   step(t)        data -> pipeline schedule -> tied-embedding sum ->
+//                  optimizer (+ the numerics dump on dump steps)
+//   evaluate()     validation loss (ATM off)
+// The backend (Ops) is chosen at start-up (launch/, train.backend) and
+// passed in; nothing here assumes its buffers are host memory.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "dist/comm.h"
 #include "dist/optimizer.h"
+#include "kernels/ops.h"
 #include "model/params.h"
 #include "train/run_config.h"
 
@@ -32,15 +40,73 @@ struct TrainSummary {
   double tokens_per_s = 0;    // whole run, wall clock of the steps
 };
 
-// AdamW segments of a parameter layout: decay per SPEC §4. A tensor counts
-// in the gradient norm on exactly one rank: TP-replicated tensors only on
-// tp rank 0, and the tied embedding only where embed_in_norm (the first
+// AdamW segments of a parameter layout: decay per docs/model.md §4. A tensor
+// counts in the gradient norm on exactly one rank: TP-replicated tensors only
+// on tp rank 0, and the tied embedding only where embed_in_norm (the first
 // stage; the last stage holds a copy when pp > 1).
 std::vector<dist::ParamSegment> optimizer_segments(const ParamLayout& layout, int tp_rank = 0,
                                                    bool embed_in_norm = true);
 
-// Collective over `world` (size tp·pp·dp of rc.parallel). Throws
-// wiola::Error on a bad config or input; the caller ends the job.
-TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, dist::Comm& world);
+// Step budget of a run (docs/model.md §4): T_max from train.steps, else
+// train.tokens, else the Chinchilla rule; warm-up; where this run stops.
+struct StepBudget {
+  int64_t t_max = 0, warmup = 0, last_step = 0;
+  const char* source = "";  // which rule set T_max
+  static StepBudget of(const RunConfig& rc);
+};
+
+// Where a run is, besides the model, optimizer and loader states. The
+// optimizer's applied-step count (its bias-correction step) lives in
+// DistAdamW::applied_steps().
+struct TrainProgress {
+  int64_t step = 0;     // schedule step t of the last completed step (0: none)
+  int64_t skipped = 0;  // steps whose update was skipped (non-finite gradient norm)
+  int64_t tokens = 0;   // training tokens consumed by completed steps
+};
+
+// What one step reports.
+struct StepOutcome {
+  double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  bool skipped = false;
+};
+
+struct StepDump;
+
+class Trainer {
+ public:
+  // Setup, collective over `world` (size tp·pp·dp of rc.parallel). Throws
+  // wiola::Error on a bad config or input (dist::SetupFailed on every rank
+  // after an agreed failure); the caller ends the job.
+  Trainer(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, dist::Comm& world);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Steps progress().step + 1 .. the budget's last step, then the report.
+  TrainSummary run();
+  // Training step t (the next one): returns its loss, learning rate and
+  // gradient norm (identical on every rank).
+  StepOutcome step(int64_t t);
+  // Mean validation cross-entropy over train.eval_batches global batches.
+  double evaluate();
+
+  const StepBudget& budget() const;
+  TrainProgress& progress();
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+
+  void print_banner();
+  // Returns this rank's ATM decisions on dump steps (empty otherwise).
+  std::vector<uint8_t> run_schedule(int64_t t, bool dumping, StepDump* dump);
+  void dump_step(int64_t t, const StepOutcome& out, StepDump& dump, const std::vector<uint8_t>& atm_flat);
+  void log_step(int64_t t, const StepOutcome& out, bool evaluated);
+  void write_report(const TrainSummary& sum);
+};
+
+// Setup + run() on `world` with the backend `ops`.
+TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops,
+                          dist::Comm& world);
 
 }  // namespace wiola

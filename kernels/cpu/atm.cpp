@@ -1,4 +1,4 @@
-// ATM (SPEC §2 "ATM"): neighbour cosine similarity for the merge map, and the
+// ATM (docs/model.md §2 "ATM"): neighbour cosine similarity for the merge map, and the
 // mean of each group's rows (merged keys/values) with its backward.
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/kernels.h"

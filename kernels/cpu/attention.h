@@ -1,4 +1,4 @@
-// CPU causal self-attention with GQA and ATM key layouts (SPEC §2 "GCLA",
+// CPU causal self-attention with GQA and ATM key layouts (docs/model.md §2 "GCLA",
 // "ATM"); semantics in kernels/ops.h (Ops::attention_fwd / attention_bwd).
 //
 // Flash-attention style: query tiles x key tiles with an online softmax in the

@@ -1,6 +1,8 @@
-// CpuOps: host memory, OpenBLAS matrix products, and forwards to the op
-// bodies in kernels/cpu/*.cpp (declared in kernels/cpu/kernels.h) and the
-// attention kernels (kernels/cpu/attention.h).
+// CpuOps: host (or opaque) memory, OpenBLAS matrix products, and forwards to
+// the op bodies in kernels/cpu/*.cpp (declared in kernels/cpu/kernels.h) and
+// the attention kernels (kernels/cpu/attention.h). Each op opens the opaque
+// memory for its duration (a no-op for host memory) and reads its typed
+// pointers with as<T>(), which rejects a buffer of another dtype.
 #include "kernels/cpu/cpu_ops.h"
 
 #include <cblas.h>
@@ -12,6 +14,7 @@
 #include <new>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/atm_plan.h"
 #include "kernels/cpu/kernels.h"
 #include "util/error.h"
 
@@ -70,277 +73,381 @@ void parallel_gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A,
   }
 }
 
+// The typed pointers of an op, checked against the backend's compute type.
+template <class T>
+const T* in(CPtr p) { return p.as<T>(); }
+template <class T>
+T* out(Ptr p) { return p.as<T>(); }
+
 }  // namespace
 
+[[noreturn]] void dtype_mismatch(DType have, DType want) {
+  fail("op argument holds ", dtype_name(have), " but the backend computes in ", dtype_name(want),
+       " (this backend has no mixed-precision storage)");
+}
+
+#define OPEN const cpu::OpenGuard open_guard_(opaque())
+#define I(p) in<T>(p)
+#define O(p) out<T>(p)
+
 template <class T>
-CpuOps<T>::CpuOps() {
+CpuOps<T>::CpuOps(CpuMemory memory) {
   openblas_set_num_threads(1);
+  if (memory == CpuMemory::Opaque) mem_ = std::make_unique<cpu::OpaqueMemory>();
 }
 
 template <class T>
+CpuOps<T>::~CpuOps() = default;
+
+template <class T>
 const char* CpuOps<T>::name() const {
+  if (mem_) return sizeof(T) == 4 ? "cpu-opaque-f32" : "cpu-opaque-f64";
   return sizeof(T) == 4 ? "cpu-f32" : "cpu-f64";
 }
 
 // ---- memory ----------------------------------------------------------------
 template <class T>
 void* CpuOps<T>::alloc_bytes(size_t bytes) {
+  if (mem_) return mem_->alloc(bytes);
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, rounded);
   if (!p) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
   return p;
 }
 template <class T>
 void CpuOps<T>::free_bytes(void* p) {
-  std::free(p);
+  if (mem_) mem_->free(p);
+  else std::free(p);
 }
 template <class T>
 void CpuOps<T>::upload(void* dst, const void* host_src, size_t bytes) {
+  OPEN;
   if (bytes) std::memcpy(dst, host_src, bytes);
 }
 template <class T>
 void CpuOps<T>::download(void* host_dst, const void* src, size_t bytes) {
+  OPEN;
   if (bytes) std::memcpy(host_dst, src, bytes);
 }
 template <class T>
 void CpuOps<T>::copy(void* dst, const void* src, size_t bytes) {
-  if (bytes && dst != src) std::memcpy(dst, src, bytes);
+  OPEN;
+  if (bytes && dst != src) std::memmove(dst, src, bytes);
 }
 template <class T>
 void CpuOps<T>::zero(void* p, size_t bytes) {
+  OPEN;
   if (bytes) std::memset(p, 0, bytes);
+}
+template <class T>
+bool CpuOps<T>::host_accessible() const {
+  return !mem_;
+}
+// cpu-opaque keeps GEMM weights in a separate copy, as a GPU in bf16 does, so
+// its suite proves the model refreshes the copy after every update.
+template <class T>
+Precision CpuOps<T>::precision() const {
+  return {dtype_of<T>(), dtype_of<T>(), dtype_of<T>(), mem_ != nullptr};
+}
+template <class T>
+void CpuOps<T>::convert(CPtr src, Ptr dst, size_t n) {
+  OPEN;
+  const T* s = I(src);
+  T* d = O(dst);
+  if (n && d != s) std::memmove(d, s, n * sizeof(T));
 }
 
 // ---- BLAS ------------------------------------------------------------------
 template <class T>
-void CpuOps<T>::gemm(Trans ta, Trans tb, int m, int n, int k, T alpha,
-                     const T* A, int lda, const T* B, int ldb, T beta, T* C,
-                     int ldc) {
+void CpuOps<T>::gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, CPtr A,
+                     int lda, CPtr B, int ldb, T beta, Ptr C, int ldc) {
+  OPEN;
   if (m <= 0 || n <= 0) return;
-  parallel_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  parallel_gemm(ta, tb, m, n, k, alpha, I(A), lda, I(B), ldb, beta, O(C), ldc);
 }
 template <class T>
 void CpuOps<T>::gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k,
-                                     T alpha, const T* A, int lda, long sA,
-                                     const T* B, int ldb, long sB, T beta,
-                                     T* C, int ldc, long sC, int batch) {
+                                     T alpha, CPtr A, int lda, long sA,
+                                     CPtr B, int ldb, long sB, T beta, Ptr C,
+                                     int ldc, long sC, int batch) {
+  OPEN;
   if (m <= 0 || n <= 0) return;
+  const T* a = I(A);
+  const T* b = I(B);
+  T* c = O(C);
   for (int i = 0; i < batch; ++i)
-    parallel_gemm(ta, tb, m, n, k, alpha, A + i * sA, lda, B + i * sB, ldb, beta,
-                  C + i * sC, ldc);
+    parallel_gemm(ta, tb, m, n, k, alpha, a + i * sA, lda, b + i * sB, ldb, beta, c + i * sC, ldc);
 }
 
 // ---- elementwise and reductions ----------------------------------------------
 template <class T>
-void CpuOps<T>::add(const T* a, const T* b, T* out, size_t n) {
-  cpu::add(a, b, out, n);
+void CpuOps<T>::add(CPtr a, CPtr b, Ptr o, size_t n) {
+  OPEN;
+  cpu::add(I(a), I(b), O(o), n);
 }
 template <class T>
-void CpuOps<T>::axpy(T alpha, const T* x, T* y, size_t n) {
-  cpu::axpy(alpha, x, y, n);
+void CpuOps<T>::axpy(T alpha, CPtr x, Ptr y, size_t n) {
+  OPEN;
+  cpu::axpy(alpha, I(x), O(y), n);
 }
 template <class T>
-void CpuOps<T>::scale(T* x, T s, size_t n) {
-  cpu::scale(x, s, n);
+void CpuOps<T>::scale(Ptr x, T s, size_t n) {
+  OPEN;
+  cpu::scale(O(x), s, n);
 }
 template <class T>
-double CpuOps<T>::sum_squares(const T* x, size_t n) {
-  return cpu::sum_squares(x, n);
+void CpuOps<T>::sum_squares(CPtr x, size_t n, double* acc) {
+  OPEN;
+  acc[0] += cpu::sum_squares(I(x), n);
 }
 template <class T>
-double CpuOps<T>::sum(const T* x, size_t n) {
-  return cpu::sum(x, n);
+void CpuOps<T>::sum(CPtr x, size_t n, double* acc) {
+  OPEN;
+  acc[0] += cpu::sum(I(x), n);
+}
+template <class T>
+void CpuOps<T>::accumulate(const double* x, Ptr y, size_t n) {
+  OPEN;
+  T* d = O(y);
+  for (size_t i = 0; i < n; ++i) d[i] = T(double(d[i]) + x[i]);
 }
 
 // ---- embedding -----------------------------------------------------------------
 template <class T>
-void CpuOps<T>::embedding_fwd(const int32_t* ids, int N, const T* E, int v0,
-                              int V_local, int d, T* out) {
-  cpu::embedding_fwd(ids, N, E, v0, V_local, d, out);
+void CpuOps<T>::embedding_fwd(const int32_t* ids, int N, CPtr E, int v0,
+                              int V_local, int d, Ptr o) {
+  OPEN;
+  cpu::embedding_fwd(ids, N, I(E), v0, V_local, d, O(o));
 }
 template <class T>
-void CpuOps<T>::embedding_bwd(const int32_t* ids, int N, const T* dout,
-                              int v0, int V_local, int d, T* dE) {
-  cpu::embedding_bwd(ids, N, dout, v0, V_local, d, dE);
+void CpuOps<T>::embedding_bwd(const int32_t* ids, int N, CPtr dout, int v0,
+                              int V_local, int d, Ptr dE) {
+  OPEN;
+  cpu::embedding_bwd(ids, N, I(dout), v0, V_local, d, O(dE));
 }
 
 // ---- RMSNorm, SRPE -----------------------------------------------------------------
 template <class T>
-void CpuOps<T>::rmsnorm_fwd(const T* x, const T* gamma, const T* delta, int N,
-                            int d, double eps, T* y, T* rstd) {
-  cpu::rmsnorm_fwd(x, gamma, delta, N, d, eps, y, rstd);
+void CpuOps<T>::rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d,
+                            double eps, Ptr y, Ptr rstd) {
+  OPEN;
+  cpu::rmsnorm_fwd(I(x), I(gamma), I(delta), N, d, eps, O(y), O(rstd));
 }
 template <class T>
-void CpuOps<T>::rmsnorm_bwd(const T* x, const T* gamma, const T* delta,
-                            const T* rstd, const T* dy, int N, int d, T* dx,
-                            T* dgamma, T* ddelta) {
-  cpu::rmsnorm_bwd(x, gamma, delta, rstd, dy, N, d, dx, dgamma, ddelta);
+void CpuOps<T>::rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd,
+                            CPtr dy, int N, int d, Ptr dx, Ptr dgamma,
+                            Ptr ddelta) {
+  OPEN;
+  cpu::rmsnorm_bwd(I(x), I(gamma), I(delta), I(rstd), I(dy), N, d, O(dx), O(dgamma), O(ddelta));
 }
 template <class T>
-void CpuOps<T>::srpe_apply(T* x, int B, int Tn, int nh, int dh,
-                           const T* table, bool inverse) {
+void CpuOps<T>::srpe_apply(Ptr x, int B, int Tn, int nh, int dh, CPtr table,
+                           bool inverse) {
   WIOLA_CHECK(dh % 2 == 0, "srpe_apply: head dim ", dh, " is odd");
-  cpu::srpe_apply(x, B, Tn, nh, dh, table, inverse);
+  OPEN;
+  cpu::srpe_apply(O(x), B, Tn, nh, dh, I(table), inverse);
 }
 
 // ---- attention ---------------------------------------------------------------------
 template <class T>
 void CpuOps<T>::attention_fwd(const AttnShape& s, const AttnKeys& keys,
-                              const T* q, const T* k, const T* v,
-                              const T* raw_k, const T* raw_v, T* o, T* lse) {
-  cpu::attention_fwd(s, keys, q, k, v, raw_k, raw_v, o, lse);
+                              CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                              Ptr o, Ptr lse) {
+  OPEN;
+  cpu::attention_fwd(s, keys, I(q), I(k), I(v), I(raw_k), I(raw_v), O(o), O(lse));
 }
 template <class T>
 void CpuOps<T>::attention_bwd(const AttnShape& s, const AttnKeys& keys,
-                              const T* q, const T* k, const T* v,
-                              const T* raw_k, const T* raw_v, const T* o,
-                              const T* lse, const T* dout, T* dq, T* dk,
-                              T* dv, T* draw_k, T* draw_v) {
-  cpu::attention_bwd(s, keys, q, k, v, raw_k, raw_v, o, lse, dout, dq, dk, dv,
-                     draw_k, draw_v);
+                              CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                              CPtr o, CPtr lse, CPtr dout, Ptr dq, Ptr dk,
+                              Ptr dv, Ptr draw_k, Ptr draw_v) {
+  OPEN;
+  cpu::attention_bwd(s, keys, I(q), I(k), I(v), I(raw_k), I(raw_v), I(o), I(lse), I(dout), O(dq),
+                     O(dk), O(dv), O(draw_k), O(draw_v));
 }
 
 // ---- ATM ---------------------------------------------------------------------------
 template <class T>
-void CpuOps<T>::atm_similarity(const T* x, int B, int Tn, int d,
-                               double* rho_host) {
-  cpu::atm_similarity(x, B, Tn, d, rho_host);
+void CpuOps<T>::atm_similarity(CPtr x, int B, int Tn, int d, double* rho) {
+  OPEN;
+  cpu::atm_similarity(I(x), B, Tn, d, rho);
 }
 template <class T>
-void CpuOps<T>::atm_merge_rows(const T* x, int B, int Tn, int w,
+void CpuOps<T>::atm_plan(const double* rho, int B, int Tn, double tau,
+                         uint8_t* open, int32_t* group_first,
+                         int32_t* key_end, int32_t* n_groups) {
+  OPEN;
+  for (int b = 0; b < B; ++b) {
+    uint8_t* ob = open + size_t(b) * Tn;
+    atm_greedy_row(rho + size_t(b) * (Tn - 1), Tn, tau, ob);
+    n_groups[b] = atm_layout_row(ob, Tn, group_first + size_t(b) * Tn, key_end + size_t(b) * Tn);
+  }
+}
+template <class T>
+void CpuOps<T>::atm_merge_rows(CPtr x, int B, int Tn, int w,
                                const int32_t* group_first,
                                const int32_t* key_end,
-                               const int32_t* n_groups, T* out) {
-  cpu::atm_merge_rows(x, B, Tn, w, group_first, key_end, n_groups, out);
+                               const int32_t* n_groups, Ptr o) {
+  OPEN;
+  cpu::atm_merge_rows(I(x), B, Tn, w, group_first, key_end, n_groups, O(o));
 }
 template <class T>
-void CpuOps<T>::atm_merge_rows_bwd(const T* dout, int B, int Tn, int w,
+void CpuOps<T>::atm_merge_rows_bwd(CPtr dout, int B, int Tn, int w,
                                    const int32_t* group_first,
                                    const int32_t* key_end,
-                                   const int32_t* n_groups, T* dx) {
-  cpu::atm_merge_rows_bwd(dout, B, Tn, w, group_first, key_end, n_groups, dx);
+                                   const int32_t* n_groups, Ptr dx) {
+  OPEN;
+  cpu::atm_merge_rows_bwd(I(dout), B, Tn, w, group_first, key_end, n_groups, O(dx));
 }
 
 // ---- GCLA pieces ---------------------------------------------------------------------
 template <class T>
-void CpuOps<T>::prefix_mean_fwd(const T* x, int B, int Tn, int d, T* out) {
-  cpu::prefix_mean_fwd(x, B, Tn, d, out);
+void CpuOps<T>::prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr o) {
+  OPEN;
+  cpu::prefix_mean_fwd(I(x), B, Tn, d, O(o));
 }
 template <class T>
-void CpuOps<T>::prefix_mean_bwd(const T* dout, int B, int Tn, int d, T* dx) {
-  cpu::prefix_mean_bwd(dout, B, Tn, d, dx);
+void CpuOps<T>::prefix_mean_bwd(CPtr dout, int B, int Tn, int d, Ptr dx) {
+  OPEN;
+  cpu::prefix_mean_bwd(I(dout), B, Tn, d, O(dx));
 }
 template <class T>
-void CpuOps<T>::prefix_mean_carry_fwd(const T* x, int B, int Tn, int d,
-                                      int pos0, T* carry, T* out) {
-  cpu::prefix_mean_carry_fwd(x, B, Tn, d, pos0, carry, out);
+void CpuOps<T>::prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0,
+                                      Ptr carry, Ptr o) {
+  OPEN;
+  cpu::prefix_mean_carry_fwd(I(x), B, Tn, d, pos0, O(carry), O(o));
 }
 template <class T>
-void CpuOps<T>::ctx_attention_fwd(const T* q, const T* kc, const T* vc, int N,
-                                  int nc, int H, int Hkv, int dh, T* out,
-                                  T* probs) {
-  cpu::ctx_attention_fwd(q, kc, vc, N, nc, H, Hkv, dh, out, probs);
+void CpuOps<T>::ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc,
+                                  int H, int Hkv, int dh, Ptr o, Ptr probs) {
+  OPEN;
+  cpu::ctx_attention_fwd(I(q), I(kc), I(vc), N, nc, H, Hkv, dh, O(o), O(probs));
 }
 template <class T>
-void CpuOps<T>::ctx_attention_bwd(const T* q, const T* kc, const T* vc,
-                                  const T* probs, const T* dout, int N, int nc,
-                                  int H, int Hkv, int dh, T* dq, T* dkc,
-                                  T* dvc) {
-  cpu::ctx_attention_bwd(q, kc, vc, probs, dout, N, nc, H, Hkv, dh, dq, dkc,
-                         dvc);
+void CpuOps<T>::ctx_attention_bwd(CPtr q, CPtr kc, CPtr vc, CPtr probs,
+                                  CPtr dout, int N, int nc, int H, int Hkv,
+                                  int dh, Ptr dq, Ptr dkc, Ptr dvc) {
+  OPEN;
+  cpu::ctx_attention_bwd(I(q), I(kc), I(vc), I(probs), I(dout), N, nc, H, Hkv, dh, O(dq), O(dkc),
+                         O(dvc));
 }
 template <class T>
-void CpuOps<T>::blend_fwd(const T* o_self, const T* o_ctx, double phi,
-                          size_t n, T* out) {
-  cpu::blend_fwd(o_self, o_ctx, phi, n, out);
+void CpuOps<T>::blend_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr o) {
+  OPEN;
+  cpu::blend_fwd(I(o_self), I(o_ctx), double(I(phi)[0]), n, O(o));
 }
 template <class T>
-double CpuOps<T>::blend_bwd(const T* o_self, const T* o_ctx, double phi,
-                            const T* dout, size_t n, T* d_self, T* d_ctx) {
-  return cpu::blend_bwd(o_self, o_ctx, phi, dout, n, d_self, d_ctx);
+void CpuOps<T>::blend_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout,
+                          size_t n, Ptr d_self, Ptr d_ctx, double* dphi) {
+  OPEN;
+  dphi[0] = cpu::blend_bwd(I(o_self), I(o_ctx), double(I(phi)[0]), I(dout), n, O(d_self), O(d_ctx));
 }
 template <class T>
-void CpuOps<T>::sigmoid_gate_fwd(const T* pre, const T* x, size_t n, T* out) {
-  cpu::sigmoid_gate_fwd(pre, x, n, out);
+void CpuOps<T>::sigmoid_gate_fwd(CPtr pre, CPtr x, size_t n, Ptr o) {
+  OPEN;
+  cpu::sigmoid_gate_fwd(I(pre), I(x), n, O(o));
 }
 template <class T>
-void CpuOps<T>::sigmoid_gate_bwd(const T* pre, const T* x, const T* dout,
-                                 size_t n, T* dpre, T* dx) {
-  cpu::sigmoid_gate_bwd(pre, x, dout, n, dpre, dx);
+void CpuOps<T>::sigmoid_gate_bwd(CPtr pre, CPtr x, CPtr dout, size_t n,
+                                 Ptr dpre, Ptr dx) {
+  OPEN;
+  cpu::sigmoid_gate_bwd(I(pre), I(x), I(dout), n, O(dpre), O(dx));
 }
 
 // ---- DSFF pieces ---------------------------------------------------------------------
 template <class T>
-void CpuOps<T>::swiglu_fwd(const T* g, const T* u, size_t n, T* h) {
-  cpu::swiglu_fwd(g, u, n, h);
+void CpuOps<T>::swiglu_fwd(CPtr g, CPtr u, size_t n, Ptr h) {
+  OPEN;
+  cpu::swiglu_fwd(I(g), I(u), n, O(h));
 }
 template <class T>
-void CpuOps<T>::swiglu_bwd(const T* g, const T* u, const T* dh, size_t n,
-                           T* dg, T* du) {
-  cpu::swiglu_bwd(g, u, dh, n, dg, du);
+void CpuOps<T>::swiglu_bwd(CPtr g, CPtr u, CPtr dh, size_t n, Ptr dg, Ptr du) {
+  OPEN;
+  cpu::swiglu_bwd(I(g), I(u), I(dh), n, O(dg), O(du));
 }
 template <class T>
-void CpuOps<T>::gelu_fwd(const T* x, size_t n, T* y) {
-  cpu::gelu_fwd(x, n, y);
+void CpuOps<T>::gelu_fwd(CPtr x, size_t n, Ptr y) {
+  OPEN;
+  cpu::gelu_fwd(I(x), n, O(y));
 }
 template <class T>
-void CpuOps<T>::gelu_bwd(const T* x, const T* dy, size_t n, T* dx) {
-  cpu::gelu_bwd(x, dy, n, dx);
+void CpuOps<T>::gelu_bwd(CPtr x, CPtr dy, size_t n, Ptr dx) {
+  OPEN;
+  cpu::gelu_bwd(I(x), I(dy), n, O(dx));
 }
 template <class T>
-void CpuOps<T>::fusion_fwd(const T* pre, const T* a, const T* b, size_t n,
-                           T* out) {
-  cpu::fusion_fwd(pre, a, b, n, out);
+void CpuOps<T>::fusion_fwd(CPtr pre, CPtr a, CPtr b, size_t n, Ptr o) {
+  OPEN;
+  cpu::fusion_fwd(I(pre), I(a), I(b), n, O(o));
 }
 template <class T>
-void CpuOps<T>::fusion_bwd(const T* pre, const T* a, const T* b,
-                           const T* dout, size_t n, T* dpre, T* da, T* db) {
-  cpu::fusion_bwd(pre, a, b, dout, n, dpre, da, db);
+void CpuOps<T>::fusion_bwd(CPtr pre, CPtr a, CPtr b, CPtr dout, size_t n,
+                           Ptr dpre, Ptr da, Ptr db) {
+  OPEN;
+  cpu::fusion_bwd(I(pre), I(a), I(b), I(dout), n, O(dpre), O(da), O(db));
 }
 
 // ---- cross-entropy ---------------------------------------------------------------------
 template <class T>
-void CpuOps<T>::ce_row_max(const T* logits, int N, int V_local, T* row_max) {
-  cpu::ce_row_max(logits, N, V_local, row_max);
+void CpuOps<T>::ce_row_max(CPtr logits, int N, int V_local, Ptr row_max) {
+  OPEN;
+  cpu::ce_row_max(I(logits), N, V_local, O(row_max));
 }
 template <class T>
-void CpuOps<T>::ce_sumexp_target(const T* logits, const int32_t* targets,
-                                 int N, int V_local, int v0, const T* row_max,
-                                 T* sumexp, T* tgt) {
-  cpu::ce_sumexp_target(logits, targets, N, V_local, v0, row_max, sumexp, tgt);
+void CpuOps<T>::ce_sumexp_target(CPtr logits, const int32_t* targets, int N,
+                                 int V_local, int v0, CPtr row_max,
+                                 Ptr sumexp, Ptr tgt) {
+  OPEN;
+  cpu::ce_sumexp_target(I(logits), targets, N, V_local, v0, I(row_max), O(sumexp), O(tgt));
 }
 template <class T>
-void CpuOps<T>::ce_loss_grad(T* logits, const int32_t* targets, int N,
-                             int V_local, int v0, const T* row_max,
-                             const T* sumexp, const T* tgt, double scale,
-                             T* loss) {
-  cpu::ce_loss_grad(logits, targets, N, V_local, v0, row_max, sumexp, tgt,
-                    scale, loss);
+void CpuOps<T>::ce_loss_grad(Ptr logits, const int32_t* targets, int N,
+                             int V_local, int v0, CPtr row_max, CPtr sumexp,
+                             CPtr tgt, double scale, Ptr loss) {
+  OPEN;
+  cpu::ce_loss_grad(O(logits), targets, N, V_local, v0, I(row_max), I(sumexp), I(tgt), scale,
+                    O(loss));
 }
 template <class T>
-void CpuOps<T>::ce_loss(const T* logits, const int32_t* targets, int N,
-                        int V_local, int v0, const T* row_max, const T* sumexp,
-                        const T* tgt, T* loss) {
-  cpu::ce_loss(logits, targets, N, V_local, v0, row_max, sumexp, tgt, loss);
+void CpuOps<T>::ce_loss(CPtr logits, const int32_t* targets, int N,
+                        int V_local, int v0, CPtr row_max, CPtr sumexp,
+                        CPtr tgt, Ptr loss) {
+  OPEN;
+  cpu::ce_loss(I(logits), targets, N, V_local, v0, I(row_max), I(sumexp), I(tgt), O(loss));
 }
 
 // ---- optimizer -------------------------------------------------------------------------
 template <class T>
-void CpuOps<T>::adamw(T* p, const T* g, T* m, T* v, size_t n, double lr,
+void CpuOps<T>::adamw(Ptr p, CPtr g, Ptr m, Ptr v, size_t n, double lr,
                       double beta1, double beta2, double eps, double wd,
                       double bc1, double bc2) {
-  cpu::adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
+  OPEN;
+  cpu::adamw(O(p), I(g), O(m), O(v), n, lr, beta1, beta2, eps, wd, bc1, bc2);
 }
+
+#undef OPEN
+#undef I
+#undef O
 
 template class CpuOps<float>;
 template class CpuOps<double>;
 
 template <class T>
-std::unique_ptr<Ops<T>> make_cpu_ops() {
-  return std::make_unique<CpuOps<T>>();
+std::unique_ptr<Ops<T>> make_cpu_ops(CpuMemory memory) {
+  return std::make_unique<CpuOps<T>>(memory);
 }
-template std::unique_ptr<Ops<float>> make_cpu_ops<float>();
-template std::unique_ptr<Ops<double>> make_cpu_ops<double>();
+template std::unique_ptr<Ops<float>> make_cpu_ops<float>(CpuMemory);
+template std::unique_ptr<Ops<double>> make_cpu_ops<double>(CpuMemory);
+
+std::vector<std::string> backend_names() { return {"cpu", "cpu-opaque"}; }
+
+template <class T>
+std::unique_ptr<Ops<T>> make_backend(const std::string& name) {
+  if (name == "cpu") return make_cpu_ops<T>(CpuMemory::Host);
+  if (name == "cpu-opaque") return make_cpu_ops<T>(CpuMemory::Opaque);
+  fail("unknown backend '", name, "' (known: cpu, cpu-opaque)");
+}
+template std::unique_ptr<Ops<float>> make_backend<float>(const std::string&);
+template std::unique_ptr<Ops<double>> make_backend<double>(const std::string&);
 
 }  // namespace wiola

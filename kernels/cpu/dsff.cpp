@@ -1,4 +1,4 @@
-// DSFF pieces (SPEC §2 "DSFF"): SwiGLU of stream A, exact-erf GELU of stream
+// DSFF pieces (docs/model.md §2 "DSFF"): SwiGLU of stream A, exact-erf GELU of stream
 // B, and the sigmoid fusion of the two streams.
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/kernels.h"

@@ -1,4 +1,4 @@
-// GCLA pieces (SPEC §2 "Cross-layer summaries", "GCLA"): prefix-mean
+// GCLA pieces (docs/model.md §2 "Cross-layer summaries", "GCLA"): prefix-mean
 // summaries, the context sub-attention, the self/context blend and the
 // sigmoid output gate.
 #include "kernels/cpu/common.h"

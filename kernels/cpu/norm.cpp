@@ -1,4 +1,4 @@
-// WiolaRMSNorm (SPEC §2): z = x + delta; y = gamma * z * rstd,
+// WiolaRMSNorm (docs/model.md §2): z = x + delta; y = gamma * z * rstd,
 // rstd = 1 / sqrt(mean(z^2) + eps). Backward per row:
 //   dz = rstd * (gamma*dy - z * rstd^2 * mean(gamma*dy*z)),
 //   dgamma += sum_n dy*z*rstd, ddelta += sum_n dz, dx += dz.

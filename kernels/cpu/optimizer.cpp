@@ -1,4 +1,4 @@
-// AdamW exactly as PyTorch's (SPEC §4), in double per element:
+// AdamW exactly as PyTorch's (docs/model.md §4), in double per element:
 //   p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 //   p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)   (PyTorch's order;
 // sqrt_newton, not std::sqrt, so that the loop vectorises).

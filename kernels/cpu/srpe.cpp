@@ -1,4 +1,4 @@
-// SRPE (SPEC §2): rotate-half pairs (j, j + dh/2) of every head by the
+// SRPE (docs/model.md §2): rotate-half pairs (j, j + dh/2) of every head by the
 // per-position (c, s) of the table; the inverse uses (c, -s) (the transpose,
 // = the backward pass).
 #include "kernels/cpu/common.h"

@@ -1,4 +1,4 @@
-// Sample order (SPEC §6), DP slicing, exact resume, validation order, errors.
+// Sample order (docs/model.md §6), DP slicing, exact resume, validation order, errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>

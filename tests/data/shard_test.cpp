@@ -49,7 +49,7 @@ TEST(Shard, WriteReadRoundTripUint16) {
   r.read(tok.size() - 10, 10, out.data());
   EXPECT_TRUE(std::equal(out.begin(), out.begin() + 10, tok.end() - 10));
   EXPECT_THROW(r.read(tok.size() - 5, 10, out.data()), Error);
-  // SPEC §6 dtype: uint16 for V <= 65536.
+  // docs/model.md §6 dtype: uint16 for V <= 65536.
   hid_t f = H5Fopen((dir / "s.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   hid_t d = H5Dopen2(f, "tokens", H5P_DEFAULT);
   hid_t t = H5Dget_type(d);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Equivalence of two training runs (SPEC §5, issue 4):
+"""Equivalence of two training runs (docs/model.md §5, issue 4):
   - every loss of metrics.jsonl within --tol relative;
   - the final parameters (/params_after of the step dumps) within --tol
     relative, norm-wise over the whole model: ||a-b||_2 / ||a||_2;
@@ -33,7 +33,11 @@ def main():
     ap.add_argument("run"); ap.add_argument("dump")
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--tol-tensor", type=float, default=1e-4)
+    ap.add_argument("--exact", action="store_true",
+                    help="bit for bit: every loss and every dataset of the dumps identical")
     a = ap.parse_args()
+    if a.exact:
+        return exact(a)
     bad = []
     lr, lo = losses(a.ref_run), losses(a.run)
     if len(lr) != len(lo) or not lr:
@@ -75,6 +79,31 @@ def main():
           f"element-wise max|a-b|/max|a| {worst_e:.2e}")
     if bad:
         print("NOT EQUIVALENT:\n  " + "\n  ".join(bad[:20]))
+        return 1
+    return 0
+
+
+def exact(a):
+    """Two runs that must agree bit for bit (same layout, threads and SIMD
+    target on two backends, e.g. cpu and cpu-opaque)."""
+    bad = []
+    lr, lo = losses(a.ref_run), losses(a.run)
+    if lr != lo:
+        bad.append(f"losses differ: {lo} vs reference {lr}")
+    n = 0
+    with h5py.File(a.ref_dump, "r") as fr, h5py.File(a.dump, "r") as fo:
+        names = []
+        fr.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+        for name in names:
+            n += 1
+            if name not in fo:
+                bad.append(f"/{name}: missing"); continue
+            x, y = np.asarray(fr[name]), np.asarray(fo[name])
+            if x.shape != y.shape or x.dtype != y.dtype or x.tobytes() != y.tobytes():
+                bad.append(f"/{name}: differs")
+    print(f"{len(lr)} losses, {n} dump datasets compared bit for bit: {len(bad)} differ")
+    if bad:
+        print("NOT IDENTICAL:\n  " + "\n  ".join(bad[:20]))
         return 1
     return 0
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Layout equivalence (SPEC §5, issue 4): a 10-step run of a small Wiola with
-# ATM active (τ = 0.7: about a third of the pairs merge in layer 2, half in
+# Layout equivalence (docs/model.md §5, issue 4): a 10-step run of a small
+# Wiola with ATM active (τ = 0.7: about a third of the pairs merge in layer 2, half in
 # layer 3) under a process layout must match the single-process run: every
 # loss and every final parameter tensor within 1e-5 relative
 # (compare_runs.py), and identical ATM merge decisions at the dumped step.
@@ -9,6 +9,8 @@
 #                                             single-process reference
 #   equivalence.sh run WIOLA WORK NAME NP [--set ...]
 #                                             run NAME on NP ranks and compare
+#                                             (EXACT_VS=REF: also bit for bit
+#                                             against run REF)
 set -euo pipefail
 mode=$1; wiola=$2; work=$3; shift 3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,3 +33,8 @@ rm -rf "${work:?}/$name" "$work/$name.h5"
 "${MPIEXEC:-mpiexec}" -n "$np" --bind-to none "$wiola" train "${common[@]}" "$@" \
   --set "train.run_dir=$work/$name" --dump-step "10:$work/$name.h5"
 "$python" "$here/compare_runs.py" --tol 1e-5 "$work/single" "$work/single.h5" "$work/$name" "$work/$name.h5"
+# EXACT_VS=REF: also bit for bit against the run REF of the same layout (a
+# run on another backend: cpu-opaque must compute exactly what cpu does).
+if [ -n "${EXACT_VS:-}" ]; then
+  "$python" "$here/compare_runs.py" --exact "$work/$EXACT_VS" "$work/$EXACT_VS.h5" "$work/$name" "$work/$name.h5"
+fi

@@ -38,7 +38,7 @@ TEST(Grid, RankFormulaAndCoordinates) {
       ASSERT_GE(c.tp, 0); ASSERT_LT(c.tp, g.tp);
       ASSERT_GE(c.pp, 0); ASSERT_LT(c.pp, g.pp);
       ASSERT_GE(c.dp, 0); ASSERT_LT(c.dp, g.dp);
-      EXPECT_EQ(r, c.pp * (g.dp * g.tp) + c.dp * g.tp + c.tp);  // SPEC §5
+      EXPECT_EQ(r, c.pp * (g.dp * g.tp) + c.dp * g.tp + c.tp);  // docs/model.md §5
       EXPECT_EQ(grid_rank(g, c), r);
       seen.insert({c.tp, c.pp, c.dp});
     }

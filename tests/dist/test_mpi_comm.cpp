@@ -8,6 +8,8 @@
 
 #include "dist/grid.h"
 #include "dist/mpi_comm.h"
+#include "dist/staged_comm.h"
+#include "kernels/ops.h"
 #include "dist/tp_collectives.h"
 #include "util/error.h"
 
@@ -200,14 +202,81 @@ TEST(MpiComm, GridRejectsWrongWorldSize) {
 
 TEST(MpiComm, TpCollectivesAdapter) {
   auto w = mpi_world_comm();
-  CommTpCollectives<double> tp(*w);
+  CommTpCollectives tp(*w);
   std::vector<double> x = {double(w->rank()), -double(w->rank())};
   tp.all_reduce_sum(x.data(), 2);
   const double s = w->size() * (w->size() - 1) / 2.0;
   EXPECT_EQ(x[0], s);
   EXPECT_EQ(x[1], -s);
   std::vector<float> y = {float(w->rank()), 0.5f};
-  CommTpCollectives<float>(*w).all_reduce_max(y.data(), 2);
+  CommTpCollectives(*w).all_reduce_max(y.data(), 2);
   EXPECT_EQ(y[0], float(w->size() - 1));
   EXPECT_EQ(y[1], 0.5f);
+}
+
+// The data plane for memory the host cannot touch (cpu-opaque): every
+// collective and the point-to-point pair, staged through host buffers, give
+// exactly what MPI gives on host buffers, NCCL's in-place forms included.
+TEST(MpiComm, HostStagedDataPlaneOverOpaqueMemory) {
+  auto w = mpi_world_comm();
+  auto ops = wiola::make_cpu_ops<float>(wiola::CpuMemory::Opaque);
+  ASSERT_FALSE(ops->host_accessible());
+  const auto make = data_plane_for(*ops);
+  ASSERT_TRUE(bool(make));
+  auto data = make(*w);
+  const int p = w->size(), r = w->rank();
+  const size_t c = 5, n = c * size_t(p);
+  std::vector<float> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = float(r + 1) * 0.5f + float(i);
+  wiola::Buffer<float> dev(*ops, n);
+  auto load = [&](const std::vector<float>& v) { ops->upload(dev.data(), v.data(), v.size() * sizeof(float)); };
+  auto read = [&](size_t count, size_t off = 0) {
+    std::vector<float> v(count);
+    ops->download(v.data(), dev.data() + off, count * sizeof(float));
+    return v;
+  };
+  // all-reduce (sum and max), in place
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+    load(host);
+    std::vector<float> want = host;
+    w->all_reduce(want.data(), want.size(), op);
+    data->all_reduce(dev.data(), dev.data(), n, DType::F32, op);
+    EXPECT_EQ(read(n), want);
+  }
+  // reduce-scatter, NCCL in place: recv = send + rank * c
+  {
+    load(host);
+    std::vector<float> want = host;
+    w->reduce_scatter_sum(want.data(), want.data() + size_t(r) * c, c, DType::F32);
+    data->reduce_scatter_sum(dev.data(), dev.data() + size_t(r) * c, c, DType::F32);
+    EXPECT_EQ(read(c, size_t(r) * c), std::vector<float>(want.begin() + long(r * c), want.begin() + long((r + 1) * c)));
+  }
+  // all-gather, in place: send = recv + rank * c
+  {
+    load(host);
+    std::vector<float> want = host;
+    w->all_gather(want.data() + size_t(r) * c, want.data(), c, DType::F32);
+    data->all_gather(dev.data() + size_t(r) * c, dev.data(), c, DType::F32);
+    EXPECT_EQ(read(n), want);
+  }
+  // broadcast from the last rank
+  {
+    load(host);
+    std::vector<float> want = host;
+    w->broadcast(want.data(), n, DType::F32, p - 1);
+    data->broadcast(dev.data(), n, DType::F32, p - 1);
+    EXPECT_EQ(read(n), want);
+  }
+  // ring: send to the next rank, receive from the previous one
+  if (p > 1) {
+    load(host);
+    wiola::Buffer<float> in(*ops, n);
+    Request s = data->isend(dev.data(), n, DType::F32, (r + 1) % p, 11);
+    data->irecv(in.data(), n, DType::F32, (r + p - 1) % p, 11).wait();
+    s.wait();
+    std::vector<float> got(n), want(n);
+    ops->download(got.data(), in.data(), n * sizeof(float));
+    for (size_t i = 0; i < n; ++i) want[i] = float((r + p - 1) % p + 1) * 0.5f + float(i);
+    EXPECT_EQ(got, want);
+  }
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "tests/model/backend_under_test.h"
 #include "model/atm.h"
 #include "model/model.h"
 #include "train/schedule.h"
@@ -51,15 +52,21 @@ TEST(ModelGradient, FiniteDifferenceEveryParameterDouble) {
   c.init_std = 0.3;
   for (bool atm : {true, false}) {
     c.atm = atm;
-    auto ops = make_cpu_ops<double>();
+    auto ops = test_backend<double>();
     const int B = 2;
     Model<double> m(*ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
     m.init(7);
     const auto tok = random_tokens(size_t(B) * (c.T + 1), c.V, 3);
     m.zero_grads();
     m.train_micro_step(tok.data(), 1.0);
-    std::vector<double> g(m.grads(), m.grads() + m.n_params());
-    double* p = m.params();  // CPU backend: host memory
+    const std::vector<double> g = download_vec(*ops, m.grads(), m.n_params());
+    const std::vector<double> p = download_vec(*ops, m.params(), m.n_params());
+    // Perturb one master element (any backend: through upload), then bring
+    // the weight copy up to date as the trainer does after an update.
+    auto poke = [&](size_t k, double v) {
+      set_element(*ops, m.params(), k, v);
+      m.refresh_weights();
+    };
     const double h = 1e-5;
     double worst = 0;
     std::string worst_name;
@@ -70,11 +77,11 @@ TEST(ModelGradient, FiniteDifferenceEveryParameterDouble) {
       for (size_t i = 0; i < e.size(); ++i) {
         const size_t k = e.offset + i;
         const double p0 = p[k];
-        p[k] = p0 + h;
+        poke(k, p0 + h);
         const double lp = m.train_micro_step(tok.data(), 0.0);
-        p[k] = p0 - h;
+        poke(k, p0 - h);
         const double lm = m.train_micro_step(tok.data(), 0.0);
-        p[k] = p0;
+        poke(k, p0);
         err = std::max(err, std::abs((lp - lm) / (2 * h) - g[k]) / scale);
       }
       if (err > worst) { worst = err; worst_name = e.name; }
@@ -92,7 +99,7 @@ TEST(ModelCausality, TrainingModeWithAtm) {
   c.T = 16; c.L = 6;
   for (double tau : {-1.0, 0.0, 0.3}) {
     c.tau = tau;
-    auto ops = make_cpu_ops<float>();
+    auto ops = test_backend<float>();
     const int B = 2;
     Model<float> m(*ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
     m.init(11);
@@ -128,7 +135,7 @@ TEST(ModelCausality, TrainingModeWithAtm) {
 TEST(ModelAtm, NoMergeEqualsCausal) {
   ModelConfig c = micro_config();
   c.T = 16; c.L = 6; c.tau = 1.5;  // rho <= 1 + 1e-15 never exceeds 1.5
-  auto ops = make_cpu_ops<float>();
+  auto ops = test_backend<float>();
   Model<float> m(*ops, c, ModelShard{}, nullptr, ModelOptions{2, false, false});
   m.init(3);
   const auto in = random_tokens(size_t(2) * c.T, c.V, 9);
@@ -160,11 +167,11 @@ TEST(ModelAtm, MergeMapMatchesAlgorithm1) {
   EXPECT_EQ(lay.visible_pairs(), 1 + 1 + 2 + 3 + 3);
 }
 
-// Cached decoding in any chunking equals the full forward (SPEC §2: < 1e-4).
+// Cached decoding in any chunking equals the full forward (docs/model.md §2: < 1e-4).
 TEST(ModelInference, CachedChunksMatchFullForward) {
   ModelConfig c = micro_config();
   c.T = 24; c.L = 6; c.d = 32; c.H = 4; c.Hkv = 2;
-  auto ops = make_cpu_ops<float>();
+  auto ops = test_backend<float>();
   const int B = 2;
   Model<float> m(*ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
   m.init(5);
@@ -198,7 +205,7 @@ TEST(ModelInference, CachedChunksMatchFullForward) {
 TEST(ModelRecompute, IdenticalGradients) {
   ModelConfig c = micro_config();
   c.T = 32; c.L = 6; c.d = 32; c.H = 4; c.Hkv = 2; c.tau = 0.2;
-  auto ops = make_cpu_ops<float>();
+  auto ops = test_backend<float>();
   const int B = 2;
   Model<float> a(*ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
   Model<float> r(*ops, c, ModelShard{}, nullptr, ModelOptions{B, true, false});
@@ -210,7 +217,7 @@ TEST(ModelRecompute, IdenticalGradients) {
   const double la = a.train_micro_step(tok.data(), 1.0 / (B * c.T));
   const double lr = r.train_micro_step(tok.data(), 1.0 / (B * c.T));
   EXPECT_EQ(la, lr);
-  EXPECT_EQ(std::memcmp(a.grads(), r.grads(), a.n_params() * sizeof(float)), 0);
+  EXPECT_EQ(download_vec(*ops, a.grads(), a.n_params()), download_vec(*ops, r.grads(), r.n_params()));
   EXPECT_LT(r.activation_bytes(), a.activation_bytes());
   std::printf("  activations: %zu B without recompute, %zu B with (%.1f%% saved)\n",
               a.activation_bytes(), r.activation_bytes(),
@@ -221,7 +228,7 @@ TEST(ModelRecompute, IdenticalGradients) {
 TEST(ModelAccumulation, MicroBatchesSumToBatch) {
   ModelConfig c = micro_config();
   c.T = 16; c.tau = 0.2;
-  auto ops = make_cpu_ops<double>();
+  auto ops = test_backend<double>();
   Model<double> one(*ops, c, ModelShard{}, nullptr, ModelOptions{2, false, false});
   Model<double> two(*ops, c, ModelShard{}, nullptr, ModelOptions{1, false, false});
   one.init(4);
@@ -233,10 +240,12 @@ TEST(ModelAccumulation, MicroBatchesSumToBatch) {
   const double l1 = one.train_micro_step(tok.data(), s);
   const double l2 = two.train_micro_step(tok.data(), s) + two.train_micro_step(tok.data() + c.T + 1, s);
   EXPECT_NEAR(l1, l2, 1e-10 * std::abs(l1));
+  const auto g1 = download_vec(*ops, one.grads(), one.n_params());
+  const auto g2 = download_vec(*ops, two.grads(), two.n_params());
   double err = 0, scale = 0;
-  for (size_t i = 0; i < one.n_params(); ++i) {
-    err = std::max(err, std::abs(one.grads()[i] - two.grads()[i]));
-    scale = std::max(scale, std::abs(one.grads()[i]));
+  for (size_t i = 0; i < g1.size(); ++i) {
+    err = std::max(err, std::abs(g1[i] - g2[i]));
+    scale = std::max(scale, std::abs(g1[i]));
   }
   EXPECT_LT(err / scale, 1e-12);
 }
@@ -280,7 +289,7 @@ TEST(ModelInit, LayoutIndependent) {
 
 TEST(ModelInput, TokenOutOfRangeIsAnError) {
   ModelConfig c = micro_config();
-  auto ops = make_cpu_ops<float>();
+  auto ops = test_backend<float>();
   Model<float> m(*ops, c, ModelShard{}, nullptr, ModelOptions{1, false, false});
   m.init(1);
   auto tok = random_tokens(size_t(c.T + 1), c.V, 1);

@@ -1,7 +1,7 @@
 // The paper's "Unit Test Coverage" table (wiola-paper.tex, Table tab:tests:
 // 22 tests over eight components), rewritten against this implementation's
 // API (ops, layer_forward, Model) with assertions that fail on a wrong
-// implementation: hand computations of the SPEC §2 formulas, exact
+// implementation: hand computations of the docs/model.md §2 formulas, exact
 // invariances, and the cached-decoding and parameter-count contracts.
 //
 //   WiolaRMSNorm 3  PaperRMSNorm.{Shape, DeltaEffect, NoNaN}
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "tests/model/backend_under_test.h"
 #include "model/atm.h"
 #include "model/config.h"
 #include "model/layer.h"
@@ -64,9 +65,9 @@ std::vector<int32_t> rand_tokens(size_t n, int V, uint64_t seed) {
 }
 
 template <class T>
-std::vector<T> down(Ops<T>& ops, const T* p, size_t n) {
+std::vector<T> down(Ops<T>& ops, CPtr p, size_t n) {
   std::vector<T> h(n);
-  ops.download(h.data(), p, n * sizeof(T));
+  ops.download(h.data(), p.as<T>(), n * sizeof(T));
   return h;
 }
 
@@ -136,7 +137,7 @@ std::vector<double> matmul_t(const std::vector<double>& x, const double* W,
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-// SPEC §2 WiolaRMSNorm of one row, by hand.
+// docs/model.md §2 WiolaRMSNorm of one row, by hand.
 std::vector<double> rms_ref(const double* x, const double* g, const double* dl,
                             int d, double eps, double* rstd = nullptr) {
   double ss = 0;
@@ -152,7 +153,7 @@ std::vector<double> rms_ref(const double* x, const double* g, const double* dl,
 // driven through layer_forward directly.
 struct LayerHarness {
   LayerHarness(const ModelConfig& c, int batch, uint64_t seed = 7)
-      : ops(make_cpu_ops<double>()), cfg(c), B(batch), Tn(c.T),
+      : ops(test_backend<double>()), cfg(c), B(batch), Tn(c.T),
         ld(c, ModelShard{}),
         model(*ops, c, ModelShard{}, nullptr, ModelOptions{batch, false, false}) {
     model.init(seed);
@@ -161,10 +162,10 @@ struct LayerHarness {
   // A LayerCtx with possibly different tau / atm flag (the model's
   // parameters do not depend on them).
   LayerCtx<double> ctx(const ModelConfig& c) const {
-    return LayerCtx<double>{*ops, c, ld, nullptr, B, Tn, srpe.data()};
+    return LayerCtx<double>{*ops, c, ld, nullptr, B, Tn, srpe.data(), ops->precision()};
   }
   size_t Nd() const { return size_t(B) * Tn * cfg.d; }
-  const LayerParams<double>& lp(int l) const { return model.p().layers[size_t(l)]; }
+  const LayerParams& lp(int l) const { return model.p().layers[size_t(l)]; }
 
   std::unique_ptr<Ops<double>> ops;
   ModelConfig cfg;
@@ -185,7 +186,7 @@ std::vector<double> run_layer(LayerHarness& h, const LayerCtx<double>& c, int l,
   Buffer<double> bx = up(ops, x);
   std::vector<Buffer<double>> bc;
   for (const auto& v : ctx) bc.push_back(up(ops, v));
-  std::vector<const double*> pc;
+  std::vector<CPtr> pc;
   for (const auto& b : bc) pc.push_back(b.data());
   std::vector<double> init(nd + guard, 4242.0);
   Buffer<double> out = up(ops, init);
@@ -203,7 +204,7 @@ std::vector<double> run_layer(LayerHarness& h, const LayerCtx<double>& c, int l,
 // ===================================================================================
 
 TEST(PaperRMSNorm, Shape) {
-  auto ops = make_cpu_ops<double>();
+  auto ops = test_backend<double>();
   const int N = 3, d = 8;
   const double eps = 1e-6;
   const auto x = randn(size_t(N) * d, 1);
@@ -233,7 +234,7 @@ TEST(PaperRMSNorm, Shape) {
 }
 
 TEST(PaperRMSNorm, DeltaEffect) {
-  auto ops = make_cpu_ops<double>();
+  auto ops = test_backend<double>();
   const int N = 4, d = 16;
   const double eps = 1e-6;
   const auto x = randn(size_t(N) * d, 11);
@@ -272,7 +273,7 @@ TEST(PaperRMSNorm, NoNaN) {
   const int d = 8;
   const double eps = 1e-6;
   {  // double: zero, huge and tiny rows
-    auto ops = make_cpu_ops<double>();
+    auto ops = test_backend<double>();
     std::vector<double> x(size_t(3) * d);
     for (int j = 0; j < d; ++j) {
       x[size_t(j)] = 0.0;
@@ -297,7 +298,7 @@ TEST(PaperRMSNorm, NoNaN) {
                   1e-9 * std::abs(y[size_t(2 * d + j)]));
   }
   {  // float (the training type)
-    auto ops = make_cpu_ops<float>();
+    auto ops = test_backend<float>();
     std::vector<float> x(size_t(3) * d);
     for (int j = 0; j < d; ++j) {
       x[size_t(j)] = 0.0f;
@@ -325,7 +326,7 @@ TEST(PaperRMSNorm, NoNaN) {
 // SRPE (3): Shape; position sensitivity; offset
 // ===================================================================================
 
-// SPEC §2 formulas for one (p, j).
+// docs/model.md §2 formulas for one (p, j).
 void srpe_ref(const ModelConfig& c, int p, int j, double& cc, double& ss) {
   const int dh = c.dh();
   const double w = std::pow(c.theta0, -2.0 * j / dh);
@@ -354,7 +355,7 @@ TEST(PaperSRPE, Shape) {
       EXPECT_EQ(tf[i + 1], float(td[i + 1]));
     }
   // srpe_apply on x[B, Tn, nh, dh] rotates (j, j + dh/2) of every head.
-  auto ops = make_cpu_ops<double>();
+  auto ops = test_backend<double>();
   const int B = 2, Tn = 5, nh = 3;
   const auto x = randn(size_t(B) * Tn * nh * dh, 21);
   auto bx = up(*ops, x);
@@ -377,7 +378,7 @@ TEST(PaperSRPE, Shape) {
 TEST(PaperSRPE, PositionSensitivity) {
   ModelConfig cfg = tiny_cfg();
   const int dh = cfg.dh(), half = dh / 2;
-  auto ops = make_cpu_ops<double>();
+  auto ops = test_backend<double>();
   const auto q = randn(size_t(dh), 31), k = randn(size_t(dh), 32);
   auto rot = [&](const ModelConfig& c, const std::vector<double>& v, int p) {
     auto bv = up(*ops, v);
@@ -438,7 +439,7 @@ TEST(PaperSRPE, Offset) {
     const auto ff = srpe_table<float>(cfg, 0, pos0 + n);
     for (size_t i = 0; i < af.size(); ++i) EXPECT_EQ(af[i], ff[size_t(pos0) * dh + i]);
   }
-  auto ops = make_cpu_ops<double>();
+  auto ops = test_backend<double>();
   const int nh = 2;
   // Rotating a chunk with the offset table == rotating those rows of the whole sequence.
   {
@@ -525,7 +526,7 @@ TEST(PaperGCLA, Shape) {
 
 TEST(PaperGCLA, KvGrowth) {
   const ModelConfig cfg = tiny_cfg(64, 16);
-  auto ops = make_cpu_ops<float>();
+  auto ops = test_backend<float>();
   const int B = 2, cap = 12, kvd = cfg.Hkv * cfg.dh(), d = cfg.d;
   Model<float> m(*ops, cfg, ModelShard{}, nullptr, ModelOptions{B, false, false});
   m.init(3);
@@ -643,7 +644,7 @@ TEST(PaperGCLA, CtxBlendChange) {
 
   // Whole model: phi = -30 in every layer changes the logits.
   const ModelConfig mc = tiny_cfg(64, 16);
-  auto fops = make_cpu_ops<float>();
+  auto fops = test_backend<float>();
   Model<float> m(*fops, mc, ModelShard{}, nullptr, ModelOptions{1, false, false});
   m.init(5);
   const auto in = rand_tokens(size_t(mc.T), mc.V, 74);
@@ -811,7 +812,7 @@ TEST(PaperATM, MergeUnmergeRoundtrip) {
   // second map {0},{1,2},{3},{4},{5,6}, key_end 0,2,3,4,6:
   //                                t = 0..6 -> 1, 1+1, 2, 3, 4, 4+1, 5 = 22
   EXPECT_EQ(lay.visible_pairs(), 19 + 22);
-  auto ops = make_cpu_ops<double>();
+  auto ops = test_backend<double>();
   const auto xb = randn(size_t(2) * Tn * w, 103);
   auto bx = up(*ops, xb);
   auto gf = up_idx(*ops, lay.group_first), ke = up_idx(*ops, lay.key_end);
@@ -859,7 +860,7 @@ TEST(PaperATM, ShortSeq) {
   for (int Tn : {2, 3}) {
     ModelConfig cfg = tiny_cfg(64, Tn);
     cfg.tau = -1.0;
-    auto ops = make_cpu_ops<float>();
+    auto ops = test_backend<float>();
     const int B = 2;
     Model<float> m(*ops, cfg, ModelShard{}, nullptr, ModelOptions{B, false, false});
     m.init(9);
@@ -948,7 +949,7 @@ TEST(PaperDecoderLayer, MidLayerAtmFlag) {
   // Whole model (L = 6, ATM in layers 2, 3), tau = -1: every pair merges.
   ModelConfig cfg = tiny_cfg(64, 8);
   cfg.tau = -1.0;
-  auto ops = make_cpu_ops<float>();
+  auto ops = test_backend<float>();
   const int B = 2, Tn = cfg.T, V = cfg.V;
   Model<float> m(*ops, cfg, ModelShard{}, nullptr, ModelOptions{B, false, false});
   m.init(13);
@@ -1001,7 +1002,9 @@ TEST(PaperDecoderLayer, MidLayerAtmFlag) {
   EXPECT_FALSE(a.atm_active);
   const auto yt = run_layer(h, c, 2, x, ctx, true, a);
   EXPECT_TRUE(a.atm_active);
-  EXPECT_EQ(a.atm.open, alt);
+  std::vector<uint8_t> open(alt.size());
+  h.ops->download(open.data(), a.open, open.size());
+  EXPECT_EQ(open, alt);
   const int d = lc.d;
   for (int b = 0; b < h.B; ++b) {
     double d0 = 0, d1 = 0;
@@ -1022,7 +1025,7 @@ TEST(PaperDecoderLayer, MidLayerAtmFlag) {
 
 TEST(PaperModel, Shape) {
   const ModelConfig cfg = tiny_cfg(64, 16);
-  auto ops = make_cpu_ops<float>();
+  auto ops = test_backend<float>();
   const int B = 2, Tn = cfg.T, V = cfg.V;
   Model<float> m(*ops, cfg, ModelShard{}, nullptr, ModelOptions{B, false, false});
   m.init(17);
@@ -1056,7 +1059,7 @@ TEST(PaperModel, Shape) {
 
 TEST(PaperModel, KvCache) {
   const ModelConfig cfg = tiny_cfg(64, 16);
-  auto ops = make_cpu_ops<float>();
+  auto ops = test_backend<float>();
   const int B = 2, cap = 20, kvd = cfg.Hkv * cfg.dh();
   Model<float> m(*ops, cfg, ModelShard{}, nullptr, ModelOptions{B, false, false});
   m.init(19);
@@ -1106,7 +1109,7 @@ TEST(PaperModel, KvCache) {
 
 TEST(PaperModel, IncrementalMatch) {
   const ModelConfig cfg = tiny_cfg(64, 16);
-  auto ops = make_cpu_ops<float>();
+  auto ops = test_backend<float>();
   const int B = 2, Tn = cfg.T, V = cfg.V;
   Model<float> m(*ops, cfg, ModelShard{}, nullptr, ModelOptions{B, false, false});
   m.init(23);
@@ -1146,7 +1149,7 @@ TEST(PaperModel, IncrementalMatch) {
 TEST(PaperCausalLM, Loss) {
   ModelConfig cfg = tiny_cfg(64, 16);
   cfg.atm = false;
-  auto ops = make_cpu_ops<float>();
+  auto ops = test_backend<float>();
   const int B = 2, Tn = cfg.T;
   Model<float> m(*ops, cfg, ModelShard{}, nullptr, ModelOptions{B, false, false});
   m.init(29);
@@ -1174,7 +1177,7 @@ TEST(PaperCausalLM, Loss) {
 TEST(PaperCausalLM, Logits) {
   ModelConfig cfg = tiny_cfg(64, 16);
   cfg.atm = false;
-  auto ops = make_cpu_ops<float>();
+  auto ops = test_backend<float>();
   const int B = 2, Tn = cfg.T, V = cfg.V;
   Model<float> m(*ops, cfg, ModelShard{}, nullptr, ModelOptions{B, false, true});
   m.init(31);
@@ -1236,7 +1239,7 @@ template <class T>
 std::vector<int32_t> check_greedy(double init_std, double tol) {
   ModelConfig cfg = tiny_cfg(64, 16);
   cfg.init_std = init_std;
-  auto ops = make_cpu_ops<T>();
+  auto ops = test_backend<T>();
   const int Tn = cfg.T, V = cfg.V, n_prompt = 4, n_new = 8;
   Model<T> m(*ops, cfg, ModelShard{}, nullptr, ModelOptions{1, false, false});
   m.init(37);
@@ -1288,7 +1291,7 @@ std::vector<int32_t> check_greedy(double init_std, double tol) {
 }
 
 TEST(PaperCausalLM, Generation) {
-  // The SPEC model (init std 0.02) in fp32, the training type.
+  // The docs/model.md model (init std 0.02) in fp32, the training type.
   check_greedy<float>(0.02, 1e-4);
   // At init std 0.02 greedy decoding settles on one token; a model with
   // larger weights (in double: fp32 rounding grows with the weights) makes
@@ -1307,7 +1310,7 @@ TEST(PaperCausalLM, ParamCount) {
   for (const auto& [name, n] : presets) {
     const ModelConfig c = model_preset(name);
     EXPECT_EQ(c.param_count(), n) << name;
-    // SPEC §1 formula, written out independently.
+    // docs/model.md §1 formula, written out independently.
     const int64_t d = c.d, dh = c.d / c.H;
     const int64_t per = 2 * d * c.H * dh + int64_t(c.H) * dh * d + 4 * d * c.Hkv * dh +
                         3 * d * c.dA + 2 * d * c.dB + 2 * d * d + 4 * d + 1;

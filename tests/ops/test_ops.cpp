@@ -126,16 +126,16 @@ TEST(Elementwise, AddAxpyScaleSums) {
     ss += (long double)v * v;
     s += v;
   }
-  EXPECT_NEAR(D.sum_squares(a.data(), n), double(ss), 1e-12 * double(ss));
-  EXPECT_NEAR(D.sum(a.data(), n), double(s), 1e-10);
+  EXPECT_NEAR(sum_squares_of(D, a.data(), n), double(ss), 1e-12 * double(ss));
+  EXPECT_NEAR(sum_of(D, a.data(), n), double(s), 1e-10);
   const Fvec af = to_float(a);
   long double ssf = 0;
   for (float v : af) ssf += (long double)v * v;
-  const double got = F.sum_squares(af.data(), n);
+  const double got = sum_squares_of(F, af.data(), n);
   report("sum_squares f32 (double accumulate)", std::abs(got - double(ssf)) / double(ssf));
   EXPECT_NEAR(got, double(ssf), 1e-12 * double(ssf));
-  EXPECT_EQ(D.sum_squares(a.data(), 0), 0.0);
-  EXPECT_EQ(D.sum(a.data(), 5), a[0] + a[1] + a[2] + a[3] + a[4]);
+  EXPECT_EQ(sum_squares_of(D, a.data(), 0), 0.0);
+  EXPECT_EQ(sum_of(D, a.data(), 5), a[0] + a[1] + a[2] + a[3] + a[4]);
 }
 
 // ---- AdamW ----------------------------------------------------------------------
@@ -383,10 +383,10 @@ TEST(Determinism, RepeatedCallsAreBitIdentical) {
   };
   auto run = [&] {
     Run r;
-    r.ss = F.sum_squares(x.data(), n);
-    r.s = F.sum(x.data(), n);
+    r.ss = sum_squares_of(F, x.data(), n);
+    r.s = sum_of(F, x.data(), n);
     Fvec a(n), b(n), rs(N), yy(n);
-    r.dphi = F.blend_bwd(x.data(), y.data(), -3.0, y.data(), n, a.data(), b.data());
+    r.dphi = blend_bwd_dphi(F, x.data(), y.data(), -3.0f, y.data(), n, a.data(), b.data());
     F.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, 1e-6, yy.data(), rs.data());
     r.dg.assign(d, 0);
     r.dd.assign(d, 0);

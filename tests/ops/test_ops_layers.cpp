@@ -92,7 +92,7 @@ TEST(RmsNorm, FloatMatchesDouble) {
 
 // ---- SRPE ----------------------------------------------------------------------
 
-// The SPEC §2 table for positions 0..Tn-1 (theta0 = 1e4, k_s = 8, a_s = 0.1,
+// The docs/model.md §2 table for positions 0..Tn-1 (theta0 = 1e4, k_s = 8, a_s = 0.1,
 // f_s = 0.01).
 Vec srpe_table(int Tn, int dh) {
   Vec t(size_t(Tn) * dh);
@@ -121,7 +121,7 @@ TEST(Srpe, HandComputedRotation) {
 
 TEST(Srpe, InverseUndoesForward) {
   const int B = 2, Tn = 9, nh = 3, dh = 8;
-  // Unit radius: inverse o forward = identity. The SPEC table scales by r,
+  // Unit radius: inverse o forward = identity. The SRPE table scales by r,
   // so there inverse o forward = r^2 per pair.
   Vec unit = srpe_table(Tn, dh), scaled = unit;
   for (size_t i = 0; i < unit.size(); i += 2) {
@@ -388,19 +388,19 @@ TEST(Blend, ForwardAndFiniteDifferences) {
   const size_t n = 40;
   Vec a = randn(n), c = randn(n), phi = {-0.7};
   Vec out(n);
-  D.blend_fwd(a.data(), c.data(), phi[0], n, out.data());
+  D.blend_fwd(a.data(), c.data(), phi.data(), n, out.data());
   const double beta = 1 / (1 + std::exp(-phi[0]));
   for (size_t i = 0; i < n; ++i)
     EXPECT_NEAR(out[i], (1 - beta) * a[i] + beta * c[i], 1e-15);
   const Vec w = randn(n);
   auto L = [&] {
     Vec o(n);
-    D.blend_fwd(a.data(), c.data(), phi[0], n, o.data());
+    D.blend_fwd(a.data(), c.data(), phi.data(), n, o.data());
     return dot(w, o);
   };
   Vec da(n, 3.0), dc(n, 3.0);
   const double dphi =
-      D.blend_bwd(a.data(), c.data(), phi[0], w.data(), n, da.data(), dc.data());
+      blend_bwd_dphi(D, a.data(), c.data(), phi[0], w.data(), n, da.data(), dc.data());
   fd_check("blend d_self", a, da, L);
   fd_check("blend d_ctx", c, dc, L);
   fd_check("blend dphi", phi, Vec{dphi}, L);

@@ -38,6 +38,28 @@ inline int randint(int lo, int hi) {  // [lo, hi]
 
 inline Fvec to_float(const Vec& v) { return Fvec(v.begin(), v.end()); }
 
+// Reductions and dL/dφ leave their results in backend memory; these tests
+// run the host-memory CPU backend, so a host double serves as that memory.
+template <class O, class T>
+double sum_squares_of(O& ops, const T* x, size_t n) {
+  double acc = 0;
+  ops.sum_squares(x, n, &acc);
+  return acc;
+}
+template <class O, class T>
+double sum_of(O& ops, const T* x, size_t n) {
+  double acc = 0;
+  ops.sum(x, n, &acc);
+  return acc;
+}
+template <class O, class T>
+double blend_bwd_dphi(O& ops, const T* o_self, const T* o_ctx, T phi, const T* dout, size_t n,
+                      T* d_self, T* d_ctx) {
+  double dphi = 0;
+  ops.blend_bwd(o_self, o_ctx, &phi, dout, n, d_self, d_ctx, &dphi);
+  return dphi;
+}
+
 inline double dot(const Vec& a, const Vec& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];

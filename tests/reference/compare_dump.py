@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Compare numerics dumps (SPEC §7 + /logits) against the PyTorch reference.
+"""Compare numerics dumps (docs/model.md §7 + /logits) against the PyTorch
+reference.
 
     compare_dump.py DUMP1.h5 [DUMP2.h5 ...] [--tol-grad 1e-4] [--tol-param 1e-5]
                     [--tol-logits 1e-4] [--tol-loss 1e-5] [--dtype float32]
@@ -19,7 +20,7 @@ agreement), computes loss/logits/gradients by autograd and checks
   * /params_after after its own clip + AdamW       < tol-param per tensor
   * for dumps after the first: /params vs its carried parameters (< tol-param)
     and /optim/m, /optim/v vs its own AdamW state (< tol-grad)
-  * /config lr against the SPEC §4 schedule        (relative < 1e-6)
+  * /config lr against the docs/model.md §4 schedule (relative < 1e-6)
 
 Exit status 0 iff everything is within tolerance; 1 on a tolerance failure;
 2 when a dump is unreadable or inconsistent.
@@ -304,7 +305,7 @@ def run(a) -> int:
 
         # ---- clip + AdamW with the dump's hyper-parameters ----
         lr_sched = W.lr_at(step, hp["t_max"], hp["lr_max"], hp["lr_min"], hp["warmup"])
-        rep.check(step, "lr vs SPEC §4 schedule", "rel",
+        rep.check(step, "lr vs docs/model.md §4 schedule", "rel",
                   abs(hp["lr"] - lr_sched) / max(abs(lr_sched), 1e-30) if lr_sched else abs(hp["lr"]),
                   a.tol_lr, f"dump {hp['lr']:.6e} schedule {lr_sched:.6e}")
         gcl = {k: g.detach().clone() for k, g in grads.items()}

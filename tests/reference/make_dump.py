@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write numerics dumps (SPEC §7 layout + /logits) from the PyTorch reference.
+"""Write numerics dumps (docs/model.md §7 layout + /logits) from the PyTorch
+reference.
 
 Runs k training steps of the reference from a random init (N(0, 0.02^2),
 gamma = 1, delta = 0, phi = -3) on random tokens and writes one HDF5 file per
@@ -25,7 +26,7 @@ import wiola_ref as W  # noqa: E402
 def write_dump(path, cfg: W.WiolaConfig, oc: W.OptimConfig, step: int, lr: float,
                tokens, params_before, grads, params_after, loss: float, grad_norm: float,
                m_before=None, v_before=None, atm_maps=None, logits=None) -> None:
-    """Write one dump file in the SPEC §7 layout (plus /logits)."""
+    """Write one dump file in the docs/model.md §7 layout (plus /logits)."""
     def f32(t):
         return t.detach().to(torch.float32).cpu().numpy()
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End to end against the PyTorch reference: tokenize a slice of the bundled
 # Brown corpus, train a tiny Wiola for three steps dumping every step
-# (SPEC §7), and let compare_dump.py recompute logits, loss, every gradient
-# and the AdamW updates by autograd (fp32, gradients within 1e-4 relative).
+# (docs/model.md §7), and let compare_dump.py recompute logits, loss, every
+# gradient and the AdamW updates by autograd (fp32, gradients within 1e-4 relative).
 # Usage: run_dump_compare.sh WIOLA_BINARY WORK_DIR [extra --set ...]
 set -euo pipefail
 wiola=$1; work=$2; shift 2

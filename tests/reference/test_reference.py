@@ -177,11 +177,11 @@ def naive_forward(p, cfg, tokens, training=True, merge_open=None):
 # Tests
 # --------------------------------------------------------------------------
 def test_param_counts():
-    """(e) exact parameter counts of the four SPEC §1 sizes (shape arithmetic)."""
+    """(e) exact parameter counts of the four named sizes (docs/model.md §1)."""
     for name, n in W.EXACT_PARAM_COUNTS.items():
         got = W.param_count(W.WiolaConfig.preset(name))
         assert got == n, (name, got, n)
-    # formula of SPEC §1 against the shapes for an odd small config
+    # formula of docs/model.md §1 against the shapes for an odd small config
     c = W.WiolaConfig(d=48, L=5, H=6, H_kv=3, d_A=40, d_B=100, V=97, T=8)
     per = (2 * c.d * c.H * c.d_h + c.H * c.d_h * c.d + 4 * c.d * c.H_kv * c.d_h
            + 3 * c.d * c.d_A + 2 * c.d * c.d_B + 2 * c.d * c.d + 4 * c.d + 1)
@@ -347,7 +347,7 @@ def test_gradients_finite_differences():
 
 
 def test_adamw_clip_lr_match_pytorch():
-    """SPEC §4 pieces against torch.optim.AdamW / clip_grad_norm_ / the schedule."""
+    """docs/model.md §4: AdamW, clip_grad_norm_ and the schedule vs PyTorch."""
     assert W.warmup_steps(100) == 5 and W.warmup_steps(50) == 3 and W.warmup_steps(29) == 1
     assert W.lr_at(1, 100) == 3e-4 / 5 and W.lr_at(5, 100) == 3e-4
     assert abs(W.lr_at(100, 100, 3e-4, 1e-5)) - 1e-5 < 1e-18

@@ -1,7 +1,8 @@
-"""PyTorch reference implementation of the Wiola language model (SPEC.md).
+"""PyTorch reference implementation of the Wiola language model (docs/model.md).
 
-Functional style: parameters are a plain ``dict`` keyed by the exact SPEC §3
-names, matrices in PyTorch ``[out, in]`` layout.  Works in float32 and float64.
+Functional style: parameters are a plain ``dict`` keyed by the exact
+docs/model.md §3 names, matrices in PyTorch ``[out, in]`` layout.  Works in
+float32 and float64.
 
     cfg = WiolaConfig.preset("tiny")
     params = init_params(cfg, seed=0)
@@ -32,7 +33,7 @@ def set_threads(n: int) -> None:
 
 
 # --------------------------------------------------------------------------
-# Configuration (SPEC §1, §2)
+# Configuration (docs/model.md §1, §2)
 # --------------------------------------------------------------------------
 @dataclasses.dataclass
 class WiolaConfig:
@@ -100,7 +101,7 @@ CONFIG_FLOAT_FIELDS = ("theta0", "k_s", "a_s", "f_s", "tau", "eps")
 
 
 # --------------------------------------------------------------------------
-# Parameters (SPEC §3)
+# Parameters (docs/model.md §3)
 # --------------------------------------------------------------------------
 def param_shapes(cfg: WiolaConfig) -> "OrderedDict[str, Tuple[int, ...]]":
     d, dq, dkv = cfg.d, cfg.H * cfg.d_h, cfg.H_kv * cfg.d_h
@@ -445,7 +446,7 @@ def cross_entropy_loss(logits: Tensor, targets: Tensor) -> Tensor:
 
 
 # --------------------------------------------------------------------------
-# Optimiser (SPEC §4)
+# Optimiser (docs/model.md §4)
 # --------------------------------------------------------------------------
 @dataclasses.dataclass
 class OptimConfig:

@@ -120,7 +120,7 @@ schedule = "gpipe"
   EXPECT_FALSE(rc.model.atm);
   EXPECT_DOUBLE_EQ(rc.model.tau, 0.5);
   EXPECT_DOUBLE_EQ(rc.model.phi_init, -2.0);
-  EXPECT_EQ(rc.model.param_count(), 318048272);  // T does not change N (SPEC §1)
+  EXPECT_EQ(rc.model.param_count(), 318048272);  // T does not change N (docs/model.md §1)
   EXPECT_EQ(rc.train.micro_batch, 4);
   EXPECT_EQ(rc.train.grad_accum, 3);
   EXPECT_DOUBLE_EQ(rc.train.lr_max, 6e-4);

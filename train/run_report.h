@@ -1,0 +1,33 @@
+// The run report: throughput, pipeline bubble (predicted and measured),
+// communication per rank per step by group (measured and analytic) and peak
+// memory of every rank; printed by world rank 0 and written to
+// RUN_DIR/report.json.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "dist/grid.h"
+#include "model/model.h"
+#include "train/run_config.h"
+#include "train/trainer.h"
+
+namespace wiola {
+
+// What the trainer measures over steps 2.. (step 1 warms caches and pages).
+struct RunMeasure {
+  double busy_s = 0;   // seconds this rank computed inside the schedule
+  double sched_s = 0;  // wall seconds of the schedule
+  int64_t steps = 0;
+  std::map<std::string, dist::CommTraffic> traffic;  // per group, summed
+};
+
+// Collective over the world. padded_params: the flat length DP reduces
+// (ZeRO pads buckets to a multiple of DP).
+void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>& model,
+                      size_t padded_params, bool zero, bool overlap, const TrainSummary& sum,
+                      const RunMeasure& meas, const std::filesystem::path& run_dir);
+
+}  // namespace wiola
