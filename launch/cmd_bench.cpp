@@ -15,6 +15,7 @@
 
 #include "dist/optimizer.h"
 #include "kernels/ops.h"
+#include "model/flops.h"
 #include "model/model.h"
 #include "train/trainer.h"
 #include "util/error.h"
@@ -24,20 +25,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Analytic FLOPs of one training step (forward x 3): matmuls with every
-// weight (head included), causal self-attention QK^T and PV over the average
-// (T+1)/2 visible keys, and the context attention. Elementwise work is not
-// counted, as usual for MFU-style figures.
-double step_flops(const wiola::ModelConfig& c, int B) {
-  const double d = c.d, hd = double(c.H) * c.dh(), kvd = double(c.Hkv) * c.dh();
-  const double N = double(B) * c.T;
-  const double w_layer = 2 * d * hd + hd * d + 4 * d * kvd + 3 * d * c.dA + 2 * d * c.dB + 2 * d * d;
-  double fwd = 2 * N * (c.L * w_layer + double(c.V) * d);
-  for (int l = 0; l < c.L; ++l)
-    fwd += N * c.H * (4.0 * c.dh() * (c.T + 1) / 2.0 + 4.0 * c.dh() * c.n_ctx(l));
-  return 3 * fwd;
-}
 
 // Tokens with runs of repeats (as bench/torch_step.py) so ATM merges some pairs.
 std::vector<int32_t> bench_tokens(int B, int T, int V, uint64_t seed) {
@@ -118,14 +105,14 @@ int wiola_cmd_bench(int argc, char** argv) {
   sgemm = std::max(sgemm, wiola::openblas_sgemm_gflops(1024, 10));  // warm machine too
   const double step_s = times[times.size() / 2];
   const double tps = double(batch) * cfg.T / step_s;
-  const double gflops = step_flops(cfg, batch) / step_s / 1e9;
+  const double gflops = wiola::train_step_flops(cfg, batch) / step_s / 1e9;
   const double rss = wiola::peak_rss_mib();
 
   std::printf("  step            %.1f ms (median of %d; best %.1f ms), loss %.4f\n", step_s * 1e3, steps,
               times.front() * 1e3, loss);
   std::printf("  tokens/s        %.0f\n", tps);
   std::printf("  achieved        %.1f GFLOP/s (analytic %.2f GFLOP per step)\n", gflops,
-              step_flops(cfg, batch) / 1e9);
+              wiola::train_step_flops(cfg, batch) / 1e9);
   std::printf("  sgemm 1024^3    %.1f GFLOP/s  -> %.1f %% of sgemm\n", sgemm, 100.0 * gflops / sgemm);
   std::printf("  activations     %.1f MiB, params+grads %.1f MiB, peak RSS %.1f MiB\n",
               double(model.activation_bytes()) / 1048576.0, double(model.param_bytes()) / 1048576.0, rss);

@@ -14,7 +14,9 @@ void LayerActs<T>::allocate(const LayerCtx<T>& c, int nc) {
   const size_t dA = size_t(c.ld.dA), dB = size_t(c.ld.dB);
   const DType act = c.prec.act, res = c.prec.residual, st = dtype_of<T>();  // st: statistics
   auto& r = arena;
-  r.reserve(&xn1, act, N * d); r.reserve(&rstd1, st, N);
+  // X-tilde in the residual type: ATM's similarity must come from full-
+  // precision activations (docs/model.md §2), never from a bf16 copy.
+  r.reserve(&xn1, res, N * d); r.reserve(&rstd1, st, N);
   r.reserve(&q, act, N * hd); r.reserve(&k, act, N * kvd); r.reserve(&v, act, N * kvd);
   r.reserve(&gpre, act, N * hd);
   r.reserve(&kg, act, N * kvd); r.reserve(&vg, act, N * kvd);
@@ -40,7 +42,8 @@ void LayerWork<T>::allocate(const LayerCtx<T>& c) {
   const size_t nc = size_t(c.cfg.Lambda);
   const DType act = c.prec.act, res = c.prec.residual;
   auto& r = arena;
-  r.reserve(&dxn, act, N * d); r.reserve(&dq, act, N * hd); r.reserve(&dk, act, N * kvd);
+  // dxn sums four (GCLA) or three (DSFF) GEMM products: residual type.
+  r.reserve(&dxn, res, N * d); r.reserve(&dq, act, N * hd); r.reserve(&dk, act, N * kvd);
   r.reserve(&dv, act, N * kvd); r.reserve(&dgpre, act, N * hd);
   r.reserve(&dkg, act, N * kvd); r.reserve(&dvg, act, N * kvd);
   r.reserve(&dog, act, N * hd); r.reserve(&d_o, act, N * hd);

@@ -431,7 +431,8 @@ StepOutcome Trainer::step(int64_t t) {
     dump.grads = gather_full(*s.grid, s.rc.model, model.layout(), host, s.stages);
   }
   dist::set_context(step_ctx + " optimizer");
-  const dist::StepResult res = s.adam->step(out.lr, s.adam->applied_steps() + 1);
+  out.adam_step = s.adam->applied_steps() + 1;  // bias correction counts applied updates only
+  const dist::StepResult res = s.adam->step(out.lr, out.adam_step);
   if (!res.skipped) model.refresh_weights();
   out.grad_norm = res.grad_norm;
   out.skipped = res.skipped;
@@ -474,7 +475,8 @@ void Trainer::dump_step(int64_t t, const StepOutcome& out, StepDump& dump,
   dump.float_attrs = {{"lr", out.lr}, {"lr_max", tr.lr_max}, {"lr_min", tr.lr_min},
                       {"beta1", tr.beta1}, {"beta2", tr.beta2}, {"adam_eps", tr.adam_eps},
                       {"weight_decay", tr.weight_decay}, {"clip", tr.clip}};
-  dump.int_attrs = {{"step", t}, {"t_max", s.budget.t_max}, {"warmup", s.budget.warmup}};
+  dump.int_attrs = {{"step", t}, {"adam_step", out.adam_step}, {"t_max", s.budget.t_max},
+                    {"warmup", s.budget.warmup}};
   dist::set_context("stage " + std::to_string(s.me.pp) + " step " + std::to_string(t) +
                     " writing the numerics dump");
   write_step_dump(s.dumps.at(t), ParamLayout(s.rc.model, ModelShard{}), dump);

@@ -81,10 +81,6 @@ T* out(Ptr p) { return p.as<T>(); }
 
 }  // namespace
 
-[[noreturn]] void dtype_mismatch(DType have, DType want) {
-  fail("op argument holds ", dtype_name(have), " but the backend computes in ", dtype_name(want),
-       " (this backend has no mixed-precision storage)");
-}
 
 #define OPEN const cpu::OpenGuard open_guard_(opaque())
 #define I(p) in<T>(p)
@@ -438,16 +434,5 @@ std::unique_ptr<Ops<T>> make_cpu_ops(CpuMemory memory) {
 }
 template std::unique_ptr<Ops<float>> make_cpu_ops<float>(CpuMemory);
 template std::unique_ptr<Ops<double>> make_cpu_ops<double>(CpuMemory);
-
-std::vector<std::string> backend_names() { return {"cpu", "cpu-opaque"}; }
-
-template <class T>
-std::unique_ptr<Ops<T>> make_backend(const std::string& name) {
-  if (name == "cpu") return make_cpu_ops<T>(CpuMemory::Host);
-  if (name == "cpu-opaque") return make_cpu_ops<T>(CpuMemory::Opaque);
-  fail("unknown backend '", name, "' (known: cpu, cpu-opaque)");
-}
-template std::unique_ptr<Ops<float>> make_backend<float>(const std::string&);
-template std::unique_ptr<Ops<double>> make_backend<double>(const std::string&);
 
 }  // namespace wiola

@@ -114,6 +114,7 @@ void set_param(Model<T>& m, Ops<T>& ops, const std::string& name,
   const ParamEntry& e = m.layout().find(name);
   ASSERT_EQ(v.size(), e.size()) << name;
   ops.upload(m.params() + e.offset, v.data(), v.size() * sizeof(T));
+  m.refresh_weights();  // master changed: the weight copy GEMMs read follows
 }
 
 template <class T>
@@ -1171,6 +1172,7 @@ TEST(PaperCausalLM, Loss) {
   auto p = down(*ops, m.params(), m.n_params());
   for (size_t i = 0; i < p.size(); ++i) p[i] -= 0.5f * g[i];
   ops->upload(m.params(), p.data(), p.size() * sizeof(float));
+  m.refresh_weights();
   EXPECT_LT(m.eval_loss(tok.data()), ev);
 }
 

@@ -87,6 +87,7 @@ def read_config(f) -> (W.WiolaConfig, dict):
     cfg = W.WiolaConfig(**kw)
     hp = dict(
         lr=read_attr(a, "lr", float), step=read_attr(a, "step", int),
+        adam_step=read_attr(a, "adam_step", int, required=False),
         t_max=read_attr(a, "t_max", int), lr_max=read_attr(a, "lr_max", float),
         lr_min=read_attr(a, "lr_min", float, default=0.0),
         warmup=read_attr(a, "warmup", int, required=False),
@@ -313,7 +314,9 @@ def run(a) -> int:
         rep.check(step, "grad_norm", "rel", abs(norm - d_norm) / max(abs(d_norm), 1e-30), a.tol_grad,
                   f"ref {norm:.6e} dump {d_norm:.6e} clip coef {coef:.4f}")
         if math.isfinite(norm):
-            W.adamw_update_(params, gcl, state, hp["lr"], step, hp["beta1"], hp["beta2"],
+            # Bias correction counts applied updates (a skipped step does not count).
+            adam_t = hp["adam_step"] if hp["adam_step"] is not None else step
+            W.adamw_update_(params, gcl, state, hp["lr"], adam_t, hp["beta1"], hp["beta2"],
                             hp["adam_eps"], hp["weight_decay"])
         else:
             rep.info("update", "-", "non-finite gradient norm: step skipped")

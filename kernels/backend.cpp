@@ -1,0 +1,49 @@
+// Backends by start-up name (train.backend, wiola bench --backend). The CUDA
+// names exist in builds with WIOLA_CUDA=ON; such a build still runs "cpu" on
+// a machine without a GPU, and "cuda" there fails with the reason.
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "util/error.h"
+#ifdef WIOLA_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+namespace wiola {
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> n = {"cpu", "cpu-opaque"};
+#ifdef WIOLA_HAVE_CUDA
+  n.insert(n.end(), {"cuda", "cuda-fp32"});
+#endif
+  return n;
+}
+
+namespace {
+std::string known() {
+  std::string s;
+  for (const auto& n : backend_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+}  // namespace
+
+template <class T>
+std::unique_ptr<Ops<T>> make_backend(const std::string& name) {
+  if (name == "cpu") return make_cpu_ops<T>(CpuMemory::Host);
+  if (name == "cpu-opaque") return make_cpu_ops<T>(CpuMemory::Opaque);
+#ifdef WIOLA_HAVE_CUDA
+  if (name == "cuda" || name == "cuda-fp32") {
+    if constexpr (std::is_same_v<T, float>) {
+      return make_cuda_ops(name == "cuda" ? CudaPrecision::BF16 : CudaPrecision::FP32);
+    } else {
+      fail("backend '", name, "' computes in float32 (double-precision checks run on cpu)");
+    }
+  }
+#endif
+  fail("unknown backend '", name, "' (known: ", known(), ")");
+}
+template std::unique_ptr<Ops<float>> make_backend<float>(const std::string&);
+template std::unique_ptr<Ops<double>> make_backend<double>(const std::string&);
+
+}  // namespace wiola

@@ -1,0 +1,257 @@
+// CudaOps: the CUDA backend (kernels/cuda/cuda_ops.h). One stream per
+// backend; cuBLAS (GemmEx, fp32 compute: no TF32) for the matrix products;
+// the other ops forward to the launchers of kernels/cuda/*.cu. Memory comes
+// from the caching allocator; host transfers synchronise the stream, so a
+// value the host reads is complete.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/kernels.cuh"
+#include "kernels/cuda/memory.cuh"
+#include "util/error.h"
+
+namespace wiola {
+namespace {
+
+using cuda::check;
+
+void check_blas(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS) fail("cuBLAS error in ", what, ": ", cublasGetStatusString(st));
+}
+
+cudaDataType blas_type(DType t, const char* op) {
+  if (t == DType::F32) return CUDA_R_32F;
+  if (t == DType::BF16) return CUDA_R_16BF;
+  cuda::unsupported_dtype(t, op);
+}
+
+cublasOperation_t blas_op(Trans t) { return t == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
+
+// Elements spanned by a row-major operand whose op() is rows x cols.
+size_t span(Trans t, int rows, int cols, int ld) {
+  const int r = t == Trans::N ? rows : cols, c = t == Trans::N ? cols : rows;
+  return r > 0 && c > 0 ? size_t(r - 1) * size_t(ld) + size_t(c) : 0;
+}
+
+class CudaOps final : public Ops<float> {
+ public:
+  CudaOps(CudaPrecision p, int device) : prec_(p), device_(device) {
+    WIOLA_CHECK(cuda_device_count() > 0, "cuda backend: ", cuda_status());
+    WIOLA_CHECK(device >= 0 && device < cuda_device_count(), "cuda backend: device ", device, " of ",
+                cuda_device_count());
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_blas(cublasCreate(&blas_), "cublasCreate");
+    check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
+    check_blas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  }
+  ~CudaOps() override {
+    cudaStreamSynchronize(stream_);
+    cublasDestroy(blas_);
+    cudaStreamDestroy(stream_);
+  }
+
+  const char* name() const override { return prec_ == CudaPrecision::BF16 ? "cuda-bf16" : "cuda-fp32"; }
+
+  // ---- memory ----
+  void* alloc_bytes(size_t bytes) override { return mem_.alloc(bytes, "a backend buffer"); }
+  void free_bytes(void* p) override { mem_.free(p); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+    check(cudaStreamSynchronize(stream_), "upload");
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+    check(cudaStreamSynchronize(stream_), "download");
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes && dst != src) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+  }
+  void zero(void* p, size_t bytes) override {
+    if (bytes) check(cudaMemsetAsync(p, 0, bytes, stream_), "zero");
+  }
+  void synchronize() override { check(cudaStreamSynchronize(stream_), "synchronize"); }
+  bool host_accessible() const override { return false; }
+  Precision precision() const override {
+    if (prec_ == CudaPrecision::BF16) return {DType::BF16, DType::F32, DType::BF16, true};
+    return {DType::F32, DType::F32, DType::F32, false};
+  }
+  void convert(CPtr src, Ptr dst, size_t n) override { cuda::convert(ctx(), src, dst, n); }
+
+  // ---- BLAS ----
+  void gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, CPtr A, int lda, CPtr B, int ldb, float beta,
+            Ptr C, int ldc) override {
+    if (m <= 0 || n <= 0) return;
+    // cuBLAS wants A and B of one type: an fp32 operand next to a bf16 one
+    // (the fp32 GCLA summaries times a bf16 weight) is rounded to bf16 first.
+    std::unique_ptr<cuda::DeviceTemp> ta_tmp, tb_tmp;
+    if (A.dtype() != B.dtype()) {
+      auto down = [&](CPtr x, size_t count, std::unique_ptr<cuda::DeviceTemp>& t) {
+        t = std::make_unique<cuda::DeviceTemp>(mem_, count * 2, "gemm operand in bf16");
+        const Ptr dst(t->as<void>(), DType::BF16);
+        cuda::convert(ctx(), x, dst, count);
+        return CPtr(dst);
+      };
+      if (A.dtype() == DType::F32) A = down(A, span(ta, m, k, lda), ta_tmp);
+      else B = down(B, span(tb, k, n, ldb), tb_tmp);
+    }
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+    check_blas(cublasGemmEx(blas_, blas_op(tb), blas_op(ta), n, m, k, &alpha, B.raw(), blas_type(B.dtype(), "gemm"),
+                            ldb, A.raw(), blas_type(A.dtype(), "gemm"), lda, &beta, C.raw(),
+                            blas_type(C.dtype(), "gemm"), ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "gemm");
+  }
+  void gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k, float alpha, CPtr A, int lda, long sA,
+                            CPtr B, int ldb, long sB, float beta, Ptr C, int ldc, long sC, int batch) override {
+    if (m <= 0 || n <= 0 || batch <= 0) return;
+    WIOLA_CHECK(A.dtype() == B.dtype(), "cuda gemm_strided_batched: operands of ", dtype_name(A.dtype()), " and ",
+                dtype_name(B.dtype()));
+    check_blas(cublasGemmStridedBatchedEx(blas_, blas_op(tb), blas_op(ta), n, m, k, &alpha, B.raw(),
+                                          blas_type(B.dtype(), "gemm"), ldb, sB, A.raw(),
+                                          blas_type(A.dtype(), "gemm"), lda, sA, &beta, C.raw(),
+                                          blas_type(C.dtype(), "gemm"), ldc, sC, batch, CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT),
+               "gemm_strided_batched");
+  }
+
+  // ---- elementwise and reductions ----
+  void add(CPtr a, CPtr b, Ptr out, size_t n) override { cuda::add(ctx(), a, b, out, n); }
+  void axpy(float alpha, CPtr x, Ptr y, size_t n) override { cuda::axpy(ctx(), alpha, x, y, n); }
+  void scale(Ptr x, float s, size_t n) override { cuda::scale(ctx(), x, s, n); }
+  void sum_squares(CPtr x, size_t n, double* acc) override { cuda::sum_squares(ctx(), x, n, acc); }
+  void sum(CPtr x, size_t n, double* acc) override { cuda::sum(ctx(), x, n, acc); }
+  void accumulate(const double* x, Ptr y, size_t n) override { cuda::accumulate(ctx(), x, y, n); }
+
+  // ---- embedding, norm, SRPE ----
+  void embedding_fwd(const int32_t* ids, int N, CPtr E, int v0, int V_local, int d, Ptr out) override {
+    cuda::embedding_fwd(ctx(), ids, N, E, v0, V_local, d, out);
+  }
+  void embedding_bwd(const int32_t* ids, int N, CPtr dout, int v0, int V_local, int d, Ptr dE) override {
+    cuda::embedding_bwd(ctx(), ids, N, dout, v0, V_local, d, dE);
+  }
+  void rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd) override {
+    cuda::rmsnorm_fwd(ctx(), x, gamma, delta, N, d, eps, y, rstd);
+  }
+  void rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, Ptr dx, Ptr dgamma,
+                   Ptr ddelta) override {
+    cuda::rmsnorm_bwd(ctx(), x, gamma, delta, rstd, dy, N, d, dx, dgamma, ddelta);
+  }
+  void srpe_apply(Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool inverse) override {
+    WIOLA_CHECK(dh % 2 == 0, "srpe_apply: head dim ", dh, " is odd");
+    cuda::srpe_apply(ctx(), x, B, Tn, nh, dh, table, inverse);
+  }
+
+  // ---- attention, ATM, GCLA ----
+  void attention_fwd(const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                     Ptr o, Ptr lse) override {
+    cuda::attention_fwd(ctx(), s, keys, q, k, v, raw_k, raw_v, o, lse);
+  }
+  void attention_bwd(const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                     CPtr o, CPtr lse, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) override {
+    cuda::attention_bwd(ctx(), s, keys, q, k, v, raw_k, raw_v, o, lse, dout, dq, dk, dv, draw_k, draw_v);
+  }
+  void atm_similarity(CPtr x, int B, int Tn, int d, double* rho) override {
+    cuda::atm_similarity(ctx(), x, B, Tn, d, rho);
+  }
+  void atm_plan(const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first,
+                int32_t* key_end, int32_t* n_groups) override {
+    cuda::atm_plan(ctx(), rho, B, Tn, tau, open, group_first, key_end, n_groups);
+  }
+  void atm_merge_rows(CPtr x, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end,
+                      const int32_t* n_groups, Ptr out) override {
+    cuda::atm_merge_rows(ctx(), x, B, Tn, w, group_first, key_end, n_groups, out);
+  }
+  void atm_merge_rows_bwd(CPtr dout, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end,
+                          const int32_t* n_groups, Ptr dx) override {
+    cuda::atm_merge_rows_bwd(ctx(), dout, B, Tn, w, group_first, key_end, n_groups, dx);
+  }
+  void prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr out) override {
+    cuda::prefix_mean_fwd(ctx(), x, B, Tn, d, out);
+  }
+  void prefix_mean_bwd(CPtr dout, int B, int Tn, int d, Ptr dx) override {
+    cuda::prefix_mean_bwd(ctx(), dout, B, Tn, d, dx);
+  }
+  void prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out) override {
+    cuda::prefix_mean_carry_fwd(ctx(), x, B, Tn, d, pos0, carry, out);
+  }
+  void ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, Ptr out,
+                         Ptr probs) override {
+    cuda::ctx_attention_fwd(ctx(), q, kc, vc, N, nc, H, Hkv, dh, out, probs);
+  }
+  void ctx_attention_bwd(CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H, int Hkv, int dh,
+                         Ptr dq, Ptr dkc, Ptr dvc) override {
+    cuda::ctx_attention_bwd(ctx(), q, kc, vc, probs, dout, N, nc, H, Hkv, dh, dq, dkc, dvc);
+  }
+  void blend_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr out) override {
+    cuda::blend_fwd(ctx(), o_self, o_ctx, phi, n, out);
+  }
+  void blend_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout, size_t n, Ptr d_self, Ptr d_ctx,
+                 double* dphi) override {
+    cuda::blend_bwd(ctx(), o_self, o_ctx, phi, dout, n, d_self, d_ctx, dphi);
+  }
+  void sigmoid_gate_fwd(CPtr pre, CPtr x, size_t n, Ptr out) override {
+    cuda::sigmoid_gate_fwd(ctx(), pre, x, n, out);
+  }
+  void sigmoid_gate_bwd(CPtr pre, CPtr x, CPtr dout, size_t n, Ptr dpre, Ptr dx) override {
+    cuda::sigmoid_gate_bwd(ctx(), pre, x, dout, n, dpre, dx);
+  }
+
+  // ---- DSFF ----
+  void swiglu_fwd(CPtr g, CPtr u, size_t n, Ptr h) override { cuda::swiglu_fwd(ctx(), g, u, n, h); }
+  void swiglu_bwd(CPtr g, CPtr u, CPtr dh, size_t n, Ptr dg, Ptr du) override {
+    cuda::swiglu_bwd(ctx(), g, u, dh, n, dg, du);
+  }
+  void gelu_fwd(CPtr x, size_t n, Ptr y) override { cuda::gelu_fwd(ctx(), x, n, y); }
+  void gelu_bwd(CPtr x, CPtr dy, size_t n, Ptr dx) override { cuda::gelu_bwd(ctx(), x, dy, n, dx); }
+  void fusion_fwd(CPtr pre, CPtr a, CPtr b, size_t n, Ptr out) override { cuda::fusion_fwd(ctx(), pre, a, b, n, out); }
+  void fusion_bwd(CPtr pre, CPtr a, CPtr b, CPtr dout, size_t n, Ptr dpre, Ptr da, Ptr db) override {
+    cuda::fusion_bwd(ctx(), pre, a, b, dout, n, dpre, da, db);
+  }
+
+  // ---- cross-entropy ----
+  void ce_row_max(CPtr logits, int N, int V_local, Ptr row_max) override {
+    cuda::ce_row_max(ctx(), logits, N, V_local, row_max);
+  }
+  void ce_sumexp_target(CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, Ptr sumexp,
+                        Ptr tgt) override {
+    cuda::ce_sumexp_target(ctx(), logits, targets, N, V_local, v0, row_max, sumexp, tgt);
+  }
+  void ce_loss_grad(Ptr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp,
+                    CPtr tgt, double scale, Ptr loss) override {
+    cuda::ce_loss_grad(ctx(), logits, targets, N, V_local, v0, row_max, sumexp, tgt, scale, loss);
+  }
+  void ce_loss(CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp,
+               CPtr tgt, Ptr loss) override {
+    cuda::ce_loss(ctx(), logits, targets, N, V_local, v0, row_max, sumexp, tgt, loss);
+  }
+
+  // ---- optimizer ----
+  void adamw(Ptr p, CPtr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2, double eps, double wd,
+             double bc1, double bc2) override {
+    cuda::adamw(ctx(), p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
+  }
+
+ private:
+  cuda::Ctx ctx() { return cuda::Ctx{stream_, mem_}; }
+
+  CudaPrecision prec_;
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cuda::CachingAllocator mem_;  // declared last: destroyed first, while the context lives
+};
+
+}  // namespace
+
+std::unique_ptr<Ops<float>> make_cuda_ops(CudaPrecision precision, int device) {
+  return std::make_unique<CudaOps>(precision, device);
+}
+
+}  // namespace wiola

@@ -1,0 +1,32 @@
+// The CUDA backend of the op interface (kernels/ops.h): cuBLAS for the
+// matrix products, hand-written kernels for everything else (kernels/cuda/).
+// Two precision modes (docs/gpu.md):
+//   fp32  every buffer fp32, TF32 off: the exactness mode the GPU tests use
+//         against the CPU backend;
+//   bf16  the training default: fp32 master weights, gradients, AdamW state
+//         and statistics; bf16 activations and weight copies feed GEMMs and
+//         attention; the residual stream, X-tilde and the GCLA summaries
+//         stay fp32; norms, softmax, loss and reductions accumulate in fp32
+//         or double.
+// Deterministic for a fixed configuration: no floating-point atomics;
+// reductions run in a fixed order.
+#pragma once
+
+#include <memory>
+
+#include "kernels/ops.h"
+
+namespace wiola {
+
+enum class CudaPrecision { FP32, BF16 };
+
+// Usable CUDA devices: 0 without a driver or a GPU (never throws), so a CUDA
+// build still starts and runs on the CPU on such a machine.
+int cuda_device_count();
+// What cuda_device_count() found, in words (for skip messages).
+const char* cuda_status();
+
+// Throws wiola::Error naming the reason when no device is usable.
+std::unique_ptr<Ops<float>> make_cuda_ops(CudaPrecision precision, int device = 0);
+
+}  // namespace wiola

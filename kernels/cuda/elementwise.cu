@@ -1,0 +1,288 @@
+// Elementwise ops, deterministic reductions, dtype conversion and AdamW on
+// the GPU. Elementwise math in fp32 (double where the reference formula
+// needs it: AdamW, reductions); grid-stride loops.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.cuh"
+#include "kernels/scalar.h"
+
+namespace wiola::cuda {
+namespace {
+
+#define GRID_LOOP(i, n) \
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += size_t(gridDim.x) * blockDim.x)
+
+__device__ __forceinline__ float sigm(float x) {
+  const float e = __expf(-fabsf(x));
+  return x >= 0.f ? 1.f / (1.f + e) : e / (1.f + e);
+}
+
+template <class E>
+__global__ void k_add(const E* a, const E* b, E* out, size_t n) {
+  GRID_LOOP(i, n) st(out + i, ld(a + i) + ld(b + i));
+}
+template <class E>
+__global__ void k_axpy(float alpha, const E* x, E* y, size_t n) {
+  GRID_LOOP(i, n) st(y + i, ld(y + i) + alpha * ld(x + i));
+}
+template <class E>
+__global__ void k_scale(E* x, float s, size_t n) {
+  GRID_LOOP(i, n) st(x + i, ld(x + i) * s);
+}
+template <class S, class D>
+__global__ void k_convert(const S* s, D* d, size_t n) {
+  GRID_LOOP(i, n) st(d + i, ld(s + i));
+}
+template <class E>
+__global__ void k_accumulate(const double* x, E* y, size_t n) {
+  GRID_LOOP(i, n) st(y + i, float(double(ld(y + i)) + x[i]));
+}
+
+// Reductions: a fixed grid of blocks, each summing a fixed strided subset in
+// double, then one block adds the partials in order: deterministic for a
+// fixed n.
+constexpr int kRedBlocks = 512;
+template <class E, bool Square>
+__global__ void k_reduce_partials(const E* x, size_t n, double* part) {
+  double s = 0;
+  GRID_LOOP(i, n) {
+    const double v = double(ld(x + i));
+    s += Square ? v * v : v;
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+// out[0] = scale * sum(part) (+ out[0] when add)
+__global__ void k_reduce_finish(const double* part, int n, double* out, double scale, bool add) {
+  double s = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) out[0] = (add ? out[0] : 0.0) + scale * s;
+}
+
+int red_blocks(size_t n) { return std::min(kRedBlocks, grid_for(n)); }
+
+template <bool Square>
+void reduce_into(Ctx c, CPtr x, size_t n, double* acc, const char* op) {
+  DeviceTemp part(c.mem, kRedBlocks * sizeof(double), op);
+  const int nb = red_blocks(n);
+  dispatch(x.dtype(), op, [&](auto e) {
+    using E = decltype(e);
+    k_reduce_partials<E, Square><<<nb, kThreads, 0, c.s>>>(dev<E>(x), n, part.as<double>());
+  });
+  k_reduce_finish<<<1, kThreads, 0, c.s>>>(part.as<double>(), nb, acc, 1.0, true);
+  after_launch(op);
+}
+
+__global__ void k_adamw(float* p, const float* g, float* m, float* v, size_t n, double lr, double beta1,
+                        double beta2, double eps, double wd, double bc1, double bc2) {
+  GRID_LOOP(i, n) {
+    double pi = p[i], mi = m[i], vi = v[i];
+    ref::adamw(pi, double(g[i]), mi, vi, lr, beta1, beta2, eps, wd, bc1, bc2);
+    p[i] = float(pi);
+    m[i] = float(mi);
+    v[i] = float(vi);
+  }
+}
+
+template <class E>
+__global__ void k_swiglu_fwd(const E* g, const E* u, size_t n, E* h) {
+  GRID_LOOP(i, n) {
+    const float gv = ld(g + i);
+    st(h + i, gv * sigm(gv) * ld(u + i));
+  }
+}
+template <class E>
+__global__ void k_swiglu_bwd(const E* g, const E* u, const E* dh, size_t n, E* dg, E* du) {
+  GRID_LOOP(i, n) {
+    const float gv = ld(g + i), uv = ld(u + i), d = ld(dh + i), s = sigm(gv);
+    st(dg + i, d * uv * s * (1.f + gv * (1.f - s)));
+    st(du + i, d * gv * s);
+  }
+}
+template <class E>
+__global__ void k_gelu_fwd(const E* x, size_t n, E* y) {
+  GRID_LOOP(i, n) {
+    const float v = ld(x + i);
+    st(y + i, 0.5f * v * (1.f + erff(v * 0.70710678118654752440f)));
+  }
+}
+template <class E>
+__global__ void k_gelu_bwd(const E* x, const E* dy, size_t n, E* dx) {
+  GRID_LOOP(i, n) {
+    const float v = ld(x + i);
+    const float d = 0.5f * (1.f + erff(v * 0.70710678118654752440f)) +
+                    v * 0.39894228040143267794f * __expf(-0.5f * v * v);
+    st(dx + i, ld(dy + i) * d);
+  }
+}
+template <class A, class R>
+__global__ void k_fusion_fwd(const A* pre, const A* a, const A* b, size_t n, R* out) {
+  GRID_LOOP(i, n) {
+    const float s = sigm(ld(pre + i));
+    st(out + i, s * ld(a + i) + (1.f - s) * ld(b + i));
+  }
+}
+template <class A, class R>
+__global__ void k_fusion_bwd(const A* pre, const A* a, const A* b, const R* dout, size_t n, A* dpre, A* da,
+                             A* db) {
+  GRID_LOOP(i, n) {
+    const float s = sigm(ld(pre + i)), c = 1.f - s, d = ld(dout + i);
+    st(dpre + i, d * (ld(a + i) - ld(b + i)) * s * c);
+    st(da + i, d * s);
+    st(db + i, d * c);
+  }
+}
+template <class E>
+__global__ void k_gate_fwd(const E* pre, const E* x, size_t n, E* out) {
+  GRID_LOOP(i, n) st(out + i, sigm(ld(pre + i)) * ld(x + i));
+}
+template <class E>
+__global__ void k_gate_bwd(const E* pre, const E* x, const E* dout, size_t n, E* dpre, E* dx) {
+  GRID_LOOP(i, n) {
+    const float s = sigm(ld(pre + i)), d = ld(dout + i);
+    st(dpre + i, d * ld(x + i) * s * (1.f - s));
+    st(dx + i, d * s);
+  }
+}
+template <class E>
+__global__ void k_blend_fwd(const E* os, const E* oc, const float* phi, size_t n, E* out) {
+  const float beta = float(ref::sigmoid(double(phi[0])));
+  GRID_LOOP(i, n) st(out + i, (1.f - beta) * ld(os + i) + beta * ld(oc + i));
+}
+// d_self, d_ctx, and per-block partial sums of dout (o_ctx - o_self).
+template <class E>
+__global__ void k_blend_bwd(const E* os, const E* oc, const float* phi, const E* dout, size_t n, E* ds,
+                            E* dc, double* part) {
+  const float beta = float(ref::sigmoid(double(phi[0])));
+  double s = 0;
+  GRID_LOOP(i, n) {
+    const float d = ld(dout + i);
+    st(ds + i, (1.f - beta) * d);
+    st(dc + i, beta * d);
+    s += double(d) * (double(ld(oc + i)) - double(ld(os + i)));
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+__global__ void k_blend_finish(const double* part, int nb, const float* phi, double* dphi) {
+  double s = 0;
+  for (int i = threadIdx.x; i < nb; i += blockDim.x) s += part[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) {
+    const double b = ref::sigmoid(double(phi[0]));
+    dphi[0] = s * b * (1.0 - b);
+  }
+}
+
+}  // namespace
+
+void add(Ctx c, CPtr a, CPtr b, Ptr out, size_t n) {
+  dispatch(out.dtype(), "add", [&](auto e) {
+    using E = decltype(e);
+    k_add<E><<<grid_for(n), kThreads, 0, c.s>>>(dev<E>(a), dev<E>(b), dev<E>(out), n);
+  });
+  after_launch("add");
+}
+void axpy(Ctx c, float alpha, CPtr x, Ptr y, size_t n) {
+  dispatch(y.dtype(), "axpy", [&](auto e) {
+    using E = decltype(e);
+    k_axpy<E><<<grid_for(n), kThreads, 0, c.s>>>(alpha, dev<E>(x), dev<E>(y), n);
+  });
+  after_launch("axpy");
+}
+void scale(Ctx c, Ptr x, float s, size_t n) {
+  dispatch(x.dtype(), "scale", [&](auto e) {
+    using E = decltype(e);
+    k_scale<E><<<grid_for(n), kThreads, 0, c.s>>>(dev<E>(x), s, n);
+  });
+  after_launch("scale");
+}
+void sum_squares(Ctx c, CPtr x, size_t n, double* acc) { reduce_into<true>(c, x, n, acc, "sum_squares"); }
+void sum(Ctx c, CPtr x, size_t n, double* acc) { reduce_into<false>(c, x, n, acc, "sum"); }
+void accumulate(Ctx c, const double* x, Ptr y, size_t n) {
+  dispatch(y.dtype(), "accumulate", [&](auto e) {
+    using E = decltype(e);
+    k_accumulate<E><<<grid_for(n), kThreads, 0, c.s>>>(x, dev<E>(y), n);
+  });
+  after_launch("accumulate");
+}
+void convert(Ctx c, CPtr src, Ptr dst, size_t n) {
+  dispatch(src.dtype(), "convert", [&](auto es) {
+    dispatch(dst.dtype(), "convert", [&](auto ed) {
+      using S = decltype(es);
+      using D = decltype(ed);
+      k_convert<S, D><<<grid_for(n), kThreads, 0, c.s>>>(dev<S>(src), dev<D>(dst), n);
+    });
+  });
+  after_launch("convert");
+}
+void adamw(Ctx c, Ptr p, CPtr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2, double eps,
+           double wd, double bc1, double bc2) {
+  k_adamw<<<grid_for(n), kThreads, 0, c.s>>>(dev<float>(p), dev<float>(g), dev<float>(m), dev<float>(v), n, lr,
+                                             beta1, beta2, eps, wd, bc1, bc2);
+  after_launch("adamw");
+}
+
+#define WIOLA_UNARY_A(NAME, op, launch)                     \
+  dispatch(op.dtype(), NAME, [&](auto e) {                  \
+    using E = decltype(e);                                  \
+    launch;                                                 \
+  });                                                       \
+  after_launch(NAME)
+
+void swiglu_fwd(Ctx c, CPtr g, CPtr u, size_t n, Ptr h) {
+  WIOLA_UNARY_A("swiglu_fwd", h, (k_swiglu_fwd<E><<<grid_for(n), kThreads, 0, c.s>>>(dev<E>(g), dev<E>(u), n, dev<E>(h))));
+}
+void swiglu_bwd(Ctx c, CPtr g, CPtr u, CPtr dh, size_t n, Ptr dg, Ptr du) {
+  WIOLA_UNARY_A("swiglu_bwd", dg, (k_swiglu_bwd<E><<<grid_for(n), kThreads, 0, c.s>>>(dev<E>(g), dev<E>(u), dev<E>(dh), n, dev<E>(dg), dev<E>(du))));
+}
+void gelu_fwd(Ctx c, CPtr x, size_t n, Ptr y) {
+  WIOLA_UNARY_A("gelu_fwd", y, (k_gelu_fwd<E><<<grid_for(n), kThreads, 0, c.s>>>(dev<E>(x), n, dev<E>(y))));
+}
+void gelu_bwd(Ctx c, CPtr x, CPtr dy, size_t n, Ptr dx) {
+  WIOLA_UNARY_A("gelu_bwd", dx, (k_gelu_bwd<E><<<grid_for(n), kThreads, 0, c.s>>>(dev<E>(x), dev<E>(dy), n, dev<E>(dx))));
+}
+void sigmoid_gate_fwd(Ctx c, CPtr pre, CPtr x, size_t n, Ptr out) {
+  WIOLA_UNARY_A("sigmoid_gate_fwd", out, (k_gate_fwd<E><<<grid_for(n), kThreads, 0, c.s>>>(dev<E>(pre), dev<E>(x), n, dev<E>(out))));
+}
+void sigmoid_gate_bwd(Ctx c, CPtr pre, CPtr x, CPtr dout, size_t n, Ptr dpre, Ptr dx) {
+  WIOLA_UNARY_A("sigmoid_gate_bwd", dx, (k_gate_bwd<E><<<grid_for(n), kThreads, 0, c.s>>>(dev<E>(pre), dev<E>(x), dev<E>(dout), n, dev<E>(dpre), dev<E>(dx))));
+}
+void blend_fwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr out) {
+  WIOLA_UNARY_A("blend_fwd", out, (k_blend_fwd<E><<<grid_for(n), kThreads, 0, c.s>>>(dev<E>(o_self), dev<E>(o_ctx), dev<float>(phi), n, dev<E>(out))));
+}
+void blend_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout, size_t n, Ptr d_self, Ptr d_ctx,
+               double* dphi) {
+  DeviceTemp part(c.mem, kRedBlocks * sizeof(double), "blend_bwd");
+  const int nb = red_blocks(n);
+  dispatch(dout.dtype(), "blend_bwd", [&](auto e) {
+    using E = decltype(e);
+    k_blend_bwd<E><<<nb, kThreads, 0, c.s>>>(dev<E>(o_self), dev<E>(o_ctx), dev<float>(phi), dev<E>(dout), n,
+                                             dev<E>(d_self), dev<E>(d_ctx), part.as<double>());
+  });
+  k_blend_finish<<<1, kThreads, 0, c.s>>>(part.as<double>(), nb, dev<float>(phi), dphi);
+  after_launch("blend_bwd");
+}
+void fusion_fwd(Ctx c, CPtr pre, CPtr a, CPtr b, size_t n, Ptr out) {
+  dispatch(a.dtype(), "fusion_fwd", [&](auto ea) {
+    dispatch(out.dtype(), "fusion_fwd", [&](auto er) {
+      using A = decltype(ea);
+      using R = decltype(er);
+      k_fusion_fwd<A, R><<<grid_for(n), kThreads, 0, c.s>>>(dev<A>(pre), dev<A>(a), dev<A>(b), n, dev<R>(out));
+    });
+  });
+  after_launch("fusion_fwd");
+}
+void fusion_bwd(Ctx c, CPtr pre, CPtr a, CPtr b, CPtr dout, size_t n, Ptr dpre, Ptr da, Ptr db) {
+  dispatch(a.dtype(), "fusion_bwd", [&](auto ea) {
+    dispatch(dout.dtype(), "fusion_bwd", [&](auto er) {
+      using A = decltype(ea);
+      using R = decltype(er);
+      k_fusion_bwd<A, R><<<grid_for(n), kThreads, 0, c.s>>>(dev<A>(pre), dev<A>(a), dev<A>(b), dev<R>(dout), n,
+                                                           dev<A>(dpre), dev<A>(da), dev<A>(db));
+    });
+  });
+  after_launch("fusion_bwd");
+}
+
+}  // namespace wiola::cuda

@@ -1,0 +1,302 @@
+// GCLA and ATM pieces on the GPU: SRPE rotation from the host-computed table,
+// prefix-mean summaries (sequential over positions per column, in double),
+// the context sub-attention (one warp per token and KV group, so the heads of
+// a group sum their key/value gradients in a fixed order), and ATM's
+// similarity, plan (kernels/atm_plan.h, one thread per sequence) and merged
+// rows.
+#include "kernels/atm_plan.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.cuh"
+#include "util/error.h"
+
+namespace wiola::cuda {
+namespace {
+
+template <class E>
+__global__ void k_srpe(E* x, int B, int Tn, int nh, int dh, const float* table, bool inverse) {
+  const int half = dh / 2;
+  const size_t n = size_t(B) * Tn * nh * half;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const int j = int(i % half);
+    const size_t rh = i / half;         // (b, t, h)
+    const int t = int((rh / nh) % Tn);
+    E* v = x + rh * dh;
+    const float c = table[(size_t(t) * half + j) * 2], s = table[(size_t(t) * half + j) * 2 + 1];
+    const float a = ld(v + j), b = ld(v + j + half);
+    if (!inverse) {
+      st(v + j, a * c - b * s);
+      st(v + j + half, a * s + b * c);
+    } else {
+      st(v + j, a * c + b * s);
+      st(v + j + half, b * c - a * s);
+    }
+  }
+}
+
+template <class R>
+__global__ void k_prefix_fwd(const R* x, int B, int Tn, int d, int pos0, R* carry, R* out) {
+  const size_t col = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= size_t(B) * d) return;
+  const size_t b = col / d;
+  const int j = int(col % d);
+  double acc = carry ? double(ld(carry + b * d + j)) : 0.0;
+  for (int t = 0; t < Tn; ++t) {
+    const size_t r = (b * Tn + t) * d + j;
+    acc += double(ld(x + r));
+    st(out + r, float(acc / double(pos0 + t + 1)));
+  }
+  if (carry) st(carry + b * d + j, float(acc));
+}
+template <class R>
+__global__ void k_prefix_bwd(const R* dout, int B, int Tn, int d, R* dx) {
+  const size_t col = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= size_t(B) * d) return;
+  const size_t b = col / d;
+  const int j = int(col % d);
+  double acc = 0;
+  for (int t = Tn - 1; t >= 0; --t) {
+    const size_t r = (b * Tn + t) * d + j;
+    acc += double(ld(dout + r)) / double(t + 1);
+    st(dx + r, float(double(ld(dx + r)) + acc));
+  }
+}
+
+constexpr int kMaxDhPerLane = 8;  // head dims up to 256
+constexpr int kMaxCtx = 16;
+
+// One warp per (token n, head h).
+template <class A>
+__global__ void k_ctx_fwd(const A* q, const A* kc, const A* vc, int N, int nc, int H, int Hkv, int dh, A* out,
+                          float* probs) {
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+  if (warp >= N * H) return;
+  const int n = warp / H, h = warp % H, g = h % Hkv;
+  const float scale = rsqrtf(float(dh));
+  const A* qr = q + (size_t(n) * H + h) * dh;
+  float sc[kMaxCtx];
+  float m = -INFINITY;
+  for (int i = 0; i < nc; ++i) {
+    const A* kr = kc + ((size_t(n) * nc + i) * Hkv + g) * dh;
+    float s = 0.f;
+    for (int e = lane; e < dh; e += 32) s += ld(qr + e) * ld(kr + e);
+    sc[i] = warp_sum(s) * scale;
+    m = fmaxf(m, sc[i]);
+  }
+  float l = 0.f;
+  for (int i = 0; i < nc; ++i) {
+    sc[i] = __expf(sc[i] - m);
+    l += sc[i];
+  }
+  for (int i = 0; i < nc; ++i) {
+    sc[i] /= l;
+    if (lane == 0) probs[(size_t(n) * H + h) * nc + i] = sc[i];
+  }
+  for (int e = lane; e < dh; e += 32) {
+    float o = 0.f;
+    for (int i = 0; i < nc; ++i) o += sc[i] * ld(vc + ((size_t(n) * nc + i) * Hkv + g) * dh + e);
+    st(out + (size_t(n) * H + h) * dh + e, o);
+  }
+}
+
+// One warp per (token n, KV group g): loops over the heads of the group, so
+// dkc/dvc rows have one writer and sum the heads in a fixed order.
+template <class A>
+__global__ void k_ctx_bwd(const A* q, const A* kc, const A* vc, const float* probs, const A* dout, int N, int nc,
+                          int H, int Hkv, int dh, A* dq, A* dkc, A* dvc) {
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+  if (warp >= N * Hkv) return;
+  const int n = warp / Hkv, g = warp % Hkv;
+  const float scale = rsqrtf(float(dh));
+  float dk[kMaxCtx][kMaxDhPerLane], dv[kMaxCtx][kMaxDhPerLane];
+  for (int i = 0; i < nc; ++i)
+    for (int e = 0; e < kMaxDhPerLane; ++e) dk[i][e] = dv[i][e] = 0.f;
+  for (int h = g; h < H; h += Hkv) {
+    const A* qr = q + (size_t(n) * H + h) * dh;
+    const A* dor = dout + (size_t(n) * H + h) * dh;
+    const float* p = probs + (size_t(n) * H + h) * nc;
+    float dp[kMaxCtx];
+    float dot = 0.f;
+    for (int i = 0; i < nc; ++i) {
+      const A* vr = vc + ((size_t(n) * nc + i) * Hkv + g) * dh;
+      float s = 0.f;
+      for (int e = lane; e < dh; e += 32) s += ld(dor + e) * ld(vr + e);
+      dp[i] = warp_sum(s);
+      dot += p[i] * dp[i];
+    }
+    for (int e = lane, k = 0; e < dh; e += 32, ++k) {
+      float acc = 0.f;
+      const float qv = ld(qr + e), dov = ld(dor + e);
+      for (int i = 0; i < nc; ++i) {
+        const float ds = p[i] * (dp[i] - dot) * scale;
+        acc += ds * ld(kc + ((size_t(n) * nc + i) * Hkv + g) * dh + e);
+        dk[i][k] += ds * qv;
+        dv[i][k] += p[i] * dov;
+      }
+      A* dqp = dq + (size_t(n) * H + h) * dh + e;
+      st(dqp, ld(dqp) + acc);  // dq accumulates (it also feeds self-attention)
+    }
+  }
+  for (int i = 0; i < nc; ++i)
+    for (int e = lane, k = 0; e < dh; e += 32, ++k) {
+      const size_t r = ((size_t(n) * nc + i) * Hkv + g) * dh + e;
+      st(dkc + r, dk[i][k]);
+      st(dvc + r, dv[i][k]);
+    }
+}
+
+// One block per neighbour pair (b, t), t < Tn-1; sums in double.
+template <class E>
+__global__ void k_atm_sim(const E* x, int Tn, int d, double* rho) {
+  const int b = blockIdx.y, t = blockIdx.x;
+  const E* a = x + (size_t(b) * Tn + t) * d;
+  const E* c = a + d;
+  double s = 0, na = 0, nb = 0;
+  for (int j = threadIdx.x; j < d; j += blockDim.x) {
+    const double u = ld(a + j), v = ld(c + j);
+    s += u * v;
+    na += u * u;
+    nb += v * v;
+  }
+  s = block_sum(s);
+  na = block_sum(na);
+  nb = block_sum(nb);
+  if (threadIdx.x == 0) {
+    const double n0 = sqrt(na), n1 = sqrt(nb);
+    rho[size_t(b) * (Tn - 1) + t] = (n0 > 0 && n1 > 0) ? s / (n0 * n1) : 0.0;
+  }
+}
+__global__ void k_atm_plan(const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first,
+                           int32_t* key_end, int32_t* n_groups) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= B) return;
+  uint8_t* ob = open + size_t(b) * Tn;
+  atm_greedy_row(rho + size_t(b) * (Tn - 1), Tn, tau, ob);
+  n_groups[b] = atm_layout_row(ob, Tn, group_first + size_t(b) * Tn, key_end + size_t(b) * Tn);
+}
+template <class E>
+__global__ void k_atm_merge(const E* x, int B, int Tn, int w, const int32_t* gf, const int32_t* ke,
+                            const int32_t* ng, E* out) {
+  const size_t n = size_t(B) * Tn * w;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const size_t r = i / w;
+    const int c = int(i % w), b = int(r / Tn), j = int(r % Tn);
+    if (j >= ng[b]) {
+      st(out + i, 0.f);
+      continue;
+    }
+    const int f = gf[r], e = ke[r];
+    float s = 0.f;
+    for (int t = f; t <= e; ++t) s += ld(x + (size_t(b) * Tn + t) * w + c);
+    st(out + i, s / float(e - f + 1));
+  }
+}
+template <class E>
+__global__ void k_atm_merge_bwd(const E* dout, int B, int Tn, int w, const int32_t* gf, const int32_t* ke,
+                                const int32_t* ng, E* dx) {
+  const size_t n = size_t(B) * Tn * w;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const size_t r = i / w;
+    const int c = int(i % w), b = int(r / Tn), j = int(r % Tn);
+    if (j >= ng[b]) continue;
+    const int f = gf[r], e = ke[r];
+    const float v = ld(dout + i) / float(e - f + 1);
+    for (int t = f; t <= e; ++t) {  // each member row belongs to exactly one group
+      E* p = dx + (size_t(b) * Tn + t) * w + c;
+      st(p, ld(p) + v);
+    }
+  }
+}
+
+}  // namespace
+
+void srpe_apply(Ctx c, Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool inverse) {
+  dispatch(x.dtype(), "srpe_apply", [&](auto e) {
+    using E = decltype(e);
+    k_srpe<E><<<grid_for(size_t(B) * Tn * nh * (dh / 2)), kThreads, 0, c.s>>>(dev<E>(x), B, Tn, nh, dh,
+                                                                             dev<float>(table), inverse);
+  });
+  after_launch("srpe_apply");
+}
+
+void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, Ptr out) {
+  dispatch(x.dtype(), "prefix_mean_fwd", [&](auto e) {
+    using R = decltype(e);
+    k_prefix_fwd<R><<<grid_for(size_t(B) * d), kThreads, 0, c.s>>>(dev<R>(x), B, Tn, d, 0, nullptr, dev<R>(out));
+  });
+  after_launch("prefix_mean_fwd");
+}
+void prefix_mean_bwd(Ctx c, CPtr dout, int B, int Tn, int d, Ptr dx) {
+  dispatch(dx.dtype(), "prefix_mean_bwd", [&](auto e) {
+    using R = decltype(e);
+    k_prefix_bwd<R><<<grid_for(size_t(B) * d), kThreads, 0, c.s>>>(dev<R>(dout), B, Tn, d, dev<R>(dx));
+  });
+  after_launch("prefix_mean_bwd");
+}
+void prefix_mean_carry_fwd(Ctx c, CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out) {
+  dispatch(x.dtype(), "prefix_mean_carry_fwd", [&](auto e) {
+    using R = decltype(e);
+    k_prefix_fwd<R><<<grid_for(size_t(B) * d), kThreads, 0, c.s>>>(dev<R>(x), B, Tn, d, pos0, dev<R>(carry),
+                                                                   dev<R>(out));
+  });
+  after_launch("prefix_mean_carry_fwd");
+}
+
+void ctx_attention_fwd(Ctx c, CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, Ptr out,
+                       Ptr probs) {
+  WIOLA_CHECK(nc <= kMaxCtx && dh <= 32 * kMaxDhPerLane, "cuda ctx_attention: nc ", nc, " > ", kMaxCtx,
+              " or head dim ", dh, " > ", 32 * kMaxDhPerLane);
+  dispatch(q.dtype(), "ctx_attention_fwd", [&](auto e) {
+    using A = decltype(e);
+    const size_t threads = size_t(N) * H * 32;
+    k_ctx_fwd<A><<<grid_for(threads), kThreads, 0, c.s>>>(dev<A>(q), dev<A>(kc), dev<A>(vc), N, nc, H, Hkv, dh,
+                                                         dev<A>(out), dev<float>(probs));
+  });
+  after_launch("ctx_attention_fwd");
+}
+void ctx_attention_bwd(Ctx c, CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H, int Hkv,
+                       int dh, Ptr dq, Ptr dkc, Ptr dvc) {
+  WIOLA_CHECK(nc <= kMaxCtx && dh <= 32 * kMaxDhPerLane, "cuda ctx_attention: nc ", nc, " > ", kMaxCtx,
+              " or head dim ", dh, " > ", 32 * kMaxDhPerLane);
+  dispatch(q.dtype(), "ctx_attention_bwd", [&](auto e) {
+    using A = decltype(e);
+    const size_t threads = size_t(N) * Hkv * 32;
+    k_ctx_bwd<A><<<grid_for(threads), kThreads, 0, c.s>>>(dev<A>(q), dev<A>(kc), dev<A>(vc), dev<float>(probs),
+                                                         dev<A>(dout), N, nc, H, Hkv, dh, dev<A>(dq), dev<A>(dkc),
+                                                         dev<A>(dvc));
+  });
+  after_launch("ctx_attention_bwd");
+}
+
+void atm_similarity(Ctx c, CPtr x, int B, int Tn, int d, double* rho) {
+  if (Tn < 2 || B <= 0) return;
+  dispatch(x.dtype(), "atm_similarity", [&](auto e) {
+    using E = decltype(e);
+    k_atm_sim<E><<<dim3(Tn - 1, B), kThreads, 0, c.s>>>(dev<E>(x), Tn, d, rho);
+  });
+  after_launch("atm_similarity");
+}
+void atm_plan(Ctx c, const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first,
+              int32_t* key_end, int32_t* n_groups) {
+  k_atm_plan<<<(B + 63) / 64, 64, 0, c.s>>>(rho, B, Tn, tau, open, group_first, key_end, n_groups);
+  after_launch("atm_plan");
+}
+void atm_merge_rows(Ctx c, CPtr x, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end,
+                    const int32_t* n_groups, Ptr out) {
+  dispatch(x.dtype(), "atm_merge_rows", [&](auto e) {
+    using E = decltype(e);
+    k_atm_merge<E><<<grid_for(size_t(B) * Tn * w), kThreads, 0, c.s>>>(dev<E>(x), B, Tn, w, group_first, key_end,
+                                                                      n_groups, dev<E>(out));
+  });
+  after_launch("atm_merge_rows");
+}
+void atm_merge_rows_bwd(Ctx c, CPtr dout, int B, int Tn, int w, const int32_t* group_first,
+                        const int32_t* key_end, const int32_t* n_groups, Ptr dx) {
+  dispatch(dx.dtype(), "atm_merge_rows_bwd", [&](auto e) {
+    using E = decltype(e);
+    k_atm_merge_bwd<E><<<grid_for(size_t(B) * Tn * w), kThreads, 0, c.s>>>(dev<E>(dout), B, Tn, w, group_first,
+                                                                          key_end, n_groups, dev<E>(dx));
+  });
+  after_launch("atm_merge_rows_bwd");
+}
+
+}  // namespace wiola::cuda

@@ -1,0 +1,82 @@
+// Host launchers of the CUDA kernels, one file per family; semantics are
+// those of kernels/ops.h (same names, same arguments) plus the stream and the
+// allocator for temporaries. Each launcher dispatches on the storage dtypes
+// of its typed pointers (fp32 or bf16; statistics are always fp32).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/memory.cuh"
+#include "kernels/ops.h"
+
+namespace wiola::cuda {
+
+struct Ctx {
+  cudaStream_t s;
+  CachingAllocator& mem;
+};
+
+// ---- elementwise.cu ----------------------------------------------------------
+void add(Ctx c, CPtr a, CPtr b, Ptr out, size_t n);
+void axpy(Ctx c, float alpha, CPtr x, Ptr y, size_t n);
+void scale(Ctx c, Ptr x, float s, size_t n);
+void sum_squares(Ctx c, CPtr x, size_t n, double* acc);
+void sum(Ctx c, CPtr x, size_t n, double* acc);
+void accumulate(Ctx c, const double* x, Ptr y, size_t n);
+void convert(Ctx c, CPtr src, Ptr dst, size_t n);
+void adamw(Ctx c, Ptr p, CPtr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2,
+           double eps, double wd, double bc1, double bc2);
+void swiglu_fwd(Ctx c, CPtr g, CPtr u, size_t n, Ptr h);
+void swiglu_bwd(Ctx c, CPtr g, CPtr u, CPtr dh, size_t n, Ptr dg, Ptr du);
+void gelu_fwd(Ctx c, CPtr x, size_t n, Ptr y);
+void gelu_bwd(Ctx c, CPtr x, CPtr dy, size_t n, Ptr dx);
+void fusion_fwd(Ctx c, CPtr pre, CPtr a, CPtr b, size_t n, Ptr out);
+void fusion_bwd(Ctx c, CPtr pre, CPtr a, CPtr b, CPtr dout, size_t n, Ptr dpre, Ptr da, Ptr db);
+void sigmoid_gate_fwd(Ctx c, CPtr pre, CPtr x, size_t n, Ptr out);
+void sigmoid_gate_bwd(Ctx c, CPtr pre, CPtr x, CPtr dout, size_t n, Ptr dpre, Ptr dx);
+void blend_fwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr out);
+void blend_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout, size_t n, Ptr d_self, Ptr d_ctx,
+               double* dphi);
+
+// ---- rows.cu: norm, embedding, cross-entropy -----------------------------------
+void rmsnorm_fwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd);
+void rmsnorm_bwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, Ptr dx,
+                 Ptr dgamma, Ptr ddelta);
+void embedding_fwd(Ctx c, const int32_t* ids, int N, CPtr E, int v0, int V_local, int d, Ptr out);
+void embedding_bwd(Ctx c, const int32_t* ids, int N, CPtr dout, int v0, int V_local, int d, Ptr dE);
+void ce_row_max(Ctx c, CPtr logits, int N, int V_local, Ptr row_max);
+void ce_sumexp_target(Ctx c, CPtr logits, const int32_t* targets, int N, int V_local, int v0,
+                      CPtr row_max, Ptr sumexp, Ptr tgt);
+void ce_loss_grad(Ctx c, Ptr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max,
+                  CPtr sumexp, CPtr tgt, double scale, Ptr loss);
+void ce_loss(Ctx c, CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max,
+             CPtr sumexp, CPtr tgt, Ptr loss);
+
+// ---- gcla.cu: SRPE, prefix means, context attention, ATM -------------------------
+void srpe_apply(Ctx c, Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool inverse);
+void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, Ptr out);
+void prefix_mean_bwd(Ctx c, CPtr dout, int B, int Tn, int d, Ptr dx);
+void prefix_mean_carry_fwd(Ctx c, CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out);
+void ctx_attention_fwd(Ctx c, CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, Ptr out,
+                       Ptr probs);
+void ctx_attention_bwd(Ctx c, CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H,
+                       int Hkv, int dh, Ptr dq, Ptr dkc, Ptr dvc);
+void atm_similarity(Ctx c, CPtr x, int B, int Tn, int d, double* rho);
+void atm_plan(Ctx c, const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first,
+              int32_t* key_end, int32_t* n_groups);
+void atm_merge_rows(Ctx c, CPtr x, int B, int Tn, int w, const int32_t* group_first,
+                    const int32_t* key_end, const int32_t* n_groups, Ptr out);
+void atm_merge_rows_bwd(Ctx c, CPtr dout, int B, int Tn, int w, const int32_t* group_first,
+                        const int32_t* key_end, const int32_t* n_groups, Ptr dx);
+
+// ---- attention.cu --------------------------------------------------------------------
+void attention_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
+                   CPtr raw_v, Ptr o, Ptr lse);
+void attention_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
+                   CPtr raw_v, CPtr o, CPtr lse, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k,
+                   Ptr draw_v);
+
+}  // namespace wiola::cuda

@@ -1,0 +1,129 @@
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/memory.cuh"
+#include "util/error.h"
+
+namespace wiola {
+namespace cuda {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+}
+
+void after_launch(const char* op) {
+  check(cudaGetLastError(), op);
+  static const bool sync = [] {
+    const char* v = std::getenv("WIOLA_CUDA_SYNC");
+    return v && *v && std::string(v) != "0";
+  }();
+  if (sync) check(cudaDeviceSynchronize(), op);
+}
+
+void unsupported_dtype(DType t, const char* op) {
+  fail("cuda ", op, ": buffers of ", dtype_name(t), " are not supported (float32 or bfloat16)");
+}
+
+namespace {
+constexpr size_t kSmall = 1 << 20;  // below: round to 512 B; above: to 2 MiB
+size_t round_size(size_t b) {
+  if (b <= kSmall) return (std::max<size_t>(b, 1) + 511) / 512 * 512;
+  return (b + (size_t(2) << 20) - 1) / (size_t(2) << 20) * (size_t(2) << 20);
+}
+double mib(size_t b) { return double(b) / 1048576.0; }
+}  // namespace
+
+CachingAllocator::~CachingAllocator() {
+  release_cache();
+  for (auto& [p, s] : live_) cudaFree(p);  // leaked buffers: give them back anyway
+}
+
+void* CachingAllocator::alloc(size_t bytes, const char* what) {
+  const size_t size = round_size(bytes);
+  auto it = free_.lower_bound(size);
+  if (it != free_.end() && it->first <= 2 * size) {
+    void* p = it->second;
+    const size_t s = it->first;
+    free_.erase(it);
+    cached_ -= s;
+    live_[p] = s;
+    in_use_ += s;
+    peak_ = std::max(peak_, in_use_);
+    return p;
+  }
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, size);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear the sticky-free error state
+    release_cache();
+    e = cudaMalloc(&p, size);
+  }
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    fail("CUDA out of memory allocating ", mib(size), " MiB for ", what, " (", cudaGetErrorString(e),
+         "); wiola holds ", mib(in_use_), " MiB in use and ", mib(cached_), " MiB cached; the device has ",
+         mib(free_b), " of ", mib(total_b), " MiB free");
+  }
+  ++mallocs_;
+  live_[p] = size;
+  in_use_ += size;
+  peak_ = std::max(peak_, in_use_);
+  return p;
+}
+
+void CachingAllocator::free(void* p) {
+  if (!p) return;
+  const auto it = live_.find(p);
+  WIOLA_CHECK(it != live_.end(), "cuda: free of a pointer the allocator does not own");
+  const size_t s = it->second;
+  live_.erase(it);
+  in_use_ -= s;
+  free_.emplace(s, p);
+  cached_ += s;
+}
+
+void CachingAllocator::release_cache() {
+  for (auto& [s, p] : free_) cudaFree(p);
+  free_.clear();
+  cached_ = 0;
+}
+
+}  // namespace cuda
+
+namespace {
+struct DeviceProbe {
+  int count = 0;
+  std::string status;
+  DeviceProbe() {
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+      count = 0;
+      status = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+      cudaGetLastError();
+    } else if (count == 0) {
+      status = "no CUDA device on this machine";
+    } else {
+      cudaDeviceProp p{};
+      cudaGetDeviceProperties(&p, 0);
+      status = std::to_string(count) + " CUDA device(s); device 0: " + p.name + " (sm_" +
+               std::to_string(p.major) + std::to_string(p.minor) + ")";
+    }
+  }
+};
+const DeviceProbe& probe() {
+  static const DeviceProbe p;
+  return p;
+}
+}  // namespace
+
+int cuda_device_count() { return probe().count; }
+const char* cuda_status() { return probe().status.c_str(); }
+
+}  // namespace wiola

@@ -1,0 +1,56 @@
+// Device memory for the CUDA backend: a caching allocator, so the step loop
+// never calls cudaMalloc once the first step has run. Freed blocks are kept
+// by size and reused (best fit within 2x); on out-of-memory the cache is
+// released and the allocation retried once, then the error says what was
+// being allocated and how much is in use and cached.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <unordered_map>
+
+namespace wiola::cuda {
+
+class CachingAllocator {
+ public:
+  CachingAllocator() = default;
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  void* alloc(size_t bytes, const char* what);
+  void free(void* p);
+  void release_cache();
+  size_t in_use() const { return in_use_; }
+  size_t cached() const { return cached_; }
+  size_t peak() const { return peak_; }
+  size_t device_mallocs() const { return mallocs_; }
+
+ private:
+  std::multimap<size_t, void*> free_;         // cached blocks by size
+  std::unordered_map<void*, size_t> live_;    // block -> size
+  size_t in_use_ = 0, cached_ = 0, peak_ = 0, mallocs_ = 0;
+};
+
+// A temporary device buffer for the duration of one op (stream-ordered
+// reuse: the next op on the same stream may get the same block).
+class DeviceTemp {
+ public:
+  DeviceTemp(CachingAllocator& a, size_t bytes, const char* what)
+      : a_(a), p_(bytes ? a.alloc(bytes, what) : nullptr) {}
+  ~DeviceTemp() {
+    if (p_) a_.free(p_);
+  }
+  DeviceTemp(const DeviceTemp&) = delete;
+  DeviceTemp& operator=(const DeviceTemp&) = delete;
+  template <class E>
+  E* as() const {
+    return static_cast<E*>(p_);
+  }
+
+ private:
+  CachingAllocator& a_;
+  void* p_;
+};
+
+}  // namespace wiola::cuda

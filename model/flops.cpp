@@ -1,0 +1,14 @@
+#include "model/flops.h"
+
+namespace wiola {
+
+double train_step_flops(const ModelConfig& c, int B) {
+  const double d = c.d, hd = double(c.H) * c.dh(), kvd = double(c.Hkv) * c.dh();
+  const double N = double(B) * c.T;
+  const double w_layer = 2 * d * hd + hd * d + 4 * d * kvd + 3 * d * c.dA + 2 * d * c.dB + 2 * d * d;
+  double fwd = 2 * N * (c.L * w_layer + double(c.V) * d);
+  for (int l = 0; l < c.L; ++l) fwd += N * c.H * (4.0 * c.dh() * (c.T + 1) / 2.0 + 4.0 * c.dh() * c.n_ctx(l));
+  return 3 * fwd;
+}
+
+}  // namespace wiola

@@ -1,0 +1,16 @@
+// The one FLOP count behind every throughput and MFU figure of the project
+// (wiola bench step, the GPU benchmark, reports): matmuls with every weight
+// (the tied head included), causal self-attention QK^T and PV over the
+// average (T+1)/2 visible keys, and the context attention; forward x 3 for
+// forward + backward. Not counted: elementwise work, ATM's savings (keys it
+// merges away), recompute.
+#pragma once
+
+#include "model/config.h"
+
+namespace wiola {
+
+// FLOPs of one training step (forward + backward) on B sequences of c.T.
+double train_step_flops(const ModelConfig& c, int B);
+
+}  // namespace wiola

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The GPU kit, step 0, run on THIS machine (no GPU needed): builds the
+# GPU-side programs with WIOLA_CUDA=ON for a portable x86-64 level, and packs
+# them with the shared libraries they need (OpenBLAS, libgomp, ... — not
+# cuBLAS, which the GPU machine provides) into .gpu-kit/ (git-ignored, about
+# 60 MiB). Then, with the device tool, carry ".gpu-kit" and run one of
+#   bash tests/gpu/kit_tests.sh       (the gpu tests -> $OUT/gpu_tests.json)
+#   bash tests/gpu/kit_sanitizer.sh   (memcheck + racecheck -> $OUT/sanitizer.json)
+#   bash tests/gpu/kit_bench.sh       (the step benchmark -> $OUT/bench.json)
+# docs/gpu.md records what they printed, with date and device.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DWIOLA_CUDA=ON -DWIOLA_MARCH=x86-64-v3 >/dev/null
+cmake --build build-gpu -j"$(nproc)" --target test_cuda_ops wiola_gpu_bench
+rm -rf .gpu-kit && mkdir -p .gpu-kit/bin .gpu-kit/lib
+cp build-gpu/tests/gpu/test_cuda_ops build-gpu/bench/wiola_gpu_bench .gpu-kit/bin/
+# Non-system shared libraries the programs load (the GPU machine has glibc
+# and the CUDA driver; cuBLAS comes from its PyTorch or CUDA installation).
+for b in .gpu-kit/bin/*; do
+  ldd "$b" | awk '/=> \// {print $3}'
+done | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcublas*|libcudart*|libcuda.so*) ;;
+    *) cp -L "$lib" .gpu-kit/lib/ ;;
+  esac
+done
+grep -qx '/.gpu-kit/' .git/info/exclude 2>/dev/null || echo '/.gpu-kit/' >> .git/info/exclude
+du -sh .gpu-kit
+ls .gpu-kit/bin .gpu-kit/lib

@@ -1,0 +1,15 @@
+# Sourced by the kit scripts on the GPU machine: where the kit's programs and
+# libraries are, where cuBLAS is (PyTorch's nvidia wheels or a CUDA toolkit),
+# and $OUT. Prints what it found.
+kit=${WIOLA_KIT:-.gpu-kit}
+if [ ! -x "$kit/bin/test_cuda_ops" ]; then
+  echo "kit: $kit/bin/test_cuda_ops not found: run tests/gpu/kit_build.sh here first and carry .gpu-kit" >&2
+  exit 2
+fi
+cublas_dirs=$(find / \( -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' \) 2>/dev/null \
+              -not -path '*/proc/*' | xargs -r -n1 dirname | sort -u | tr '\n' ':')
+export LD_LIBRARY_PATH="$kit/lib:${cublas_dirs}${LD_LIBRARY_PATH:-}"
+OUT=${OUT:-/tmp/wiola-out}
+mkdir -p "$OUT"
+echo "kit: cuBLAS from ${cublas_dirs:-NOT FOUND}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/kit: GPU /'

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# GPU kit (2), on the GPU machine: compute-sanitizer memcheck and racecheck
+# over the op tests (not the model tests: too slow under the sanitizer).
+# Writes $OUT/sanitizer.json: per tool, exit status and error count.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. tests/gpu/kit_env.sh
+san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+[ -n "$san" ] || { echo '{"error": "compute-sanitizer not found"}' > "$OUT/sanitizer.json"; exit 2; }
+rc_all=0
+json='{'
+for tool in memcheck racecheck; do
+  "$san" --tool "$tool" --error-exitcode 9 "$kit/bin/test_cuda_ops" --gtest_filter='CudaOps.*' \
+    > "$OUT/sanitizer_$tool.log" 2>&1
+  rc=$?
+  errs=$(grep -cE '^========= (Invalid|Error|Race|.*hazard)' "$OUT/sanitizer_$tool.log" || true)
+  echo "sanitizer $tool: exit $rc, $errs reports (log: sanitizer_$tool.log)"
+  json+="\"$tool\": {\"exit\": $rc, \"reports\": $errs},"
+  [ "$rc" -eq 0 ] || rc_all=1
+done
+echo "${json%,}}" > "$OUT/sanitizer.json"
+cat "$OUT/sanitizer.json"
+exit $rc_all

@@ -1,0 +1,424 @@
+// The CUDA backend against the CPU backend (ctest label "gpu"). Every op's
+// forward and backward on random inputs in the fp32 mode (TF32 off), the
+// whole model step (loss, every gradient, parameters after AdamW, ATM
+// decisions), cached decoding against the full forward, and a short bf16
+// training run against fp32. Without a usable GPU every test is SKIPPED with
+// the reason, never passed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "dist/optimizer.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops.h"
+#include "kernels/scalar.h"
+#include "model/model.h"
+
+namespace wiola {
+namespace {
+
+#define REQUIRE_GPU()                                                   \
+  do {                                                                  \
+    if (cuda_device_count() == 0) GTEST_SKIP() << cuda_status();        \
+  } while (0)
+
+using Vec = std::vector<float>;
+
+Vec randn(size_t n, uint64_t seed, float sd = 1.f) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.f, sd);
+  Vec v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// AdamW segments (decay as docs/model.md §4), every tensor in the norm.
+std::vector<dist::ParamSegment> segments(const ParamLayout& layout) {
+  std::vector<dist::ParamSegment> s;
+  for (const ParamEntry& e : layout.entries()) s.push_back({e.offset, e.size(), e.decay, true});
+  return s;
+}
+
+// Uploads host inputs into backend buffers, runs `op` on the backend,
+// downloads the buffers named as outputs.
+struct OnBackend {
+  Ops<float>& ops;
+  std::vector<Buffer<float>> bufs;
+  explicit OnBackend(Ops<float>& o) : ops(o) {}
+  float* in(const Vec& h) {
+    bufs.emplace_back(ops, h.size());
+    ops.upload(bufs.back().data(), h.data(), h.size() * sizeof(float));
+    return bufs.back().data();
+  }
+  Vec out(const float* p, size_t n) {
+    Vec h(n);
+    ops.download(h.data(), p, n * sizeof(float));
+    return h;
+  }
+};
+
+// max |a - b| / max(max |a|, floor)
+double rel(const Vec& a, const Vec& b, double floor = 1e-20) {
+  double d = 0, m = floor;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d = std::max(d, std::abs(double(a[i]) - double(b[i])));
+    m = std::max(m, std::abs(double(a[i])));
+  }
+  return d / m;
+}
+
+// Runs f on the CPU backend and on cuda-fp32; every output within tol.
+void same_on_gpu(const char* name, double tol, const std::function<std::vector<Vec>(Ops<float>&)>& f) {
+  auto cpu = make_backend<float>("cpu");
+  auto gpu = make_cuda_ops(CudaPrecision::FP32);
+  const auto a = f(*cpu), b = f(*gpu);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size(), b[i].size()) << name << " output " << i;
+    const double e = rel(a[i], b[i]);
+    std::printf("  %-28s output %zu: max rel diff %.2e (tol %.0e)\n", name, i, e, tol);
+    EXPECT_LT(e, tol) << name << " output " << i;
+  }
+}
+
+TEST(CudaOps, ElementwiseForwardBackward) {
+  REQUIRE_GPU();
+  const size_t n = 10007;
+  const Vec a = randn(n, 1), b = randn(n, 2), c = randn(n, 3), d = randn(n, 4);
+  same_on_gpu("swiglu", 2e-6, [&](Ops<float>& o) {
+    OnBackend r(o);
+    float *g = r.in(a), *u = r.in(b), *dh = r.in(c), *h = r.in(Vec(n)), *dg = r.in(Vec(n)), *du = r.in(Vec(n));
+    o.swiglu_fwd(g, u, n, h);
+    o.swiglu_bwd(g, u, dh, n, dg, du);
+    return std::vector<Vec>{r.out(h, n), r.out(dg, n), r.out(du, n)};
+  });
+  same_on_gpu("gelu", 2e-6, [&](Ops<float>& o) {
+    OnBackend r(o);
+    float *x = r.in(a), *dy = r.in(b), *y = r.in(Vec(n)), *dx = r.in(Vec(n));
+    o.gelu_fwd(x, n, y);
+    o.gelu_bwd(x, dy, n, dx);
+    return std::vector<Vec>{r.out(y, n), r.out(dx, n)};
+  });
+  same_on_gpu("fusion + gate + blend", 2e-6, [&](Ops<float>& o) {
+    OnBackend r(o);
+    float *pre = r.in(a), *x = r.in(b), *y = r.in(c), *dout = r.in(d), *phi = r.in(Vec{-0.7f});
+    float *f = r.in(Vec(n)), *dp = r.in(Vec(n)), *da = r.in(Vec(n)), *db = r.in(Vec(n));
+    float *g = r.in(Vec(n)), *gp = r.in(Vec(n)), *gx = r.in(Vec(n));
+    float *bl = r.in(Vec(n)), *bs = r.in(Vec(n)), *bc = r.in(Vec(n));
+    Buffer<float, double> dphi(o, 1);
+    o.fusion_fwd(pre, x, y, n, f);
+    o.fusion_bwd(pre, x, y, dout, n, dp, da, db);
+    o.sigmoid_gate_fwd(pre, x, n, g);
+    o.sigmoid_gate_bwd(pre, x, dout, n, gp, gx);
+    o.blend_fwd(x, y, phi, n, bl);
+    o.blend_bwd(x, y, phi, dout, n, bs, bc, dphi.data());
+    double dph = 0;
+    o.download(&dph, dphi.data(), sizeof dph);
+    return std::vector<Vec>{r.out(f, n), r.out(dp, n), r.out(da, n), r.out(db, n), r.out(g, n),
+                            r.out(gp, n),  r.out(gx, n), r.out(bl, n), r.out(bs, n), r.out(bc, n),
+                            Vec{float(dph)}};
+  });
+  same_on_gpu("reductions + adamw", 1e-6, [&](Ops<float>& o) {
+    OnBackend r(o);
+    float *p = r.in(a), *g = r.in(b), *m = r.in(Vec(n)), *v = r.in(Vec(n));
+    Buffer<float, double> acc(o, 2);
+    o.zero(acc.data(), acc.bytes());
+    o.sum_squares(g, n, acc.data());
+    o.sum(g, n, acc.data() + 1);
+    o.adamw(p, g, m, v, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05);
+    double h[2];
+    o.download(h, acc.data(), sizeof h);
+    return std::vector<Vec>{r.out(p, n), r.out(m, n), r.out(v, n), Vec{float(h[0]), float(h[1])}};
+  });
+}
+
+TEST(CudaOps, NormEmbeddingCrossEntropy) {
+  REQUIRE_GPU();
+  const int N = 300, d = 96, V = 517, v0 = 40;
+  const Vec x = randn(size_t(N) * d, 5), gam = randn(d, 6, 0.3f), del = randn(d, 7, 0.1f), dy = randn(size_t(N) * d, 8);
+  const Vec E = randn(size_t(V) * d, 9), logits = randn(size_t(N) * V, 10, 3.f);
+  std::mt19937_64 rg(11);
+  std::vector<int32_t> ids(N), tg(N);
+  for (auto& t : ids) t = int32_t(rg() % 600);  // some outside [v0, v0 + V)
+  for (auto& t : tg) t = int32_t(rg() % 600);
+  same_on_gpu("rmsnorm", 2e-5, [&](Ops<float>& o) {
+    OnBackend r(o);
+    float *bx = r.in(x), *g = r.in(gam), *de = r.in(del), *bdy = r.in(dy), *y = r.in(Vec(x.size()));
+    float *rs = r.in(Vec(N)), *dx = r.in(Vec(x.size(), 0.5f)), *dg = r.in(Vec(d)), *dd = r.in(Vec(d));
+    o.rmsnorm_fwd(bx, g, de, N, d, 1e-6, y, rs);
+    o.rmsnorm_bwd(bx, g, de, rs, bdy, N, d, dx, dg, dd);
+    return std::vector<Vec>{r.out(y, x.size()), r.out(rs, N), r.out(dx, x.size()), r.out(dg, d), r.out(dd, d)};
+  });
+  same_on_gpu("embedding", 1e-6, [&](Ops<float>& o) {
+    OnBackend r(o);
+    Buffer<float, int32_t> bid(o, N);
+    o.upload(bid.data(), ids.data(), N * 4);
+    float *be = r.in(E), *out = r.in(Vec(size_t(N) * d)), *dE = r.in(Vec(E.size(), 0.25f)), *bdy = r.in(dy);
+    o.embedding_fwd(bid.data(), N, be, v0, V, d, out);
+    o.embedding_bwd(bid.data(), N, bdy, v0, V, d, dE);
+    return std::vector<Vec>{r.out(out, size_t(N) * d), r.out(dE, E.size())};
+  });
+  same_on_gpu("cross-entropy (3 phases)", 2e-5, [&](Ops<float>& o) {
+    OnBackend r(o);
+    Buffer<float, int32_t> bt(o, N);
+    o.upload(bt.data(), tg.data(), N * 4);
+    float *lg = r.in(logits), *mx = r.in(Vec(N)), *se = r.in(Vec(N)), *t = r.in(Vec(N)), *loss = r.in(Vec(N));
+    float* l2 = r.in(Vec(N));
+    o.ce_row_max(lg, N, V, mx);
+    o.ce_sumexp_target(lg, bt.data(), N, V, v0, mx, se, t);
+    o.ce_loss(lg, bt.data(), N, V, v0, mx, se, t, l2);
+    o.ce_loss_grad(lg, bt.data(), N, V, v0, mx, se, t, 0.01, loss);
+    return std::vector<Vec>{r.out(mx, N), r.out(se, N), r.out(t, N), r.out(loss, N), r.out(l2, N),
+                            r.out(lg, logits.size())};
+  });
+}
+
+TEST(CudaOps, GcladPiecesAndAtm) {
+  REQUIRE_GPU();
+  const int B = 3, Tn = 37, d = 64, H = 4, Hkv = 2, dh = 16, nc = 2, N = B * Tn;
+  const Vec x = randn(size_t(N) * d, 12), dout = randn(size_t(N) * d, 13);
+  same_on_gpu("prefix means", 1e-6, [&](Ops<float>& o) {
+    OnBackend r(o);
+    float *bx = r.in(x), *out = r.in(Vec(x.size())), *dx = r.in(Vec(x.size(), 1.f)), *bd = r.in(dout);
+    float *carry = r.in(Vec(size_t(B) * d, 0.f)), *oc = r.in(Vec(x.size()));
+    o.prefix_mean_fwd(bx, B, Tn, d, out);
+    o.prefix_mean_bwd(bd, B, Tn, d, dx);
+    o.prefix_mean_carry_fwd(bx, B, Tn, d, 5, carry, oc);
+    return std::vector<Vec>{r.out(out, x.size()), r.out(dx, x.size()), r.out(oc, x.size()),
+                            r.out(carry, size_t(B) * d)};
+  });
+  const Vec q = randn(size_t(N) * H * dh, 14), kc = randn(size_t(N) * nc * Hkv * dh, 15),
+            vc = randn(size_t(N) * nc * Hkv * dh, 16), dq0 = randn(size_t(N) * H * dh, 17),
+            dctx = randn(size_t(N) * H * dh, 18);
+  same_on_gpu("context attention", 2e-5, [&](Ops<float>& o) {
+    OnBackend r(o);
+    float *bq = r.in(q), *bk = r.in(kc), *bv = r.in(vc), *out = r.in(Vec(q.size())), *pr = r.in(Vec(size_t(N) * H * nc));
+    float *dq = r.in(dq0), *dk = r.in(Vec(kc.size())), *dv = r.in(Vec(vc.size())), *bd = r.in(dctx);
+    o.ctx_attention_fwd(bq, bk, bv, N, nc, H, Hkv, dh, out, pr);
+    o.ctx_attention_bwd(bq, bk, bv, pr, bd, N, nc, H, Hkv, dh, dq, dk, dv);
+    return std::vector<Vec>{r.out(out, q.size()), r.out(pr, size_t(N) * H * nc), r.out(dq, q.size()),
+                            r.out(dk, kc.size()), r.out(dv, vc.size())};
+  });
+  // SRPE with a non-trivial table, forward then the transpose.
+  Vec table(size_t(Tn) * dh);
+  for (int t = 0; t < Tn; ++t)
+    for (int j = 0; j < dh / 2; ++j) {
+      const double th = t * std::pow(1e4, -2.0 * j / dh), rr = 1 + 0.1 * std::sin(0.01 * t);
+      table[(size_t(t) * dh / 2 + j) * 2] = float(rr * std::cos(th));
+      table[(size_t(t) * dh / 2 + j) * 2 + 1] = float(rr * std::sin(th));
+    }
+  same_on_gpu("srpe", 1e-6, [&](Ops<float>& o) {
+    OnBackend r(o);
+    float *bq = r.in(q), *tb = r.in(table), *b2 = r.in(q);
+    o.srpe_apply(bq, B, Tn, H, dh, tb, false);
+    o.srpe_apply(b2, B, Tn, H, dh, tb, true);
+    return std::vector<Vec>{r.out(bq, q.size()), r.out(b2, q.size())};
+  });
+  // ATM: rows with repeats so that pairs merge; decisions must be identical.
+  Vec xr = x;
+  for (int b = 0; b < B; ++b)
+    for (int t = 1; t < Tn; t += 3)
+      for (int j = 0; j < d; ++j) xr[(size_t(b) * Tn + t) * d + j] = xr[(size_t(b) * Tn + t - 1) * d + j] * 1.01f;
+  auto atm = [&](Ops<float>& o) {
+    OnBackend r(o);
+    float* bx = r.in(xr);
+    Buffer<float, double> rho(o, size_t(B) * (Tn - 1));
+    Buffer<float, uint8_t> open(o, N);
+    Buffer<float, int32_t> gf(o, N), ke(o, N), ng(o, B);
+    o.atm_similarity(bx, B, Tn, d, rho.data());
+    o.atm_plan(rho.data(), B, Tn, 0.9, open.data(), gf.data(), ke.data(), ng.data());
+    float *mo = r.in(Vec(x.size())), *dx = r.in(Vec(x.size(), 0.f)), *bd = r.in(dout);
+    o.atm_merge_rows(bx, B, Tn, d, gf.data(), ke.data(), ng.data(), mo);
+    o.atm_merge_rows_bwd(bd, B, Tn, d, gf.data(), ke.data(), ng.data(), dx);
+    std::vector<uint8_t> op(N);
+    std::vector<double> rh(rho.size());
+    o.download(op.data(), open.data(), N);
+    o.download(rh.data(), rho.data(), rh.size() * 8);
+    Vec opf(op.begin(), op.end()), rhf(rh.begin(), rh.end());
+    return std::vector<Vec>{opf, rhf, r.out(mo, x.size()), r.out(dx, x.size())};
+  };
+  same_on_gpu("atm", 1e-6, atm);
+}
+
+// Self-attention with GQA, plain causal and with ATM keys (merged rows,
+// self_open raw keys), forward and backward.
+TEST(CudaOps, AttentionPlainAndAtm) {
+  REQUIRE_GPU();
+  for (int dh : {16, 64, 128}) {
+    AttnShape s;
+    s.B = 2; s.Tq = s.Tk = 45; s.H = 4; s.Hkv = 2; s.dh = dh;
+    const size_t nq = size_t(s.B) * s.Tq * s.H * dh, nk = size_t(s.B) * s.Tk * s.Hkv * dh;
+    const Vec q = randn(nq, 20), k = randn(nk, 21), v = randn(nk, 22), dout = randn(nq, 23);
+    // A merge plan: pairs (t, t+1) for t % 5 == 1.
+    std::vector<uint8_t> open(size_t(s.B) * s.Tq, 0);
+    for (int b = 0; b < s.B; ++b)
+      for (int t = 1; t + 1 < s.Tq; t += 5) open[size_t(b) * s.Tq + t] = 1;
+    const AtmLayout lay = atm_layout(open, s.B, s.Tq);
+    for (bool with_atm : {false, true}) {
+      const std::string name = "attention dh=" + std::to_string(dh) + (with_atm ? " ATM" : "");
+      same_on_gpu(name.c_str(), 3e-5, [&](Ops<float>& o) {
+        OnBackend r(o);
+        float *bq = r.in(q), *bk = r.in(k), *bv = r.in(v), *bd = r.in(dout);
+        float *out = r.in(Vec(nq)), *lse = r.in(Vec(size_t(s.B) * s.H * s.Tq));
+        float *dq = r.in(Vec(nq)), *dk = r.in(Vec(nk)), *dv = r.in(Vec(nk)), *drk = r.in(Vec(nk)), *drv = r.in(Vec(nk));
+        Buffer<float, int32_t> ke(o, lay.key_end.size()), ng(o, lay.n_groups.size());
+        Buffer<float, uint8_t> so(o, open.size());
+        o.upload(ke.data(), lay.key_end.data(), ke.bytes());
+        o.upload(ng.data(), lay.n_groups.data(), ng.bytes());
+        o.upload(so.data(), open.data(), so.bytes());
+        const AttnKeys keys = with_atm ? AttnKeys{ke.data(), ng.data(), so.data()} : AttnKeys{};
+        // With ATM the keys are the merged rows; the raw ones are k and v.
+        float *mk = bk, *mv = bv;
+        if (with_atm) {
+          Buffer<float, int32_t> gf(o, lay.group_first.size());
+          o.upload(gf.data(), lay.group_first.data(), gf.bytes());
+          mk = r.in(Vec(nk));
+          mv = r.in(Vec(nk));
+          o.atm_merge_rows(bk, s.B, s.Tq, s.Hkv * dh, gf.data(), ke.data(), ng.data(), mk);
+          o.atm_merge_rows(bv, s.B, s.Tq, s.Hkv * dh, gf.data(), ke.data(), ng.data(), mv);
+        }
+        o.attention_fwd(s, keys, bq, mk, mv, with_atm ? bk : nullptr, with_atm ? bv : nullptr, out, lse);
+        o.attention_bwd(s, keys, bq, mk, mv, with_atm ? bk : nullptr, with_atm ? bv : nullptr, out, lse, bd, dq,
+                        dk, dv, with_atm ? drk : nullptr, with_atm ? drv : nullptr);
+        std::vector<Vec> res{r.out(out, nq), r.out(lse, size_t(s.B) * s.H * s.Tq), r.out(dq, nq), r.out(dk, nk),
+                             r.out(dv, nk)};
+        if (with_atm) {
+          res.push_back(r.out(drk, nk));
+          res.push_back(r.out(drv, nk));
+        }
+        return res;
+      });
+    }
+  }
+}
+
+TEST(CudaOps, GemmAndConvert) {
+  REQUIRE_GPU();
+  const int m = 70, n = 45, k = 33;
+  const Vec a = randn(size_t(m) * k, 30), b = randn(size_t(n) * k, 31), c0 = randn(size_t(m) * n, 32);
+  for (Trans ta : {Trans::N, Trans::T})
+    for (Trans tb : {Trans::N, Trans::T})
+      same_on_gpu("gemm", 2e-6, [&](Ops<float>& o) {
+        OnBackend r(o);
+        const int lda = ta == Trans::N ? k : m, ldb = tb == Trans::N ? n : k;
+        float *A = r.in(a), *B = r.in(b), *C = r.in(c0);
+        o.gemm(ta, tb, m, n, k, 0.7f, A, lda, B, ldb, 0.3f, C, n);
+        return std::vector<Vec>{r.out(C, c0.size())};
+      });
+  // fp32 -> bf16 -> fp32 rounds to 8 significant bits.
+  auto gpu = make_cuda_ops(CudaPrecision::BF16);
+  Buffer<float> src(*gpu, a.size()), back(*gpu, a.size());
+  DynBuffer<float> half(*gpu, DType::BF16, a.size());
+  gpu->upload(src.data(), a.data(), src.bytes());
+  gpu->convert(src.data(), half.data(), a.size());
+  gpu->convert(half.data(), back.data(), a.size());
+  Vec h(a.size());
+  gpu->download(h.data(), back.data(), back.bytes());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(h[i], a[i], std::abs(a[i]) * 0.0079 + 1e-30);
+}
+
+// The whole model step in fp32: loss, every gradient, parameters after
+// AdamW, and ATM decisions, against the CPU step.
+TEST(CudaModel, StepMatchesCpu) {
+  REQUIRE_GPU();
+  ModelConfig c = model_preset("wiola-tiny");
+  c.tau = 0.5;  // merges in the ATM layers
+  const int B = 2;
+  std::mt19937_64 rg(3);
+  std::vector<int32_t> tok(size_t(B) * (c.T + 1));
+  for (auto& t : tok) t = int32_t(rg() % uint64_t(c.V));
+  struct Out {
+    double loss;
+    Vec grads, after;
+    std::vector<std::vector<uint8_t>> atm;
+  };
+  auto step = [&](Ops<float>& ops) {
+    Model<float> m(ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
+    m.init(5);
+    m.zero_grads();
+    Out o;
+    o.loss = m.train_micro_step(tok.data(), 1.0 / (B * c.T));
+    o.grads.resize(m.n_params());
+    ops.download(o.grads.data(), m.grads(), o.grads.size() * 4);
+    for (int l = 0; l < c.L; ++l) o.atm.push_back(m.atm_open(l));
+    dist::DistAdamW adam(ops, m.params(), m.grads(), m.n_params(), segments(m.layout()),
+                         dist::AdamWConfig{}, nullptr, nullptr);
+    adam.step(1e-3, 1);
+    o.after.resize(m.n_params());
+    ops.download(o.after.data(), m.params(), o.after.size() * 4);
+    return o;
+  };
+  auto cpu = make_backend<float>("cpu");
+  auto gpu = make_cuda_ops(CudaPrecision::FP32);
+  const Out a = step(*cpu), b = step(*gpu);
+  std::printf("  loss cpu %.8f gpu %.8f; grads max rel %.2e; params after AdamW max rel %.2e\n", a.loss, b.loss,
+              rel(a.grads, b.grads), rel(a.after, b.after));
+  EXPECT_LT(std::abs(a.loss - b.loss) / a.loss, 1e-5);
+  EXPECT_LT(rel(a.grads, b.grads), 1e-4);
+  EXPECT_LT(rel(a.after, b.after), 1e-4);
+  EXPECT_EQ(a.atm, b.atm);
+}
+
+// Cached decoding in chunks equals the full forward (fp32: < 1e-4).
+TEST(CudaModel, CachedDecodingMatchesFullForward) {
+  REQUIRE_GPU();
+  ModelConfig c = model_preset("wiola-tiny");
+  auto gpu = make_cuda_ops(CudaPrecision::FP32);
+  Model<float> m(*gpu, c, ModelShard{}, nullptr, ModelOptions{1, false, false});
+  m.init(2);
+  std::vector<int32_t> ids(c.T);
+  for (int t = 0; t < c.T; ++t) ids[t] = (t * 37 + 5) % c.V;
+  const auto full = m.forward_logits(ids.data(), false);
+  auto cache = m.make_cache(c.T);
+  std::vector<float> inc;
+  for (int t = 0; t < c.T;) {
+    const int n = std::min(5, c.T - t);
+    const auto part = m.forward_cached(ids.data() + t, n, cache);
+    inc.insert(inc.end(), part.begin(), part.end());
+    t += n;
+  }
+  double d = 0;
+  for (size_t i = 0; i < full.size(); ++i) d = std::max(d, std::abs(double(full[i]) - double(inc[i])));
+  std::printf("  cached decoding: max |logit diff| %.2e\n", d);
+  EXPECT_LT(d, 1e-4);
+}
+
+// A short bf16 run tracks the fp32 one: same data, same init, 30 steps.
+TEST(CudaModel, Bf16TrainingTracksFp32) {
+  REQUIRE_GPU();
+  ModelConfig c = model_preset("wiola-tiny");
+  const int B = 4, steps = 30;
+  std::mt19937_64 rg(9);
+  std::vector<int32_t> tok(size_t(B) * (c.T + 1) * steps);
+  for (auto& t : tok) t = int32_t(rg() % 64);  // a small vocabulary is learnable in 30 steps
+  auto run = [&](CudaPrecision p) {
+    auto ops = make_cuda_ops(p);
+    Model<float> m(*ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
+    m.init(1);
+    dist::DistAdamW adam(*ops, m.params(), m.grads(), m.n_params(), segments(m.layout()),
+                         dist::AdamWConfig{}, nullptr, nullptr);
+    std::vector<double> losses;
+    for (int s = 0; s < steps; ++s) {
+      m.zero_grads();
+      losses.push_back(m.train_micro_step(tok.data() + size_t(s) * B * (c.T + 1), 1.0 / (B * c.T)) / (B * c.T));
+      if (!adam.step(3e-3, adam.applied_steps() + 1).skipped) m.refresh_weights();
+    }
+    return losses;
+  };
+  const auto f = run(CudaPrecision::FP32), h = run(CudaPrecision::BF16);
+  double worst = 0;
+  for (int s = 0; s < steps; ++s) worst = std::max(worst, std::abs(f[s] - h[s]) / f[s]);
+  std::printf("  loss fp32 %.4f -> %.4f, bf16 %.4f -> %.4f; worst step rel diff %.3f\n", f.front(), f.back(),
+              h.front(), h.back(), worst);
+  EXPECT_LT(f.back(), f.front());
+  EXPECT_LT(h.back(), h.front());
+  EXPECT_LT(worst, 0.05);
+}
+
+}  // namespace
+}  // namespace wiola
