@@ -24,6 +24,7 @@ done | sort -u | while read -r lib; do
     *) cp -L "$lib" .gpu-kit/lib/ ;;
   esac
 done
-grep -qx '/.gpu-kit/' .git/info/exclude 2>/dev/null || echo '/.gpu-kit/' >> .git/info/exclude
+ex=$(git rev-parse --git-path info/exclude); mkdir -p "$(dirname "$ex")"
+grep -qx '/.gpu-kit/' "$ex" 2>/dev/null || echo '/.gpu-kit/' >> "$ex"
 du -sh .gpu-kit
 ls .gpu-kit/bin .gpu-kit/lib
