@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -155,5 +156,10 @@ class Comm {
  private:
   CommTraffic traffic_;
 };
+
+// How a Grid makes its data-plane communicators from its control-plane ones
+// (dist/staged_comm.h: data_plane_for). Empty: the data plane is the control
+// plane (backend buffers are host memory).
+using DataPlaneFactory = std::function<std::unique_ptr<Comm>(Comm& ctrl)>;
 
 }  // namespace wiola::dist

@@ -147,8 +147,7 @@ std::vector<std::pair<int, int>> balanced_stages(const std::vector<double>& laye
   return out;
 }
 
-Grid::Grid(const GridConfig& cfg, Comm& world,
-           const std::function<std::unique_ptr<Comm>(Comm&)>& data_plane)
+Grid::Grid(const GridConfig& cfg, Comm& world, const DataPlaneFactory& data_plane)
     : cfg_(cfg), rank_(world.rank()), world_(&world) {
   validate_grid(cfg, world.size());
   coord_ = grid_coord(cfg, rank_);

@@ -4,7 +4,6 @@
 // communicators (Grid), so layouts can be checked without MPI.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -76,7 +75,7 @@ std::vector<std::pair<int, int>> balanced_stages(const std::vector<double>& laye
 // Construction is collective over `world`.
 class Grid {
  public:
-  Grid(const GridConfig& cfg, Comm& world, const std::function<std::unique_ptr<Comm>(Comm&)>& data_plane = {});
+  Grid(const GridConfig& cfg, Comm& world, const DataPlaneFactory& data_plane = {});
 
   const GridConfig& config() const { return cfg_; }
   const GridCoord& coord() const { return coord_; }

@@ -23,10 +23,6 @@ struct HostStaging {
 // control-plane communicator and wrap the parts.
 std::unique_ptr<Comm> host_staged_comm(Comm& inner, HostStaging staging);
 
-// How a Grid makes its data-plane communicators from its control-plane ones.
-// Empty: the data plane is the control plane (buffers are host memory).
-using DataPlaneFactory = std::function<std::unique_ptr<Comm>(Comm& ctrl)>;
-
 // The data plane for a backend: MPI on its buffers directly when the host
 // can touch them, MPI staged through host memory otherwise. `ops` must
 // outlive every communicator made.

@@ -184,6 +184,36 @@ struct Trainer::State {
     ops.download(host.data(), buf, host.size() * sizeof(float));
     return gather_full(*grid, rc.model, model->layout(), host, stages);
   }
+  // Dump steps: parameters and (after step 1) AdamW moments before the step.
+  void dump_state_before(int64_t t, StepDump& dump) {
+    model->set_keep_logits(world.size() == 1);
+    dump.params = gather_backend(model->params());
+    if (t == 1) return;
+    std::vector<float> mm, vv;
+    adam->gather_moments(mm, vv);
+    dump.m = gather_full(*grid, rc.model, model->layout(), mm, stages);
+    dump.v = gather_full(*grid, rc.model, model->layout(), vv, stages);
+  }
+  // Dump steps: the gradient of the mean loss, the DP mean of the replicas'.
+  void dump_grads(StepDump& dump) {
+    std::vector<float> host(model->n_params());
+    ops.download(host.data(), model->grads(), host.size() * sizeof(float));
+    if (rc.parallel.dp > 1) {
+      grid->dp().all_reduce(host.data(), host.size(), ReduceOp::Sum);
+      for (float& x : host) x /= float(rc.parallel.dp);
+    }
+    dump.grads = gather_full(*grid, rc.model, model->layout(), host, stages);
+  }
+  // Adds what each group moved since `before` to the run's measurements.
+  void measure_traffic(const std::map<std::string, dist::CommTraffic>& before) {
+    for (const auto& [k, v] : traffic_snapshot(*grid)) {
+      auto& acc = measure.traffic[k];
+      acc.ops += v.ops - before.at(k).ops;
+      acc.payload_bytes += v.payload_bytes - before.at(k).payload_bytes;
+      acc.wire_bytes += v.wire_bytes - before.at(k).wire_bytes;
+    }
+    ++measure.steps;
+  }
 };
 
 // Every check before any work; all ranks agree. (Nothing here communicates:
@@ -396,16 +426,7 @@ StepOutcome Trainer::step(int64_t t) {
   const auto dump_it = s.dumps.find(t);
   const bool dumping = dump_it != s.dumps.end();
   StepDump dump;
-  if (dumping) {
-    model.set_keep_logits(s.world.size() == 1);
-    dump.params = s.gather_backend(model.params());
-    if (t > 1) {
-      std::vector<float> mm, vv;
-      s.adam->gather_moments(mm, vv);
-      dump.m = gather_full(*s.grid, s.rc.model, model.layout(), mm, s.stages);
-      dump.v = gather_full(*s.grid, s.rc.model, model.layout(), vv, s.stages);
-    }
-  }
+  if (dumping) s.dump_state_before(t, dump);
   const auto before = traffic_snapshot(*s.grid);
   model.zero_grads();
   const std::vector<uint8_t> atm_flat = run_schedule(t, dumping, &dump);
@@ -420,16 +441,7 @@ StepOutcome Trainer::step(int64_t t) {
   StepOutcome out;
   out.loss = s.world_loss() / double(s.GB * s.T);
   out.lr = lr_at(t, s.budget.t_max, s.budget.warmup, s.rc.train.lr_max, s.rc.train.lr_min);
-  if (dumping) {
-    // Gradient of the mean loss: the DP mean of the replicas' gradients.
-    std::vector<float> host(model.n_params());
-    s.ops.download(host.data(), model.grads(), host.size() * sizeof(float));
-    if (s.rc.parallel.dp > 1) {
-      s.grid->dp().all_reduce(host.data(), host.size(), ReduceOp::Sum);
-      for (float& x : host) x /= float(s.rc.parallel.dp);
-    }
-    dump.grads = gather_full(*s.grid, s.rc.model, model.layout(), host, s.stages);
-  }
+  if (dumping) s.dump_grads(dump);
   dist::set_context(step_ctx + " optimizer");
   out.adam_step = s.adam->applied_steps() + 1;  // bias correction counts applied updates only
   const dist::StepResult res = s.adam->step(out.lr, out.adam_step);
@@ -437,15 +449,7 @@ StepOutcome Trainer::step(int64_t t) {
   out.grad_norm = res.grad_norm;
   out.skipped = res.skipped;
   if (res.skipped) ++s.progress.skipped;
-  if (t > 1 && !dumping) {
-    for (const auto& [k, v] : traffic_snapshot(*s.grid)) {
-      auto& acc = s.measure.traffic[k];
-      acc.ops += v.ops - before.at(k).ops;
-      acc.payload_bytes += v.payload_bytes - before.at(k).payload_bytes;
-      acc.wire_bytes += v.wire_bytes - before.at(k).wire_bytes;
-    }
-    ++s.measure.steps;
-  }
+  if (t > 1 && !dumping) s.measure_traffic(before);
   if (dumping) {
     model.set_keep_logits(false);
     dist::set_context(step_ctx + " dump gather");
