@@ -63,7 +63,8 @@ TrafficModel analytic_traffic(const RunConfig& rc, const Model<float>& model, co
 
 void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>& model,
                       size_t padded_params, bool zero, bool overlap, const TrainSummary& sum,
-                      const RunMeasure& meas, const std::filesystem::path& run_dir) {
+                      const RunMeasure& meas, const std::vector<Model<float>::AtmStats>& atm,
+                      const std::filesystem::path& run_dir) {
   dist::Comm& world = grid.world();
   const auto& par = rc.parallel;
   const int m = rc.train.grad_accum;
@@ -94,7 +95,7 @@ void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>&
     if (sum.val_loss >= 0) std::printf(", val %.4f", sum.val_loss);
     std::printf(", %.0f tokens/s, %lld skipped steps, peak RSS %.0f MiB (rank 0)\n", sum.tokens_per_s,
                 (long long)sum.skipped, rss);
-    for (const auto& s : model.atm_stats())
+    for (const auto& s : atm)
       std::printf("  ATM layer %d (last batch): mu = %.4f, visible attention pairs %.2f%% of causal\n",
                   s.layer, s.mu, 100.0 * s.visible_fraction);
     nlohmann::json report = {{"world", world.size()}, {"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp},

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "dist/grid.h"
 #include "model/model.h"
@@ -26,8 +27,11 @@ struct RunMeasure {
 
 // Collective over the world. padded_params: the flat length DP reduces
 // (ZeRO pads buckets to a multiple of DP).
+// atm: the ATM statistics of the last training step (taken before any
+// evaluation, which runs with ATM off).
 void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>& model,
                       size_t padded_params, bool zero, bool overlap, const TrainSummary& sum,
-                      const RunMeasure& meas, const std::filesystem::path& run_dir);
+                      const RunMeasure& meas, const std::vector<Model<float>::AtmStats>& atm,
+                      const std::filesystem::path& run_dir);
 
 }  // namespace wiola

@@ -160,6 +160,7 @@ struct Trainer::State {
   Fault fault;
   RunMeasure measure;
   double ema_step_s = 0, train_s = 0, last_val = -1;
+  std::vector<Model<float>::AtmStats> atm_stats;  // of the last training step
 
   State(const RunConfig& r, const TrainOptions& o, Ops<float>& b, Comm& w)
       : rc(r), opt(o), ops(b), world(w), budget(StepBudget::of(r)), B(r.train.micro_batch),
@@ -540,6 +541,7 @@ TrainSummary Trainer::run() {
     sum.last_loss = out.loss;
     sum.steps = t;
     const bool eval_now = s.val && (t % s.rc.train.eval_every == 0 || t == s.budget.last_step);
+    if (t == s.budget.last_step) s.atm_stats = s.model->atm_stats();  // before eval (ATM off)
     if (eval_now) s.last_val = sum.val_loss = evaluate();
     log_step(t, out, eval_now);
   }
@@ -553,7 +555,7 @@ void Trainer::write_report(const TrainSummary& sum) {
   State& s = *s_;
   dist::set_context("run report");
   const size_t padded = s.zero ? s.adam->shard_elems() * size_t(s.rc.parallel.dp) : s.model->n_params();
-  write_run_report(*s.grid, s.rc, *s.model, padded, s.zero, s.overlap, sum, s.measure, s.run_dir);
+  write_run_report(*s.grid, s.rc, *s.model, padded, s.zero, s.overlap, sum, s.measure, s.atm_stats, s.run_dir);
 }
 
 TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, Comm& world) {
