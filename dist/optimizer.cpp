@@ -293,6 +293,52 @@ struct ShardHeader {
 };
 }  // namespace
 
+// Owned ranges are the buckets' real chunk elements in bucket order, which is
+// also their order in the shard (b.local); without ZeRO the whole buffer.
+void DistAdamW::download_owned(std::vector<float>& m, std::vector<float>& v) const {
+  size_t total = 0;
+  for (const Range& r : owned_ranges()) total += r.size;
+  m.resize(total);
+  v.resize(total);
+  if (!zero_active()) {
+    ops_.download(m.data(), m_.data(), n_ * sizeof(float));
+    ops_.download(v.data(), v_.data(), n_ * sizeof(float));
+    return;
+  }
+  size_t pos = 0;
+  for (const Bucket& b : buckets_) {
+    const size_t real = chunk_real(b);
+    if (!real) continue;
+    ops_.download(m.data() + pos, m_.data() + b.local, real * sizeof(float));
+    ops_.download(v.data() + pos, v_.data() + b.local, real * sizeof(float));
+    pos += real;
+  }
+}
+
+void DistAdamW::upload_owned(const std::vector<float>& m, const std::vector<float>& v, long applied) {
+  size_t total = 0;
+  for (const Range& r : owned_ranges()) total += r.size;
+  WIOLA_CHECK(m.size() == total && v.size() == total, "DistAdamW::upload_owned: expected ", total,
+              " elements, got ", m.size(), " and ", v.size());
+  if (!zero_active()) {
+    ops_.upload(m_.data(), m.data(), n_ * sizeof(float));
+    ops_.upload(v_.data(), v.data(), n_ * sizeof(float));
+  } else {
+    ops_.zero(m_.data(), m_.bytes());  // padding stays zero
+    ops_.zero(v_.data(), v_.bytes());
+    size_t pos = 0;
+    for (const Bucket& b : buckets_) {
+      const size_t real = chunk_real(b);
+      if (!real) continue;
+      ops_.upload(m_.data() + b.local, m.data() + pos, real * sizeof(float));
+      ops_.upload(v_.data() + b.local, v.data() + pos, real * sizeof(float));
+      pos += real;
+    }
+  }
+  applied_ = applied;
+  reload_master();
+}
+
 std::vector<uint8_t> DistAdamW::save_shard() const {
   ShardHeader h;
   h.n = n_;

@@ -105,6 +105,13 @@ class DistAdamW {
   void set_moments(const std::vector<float>& m_full,
                    const std::vector<float>& v_full, long applied_steps);
 
+  // The moments of owned_ranges(), concatenated in range order, to and from
+  // host memory (checkpoints write and read them in global coordinates).
+  // upload_owned also sets the applied-step count and re-reads master from
+  // params.
+  void download_owned(std::vector<float>& m, std::vector<float>& v) const;
+  void upload_owned(const std::vector<float>& m, const std::vector<float>& v, long applied_steps);
+
   // Sharded checkpoint of this rank's (m, v, applied steps): a header
   // (n, DP size and rank, ZeRO flag, bucket size) and the shard. load_shard
   // checks the header matches this layout and re-reads master from params.

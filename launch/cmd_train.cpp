@@ -1,6 +1,7 @@
 // wiola train --config FILE [--set section.key=value ...] [--dump-step N:PATH ...]
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,26 @@
 #include "train/run_config.h"
 #include "train/trainer.h"
 #include "util/error.h"
+
+namespace {
+
+// Preemption (docs/launch.md): SIGUSR1 (Slurm's --signal=B:USR1@T, forwarded
+// by mpirun) and SIGTERM (best effort: mpirun escalates to SIGKILL) ask the
+// run to stop at a checkpoint. The flag is the only state a handler may
+// touch; the trainer polls it once per step and all ranks agree.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+void take_over_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+}  // namespace
 
 int wiola_cmd_train(int argc, char** argv) {
   CLI::App app{"Train a Wiola model from a TOML run config (docs/config.md)", "wiola train"};
@@ -56,8 +77,12 @@ int wiola_cmd_train(int argc, char** argv) {
     // The backend is start-up configuration: chosen here, used by everything.
     wiola::set_cpu_threads(rc.train.threads);
     auto ops = wiola::make_backend<float>(rc.train.backend);
-    wiola::run_training(rc, opt, *ops, *world);
-    return 0;
+    if (!rc.checkpoint.dir.empty()) {  // without checkpoints a signal ends the run as usual
+      take_over_stop_signals();
+      opt.stop_requested = [] { return g_stop_signal != 0; };
+    }
+    const wiola::TrainSummary sum = wiola::run_training(rc, opt, *ops, *world);
+    return sum.stopped ? wiola::kExitPreempted : 0;
   };
   if (world->size() == 1) return body();
   return wiola::dist::run_or_abort([&] {

@@ -105,8 +105,12 @@ const std::vector<SectionDef>& schema() {
       {"checkpoint",
        {WIOLA_KEY("dir", checkpoint.dir),
         WIOLA_KEY("every", checkpoint.every),
+        WIOLA_KEY("minutes", checkpoint.minutes),
         WIOLA_KEY("resume", checkpoint.resume),
-        WIOLA_KEY("keep", checkpoint.keep)}},
+        WIOLA_KEY("keep", checkpoint.keep),
+        WIOLA_KEY("keep_every", checkpoint.keep_every),
+        WIOLA_KEY("async", checkpoint.async),
+        WIOLA_KEY("init_from", checkpoint.init_from)}},
   };
   return s;
 }
@@ -419,6 +423,8 @@ void check_run_config(const RunConfig& rc) {
   divides(rc.model.V, "model.vocab_size");
   at_least(c.every, 0, "checkpoint.every");
   at_least(c.keep, 1, "checkpoint.keep");
+  at_least(c.keep_every, 0, "checkpoint.keep_every");
+  at_least(c.minutes, 0.0, "checkpoint.minutes");
   WIOLA_CHECK(int64_t(t.micro_batch) * t.grad_accum * p.dp <= INT_MAX,
               "global batch train.micro_batch x train.grad_accum x parallel.dp is too large");
 }

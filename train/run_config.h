@@ -54,8 +54,12 @@ struct ParallelSection {
 struct CheckpointSection {
   std::string dir;            // empty: no checkpoints
   int every = 0;              // steps between checkpoints (0 = end only)
-  bool resume = true;         // resume from the newest checkpoint in dir
-  int keep = 2;               // checkpoints kept
+  double minutes = 0;         // also at most this many minutes apart (0 = off)
+  bool resume = true;         // resume from the newest sound checkpoint in dir
+  int keep = 2;               // newest checkpoints kept
+  int keep_every = 0;         // also keep for good those whose step is a multiple (0 = none)
+  bool async = true;          // write in a background thread
+  std::string init_from;      // weights-only start (fine-tuning) from this checkpoint
 };
 
 struct RunConfig {

@@ -20,6 +20,7 @@
 #include "dist/tp_collectives.h"
 #include "model/model.h"
 #include "train/dump.h"
+#include "train/checkpointer.h"
 #include "train/gather.h"
 #include "train/run_report.h"
 #include "train/schedule.h"
@@ -161,6 +162,10 @@ struct Trainer::State {
   RunMeasure measure;
   double ema_step_s = 0, train_s = 0, last_val = -1;
   std::vector<Model<float>::AtmStats> atm_stats;  // of the last training step
+  std::unique_ptr<Checkpointer> ckpt;       // checkpoint.dir or init_from set
+  Clock::time_point last_save = Clock::now();
+  int64_t resumed_from = 0;
+  int saves = 0;
 
   State(const RunConfig& r, const TrainOptions& o, Ops<float>& b, Comm& w)
       : rc(r), opt(o), ops(b), world(w), budget(StepBudget::of(r)), B(r.train.micro_batch),
@@ -171,7 +176,18 @@ struct Trainer::State {
   void check_and_open_data();
   void build_grid_and_schedule();
   void build_model_and_optimizer();
+  void setup_checkpoints();
   void open_outputs();
+  ResumeState resume_state() const {
+    ResumeState st;
+    st.step = progress.step;
+    st.tokens = progress.tokens;
+    st.skipped = progress.skipped;
+    st.applied_steps = adam->applied_steps();
+    st.loader = loader->state();
+    return st;
+  }
+  nlohmann::json checkpoint_info() const;
   // Sum over the world of the last stage's CE sums (tp rank 0 of each DP
   // replica's last stage contributes): the control plane, host doubles.
   double world_loss() {
@@ -240,6 +256,8 @@ void Trainer::State::check_and_open_data() {
     for (const auto& [step, path] : opt.dumps)
       WIOLA_CHECK(step >= 1 && step <= budget.last_step, "--dump-step ", step, ":", path,
                   ": step outside 1..", budget.last_step);
+    if (!rc.checkpoint.dir.empty() && world.rank() == 0) Checkpointer::prepare_dir(rc.checkpoint.dir);
+    if (!rc.checkpoint.init_from.empty()) (void)ckpt::resolve_checkpoint(rc.checkpoint.init_from);
     if (rc.train.eval_every > 0)
       val = std::make_unique<TokenLoader>(rc.data.path, "val", T, B * par.dp, me.dp, par.dp, data_seed,
                                           false, false);
@@ -294,6 +312,58 @@ void Trainer::State::build_model_and_optimizer() {
                                      size_t(B) * T * rc.model.d);
 }
 
+// What a manifest records about the run besides its identity (informative:
+// resume checks only the identity).
+nlohmann::json Trainer::State::checkpoint_info() const {
+  const auto& par = rc.parallel;
+  nlohmann::json st = nlohmann::json::array();
+  for (const auto& [a, b] : stages) st.push_back({a, b});
+  const auto pr = ops.precision();
+  return {{"config", run_config_to_toml(rc)},
+          {"layout", {{"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp}, {"zero", zero}, {"stages", st}}},
+          {"backend", ops.name()},
+          {"precision", {{"activations", dist::dtype_name(pr.act)}, {"residual", dist::dtype_name(pr.residual)},
+                         {"weights", dist::dtype_name(pr.weight)}}},
+          {"threads_per_rank", cpu_threads()},
+          {"schedule", {{"t_max", budget.t_max}, {"warmup", budget.warmup}, {"lr_max", rc.train.lr_max},
+                        {"lr_min", rc.train.lr_min}}},
+          {"data_path", rc.data.path}};
+}
+
+// Resume from checkpoint.dir's newest sound checkpoint, or a weights-only
+// start from checkpoint.init_from (a resume wins: a preempted fine-tuning
+// run continues from its own checkpoints).
+void Trainer::State::setup_checkpoints() {
+  const auto& cc = rc.checkpoint;
+  if (cc.dir.empty() && cc.init_from.empty()) return;
+  dist::set_context("checkpoint setup");
+  ckpt = std::make_unique<Checkpointer>(rc, *grid, ops, *model, *adam, stages, run_identity(rc, loader->info()),
+                                        checkpoint_info());
+  std::string folder;
+  if (!cc.dir.empty() && cc.resume) folder = ckpt->find_resume();
+  if (!folder.empty()) {
+    const ResumeState st = ckpt->resume(folder);
+    progress.step = st.step;
+    progress.tokens = st.tokens;
+    progress.skipped = st.skipped;
+    loader->restore(st.loader);
+    resumed_from = st.step;
+    if (root())
+      std::printf("wiola train: resuming from %s (step %lld, %lld tokens, layout of this run: tp %d x pp %d x dp %d)\n",
+                  folder.c_str(), (long long)st.step, (long long)st.tokens, rc.parallel.tp, rc.parallel.pp,
+                  rc.parallel.dp);
+  } else if (!cc.init_from.empty()) {
+    ckpt->load_weights(cc.init_from);
+    if (root())
+      std::printf("wiola train: weights from %s (new optimizer state, data from the start)\n",
+                  ckpt::resolve_checkpoint(cc.init_from).c_str());
+  }
+  if (cc.dir.empty()) ckpt.reset();  // init_from only: nothing to save
+  std::fflush(stdout);
+}
+
+// metrics.jsonl: a fresh run starts it; a resumed run cuts it back to the
+// checkpoint's step (atomically) and appends, so no step appears twice.
 void Trainer::State::open_outputs() {
   dumps.insert(opt.dumps.begin(), opt.dumps.end());
   run_dir = rc.train.run_dir;
@@ -301,8 +371,24 @@ void Trainer::State::open_outputs() {
   if (!root()) return;
   std::filesystem::create_directories(run_dir);
   write_text_atomic((run_dir / "config.toml").string(), run_config_to_toml(rc));
-  metrics.open(run_dir / "metrics.jsonl", std::ios::trunc);
-  WIOLA_CHECK(metrics.good(), "cannot write '", (run_dir / "metrics.jsonl").string(), "'");
+  const auto path = run_dir / "metrics.jsonl";
+  if (progress.step > 0) {
+    std::string kept, line;
+    std::ifstream in(path);
+    while (std::getline(in, line)) {
+      try {
+        if (nlohmann::json::parse(line).at("step").get<int64_t>() <= progress.step) kept += line + "\n";
+      } catch (const std::exception&) {
+        // a torn last line of a killed run: dropped
+      }
+    }
+    in.close();
+    write_text_atomic(path.string(), kept);
+    metrics.open(path, std::ios::app);
+  } else {
+    metrics.open(path, std::ios::trunc);
+  }
+  WIOLA_CHECK(metrics.good(), "cannot write '", path.string(), "'");
 }
 
 // ---- Trainer ---------------------------------------------------------------------
@@ -311,6 +397,7 @@ Trainer::Trainer(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, 
   s_->check_and_open_data();
   s_->build_grid_and_schedule();
   s_->build_model_and_optimizer();
+  s_->setup_checkpoints();
   s_->open_outputs();
   print_banner();
 }
@@ -355,9 +442,15 @@ void Trainer::print_banner() {
               double(s.model->param_bytes()) / 1048576.0, double(s.adam->state_bytes_this_rank()) / 1048576.0,
               double(s.model->activation_bytes()) / 1048576.0, s.slots, s.slots > 1 ? "s" : "",
               rc.train.recompute ? " (recompute on)" : "");
-  if (!rc.checkpoint.dir.empty())
-    std::printf("  note: checkpoint.dir is set but checkpoints are not written yet "
-                "(resumable checkpoints are a later issue)\n");
+  if (s.ckpt) {
+    const auto& cc = rc.checkpoint;
+    std::printf("  checkpoints: %s, %s%s%s, keep %d%s, %s writes\n", cc.dir.c_str(),
+                cc.every > 0 ? ("every " + std::to_string(cc.every) + " steps").c_str() : "at the end",
+                cc.minutes > 0 ? (" and every " + std::to_string(cc.minutes) + " min").c_str() : "",
+                " and on SIGUSR1/SIGTERM", cc.keep,
+                cc.keep_every > 0 ? (" + every step multiple of " + std::to_string(cc.keep_every)).c_str() : "",
+                cc.async ? "background" : "blocking");
+  }
   std::fflush(stdout);
 }
 
@@ -537,18 +630,57 @@ TrainSummary Trainer::run() {
     const StepOutcome out = step(t);
     s.train_s += out.seconds;
     s.ema_step_s = t == 1 ? out.seconds : 0.9 * s.ema_step_s + 0.1 * out.seconds;
-    if (t == 1) sum.first_loss = out.loss;
+    if (t == s.resumed_from + 1) sum.first_loss = out.loss;  // this run's first step
     sum.last_loss = out.loss;
     sum.steps = t;
     const bool eval_now = s.val && (t % s.rc.train.eval_every == 0 || t == s.budget.last_step);
     if (t == s.budget.last_step) s.atm_stats = s.model->atm_stats();  // before eval (ATM off)
     if (eval_now) s.last_val = sum.val_loss = evaluate();
     log_step(t, out, eval_now);
+    if (after_step(t)) {
+      sum.stopped = true;
+      break;
+    }
   }
+  sum.resumed_from = s.resumed_from;
   sum.skipped = s.progress.skipped;
-  sum.tokens_per_s = double(sum.steps * s.GB * s.T) / s.train_s;
+  const int64_t done = sum.steps > s.resumed_from ? sum.steps - s.resumed_from : 0;
+  sum.tokens_per_s = s.train_s > 0 ? double(done * s.GB * s.T) / s.train_s : 0.0;
+  if (sum.stopped && s.root())
+    std::printf("wiola train: stopped at step %lld on request, checkpoint written; run again to resume "
+                "(exit status %d)\n", (long long)sum.steps, kExitPreempted);
   write_report(sum);
   return sum;
+}
+
+bool Trainer::after_step(int64_t t) {
+  State& s = *s_;
+  const bool local_stop = s.opt.stop_requested && s.opt.stop_requested();
+  if (!s.ckpt) return false;  // stop signals are only taken over when checkpoints are on
+  Checkpointer& ck = *s.ckpt;
+  dist::set_context("step " + std::to_string(t) + " checkpoint control");
+  // One control all-reduce per step: any rank asked to stop, rank 0's clock
+  // says a save is due, any rank still writing the last save.
+  const double minutes = s.rc.checkpoint.minutes;
+  int64_t flags[3] = {local_stop ? 1 : 0,
+                      s.root() && minutes > 0 && seconds_since(s.last_save) >= minutes * 60.0 ? 1 : 0,
+                      ck.still_writing() ? 1 : 0};
+  if (s.world.size() > 1) s.world.all_reduce(flags, 3, ReduceOp::Max);
+  const bool stop = flags[0] != 0, time_due = flags[1] != 0, writing = flags[2] != 0;
+  if (ck.in_flight() && !writing) ck.commit();
+  const int every = s.rc.checkpoint.every;
+  const bool due = stop || time_due || t == s.budget.last_step || (every > 0 && t % every == 0);
+  if (!due) return false;
+  dist::set_context("step " + std::to_string(t) + " checkpoint");
+  if (ck.in_flight()) ck.finish();  // one save at a time
+  ck.save(s.resume_state());
+  s.last_save = Clock::now();
+  ++s.saves;
+  if (stop || t == s.budget.last_step) ck.finish();
+  if (s.root() && !s.opt.quiet && (stop || t == s.budget.last_step))
+    std::printf("checkpoint step %lld written to %s (%.2f s)\n", (long long)t, s.rc.checkpoint.dir.c_str(),
+                ck.last_save_seconds());
+  return stop;
 }
 
 void Trainer::write_report(const TrainSummary& sum) {

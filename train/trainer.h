@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -28,9 +29,16 @@
 
 namespace wiola {
 
+// Exit status of a run that stopped early at a checkpoint because it was
+// asked to (SIGUSR1/SIGTERM: preemption); running it again resumes.
+inline constexpr int kExitPreempted = 75;
+
 struct TrainOptions {
   std::vector<std::pair<int64_t, std::string>> dumps;  // (step, path)
   bool quiet = false;                                 // no progress lines
+  // Polled once per step on every rank (a signal flag); when any rank says
+  // yes, all stop after the same step, write a checkpoint and return.
+  std::function<bool()> stop_requested;
 };
 
 struct TrainSummary {
@@ -38,6 +46,8 @@ struct TrainSummary {
   double first_loss = 0, last_loss = 0;
   double val_loss = -1;       // last validation loss (-1: none)
   double tokens_per_s = 0;    // whole run, wall clock of the steps
+  int64_t resumed_from = 0;   // checkpoint step this run resumed from (0: a fresh start)
+  bool stopped = false;       // stopped early at a checkpoint (stop_requested)
 };
 
 // AdamW segments of a parameter layout: decay per docs/model.md §4. A tensor
@@ -99,6 +109,10 @@ class Trainer {
   std::unique_ptr<State> s_;
 
   void print_banner();
+  // Checkpoint bookkeeping after step t (collective): the per-step control
+  // all-reduce, commits of finished background writes, new saves. Returns
+  // true when the run must stop (a stop was requested and saved).
+  bool after_step(int64_t t);
   // Returns this rank's ATM decisions on dump steps (empty otherwise).
   std::vector<uint8_t> run_schedule(int64_t t, bool dumping, StepDump* dump);
   void dump_step(int64_t t, const StepOutcome& out, StepDump& dump, const std::vector<uint8_t>& atm_flat);

@@ -1,0 +1,458 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace fs = std::filesystem;
+
+namespace wiola::ckpt {
+namespace {
+
+// Contiguous runs of a local -> global index map over local [lo, hi):
+// (local start, global start, length). An empty map is the identity.
+struct Run {
+  int64_t local = 0, global = 0, len = 0;
+};
+std::vector<Run> runs_of(const std::vector<int32_t>& map, int64_t lo, int64_t hi) {
+  if (map.empty()) return {{lo, lo, hi - lo}};
+  std::vector<Run> out;
+  for (int64_t i = lo; i < hi;) {
+    int64_t j = i + 1;
+    while (j < hi && map[size_t(j)] == map[size_t(j - 1)] + 1) ++j;
+    out.push_back({i, map[size_t(i)], j - i});
+    i = j;
+  }
+  return out;
+}
+
+std::string hex64(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
+  return b;
+}
+
+// HDF5 objects closed on scope exit; every failure names the file.
+struct H5Id {
+  hid_t id = -1;
+  herr_t (*close)(hid_t) = nullptr;
+  H5Id(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
+  ~H5Id() {
+    if (id >= 0 && close) close(id);
+  }
+  H5Id(const H5Id&) = delete;
+  H5Id& operator=(const H5Id&) = delete;
+  operator hid_t() const { return id; }
+};
+
+// HDF5 prints its own error stack by default; wiola reports one message.
+void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+hid_t need(hid_t id, const std::string& file, const std::string& what) {
+  WIOLA_CHECK(id >= 0, file, ": HDF5 failed at ", what);
+  return id;
+}
+void need(herr_t e, const std::string& file, const std::string& what, int) {
+  WIOLA_CHECK(e >= 0, file, ": HDF5 failed at ", what, " (disk full or not writable?)");
+}
+
+void attr_i64(const std::string& file, hid_t obj, const char* name, const std::vector<int64_t>& v) {
+  const hsize_t n = v.size();
+  H5Id sp(need(H5Screate_simple(1, &n, nullptr), file, name), H5Sclose);
+  H5Id a(need(H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT), file, name), H5Aclose);
+  need(H5Awrite(a, H5T_NATIVE_INT64, v.data()), file, name, 0);
+}
+void attr_u64(const std::string& file, hid_t obj, const char* name, uint64_t v) {
+  H5Id sp(need(H5Screate(H5S_SCALAR), file, name), H5Sclose);
+  H5Id a(need(H5Acreate2(obj, name, H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT), file, name), H5Aclose);
+  need(H5Awrite(a, H5T_NATIVE_UINT64, &v), file, name, 0);
+}
+void attr_str(const std::string& file, hid_t obj, const char* name, const std::string& v) {
+  H5Id t(need(H5Tcopy(H5T_C_S1), file, name), H5Tclose);
+  need(H5Tset_size(t, std::max<size_t>(1, v.size())), file, name, 0);
+  H5Id sp(need(H5Screate(H5S_SCALAR), file, name), H5Sclose);
+  H5Id a(need(H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT), file, name), H5Aclose);
+  std::string padded = v.empty() ? std::string(1, '\0') : v;
+  need(H5Awrite(a, t, padded.data()), file, name, 0);
+}
+bool read_attr_i64(hid_t obj, const char* name, std::vector<int64_t>& out) {
+  if (H5Aexists(obj, name) <= 0) return false;
+  H5Id a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  if (a < 0) return false;
+  H5Id sp(H5Aget_space(a), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(sp);
+  if (n < 0) return false;
+  out.resize(size_t(n));
+  return H5Aread(a, H5T_NATIVE_INT64, out.data()) >= 0;
+}
+bool read_attr_str(hid_t obj, const char* name, std::string& out) {
+  if (H5Aexists(obj, name) <= 0) return false;
+  H5Id a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  if (a < 0) return false;
+  H5Id t(H5Aget_type(a), H5Tclose);
+  if (H5Tget_class(t) != H5T_STRING) return false;
+  const size_t n = H5Tget_size(t);
+  std::string buf(n, '\0');
+  if (H5Aread(a, t, buf.data()) < 0) return false;
+  out = buf.substr(0, buf.find('\0'));
+  return true;
+}
+
+void write_piece(const std::string& file, hid_t kind_group, const TensorPiece& p) {
+  H5Id g(need(H5Gcreate2(kind_group, p.name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), file, p.name),
+         H5Gclose);
+  attr_i64(file, g, "shape", {p.rows, p.cols});
+  size_t off = 0;
+  for (size_t k = 0; k < p.slices.size(); ++k) {
+    const Slice& s = p.slices[k];
+    const std::string ds_name = std::to_string(k);
+    const hsize_t dims[2] = {hsize_t(s.nr), hsize_t(s.nc)};
+    H5Id sp(need(H5Screate_simple(2, dims, nullptr), file, p.name), H5Sclose);
+    H5Id ds(need(H5Dcreate2(g, ds_name.c_str(), H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                 file, p.kind + "/" + p.name + "/" + ds_name),
+            H5Dclose);
+    const float* d = p.data.data() + off;
+    need(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, d), file,
+         "writing " + p.kind + "/" + p.name, 0);
+    attr_i64(file, ds, "offset", {s.r0, s.c0});
+    attr_u64(file, ds, "xxh3", XXH3_64bits(d, size_t(s.size()) * sizeof(float)));
+    off += size_t(s.size());
+  }
+  WIOLA_CHECK(off == p.data.size(), "checkpoint: ", p.kind, "/", p.name, ": ", p.data.size(),
+              " values for slices of ", off);
+}
+
+}  // namespace
+
+// ---- slices ------------------------------------------------------------------------
+std::vector<Slice> slices_of(const ParamEntry& e, size_t a, size_t b) {
+  std::vector<Slice> out;
+  if (a >= b) return out;
+  const int64_t C = e.cols;
+  auto rect = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    for (const Run& rr : runs_of(e.row_map, r0, r1))
+      for (const Run& cr : runs_of(e.col_map, c0, c1))
+        out.push_back({rr.global, cr.global, rr.len, cr.len, rr.local, cr.local});
+  };
+  int64_t ra = int64_t(a) / C, ca = int64_t(a) % C;
+  const int64_t rb = int64_t(b) / C, cb = int64_t(b) % C;
+  if (ra == rb) {
+    rect(ra, ra + 1, ca, cb);
+    return out;
+  }
+  if (ca > 0) rect(ra, ra + 1, ca, C), ++ra;
+  if (ra < rb) rect(ra, rb, 0, C);
+  if (cb > 0) rect(rb, rb + 1, 0, cb);
+  return out;
+}
+
+void gather_slice(const ParamEntry& e, const Slice& s, const float* local, int64_t a, float* out) {
+  for (int64_t i = 0; i < s.nr; ++i)
+    std::memcpy(out + i * s.nc, local + ((s.lr0 + i) * e.cols + s.lc0 - a), size_t(s.nc) * sizeof(float));
+}
+void scatter_slice(const ParamEntry& e, const Slice& s, const float* in, float* local, int64_t a) {
+  for (int64_t i = 0; i < s.nr; ++i)
+    std::memcpy(local + ((s.lr0 + i) * e.cols + s.lc0 - a), in + i * s.nc, size_t(s.nc) * sizeof(float));
+}
+
+// ---- writing -----------------------------------------------------------------------
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  WIOLA_CHECK(fd >= 0, path, ": cannot open to sync: ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  WIOLA_CHECK(rc == 0, path, ": fsync failed: ", std::strerror(e));
+}
+
+std::string file_xxh3(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  WIOLA_CHECK(f.good(), path, ": cannot read: ", std::strerror(errno));
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  std::vector<char> buf(size_t(8) << 20);
+  while (f) {
+    f.read(buf.data(), std::streamsize(buf.size()));
+    if (f.gcount() > 0) XXH3_64bits_update(st, buf.data(), size_t(f.gcount()));
+  }
+  const bool bad = f.bad();
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  WIOLA_CHECK(!bad, path, ": read error");
+  return hex64(h);
+}
+
+FileRecord write_rank_file(const std::string& path, const FileHeader& h,
+                           const std::vector<TensorPiece>& pieces) {
+  quiet_hdf5();
+  const std::string tmp = path + ".tmp";
+  FileRecord rec;
+  rec.name = fs::path(path).filename().string();
+  rec.header = h;
+  try {
+    {
+      H5Id f(need(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), tmp,
+                  "create (directory missing or not writable?)"),
+             H5Fclose);
+      attr_str(tmp, f, "format", kFormat);
+      attr_str(tmp, f, "run_id", h.run_id);
+      attr_i64(tmp, f, "step", {h.step});
+      attr_i64(tmp, f, "rank", {h.rank});
+      attr_i64(tmp, f, "grid_coord", {h.tp, h.pp, h.dp});
+      std::map<std::string, std::unique_ptr<H5Id>> groups;
+      for (const char* k : kKinds)
+        groups[k] = std::make_unique<H5Id>(
+            need(H5Gcreate2(f, k, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp, k), H5Gclose);
+      rec.slices = nlohmann::json::object();
+      for (const TensorPiece& p : pieces) {
+        WIOLA_CHECK(groups.count(p.kind), "checkpoint: unknown tensor kind '", p.kind, "'");
+        if (p.slices.empty()) continue;
+        write_piece(tmp, *groups[p.kind], p);
+        auto& arr = rec.slices[p.kind][p.name];
+        arr = nlohmann::json::array();
+        for (const Slice& s : p.slices) arr.push_back({s.r0, s.c0, s.nr, s.nc});
+      }
+      groups.clear();
+      need(H5Fflush(f, H5F_SCOPE_GLOBAL), tmp, "flush", 0);
+    }
+    fsync_path(tmp);
+    WIOLA_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": cannot rename into place: ",
+                std::strerror(errno));
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  rec.bytes = uint64_t(fs::file_size(path));
+  rec.xxh3 = file_xxh3(path);
+  return rec;
+}
+
+// ---- reading -----------------------------------------------------------------------
+Reader::Reader(const std::string& folder) : folder_(folder) {
+  quiet_hdf5();
+  const std::string mpath = (fs::path(folder) / "manifest.json").string();
+  std::ifstream in(mpath);
+  WIOLA_CHECK(in.good(), "checkpoint '", folder, "': no manifest.json (an incomplete or foreign folder)");
+  try {
+    manifest_ = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    fail(mpath, ": not valid JSON (", e.what(), ")");
+  }
+  auto bad = [&](const std::string& what) { fail(mpath, ": ", what); };
+  try {
+    if (manifest_.value("format", std::string()) != kFormat)
+      bad(std::string("not a wiola checkpoint manifest (format is not ") + kFormat + ")");
+    for (const auto& f : manifest_.at("files")) {
+      FileRecord r;
+      r.name = f.at("name").get<std::string>();
+      r.header.run_id = manifest_.at("run_id").get<std::string>();
+      r.header.step = manifest_.at("step").get<int64_t>();
+      r.header.rank = f.at("rank").get<int>();
+      const auto c = f.at("grid_coord").get<std::vector<int>>();
+      if (c.size() != 3) bad("file " + r.name + ": grid_coord must have 3 entries");
+      r.header.tp = c[0], r.header.pp = c[1], r.header.dp = c[2];
+      r.bytes = f.at("bytes").get<uint64_t>();
+      r.xxh3 = f.at("xxh3").get<std::string>();
+      r.slices = f.at("slices");
+      if (r.name.find('/') != std::string::npos || r.name.empty()) bad("file name '" + r.name + "' is not a plain name");
+      files_.push_back(std::move(r));
+    }
+    for (const auto& [name, t] : manifest_.at("tensors").items()) {
+      const auto shape = t.at("shape").get<std::vector<int64_t>>();
+      if (shape.size() != 2 || shape[0] < 1 || shape[1] < 1) bad("tensor " + name + ": bad shape");
+      tensors_[name].rows = shape[0];
+      tensors_[name].cols = shape[1];
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    bad(std::string("missing or mistyped field (") + e.what() + ")");
+  }
+  // Slices by tensor and kind, each inside its tensor; each kind of each
+  // tensor present is covered by exactly its element count.
+  std::map<std::pair<std::string, std::string>, int64_t> covered;
+  for (size_t i = 0; i < files_.size(); ++i) {
+    for (const auto& [kind, by_name] : files_[i].slices.items()) {
+      if (std::find_if(std::begin(kKinds), std::end(kKinds), [&](const char* k) { return kind == k; }) ==
+          std::end(kKinds))
+        bad("file " + files_[i].name + ": unknown tensor kind '" + kind + "'");
+      for (const auto& [name, arr] : by_name.items()) {
+        auto it = tensors_.find(name);
+        if (it == tensors_.end()) bad("file " + files_[i].name + " holds " + name + ", which the manifest does not list");
+        int k = 0;
+        for (const auto& s : arr) {
+          const auto v = s.get<std::vector<int64_t>>();
+          if (v.size() != 4 || v[0] < 0 || v[1] < 0 || v[2] < 1 || v[3] < 1 || v[0] + v[2] > it->second.rows ||
+              v[1] + v[3] > it->second.cols)
+            bad("file " + files_[i].name + ": slice " + std::to_string(k) + " of " + kind + "/" + name +
+                " lies outside the tensor");
+          it->second.by_kind[kind].push_back(
+              {int(i), "/" + kind + "/" + name + "/" + std::to_string(k), v[0], v[1], v[2], v[3]});
+          covered[{name, kind}] += v[2] * v[3];
+          ++k;
+        }
+      }
+    }
+  }
+  for (const auto& [key, n] : covered) {
+    const Tensor& t = tensors_.at(key.first);
+    if (n != t.rows * t.cols)
+      bad(key.second + "/" + key.first + ": slices hold " + std::to_string(n) + " elements of " +
+          std::to_string(t.rows * t.cols));
+  }
+  handles_.assign(files_.size(), -1);
+}
+
+Reader::~Reader() {
+  for (int64_t h : handles_)
+    if (h >= 0) H5Fclose(hid_t(h));
+}
+
+int64_t Reader::step() const { return manifest_.at("step").get<int64_t>(); }
+
+std::vector<std::string> Reader::verify(int stride, int offset) const {
+  quiet_hdf5();
+  std::vector<std::string> problems;
+  for (size_t i = 0; i < files_.size(); ++i) {
+    if (int(i % size_t(stride)) != offset) continue;
+    const FileRecord& r = files_[i];
+    const std::string p = (fs::path(folder_) / r.name).string();
+    std::error_code ec;
+    const auto bytes = fs::file_size(p, ec);
+    if (ec) { problems.push_back(r.name + ": missing"); continue; }
+    if (bytes != r.bytes) {
+      problems.push_back(r.name + ": " + std::to_string(bytes) + " bytes, the manifest says " +
+                         std::to_string(r.bytes) + " (truncated or replaced)");
+      continue;
+    }
+    if (file_xxh3(p) != r.xxh3) { problems.push_back(r.name + ": checksum mismatch (corrupt)"); continue; }
+    H5Id f(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (f < 0) { problems.push_back(r.name + ": not a readable HDF5 file"); continue; }
+    std::string fmt, run;
+    std::vector<int64_t> step, rank, coord;
+    if (!read_attr_str(f, "format", fmt) || fmt != kFormat || !read_attr_str(f, "run_id", run) ||
+        !read_attr_i64(f, "step", step) || !read_attr_i64(f, "rank", rank) ||
+        !read_attr_i64(f, "grid_coord", coord) || step.size() != 1 || rank.size() != 1 || coord.size() != 3) {
+      problems.push_back(r.name + ": not a wiola checkpoint shard (header attributes missing)");
+      continue;
+    }
+    if (run != r.header.run_id)
+      problems.push_back(r.name + ": belongs to run " + run + ", this checkpoint is run " + r.header.run_id);
+    else if (step[0] != r.header.step)
+      problems.push_back(r.name + ": written at step " + std::to_string(step[0]) + ", this checkpoint is step " +
+                         std::to_string(r.header.step));
+    else if (rank[0] != r.header.rank || coord[0] != r.header.tp || coord[1] != r.header.pp ||
+             coord[2] != r.header.dp)
+      problems.push_back(r.name + ": written by rank " + std::to_string(rank[0]) + ", the manifest expects rank " +
+                         std::to_string(r.header.rank));
+  }
+  return problems;
+}
+
+bool Reader::has(const std::string& kind, const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it != tensors_.end() && it->second.by_kind.count(kind);
+}
+
+std::pair<int64_t, int64_t> Reader::shape(const std::string& name) const {
+  auto it = tensors_.find(name);
+  WIOLA_CHECK(it != tensors_.end(), "checkpoint '", folder_, "' has no tensor ", name);
+  return {it->second.rows, it->second.cols};
+}
+
+int64_t Reader::open_file(int file) {
+  if (handles_[size_t(file)] < 0) {
+    const std::string p = (fs::path(folder_) / files_[size_t(file)].name).string();
+    const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    WIOLA_CHECK(f >= 0, "checkpoint '", folder_, "': cannot open ", files_[size_t(file)].name,
+                " (missing or not HDF5)");
+    handles_[size_t(file)] = int64_t(f);
+  }
+  return handles_[size_t(file)];
+}
+
+void Reader::read(const std::string& kind, const ParamEntry& e, size_t a, size_t b, float* out) {
+  auto it = tensors_.find(e.name);
+  WIOLA_CHECK(it != tensors_.end(), "checkpoint '", folder_, "' has no tensor ", e.name);
+  const Tensor& t = it->second;
+  WIOLA_CHECK(t.rows == e.grows && t.cols == e.gcols, "checkpoint '", folder_, "': ", e.name, " is [", t.rows,
+              ", ", t.cols, "], this model's is [", e.grows, ", ", e.gcols, "]");
+  auto kt = t.by_kind.find(kind);
+  WIOLA_CHECK(kt != t.by_kind.end(), "checkpoint '", folder_, "' holds no ", kind, " of ", e.name);
+  std::vector<float> tmp;
+  int64_t filled = 0, wanted = 0;
+  for (const Slice& n : slices_of(e, a, b)) {
+    wanted += n.size();
+    for (const Stored& s : kt->second) {
+      const int64_t r0 = std::max(n.r0, s.r0), r1 = std::min(n.r0 + n.nr, s.r0 + s.nr);
+      const int64_t c0 = std::max(n.c0, s.c0), c1 = std::min(n.c0 + n.nc, s.c0 + s.nc);
+      if (r0 >= r1 || c0 >= c1) continue;
+      const hid_t f = hid_t(open_file(s.file));
+      const std::string& fname = files_[size_t(s.file)].name;
+      H5Id ds(H5Dopen2(f, s.dataset.c_str(), H5P_DEFAULT), H5Dclose);
+      WIOLA_CHECK(ds >= 0, "checkpoint '", folder_, "': ", fname, " lacks dataset ", s.dataset);
+      H5Id fsp(H5Dget_space(ds), H5Sclose);
+      hsize_t dims[2] = {0, 0};
+      WIOLA_CHECK(H5Sget_simple_extent_ndims(fsp) == 2 && H5Sget_simple_extent_dims(fsp, dims, nullptr) == 2 &&
+                      int64_t(dims[0]) == s.nr && int64_t(dims[1]) == s.nc,
+                  "checkpoint '", folder_, "': ", fname, s.dataset, " does not have the manifest's shape");
+      const hsize_t start[2] = {hsize_t(r0 - s.r0), hsize_t(c0 - s.c0)};
+      const hsize_t count[2] = {hsize_t(r1 - r0), hsize_t(c1 - c0)};
+      H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, nullptr, count, nullptr);
+      H5Id msp(H5Screate_simple(2, count, nullptr), H5Sclose);
+      tmp.resize(size_t(count[0] * count[1]));
+      WIOLA_CHECK(H5Dread(ds, H5T_NATIVE_FLOAT, msp, fsp, H5P_DEFAULT, tmp.data()) >= 0, "checkpoint '", folder_,
+                  "': reading ", s.dataset, " from ", fname, " failed (corrupt file?)");
+      const Slice part{r0, c0, r1 - r0, c1 - c0, n.lr0 + (r0 - n.r0), n.lc0 + (c0 - n.c0)};
+      scatter_slice(e, part, tmp.data(), out, int64_t(a));
+      filled += part.size();
+    }
+  }
+  WIOLA_CHECK(filled == wanted, "checkpoint '", folder_, "': ", kind, " of ", e.name, " covers ", filled, " of the ",
+              wanted, " elements this rank needs");
+}
+
+// ---- finding checkpoints -------------------------------------------------------------
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& ent : fs::directory_iterator(dir, ec)) {
+    const std::string n = ent.path().filename().string();
+    if (n.rfind("step-", 0) != 0 || n.size() <= 5) continue;
+    const std::string digits = n.substr(5);
+    if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    if (!fs::exists(ent.path() / "manifest.json")) continue;
+    found.emplace_back(std::stoll(digits), ent.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  const fs::path p(path);
+  WIOLA_CHECK(fs::is_directory(p), "checkpoint '", path, "': no such directory");
+  if (fs::exists(p / "manifest.json")) return p.string();
+  std::ifstream latest(p / "latest");
+  std::string name;
+  if (latest && std::getline(latest, name) && !name.empty() && fs::exists(p / name / "manifest.json"))
+    return (p / name).string();
+  const auto all = list_checkpoints(path);
+  WIOLA_CHECK(!all.empty(), "checkpoint '", path, "': neither a checkpoint (no manifest.json) nor a directory "
+              "holding one");
+  return all.front();
+}
+
+}  // namespace wiola::ckpt

@@ -1,0 +1,427 @@
+#include "train/checkpointer.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <random>
+#include <filesystem>
+#include <sstream>
+
+#include "dist/agree.h"
+#include "util/error.h"
+#include "util/files.h"
+
+namespace fs = std::filesystem;
+
+namespace wiola {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using dist::DType;
+
+constexpr const char* kEmbed = "model.embed_tokens.weight";
+
+std::string step_name(int64_t step) {
+  char b[32];
+  std::snprintf(b, sizeof b, "step-%08lld", (long long)step);
+  return b;
+}
+std::string rank_file(int rank) {
+  char b[32];
+  std::snprintf(b, sizeof b, "rank-%05d.h5", rank);
+  return b;
+}
+
+// One "key: checkpoint A, this run B" per differing key of two flat objects.
+void diff_into(const nlohmann::json& saved, const nlohmann::json& mine, const std::string& prefix,
+               std::vector<std::string>& out) {
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : saved.items()) keys.push_back(k);
+  for (const auto& [k, v] : mine.items())
+    if (!saved.contains(k)) keys.push_back(k);
+  for (const std::string& k : keys) {
+    const nlohmann::json a = saved.contains(k) ? saved.at(k) : nlohmann::json("(absent)");
+    const nlohmann::json b = mine.contains(k) ? mine.at(k) : nlohmann::json("(absent)");
+    if (a.is_object() && b.is_object()) diff_into(a, b, prefix + k + ".", out);
+    else if (a != b) out.push_back(prefix + k + " = " + a.dump() + " in the checkpoint, " + b.dump() + " in this run");
+  }
+}
+
+}  // namespace
+
+nlohmann::json run_identity(const RunConfig& rc, const DatasetInfo& data) {
+  // The [model] table exactly as the effective config writes it.
+  const toml::table t = toml::parse(run_config_to_toml(rc));
+  std::ostringstream js;
+  js << toml::json_formatter{*t["model"].as_table()};
+  return {{"model", nlohmann::json::parse(js.str())},
+          {"global_batch", rc.global_batch()},
+          {"train.seed", rc.train.seed},
+          {"data.seed", rc.data.seed >= 0 ? uint64_t(rc.data.seed) : rc.train.seed},
+          {"data.shuffle", rc.data.shuffle},
+          {"data.tokenizer_sha256", data.tokenizer_sha256},
+          {"data.train_tokens", data.num_tokens},
+          {"data.train_documents", data.num_documents}};
+}
+
+Checkpointer::Checkpointer(const RunConfig& rc, dist::Grid& grid, Ops<float>& ops, Model<float>& model,
+                           dist::DistAdamW& adam, const std::vector<std::pair<int, int>>& stages,
+                           nlohmann::json identity, nlohmann::json info)
+    : rc_(rc), grid_(grid), ops_(ops), model_(model), adam_(adam), stages_(stages),
+      identity_(std::move(identity)), info_(std::move(info)), dir_(rc.checkpoint.dir) {
+  // A run id that tells this run's shards from any other's: rank 0's, shared.
+  std::string id;
+  if (grid_.world_rank() == 0) {
+    std::random_device rd;
+    char b[32];
+    std::snprintf(b, sizeof b, "%08x%08x", rd(), unsigned(std::time(nullptr)));
+    id = b;
+  }
+  run_id_ = agree_string(id);
+}
+
+Checkpointer::~Checkpointer() {
+  if (writer_.joinable()) writer_.join();  // an error ends the job elsewhere
+}
+
+void Checkpointer::prepare_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  WIOLA_CHECK(!ec, "checkpoint.dir '", dir, "': cannot create: ", ec.message());
+  try {
+    write_text_atomic((fs::path(dir) / ".write-test").string(), "wiola\n");
+  } catch (const Error& e) {
+    fail("checkpoint.dir '", dir, "' is not writable (", e.what(), ")");
+  }
+  fs::remove(fs::path(dir) / ".write-test", ec);
+  for (const auto& ent : fs::directory_iterator(dir, ec)) {
+    const std::string n = ent.path().filename().string();
+    if (n.rfind(".tmp-step-", 0) == 0 || n.rfind(".old-step-", 0) == 0) fs::remove_all(ent.path(), ec);
+  }
+}
+
+// ---- agreement helpers (control plane) ----------------------------------------------
+std::string Checkpointer::agree_string(const std::string& mine) {
+  dist::Comm& w = grid_.world();
+  if (w.size() == 1) return mine;
+  int64_t n = int64_t(mine.size());
+  w.broadcast(&n, 1, 0);
+  std::string s = w.rank() == 0 ? mine : std::string(size_t(n), '\0');
+  if (n > 0) w.broadcast(s.data(), size_t(n), DType::U8, 0);
+  return s;
+}
+
+namespace {
+// Every rank's string on rank 0 (empty vector elsewhere).
+std::vector<std::string> gather_strings(dist::Comm& w, const std::string& mine) {
+  const int tag = 7101;
+  if (w.rank() != 0) {
+    const int64_t n = int64_t(mine.size());
+    w.isend(&n, 1, DType::I64, 0, tag).wait();
+    if (n > 0) w.isend(mine.data(), size_t(n), DType::U8, 0, tag + 1).wait();
+    return {};
+  }
+  std::vector<std::string> all{mine};
+  for (int r = 1; r < w.size(); ++r) {
+    int64_t n = 0;
+    w.irecv(&n, 1, DType::I64, r, tag).wait();
+    std::string s(size_t(n), '\0');
+    if (n > 0) w.irecv(s.data(), size_t(n), DType::U8, r, tag + 1).wait();
+    all.push_back(std::move(s));
+  }
+  return all;
+}
+}  // namespace
+
+// ---- resume -----------------------------------------------------------------------
+void Checkpointer::verify_everywhere(ckpt::Reader& r, std::vector<std::string>& problems) {
+  dist::Comm& w = grid_.world();
+  std::vector<std::string> mine = r.verify(w.size(), w.rank());
+  std::string joined;
+  for (const auto& p : mine) joined += (joined.empty() ? "" : "; ") + p;
+  for (const auto& s : gather_strings(w, joined))
+    if (!s.empty()) problems.push_back(s);
+}
+
+std::string Checkpointer::find_resume() {
+  dist::Comm& w = grid_.world();
+  const bool root = w.rank() == 0;
+  const std::vector<std::string> candidates = root ? ckpt::list_checkpoints(dir_) : std::vector<std::string>{};
+  std::vector<std::string> damaged;
+  for (size_t i = 0;; ++i) {
+    const std::string cand = agree_string(root && i < candidates.size() ? candidates[i] : "");
+    if (cand.empty()) break;
+    std::vector<std::string> problems;
+    bool opened = true;
+    std::string open_error;
+    std::unique_ptr<ckpt::Reader> r;
+    try {
+      r = std::make_unique<ckpt::Reader>(cand);
+    } catch (const Error& e) {
+      opened = false;
+      open_error = e.what();
+    }
+    // Every rank reads the same manifest; they agree on whether it opened.
+    const int bad_open = w.size() > 1 ? w.all_reduce_value(opened ? 0 : 1, dist::ReduceOp::Max) : (opened ? 0 : 1);
+    if (bad_open) {
+      problems.push_back(open_error.empty() ? "manifest unreadable on some rank" : open_error);
+    } else {
+      verify_everywhere(*r, problems);
+      int64_t n = int64_t(problems.size());
+      if (w.size() > 1) w.broadcast(&n, 1, 0);
+      if (n == 0) return cand;
+    }
+    if (root) {
+      std::string all;
+      for (const auto& p : problems) all += (all.empty() ? "" : "; ") + p;
+      std::fprintf(stderr, "wiola train: warning: checkpoint %s is damaged (%s); trying an older one\n",
+                   cand.c_str(), all.c_str());
+      damaged.push_back(cand);
+    }
+  }
+  const int64_t n_damaged = w.size() > 1 ? w.all_reduce_value(int64_t(damaged.size()), dist::ReduceOp::Max)
+                                         : int64_t(damaged.size());
+  if (n_damaged > 0) {
+    if (root)
+      fail("checkpoint.dir '", dir_, "' holds checkpoints but none is sound (see the warnings above); "
+           "nothing was deleted. Move the damaged ones away, or set checkpoint.resume = false to start over "
+           "in another checkpoint.dir");
+    throw dist::SetupFailed();
+  }
+  return "";
+}
+
+void Checkpointer::check_identity(const ckpt::Reader& r, bool weights_only) const {
+  const nlohmann::json& saved = r.manifest().at("identity");
+  std::vector<std::string> diffs;
+  if (weights_only) diff_into(saved.at("model"), identity_.at("model"), "model.", diffs);
+  else diff_into(saved, identity_, "", diffs);
+  if (diffs.empty()) return;
+  std::string list;
+  for (const auto& d : diffs) list += (list.empty() ? "" : "; ") + d;
+  if (weights_only)
+    fail("checkpoint '", r.folder(), "' is of another model: ", list);
+  fail("cannot resume from '", r.folder(), "': ", list, ". These may not change on a resume "
+       "(docs/checkpoints.md); start a new checkpoint.dir, or use checkpoint.init_from for a weights-only start");
+}
+
+void Checkpointer::read_params(ckpt::Reader& r) {
+  const ParamLayout& lay = model_.layout();
+  std::vector<float> host(lay.total());
+  for (const ParamEntry& e : lay.entries()) r.read("param", e, 0, e.size(), host.data() + e.offset);
+  ops_.upload(model_.params(), host.data(), host.size() * sizeof(float));
+  model_.refresh_weights();
+}
+
+ResumeState Checkpointer::resume(const std::string& folder) {
+  ckpt::Reader r(folder);
+  check_identity(r, false);
+  read_params(r);
+  // The moments of the ranges this rank's optimizer holds in the new layout.
+  const ParamLayout& lay = model_.layout();
+  std::vector<float> m, v;
+  adam_.download_owned(m, v);  // sizes the buffers
+  size_t pos = 0;
+  for (const auto& rg : adam_.owned_ranges()) {
+    for (const ParamEntry& e : lay.entries()) {
+      const size_t lo = std::max(rg.offset, e.offset), hi = std::min(rg.offset + rg.size, e.offset + e.size());
+      if (lo >= hi) continue;
+      const size_t at = pos + (lo - rg.offset);
+      r.read("exp_avg", e, lo - e.offset, hi - e.offset, m.data() + at);
+      r.read("exp_avg_sq", e, lo - e.offset, hi - e.offset, v.data() + at);
+    }
+    pos += rg.size;
+  }
+  const nlohmann::json& mf = r.manifest();
+  ResumeState st;
+  st.step = mf.at("step").get<int64_t>();
+  st.tokens = mf.at("tokens").get<int64_t>();
+  st.skipped = mf.at("skipped").get<int64_t>();
+  st.applied_steps = mf.at("applied_steps").get<long>();
+  st.loader.seed = mf.at("loader").at("seed").get<uint64_t>();
+  st.loader.epoch = mf.at("loader").at("epoch").get<uint64_t>();
+  st.loader.samples_consumed = mf.at("loader").at("samples_consumed").get<uint64_t>();
+  st.run_id = mf.at("run_id").get<std::string>();
+  adam_.upload_owned(m, v, st.applied_steps);
+  run_id_ = st.run_id;
+  return st;
+}
+
+void Checkpointer::load_weights(const std::string& checkpoint) {
+  ckpt::Reader r(ckpt::resolve_checkpoint(checkpoint));
+  check_identity(r, true);
+  read_params(r);
+  adam_.reload_master();
+}
+
+// ---- save -------------------------------------------------------------------------
+// Without ZeRO the dp-0 replica writes everything; with ZeRO each DP rank
+// writes the slice of master weights and moments it owns.
+std::vector<dist::DistAdamW::Range> Checkpointer::owned() const {
+  const bool zero = rc_.parallel.zero && rc_.parallel.dp > 1;
+  if (zero) return adam_.owned_ranges();
+  if (grid_.coord().dp == 0) return {{0, model_.n_params()}};
+  return {};
+}
+
+std::vector<ckpt::TensorPiece> Checkpointer::snapshot() {
+  const auto ranges = owned();
+  if (ranges.empty()) return {};
+  const ParamLayout& lay = model_.layout();
+  std::vector<float> params(lay.total()), m, v;
+  ops_.download(params.data(), model_.params(), params.size() * sizeof(float));
+  adam_.download_owned(m, v);  // the same ranges, concatenated
+  const bool tp0 = grid_.coord().tp == 0, first = grid_.first_stage();
+  std::vector<ckpt::TensorPiece> pieces;
+  for (const ParamEntry& e : lay.entries()) {
+    if ((e.tp_replicated && !tp0) || (e.name == kEmbed && !first)) continue;  // a lower rank writes it
+    ckpt::TensorPiece kinds[3];
+    for (int k = 0; k < 3; ++k) kinds[k] = {ckpt::kKinds[k], e.name, e.grows, e.gcols, {}, {}};
+    size_t pos = 0;
+    for (const auto& rg : ranges) {
+      const size_t lo = std::max(rg.offset, e.offset), hi = std::min(rg.offset + rg.size, e.offset + e.size());
+      if (lo < hi) {
+        const int64_t a = int64_t(lo - e.offset);
+        const float* src[3] = {params.data() + lo, m.data() + pos + (lo - rg.offset),
+                               v.data() + pos + (lo - rg.offset)};
+        for (const ckpt::Slice& s : ckpt::slices_of(e, size_t(a), hi - e.offset))
+          for (int k = 0; k < 3; ++k) {
+            auto& d = kinds[k].data;
+            const size_t at = d.size();
+            d.resize(at + size_t(s.size()));
+            ckpt::gather_slice(e, s, src[k], a, d.data() + at);
+            kinds[k].slices.push_back(s);
+          }
+      }
+      pos += rg.size;
+    }
+    for (auto& p : kinds)
+      if (!p.slices.empty()) pieces.push_back(std::move(p));
+  }
+  return pieces;
+}
+
+void Checkpointer::save(const ResumeState& state) {
+  WIOLA_CHECK(!in_flight(), "internal: a checkpoint save is already in flight");
+  save_t0_ = Clock::now();
+  saving_ = state;
+  std::vector<ckpt::TensorPiece> pieces = snapshot();
+  has_file_ = !pieces.empty();
+  pending_ = true;
+  error_ = nullptr;
+  if (!has_file_) return;
+  const fs::path tmpdir = fs::path(dir_) / (".tmp-" + step_name(state.step));
+  const ckpt::FileHeader h{run_id_, state.step, grid_.world_rank(), grid_.coord().tp, grid_.coord().pp,
+                           grid_.coord().dp};
+  done_ = false;
+  writer_ = std::thread([this, tmpdir, h, pieces = std::move(pieces)] {
+    try {
+      std::error_code ec;
+      fs::create_directories(tmpdir, ec);
+      WIOLA_CHECK(!ec, "checkpoint: cannot create '", tmpdir.string(), "': ", ec.message());
+      record_ = ckpt::write_rank_file((tmpdir / rank_file(h.rank)).string(), h, pieces);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+    done_ = true;
+  });
+  if (!rc_.checkpoint.async) writer_.join();
+}
+
+bool Checkpointer::written() {
+  if (writer_.joinable()) {
+    if (!done_) return false;
+    writer_.join();
+  }
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+void Checkpointer::finish() {
+  if (!pending_) return;
+  if (writer_.joinable()) writer_.join();
+  written();
+  commit();
+}
+
+void Checkpointer::commit() {
+  WIOLA_CHECK(pending_, "internal: no checkpoint to commit");
+  written();
+  dist::Comm& w = grid_.world();
+  nlohmann::json mine = nullptr;
+  if (has_file_) {
+    const auto& r = record_;
+    mine = {{"name", r.name}, {"rank", r.header.rank}, {"grid_coord", {r.header.tp, r.header.pp, r.header.dp}},
+            {"bytes", r.bytes}, {"xxh3", r.xxh3}, {"slices", r.slices}};
+  }
+  const auto all = gather_strings(w, mine.dump());
+  std::string err;
+  if (w.rank() == 0) {
+    std::vector<nlohmann::json> recs;
+    for (const auto& s : all) recs.push_back(nlohmann::json::parse(s));
+    try {
+      nlohmann::json files = nlohmann::json::array();
+      for (auto& r : recs)
+        if (!r.is_null()) files.push_back(std::move(r));
+      nlohmann::json mf = info_;
+      mf["format"] = ckpt::kFormat;
+      mf["run_id"] = run_id_;
+      mf["step"] = saving_.step;
+      mf["tokens"] = saving_.tokens;
+      mf["skipped"] = saving_.skipped;
+      mf["applied_steps"] = saving_.applied_steps;
+      mf["loader"] = {{"seed", saving_.loader.seed}, {"epoch", saving_.loader.epoch},
+                      {"samples_consumed", saving_.loader.samples_consumed}};
+      mf["identity"] = identity_;
+      mf["files"] = std::move(files);
+      nlohmann::json tensors = nlohmann::json::object();
+      const ParamLayout full(rc_.model, ModelShard{});
+      for (const ParamEntry& e : full.entries())
+        tensors[e.name] = {{"shape", {e.grows, e.gcols}}};
+      mf["tensors"] = std::move(tensors);
+      const fs::path tmpdir = fs::path(dir_) / (".tmp-" + step_name(saving_.step));
+      const fs::path final_dir = fs::path(dir_) / step_name(saving_.step);
+      std::error_code ec;
+      fs::create_directories(tmpdir, ec);
+      write_text_atomic((tmpdir / "manifest.json").string(), mf.dump(1) + "\n");
+      ckpt::fsync_path((tmpdir / "manifest.json").string());
+      ckpt::fsync_path(tmpdir.string());
+      // A damaged checkpoint of the same step (resume fell back past it) is
+      // replaced only once the new one is complete.
+      const fs::path old = fs::path(dir_) / (".old-" + step_name(saving_.step));
+      if (fs::exists(final_dir)) fs::rename(final_dir, old);
+      fs::rename(tmpdir, final_dir);
+      fs::remove_all(old, ec);
+      ckpt::fsync_path(dir_);
+      write_text_atomic((fs::path(dir_) / "latest").string(), step_name(saving_.step) + "\n");
+      ckpt::fsync_path(dir_);
+      prune();
+    } catch (const std::exception& e) {
+      err = std::string("checkpoint at step ") + std::to_string(saving_.step) + ": " + e.what();
+    }
+  }
+  const std::string status = agree_string(err.empty() ? "ok" : err);
+  pending_ = false;
+  has_file_ = false;
+  last_save_s_ = std::chrono::duration<double>(Clock::now() - save_t0_).count();
+  if (status != "ok") {
+    if (w.rank() == 0) fail(status);
+    throw dist::SetupFailed();  // reported by rank 0
+  }
+}
+
+void Checkpointer::prune() const {
+  const auto all = ckpt::list_checkpoints(dir_);  // newest first
+  const int keep = rc_.checkpoint.keep, every = rc_.checkpoint.keep_every;
+  for (size_t i = size_t(keep); i < all.size(); ++i) {
+    const std::string name = fs::path(all[i]).filename().string();
+    const int64_t step = std::stoll(name.substr(5));
+    if (every > 0 && step % every == 0) continue;
+    std::error_code ec;
+    fs::remove_all(all[i], ec);
+  }
+}
+
+}  // namespace wiola

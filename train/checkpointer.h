@@ -1,0 +1,129 @@
+// Saving and resuming a run (docs/checkpoints.md): the collective protocol
+// around the format of train/checkpoint.h.
+//
+// Save at step t (every rank, at the same step):
+//   snapshot   this rank's share copied to host memory: its TP/PP slice of
+//              the fp32 parameters and its ZeRO slice of the AdamW moments,
+//              minus what a lower rank writes (DP replicas without ZeRO,
+//              TP-replicated vectors on tp > 0, the tied embedding's copy on
+//              the last stage)
+//   write      in a background thread: DIR/.tmp-step-N/rank-R.h5, fsynced,
+//              renamed
+//   commit     once every rank's write is done (agreed by the trainer's
+//              per-step control all-reduce): rank 0 writes manifest.json,
+//              renames the folder to DIR/step-N, moves `latest`, prunes.
+// Resume: rank 0 proposes the newest checkpoint; the ranks verify its files
+// between them (size, XXH3, header); a damaged one is skipped with a warning.
+// Every rank then reads exactly its new share (resharding: any layout from
+// any other, through global-coordinate slices).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/loader.h"
+#include "dist/grid.h"
+#include "dist/optimizer.h"
+#include "model/model.h"
+#include "train/checkpoint.h"
+#include "train/run_config.h"
+
+namespace wiola {
+
+// What a checkpoint restores besides the tensors.
+struct ResumeState {
+  int64_t step = 0, tokens = 0, skipped = 0;
+  long applied_steps = 0;
+  LoaderState loader;
+  std::string run_id;
+};
+
+// What may not change on a resume (docs/checkpoints.md): the model, the
+// global batch, the seeds and the data identity.
+nlohmann::json run_identity(const RunConfig& rc, const DatasetInfo& data);
+
+class Checkpointer {
+ public:
+  // Collective over grid.world(). `identity`: run_identity(); `info`: what
+  // the manifest records about the run (config, layout, backend...).
+  Checkpointer(const RunConfig& rc, dist::Grid& grid, Ops<float>& ops, Model<float>& model,
+               dist::DistAdamW& adam, const std::vector<std::pair<int, int>>& stages,
+               nlohmann::json identity, nlohmann::json info);
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Rank 0 only, before any collective of the run (part of the agreed
+  // setup): the directory exists and is writable; leftovers of interrupted
+  // saves are removed.
+  static void prepare_dir(const std::string& dir);
+
+  // Collective. The newest sound checkpoint of checkpoint.dir ("" when the
+  // directory holds none; throws when it holds some but none is sound).
+  std::string find_resume();
+  // Collective. Loads `folder` into the model, optimizer and returns the
+  // state to restore; refuses a checkpoint whose identity differs.
+  ResumeState resume(const std::string& folder);
+  // Collective. Weights-only start (checkpoint.init_from): parameters only;
+  // the model must match.
+  void load_weights(const std::string& checkpoint);
+
+  // Collective: snapshot now, write in the background (or now when
+  // checkpoint.async is off). At most one save in flight: call finish()
+  // first.
+  void save(const ResumeState& state);
+  bool in_flight() const { return writer_.joinable() || pending_; }
+  // This rank's write is done (or failed); rethrows its failure.
+  bool written();
+  // This rank's background write is still running (false once done; a
+  // failed write is rethrown here).
+  bool still_writing() { return !written(); }
+  // Collective, when every rank's write is done: the manifest and the rename.
+  void commit();
+  // Collective: wait for this rank's write, then commit.
+  void finish();
+
+  const std::string& run_id() const { return run_id_; }
+  void set_run_id(const std::string& id) { run_id_ = id; }
+  double last_save_seconds() const { return last_save_s_; }  // snapshot + write + commit of the last save
+
+ private:
+  struct Share;  // which local flat ranges this rank writes
+  std::vector<ckpt::TensorPiece> snapshot();
+  std::vector<dist::DistAdamW::Range> owned() const;
+  std::string agree_string(const std::string& mine);  // rank 0's string on every rank
+  void verify_everywhere(ckpt::Reader& r, std::vector<std::string>& problems);
+  void check_identity(const ckpt::Reader& r, bool weights_only) const;
+  void read_params(ckpt::Reader& r);
+  void commit_on_root(const std::vector<ckpt::FileRecord>& recs);
+  void prune() const;
+
+  const RunConfig& rc_;
+  dist::Grid& grid_;
+  Ops<float>& ops_;
+  Model<float>& model_;
+  dist::DistAdamW& adam_;
+  std::vector<std::pair<int, int>> stages_;
+  nlohmann::json identity_, info_;
+  std::string dir_, run_id_;
+  // The save in flight.
+  ResumeState saving_;
+  std::thread writer_;
+  bool pending_ = false;            // saved, not yet committed
+  bool has_file_ = false;           // this rank writes a file
+  ckpt::FileRecord record_;
+  std::exception_ptr error_;
+  std::atomic<bool> done_{true};  // the writer thread finished
+  std::chrono::steady_clock::time_point save_t0_;
+  double last_save_s_ = 0;
+};
+
+}  // namespace wiola
