@@ -42,12 +42,20 @@ MPI_Datatype mpi_type(DType t) {
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
 
-void check_mpi(int rc, const char* what) {
+// Every communicator returns MPI errors to the caller (MPI_ERRORS_RETURN),
+// so the job ends with this message, naming the operation and the group,
+// instead of Open MPI's generic abort. abort_job adds the world rank and the
+// step context.
+void check_mpi(int rc, const char* what, const std::string& group = "", int grank = -1, int gsize = -1) {
   if (rc == MPI_SUCCESS) return;
   char buf[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, buf, &len);
-  abort_job(std::string("MPI error in ") + what + ": " + std::string(buf, len), 3);
+  std::string where;
+  if (!group.empty())
+    where = " on group '" + group + "'" +
+            (grank >= 0 ? " (rank " + std::to_string(grank) + " of " + std::to_string(gsize) + ")" : "");
+  abort_job(std::string("MPI error in ") + what + where + ": " + std::string(buf, len), 3);
 }
 
 // Largest element count one MPI call gets; longer buffers are split.
@@ -77,7 +85,7 @@ class MpiRequest final : public RequestImpl {
     int flag = 0;
     check_mpi(MPI_Testall(int(reqs.size()), reqs.data(), &flag,
                           MPI_STATUSES_IGNORE),
-              op_);
+              op_, group_, group_rank_, group_size_);
     if (flag) finish();
     return done_;
   }
@@ -132,8 +140,9 @@ class MpiComm final : public Comm {
  public:
   MpiComm(MPI_Comm c, std::string name, bool owned)
       : comm_(c), name_(std::move(name)), owned_(owned) {
-    check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
-    check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", name_);
+    check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank", name_);
+    check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size", name_);
   }
   ~MpiComm() override {
     if (owned_ && mpi_active()) MPI_Comm_free(&comm_);
@@ -155,7 +164,7 @@ class MpiComm final : public Comm {
       const void* sb = send == recv ? MPI_IN_PLACE
                                     : static_cast<const char*>(send) + off * eb;
       r->reqs.emplace_back();
-      check_mpi(MPI_Iallreduce(sb, rb, int(c), mpi_type(t), mpi_op(op), comm_,
+      check(MPI_Iallreduce(sb, rb, int(c), mpi_type(t), mpi_op(op), comm_,
                                &r->reqs.back()),
                 "MPI_Iallreduce");
       if (count == 0) break;
@@ -176,13 +185,13 @@ class MpiComm final : public Comm {
       // NCCL-style in place: MPI leaves the result at the start of the
       // buffer; move it to this rank's chunk when done.
       char* base = const_cast<char*>(s);
-      check_mpi(MPI_Ireduce_scatter_block(MPI_IN_PLACE, base, c, mpi_type(t),
+      check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, base, c, mpi_type(t),
                                           MPI_SUM, comm_, &r->reqs.back()),
                 "MPI_Ireduce_scatter_block");
       if (rank_ != 0)
         r->on_done = [base, d, n = recv_count * eb] { std::memmove(d, base, n); };
     } else {
-      check_mpi(MPI_Ireduce_scatter_block(s, d, c, mpi_type(t), MPI_SUM, comm_,
+      check(MPI_Ireduce_scatter_block(s, d, c, mpi_type(t), MPI_SUM, comm_,
                                           &r->reqs.back()),
                 "MPI_Ireduce_scatter_block");
     }
@@ -198,7 +207,7 @@ class MpiComm final : public Comm {
     const void* s = send == d + size_t(rank_) * send_count * eb ? MPI_IN_PLACE
                                                                 : send;
     r->reqs.emplace_back();
-    check_mpi(MPI_Iallgather(s, s == MPI_IN_PLACE ? 0 : c,
+    check(MPI_Iallgather(s, s == MPI_IN_PLACE ? 0 : c,
                              s == MPI_IN_PLACE ? MPI_DATATYPE_NULL : mpi_type(t),
                              d, c, mpi_type(t), comm_, &r->reqs.back()),
               "MPI_Iallgather");
@@ -214,7 +223,7 @@ class MpiComm final : public Comm {
          off += kMaxChunk) {
       const size_t c = std::min(kMaxChunk, count - off);
       r->reqs.emplace_back();
-      check_mpi(MPI_Ibcast(static_cast<char*>(buf) + off * eb, int(c),
+      check(MPI_Ibcast(static_cast<char*>(buf) + off * eb, int(c),
                            mpi_type(t), root, comm_, &r->reqs.back()),
                 "MPI_Ibcast");
       if (count == 0) break;
@@ -225,7 +234,7 @@ class MpiComm final : public Comm {
   Request ibarrier() override {
     auto r = make("barrier", 0, DType::U8);
     r->reqs.emplace_back();
-    check_mpi(MPI_Ibarrier(comm_, &r->reqs.back()), "MPI_Ibarrier");
+    check(MPI_Ibarrier(comm_, &r->reqs.back()), "MPI_Ibarrier");
     return Request(std::move(r));
   }
 
@@ -238,7 +247,7 @@ class MpiComm final : public Comm {
          off += kMaxChunk) {
       const size_t c = std::min(kMaxChunk, count - off);
       r->reqs.emplace_back();
-      check_mpi(MPI_Isend(static_cast<const char*>(buf) + off * eb, int(c),
+      check(MPI_Isend(static_cast<const char*>(buf) + off * eb, int(c),
                           mpi_type(t), peer, tag, comm_, &r->reqs.back()),
                 "MPI_Isend");
       if (count == 0) break;
@@ -254,7 +263,7 @@ class MpiComm final : public Comm {
          off += kMaxChunk) {
       const size_t c = std::min(kMaxChunk, count - off);
       r->reqs.emplace_back();
-      check_mpi(MPI_Irecv(static_cast<char*>(buf) + off * eb, int(c),
+      check(MPI_Irecv(static_cast<char*>(buf) + off * eb, int(c),
                           mpi_type(t), peer, tag, comm_, &r->reqs.back()),
                 "MPI_Irecv");
       if (count == 0) break;
@@ -269,11 +278,12 @@ class MpiComm final : public Comm {
     // arrives into a timeout diagnostic instead of a hang.
     barrier();
     MPI_Comm c;
-    check_mpi(MPI_Comm_split(comm_, color, key, &c), "MPI_Comm_split");
+    check(MPI_Comm_split(comm_, color, key, &c), "MPI_Comm_split");
     return std::make_unique<MpiComm>(c, name, true);
   }
 
  private:
+  void check(int rc, const char* op) const { check_mpi(rc, op, name_, rank_, size_); }
   std::unique_ptr<MpiRequest> make(const char* op, size_t count, DType t, int root = -1) {
     count_traffic(op, count, t, root);
     return std::make_unique<MpiRequest>(name_, rank_, size_, op, count, t);
@@ -335,6 +345,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
     if (provided < MPI_THREAD_FUNNELED)
       abort_job("MPI does not provide MPI_THREAD_FUNNELED", 3);
   }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
 }

@@ -1,6 +1,7 @@
 #include "train/checkpointer.h"
 
 #include <toml++/toml.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -266,12 +267,36 @@ std::vector<dist::DistAdamW::Range> Checkpointer::owned() const {
   return {};
 }
 
+// TP-replicated tensors are written by tp rank 0 only; they must be equal on
+// every TP rank (they are by construction: the same update of the same
+// all-reduced gradient). A mismatch would silently drop a rank's values, so
+// it is an error naming the tensor.
+void Checkpointer::check_tp_replicas(const std::vector<float>& params) {
+  if (grid_.config().tp == 1) return;
+  std::vector<const ParamEntry*> reps;
+  std::vector<int64_t> mine;
+  for (const ParamEntry& e : model_.layout().entries())
+    if (e.tp_replicated) {
+      reps.push_back(&e);
+      mine.push_back(int64_t(XXH3_64bits(params.data() + e.offset, e.size() * sizeof(float)) >> 1));
+    }
+  dist::Comm& tp = grid_.tp();
+  std::vector<int64_t> all(mine.size() * size_t(tp.size()));
+  tp.all_gather(mine.data(), all.data(), mine.size(), DType::I64);
+  for (int r = 0; r < tp.size(); ++r)
+    for (size_t i = 0; i < mine.size(); ++i)
+      WIOLA_CHECK(all[size_t(r) * mine.size() + i] == mine[i], "checkpoint at step ", saving_.step, ": ",
+                  reps[i]->name, " differs between TP ranks ", tp.rank(), " and ", r, " of stage ",
+                  grid_.coord().pp, " (TP-replicated tensors must be identical)");
+}
+
 std::vector<ckpt::TensorPiece> Checkpointer::snapshot() {
-  const auto ranges = owned();
-  if (ranges.empty()) return {};
   const ParamLayout& lay = model_.layout();
   std::vector<float> params(lay.total()), m, v;
   ops_.download(params.data(), model_.params(), params.size() * sizeof(float));
+  check_tp_replicas(params);
+  const auto ranges = owned();
+  if (ranges.empty()) return {};
   adam_.download_owned(m, v);  // the same ranges, concatenated
   const bool tp0 = grid_.coord().tp == 0, first = grid_.first_stage();
   std::vector<ckpt::TensorPiece> pieces;

@@ -97,7 +97,8 @@ class Checkpointer {
 
  private:
   struct Share;  // which local flat ranges this rank writes
-  std::vector<ckpt::TensorPiece> snapshot();
+  std::vector<ckpt::TensorPiece> snapshot();  // collective over TP (replica check)
+  void check_tp_replicas(const std::vector<float>& params);
   std::vector<dist::DistAdamW::Range> owned() const;
   std::string agree_string(const std::string& mine);  // rank 0's string on every rank
   void verify_everywhere(ckpt::Reader& r, std::vector<std::string>& problems);

@@ -272,6 +272,21 @@ void Trainer::State::build_grid_and_schedule() {
   const auto& par = rc.parallel;
   grid = std::make_unique<dist::Grid>(dist::GridConfig{par.tp, par.pp, par.dp}, world,
                                       dist::data_plane_for(ops));
+  // TP ranks compute the TP-replicated tensors (norm γ/δ, φ, W_f) each on
+  // its own; OpenBLAS's results depend on the thread count, so replicas
+  // stay bit-identical only when a TP group shares one (checkpoints write
+  // them once and check they agree).
+  if (par.tp > 1) {
+    const int64_t mine = cpu_threads();
+    std::vector<int64_t> all(size_t(par.tp));
+    grid->tp().all_gather(&mine, all.data(), 1, DType::I64);
+    for (int r = 0; r < par.tp; ++r)
+      if (all[size_t(r)] != mine) {
+        if (me.tp != 0) throw dist::SetupFailed();
+        fail("the TP ranks of stage ", me.pp, " (dp ", me.dp, ") use different thread counts (", mine, " and ",
+             all[size_t(r)], "); set train.threads (or OMP_NUM_THREADS) the same on every rank of a TP group");
+      }
+  }
   stages = pipeline_stages(rc.model, par);
   std::tie(l0, l1) = stages[size_t(me.pp)];
   first = grid->first_stage();
@@ -626,6 +641,15 @@ TrainSummary Trainer::run() {
   State& s = *s_;
   TrainSummary sum;
   sum.t_max = s.budget.t_max;
+  if (s.progress.step >= s.budget.last_step) {  // resumed at the end: the report of the run stands
+    sum.steps = s.progress.step;
+    sum.resumed_from = s.resumed_from;
+    sum.skipped = s.progress.skipped;
+    if (s.root())
+      std::printf("wiola train: nothing to do: the checkpoint is at step %lld, the run's last step\n",
+                  (long long)s.progress.step);
+    return sum;
+  }
   for (int64_t t = s.progress.step + 1; t <= s.budget.last_step; ++t) {
     const StepOutcome out = step(t);
     s.train_s += out.seconds;

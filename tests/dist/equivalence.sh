@@ -11,6 +11,16 @@
 #                                             run NAME on NP ranks and compare
 #                                             (EXACT_VS=REF: also bit for bit
 #                                             against run REF)
+#   equivalence.sh resume WIOLA WORK NAME NP [--set ...]
+#                                             (docs/checkpoints.md) the layout
+#                                             of run NAME: 5 steps with
+#                                             checkpoints every 2, stop, resume
+#                                             to step 10; bit for bit equal to
+#                                             run NAME (uninterrupted)
+#   equivalence.sh reshard WIOLA WORK NAME NP1 [--set ...] -- NP2 [--set ...]
+#                                             5 steps on layout 1, resume on
+#                                             layout 2: within 1e-5 of the
+#                                             single-process run
 set -euo pipefail
 mode=$1; wiola=$2; work=$3; shift 3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,6 +36,26 @@ if [ "$mode" = setup ]; then
   "$wiola" prep --no-progress --tokenizer "$root/data/wiola360m/tokenizer.json" \
     --output "$work/shards" "$work/brown.txt" > "$work/prep.log"
   "$wiola" train "${common[@]}" --set "train.run_dir=$work/single" --dump-step "10:$work/single.h5"
+  exit 0
+fi
+mpirun_() { "${MPIEXEC:-mpiexec}" -n "$1" --bind-to none "$wiola" train "${common[@]}" "${@:2}"; }
+if [ "$mode" = resume ] || [ "$mode" = reshard ]; then
+  name=$1; np1=$2; shift 2
+  first=(); second=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do first+=("$1"); shift; done
+  np2=$np1; second=("${first[@]}")
+  if [ "$mode" = reshard ]; then shift; np2=$1; shift; second=("$@"); fi
+  out="$work/ckpt_$name"
+  rm -rf "$out" "$out.h5"
+  where=(--set "train.run_dir=$out" --set "checkpoint.dir=$out/ck")
+  mpirun_ "$np1" "${first[@]}" "${where[@]}" --set train.max_steps=5 --set checkpoint.every=2
+  ls "$out/ck"
+  mpirun_ "$np2" "${second[@]}" "${where[@]}" --dump-step "10:$out.h5"
+  if [ "$mode" = resume ]; then
+    "$python" "$here/compare_runs.py" --exact "$work/$name" "$work/$name.h5" "$out" "$out.h5"
+  else
+    "$python" "$here/compare_runs.py" --tol 1e-5 "$work/single" "$work/single.h5" "$out" "$out.h5"
+  fi
   exit 0
 fi
 name=$1; np=$2; shift 2

@@ -2,6 +2,8 @@
 //   timeout: rank 1 never joins rank 0's all_reduce -> rank 0 times out (2 s)
 //   abort:   rank 1 calls abort_job while rank 0 waits in a barrier
 //   throw:   rank 1 throws inside run_or_abort while rank 0 waits
+//   mpi_error: rank 1 makes an MPI call fail (a negative tag): the error comes
+//            back (MPI_ERRORS_RETURN) and the message names rank, group, op
 #include <cstdio>
 #include <string>
 
@@ -35,8 +37,16 @@ int main(int argc, char** argv) {
       set_comm_timeout(30.0);
       if (r == 1) wiola::fail("thrown on rank ", r);
       world->barrier();
+    } else if (mode == "mpi_error") {
+      set_comm_timeout(30.0);
+      set_context("step 3 pipeline send");
+      if (r == 1) {
+        const float x = 1;
+        world->isend(&x, 1, DType::F32, 0, -7).wait();  // MPI_ERR_TAG
+      }
+      world->barrier();
     } else {
-      std::fprintf(stderr, "usage: mpi_failure timeout|abort|throw\n");
+      std::fprintf(stderr, "usage: mpi_failure timeout|abort|throw|mpi_error\n");
       return 2;
     }
     return 0;
