@@ -327,6 +327,22 @@ void Trainer::State::build_model_and_optimizer() {
                                      size_t(B) * T * rc.model.d);
 }
 
+// The widest x86 SIMD level the C++ code was compiled for (-march): CPU
+// results are bit-reproducible for a fixed target, thread count and layout.
+static const char* simd_target() {
+#if defined(__AVX512F__)
+  return "avx512";
+#elif defined(__AVX2__)
+  return "avx2";
+#elif defined(__AVX__)
+  return "avx";
+#elif defined(__SSE4_2__)
+  return "sse4.2";
+#else
+  return "baseline";
+#endif
+}
+
 // What a manifest records about the run besides its identity (informative:
 // resume checks only the identity).
 nlohmann::json Trainer::State::checkpoint_info() const {
@@ -340,6 +356,7 @@ nlohmann::json Trainer::State::checkpoint_info() const {
           {"precision", {{"activations", dist::dtype_name(pr.act)}, {"residual", dist::dtype_name(pr.residual)},
                          {"weights", dist::dtype_name(pr.weight)}}},
           {"threads_per_rank", cpu_threads()},
+          {"simd", simd_target()},
           {"schedule", {{"t_max", budget.t_max}, {"warmup", budget.warmup}, {"lr_max", rc.train.lr_max},
                         {"lr_min", rc.train.lr_min}}},
           {"data_path", rc.data.path}};
