@@ -11,6 +11,7 @@ int wiola_cmd_train(int argc, char** argv);
 int wiola_cmd_bench(int argc, char** argv);
 int wiola_cmd_tokenizer(int argc, char** argv);
 int wiola_cmd_prep(int argc, char** argv);
+int wiola_cmd_ckpt(int argc, char** argv);
 
 namespace {
 struct Sub {
@@ -23,6 +24,7 @@ const Sub kSubs[] = {
     {"bench", wiola_cmd_bench, "benchmarks (bench step: fwd+bwd+AdamW)"},
     {"tokenizer", wiola_cmd_tokenizer, "encode / decode / train byte-level BPE"},
     {"prep", wiola_cmd_prep, "tokenize text into HDF5 token shards"},
+    {"ckpt", wiola_cmd_ckpt, "inspect / verify / consolidate checkpoints"},
 };
 
 int usage(FILE* f) {

@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev libxxhash-dev
   python3 python3-torch python3-h5py python3-numpy python3-matplotlib python3-pip
   valgrind xz-utils
+  slurm-wlm munge libpmix-dev  # one-node Slurm for the launch tests (scripts/slurm_local.sh)
 )
 PY=/usr/bin/python3
 

@@ -13,12 +13,21 @@
 #include <fstream>
 #include <sstream>
 
+#include "train/h5_util.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
 
 namespace wiola::ckpt {
 namespace {
+
+using H5Id = h5::Id;
+using h5::attr_i64;
+using h5::attr_str;
+using h5::attr_u64;
+using h5::read_attr_i64;
+using h5::read_attr_str;
+void quiet_hdf5() { h5::quiet(); }
 
 // Contiguous runs of a local -> global index map over local [lo, hi):
 // (local start, global start, length). An empty map is the identity.
@@ -43,70 +52,12 @@ std::string hex64(uint64_t v) {
   return b;
 }
 
-// HDF5 objects closed on scope exit; every failure names the file.
-struct H5Id {
-  hid_t id = -1;
-  herr_t (*close)(hid_t) = nullptr;
-  H5Id(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
-  ~H5Id() {
-    if (id >= 0 && close) close(id);
-  }
-  H5Id(const H5Id&) = delete;
-  H5Id& operator=(const H5Id&) = delete;
-  operator hid_t() const { return id; }
-};
-
-// HDF5 prints its own error stack by default; wiola reports one message.
-void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
-
 hid_t need(hid_t id, const std::string& file, const std::string& what) {
   WIOLA_CHECK(id >= 0, file, ": HDF5 failed at ", what);
   return id;
 }
 void need(herr_t e, const std::string& file, const std::string& what, int) {
   WIOLA_CHECK(e >= 0, file, ": HDF5 failed at ", what, " (disk full or not writable?)");
-}
-
-void attr_i64(const std::string& file, hid_t obj, const char* name, const std::vector<int64_t>& v) {
-  const hsize_t n = v.size();
-  H5Id sp(need(H5Screate_simple(1, &n, nullptr), file, name), H5Sclose);
-  H5Id a(need(H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT), file, name), H5Aclose);
-  need(H5Awrite(a, H5T_NATIVE_INT64, v.data()), file, name, 0);
-}
-void attr_u64(const std::string& file, hid_t obj, const char* name, uint64_t v) {
-  H5Id sp(need(H5Screate(H5S_SCALAR), file, name), H5Sclose);
-  H5Id a(need(H5Acreate2(obj, name, H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT), file, name), H5Aclose);
-  need(H5Awrite(a, H5T_NATIVE_UINT64, &v), file, name, 0);
-}
-void attr_str(const std::string& file, hid_t obj, const char* name, const std::string& v) {
-  H5Id t(need(H5Tcopy(H5T_C_S1), file, name), H5Tclose);
-  need(H5Tset_size(t, std::max<size_t>(1, v.size())), file, name, 0);
-  H5Id sp(need(H5Screate(H5S_SCALAR), file, name), H5Sclose);
-  H5Id a(need(H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT), file, name), H5Aclose);
-  std::string padded = v.empty() ? std::string(1, '\0') : v;
-  need(H5Awrite(a, t, padded.data()), file, name, 0);
-}
-bool read_attr_i64(hid_t obj, const char* name, std::vector<int64_t>& out) {
-  if (H5Aexists(obj, name) <= 0) return false;
-  H5Id a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  if (a < 0) return false;
-  H5Id sp(H5Aget_space(a), H5Sclose);
-  const hssize_t n = H5Sget_simple_extent_npoints(sp);
-  if (n < 0) return false;
-  out.resize(size_t(n));
-  return H5Aread(a, H5T_NATIVE_INT64, out.data()) >= 0;
-}
-bool read_attr_str(hid_t obj, const char* name, std::string& out) {
-  if (H5Aexists(obj, name) <= 0) return false;
-  H5Id a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  if (a < 0) return false;
-  H5Id t(H5Aget_type(a), H5Tclose);
-  if (H5Tget_class(t) != H5T_STRING) return false;
-  const size_t n = H5Tget_size(t);
-  std::string buf(n, '\0');
-  if (H5Aread(a, t, buf.data()) < 0) return false;
-  out = buf.substr(0, buf.find('\0'));
-  return true;
 }
 
 void write_piece(const std::string& file, hid_t kind_group, const TensorPiece& p) {
@@ -274,42 +225,57 @@ Reader::Reader(const std::string& folder) : folder_(folder) {
       tensors_[name].rows = shape[0];
       tensors_[name].cols = shape[1];
     }
+    // Slices by tensor and kind, each inside its tensor.
+    for (size_t i = 0; i < files_.size(); ++i) {
+      for (const auto& [kind, by_name] : files_[i].slices.items()) {
+        if (std::find_if(std::begin(kKinds), std::end(kKinds), [&](const char* k) { return kind == k; }) ==
+            std::end(kKinds))
+          bad("file " + files_[i].name + ": unknown tensor kind '" + kind + "'");
+        for (const auto& [name, arr] : by_name.items()) {
+          auto it = tensors_.find(name);
+          if (it == tensors_.end()) bad("file " + files_[i].name + " holds " + name + ", which the manifest does not list");
+          int k = 0;
+          for (const auto& s : arr) {
+            const auto v = s.get<std::vector<int64_t>>();
+            if (v.size() != 4 || v[0] < 0 || v[1] < 0 || v[2] < 1 || v[3] < 1 || v[0] + v[2] > it->second.rows ||
+                v[1] + v[3] > it->second.cols)
+              bad("file " + files_[i].name + ": slice " + std::to_string(k) + " of " + kind + "/" + name +
+                  " lies outside the tensor");
+            it->second.by_kind[kind].push_back(
+                {int(i), "/" + kind + "/" + name + "/" + std::to_string(k), v[0], v[1], v[2], v[3]});
+            ++k;
+          }
+        }
+      }
+    }
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
     bad(std::string("missing or mistyped field (") + e.what() + ")");
   }
-  // Slices by tensor and kind, each inside its tensor; each kind of each
-  // tensor present is covered by exactly its element count.
-  std::map<std::pair<std::string, std::string>, int64_t> covered;
-  for (size_t i = 0; i < files_.size(); ++i) {
-    for (const auto& [kind, by_name] : files_[i].slices.items()) {
-      if (std::find_if(std::begin(kKinds), std::end(kKinds), [&](const char* k) { return kind == k; }) ==
-          std::end(kKinds))
-        bad("file " + files_[i].name + ": unknown tensor kind '" + kind + "'");
-      for (const auto& [name, arr] : by_name.items()) {
-        auto it = tensors_.find(name);
-        if (it == tensors_.end()) bad("file " + files_[i].name + " holds " + name + ", which the manifest does not list");
-        int k = 0;
-        for (const auto& s : arr) {
-          const auto v = s.get<std::vector<int64_t>>();
-          if (v.size() != 4 || v[0] < 0 || v[1] < 0 || v[2] < 1 || v[3] < 1 || v[0] + v[2] > it->second.rows ||
-              v[1] + v[3] > it->second.cols)
-            bad("file " + files_[i].name + ": slice " + std::to_string(k) + " of " + kind + "/" + name +
-                " lies outside the tensor");
-          it->second.by_kind[kind].push_back(
-              {int(i), "/" + kind + "/" + name + "/" + std::to_string(k), v[0], v[1], v[2], v[3]});
-          covered[{name, kind}] += v[2] * v[3];
-          ++k;
-        }
+  // Every kind of every tensor is tiled exactly once: stored somewhere, its
+  // slices pairwise disjoint and adding up to its size (a sum alone would let
+  // an overlap hide a hole of the same size, which read() then leaves unset).
+  for (auto& [name, t] : tensors_) {
+    for (const char* kind : kKinds) {
+      auto kt = t.by_kind.find(kind);
+      if (kt == t.by_kind.end()) bad(std::string(kind) + "/" + name + ": in no file (the tensor is not covered)");
+      std::vector<Stored>& ss = kt->second;
+      std::sort(ss.begin(), ss.end(), [](const Stored& x, const Stored& y) { return x.r0 < y.r0; });
+      int64_t n = 0;
+      for (size_t a = 0; a < ss.size(); ++a) {
+        n += ss[a].nr * ss[a].nc;
+        // Sorted by first row: only the following slices starting above
+        // a's last row can share rows with it.
+        for (size_t b = a + 1; b < ss.size() && ss[b].r0 < ss[a].r0 + ss[a].nr; ++b)
+          if (ss[b].c0 < ss[a].c0 + ss[a].nc && ss[a].c0 < ss[b].c0 + ss[b].nc)
+            bad(std::string(kind) + "/" + name + ": slice " + files_[size_t(ss[a].file)].name + ss[a].dataset +
+                " overlaps " + files_[size_t(ss[b].file)].name + ss[b].dataset);
       }
+      if (n != t.rows * t.cols)
+        bad(std::string(kind) + "/" + name + ": slices hold " + std::to_string(n) + " elements of " +
+            std::to_string(t.rows * t.cols) + " (the tensor is not covered)");
     }
-  }
-  for (const auto& [key, n] : covered) {
-    const Tensor& t = tensors_.at(key.first);
-    if (n != t.rows * t.cols)
-      bad(key.second + "/" + key.first + ": slices hold " + std::to_string(n) + " elements of " +
-          std::to_string(t.rows * t.cols));
   }
   handles_.assign(files_.size(), -1);
 }
@@ -431,7 +397,10 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
     const std::string n = ent.path().filename().string();
     if (n.rfind("step-", 0) != 0 || n.size() <= 5) continue;
     const std::string digits = n.substr(5);
-    if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    // At most 18 digits: any such number fits stoll (a longer name is foreign).
+    if (digits.size() > 18 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
     if (!fs::exists(ent.path() / "manifest.json")) continue;
     found.emplace_back(std::stoll(digits), ent.path().string());
   }

@@ -432,18 +432,20 @@ void check_run_config(const RunConfig& rc) {
 }  // namespace
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return run_config_from_toml_text(path.empty() ? std::string() : read_file(path), path, overrides);
+}
+
+RunConfig run_config_from_toml_text(const std::string& text, const std::string& path,
+                                    const std::vector<std::string>& overrides) {
   toml::table file_root;
   Entries entries;
-  if (!path.empty()) {
-    const std::string text = read_file(path);
-    try {
-      file_root = toml::parse(text, std::string_view(path));
-    } catch (const toml::parse_error& e) {
-      const auto& b = e.source().begin;
-      fail(path, ":", b.line, ":", b.column, ": TOML syntax error: ", e.description());
-    }
-    collect_file(file_root, path, entries);
+  try {
+    file_root = toml::parse(text, std::string_view(path));
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    fail(path, ":", b.line, ":", b.column, ": TOML syntax error: ", e.description());
   }
+  collect_file(file_root, path, entries);
   std::vector<std::unique_ptr<toml::table>> store;
   for (const auto& ov : overrides) collect_override(ov, store, entries);
 

@@ -83,6 +83,11 @@ struct RunConfig {
 RunConfig load_run_config(const std::string& path,
                           const std::vector<std::string>& overrides);
 
+// The same from TOML text already in memory (the effective config a
+// checkpoint manifest records); `source` names it in messages.
+RunConfig run_config_from_toml_text(const std::string& text, const std::string& source,
+                                    const std::vector<std::string>& overrides = {});
+
 // Check cross-field consistency; throws wiola::Error.
 void validate_run_config(const RunConfig& rc);
 

@@ -691,6 +691,9 @@ TrainSummary Trainer::run() {
     std::printf("wiola train: stopped at step %lld on request, checkpoint written; run again to resume "
                 "(exit status %d)\n", (long long)sum.steps, kExitPreempted);
   write_report(sum);
+  // mpirun kills the other ranks as soon as one exits non-zero (75 after a
+  // stop): nobody leaves before rank 0 has written the report.
+  if (s.world.size() > 1) s.world.barrier();
   return sum;
 }
 

@@ -493,6 +493,20 @@ keep = 5
     EXPECT_NE(ctext.find(k), std::string::npos) << k;
 }
 
+// The text a checkpoint manifest records loads like the file it came from,
+// and its errors name the given source.
+TEST_F(RunConfigTest, FromTomlTextMatchesTheFile) {
+  const std::string p = write("t.toml", "[model]\npreset = \"wiola-tiny\"\nd = 32\n[train]\nsteps = 7\n");
+  const RunConfig a = load_run_config(p, {"train.seed=9"});
+  const RunConfig b = run_config_from_toml_text(run_config_to_toml(a), "ckpt/manifest.json (config)");
+  expect_same(a, b);
+  EXPECT_EQ(b.source, "ckpt/manifest.json (config)");
+  EXPECT_CONTAINS(error_of([] { run_config_from_toml_text("[model]\nd = = 1\n", "mf (config)"); }),
+                  "mf (config):2:");
+  EXPECT_CONTAINS(error_of([] { run_config_from_toml_text("[model]\nn_heads = 3\n", "mf (config)"); }),
+                  "mf (config): ");
+}
+
 TEST_F(RunConfigTest, ShippedConfigsLoad) {
   const fs::path configs = fs::path(WIOLA_SOURCE_DIR) / "configs";
   ASSERT_TRUE(fs::is_directory(configs)) << configs;
