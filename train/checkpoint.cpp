@@ -390,7 +390,7 @@ void Reader::read(const std::string& kind, const ParamEntry& e, size_t a, size_t
 }
 
 // ---- finding checkpoints -------------------------------------------------------------
-std::vector<std::string> list_checkpoints(const std::string& dir) {
+std::vector<std::string> list_checkpoints(const std::string& dir, bool incomplete) {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   for (const auto& ent : fs::directory_iterator(dir, ec)) {
@@ -401,7 +401,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
     if (digits.size() > 18 ||
         !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
       continue;
-    if (!fs::exists(ent.path() / "manifest.json")) continue;
+    if (!incomplete && !fs::exists(ent.path() / "manifest.json")) continue;
     found.emplace_back(std::stoll(digits), ent.path().string());
   }
   std::sort(found.begin(), found.end(), [](const auto& x, const auto& y) { return x.first > y.first; });

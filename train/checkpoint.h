@@ -140,9 +140,10 @@ class Reader {
   std::vector<int64_t> handles_;
 };
 
-// The names of complete checkpoint folders under `dir` (a manifest present),
-// newest step first. Temporary folders of interrupted saves are skipped.
-std::vector<std::string> list_checkpoints(const std::string& dir);
+// The checkpoint folders under `dir` (step-N with a manifest; with
+// `incomplete`, also step-N folders that lack one), newest step first.
+// Temporary folders of interrupted saves are never listed.
+std::vector<std::string> list_checkpoints(const std::string& dir, bool incomplete = false);
 
 // A checkpoint argument: a checkpoint folder itself, or a checkpoint
 // directory (its `latest`, else its newest complete checkpoint). Throws

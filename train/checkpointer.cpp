@@ -149,7 +149,11 @@ void Checkpointer::verify_everywhere(ckpt::Reader& r, std::vector<std::string>& 
 std::string Checkpointer::find_resume() {
   dist::Comm& w = grid_.world();
   const bool root = w.rank() == 0;
-  const std::vector<std::string> candidates = root ? ckpt::list_checkpoints(dir_) : std::vector<std::string>{};
+  // Step folders without a manifest are candidates too: a save never leaves
+  // one (the manifest is written before the rename), so it is damage, and
+  // it must be reported, not silently skipped.
+  const std::vector<std::string> candidates =
+      root ? ckpt::list_checkpoints(dir_, true) : std::vector<std::string>{};
   std::vector<std::string> damaged;
   for (size_t i = 0;; ++i) {
     const std::string cand = agree_string(root && i < candidates.size() ? candidates[i] : "");
@@ -200,6 +204,8 @@ void Checkpointer::check_identity(const ckpt::Reader& r, bool weights_only) cons
   if (weights_only) diff_into(saved.at("model"), identity_.at("model"), "model.", diffs);
   else diff_into(saved, identity_, "", diffs);
   if (diffs.empty()) return;
+  // Every rank meets the same difference; rank 0 reports it.
+  if (grid_.world_rank() != 0) throw dist::SetupFailed();
   std::string list;
   for (const auto& d : diffs) list += (list.empty() ? "" : "; ") + d;
   if (weights_only)
@@ -252,6 +258,16 @@ ResumeState Checkpointer::resume(const std::string& folder) {
 
 void Checkpointer::load_weights(const std::string& checkpoint) {
   ckpt::Reader r(ckpt::resolve_checkpoint(checkpoint));
+  std::vector<std::string> problems;
+  verify_everywhere(r, problems);  // problems on rank 0 only
+  int64_t n = int64_t(problems.size());
+  if (grid_.world().size() > 1) grid_.world().broadcast(&n, 1, 0);
+  if (n > 0) {
+    if (grid_.world_rank() != 0) throw dist::SetupFailed();
+    std::string all;
+    for (const auto& p : problems) all += (all.empty() ? "" : "; ") + p;
+    fail("checkpoint.init_from: checkpoint '", r.folder(), "' is damaged (", all, ")");
+  }
   check_identity(r, true);
   read_params(r);
   adam_.reload_master();
@@ -437,15 +453,19 @@ void Checkpointer::commit() {
   }
 }
 
+// Keeps the `keep` newest checkpoints up to the one just committed (a later
+// step can only be a damaged checkpoint resume fell back past: it is neither
+// counted nor deleted here) plus the multiples of keep_every.
 void Checkpointer::prune() const {
-  const auto all = ckpt::list_checkpoints(dir_);  // newest first
   const int keep = rc_.checkpoint.keep, every = rc_.checkpoint.keep_every;
-  for (size_t i = size_t(keep); i < all.size(); ++i) {
-    const std::string name = fs::path(all[i]).filename().string();
-    const int64_t step = std::stoll(name.substr(5));
+  int kept = 0;
+  for (const std::string& path : ckpt::list_checkpoints(dir_)) {  // newest first
+    const int64_t step = std::stoll(fs::path(path).filename().string().substr(5));
+    if (step > saving_.step) continue;
+    if (kept < keep) { ++kept; continue; }
     if (every > 0 && step % every == 0) continue;
     std::error_code ec;
-    fs::remove_all(all[i], ec);
+    fs::remove_all(path, ec);
   }
 }
 

@@ -256,7 +256,15 @@ void Trainer::State::check_and_open_data() {
     for (const auto& [step, path] : opt.dumps)
       WIOLA_CHECK(step >= 1 && step <= budget.last_step, "--dump-step ", step, ":", path,
                   ": step outside 1..", budget.last_step);
-    if (!rc.checkpoint.dir.empty() && world.rank() == 0) Checkpointer::prepare_dir(rc.checkpoint.dir);
+    if (!rc.checkpoint.dir.empty() && world.rank() == 0) {
+      Checkpointer::prepare_dir(rc.checkpoint.dir);
+      // A fresh run beside another run's checkpoints would mix the two (a
+      // later resume takes the newest step, whichever run wrote it).
+      const auto there = ckpt::list_checkpoints(rc.checkpoint.dir, true);
+      WIOLA_CHECK(rc.checkpoint.resume || there.empty(), "checkpoint.resume = false, but checkpoint.dir '",
+                  rc.checkpoint.dir, "' already holds checkpoints (", there.front(),
+                  "...); use an empty directory, or move them away");
+    }
     if (!rc.checkpoint.init_from.empty()) (void)ckpt::resolve_checkpoint(rc.checkpoint.init_from);
     if (rc.train.eval_every > 0)
       val = std::make_unique<TokenLoader>(rc.data.path, "val", T, B * par.dp, me.dp, par.dp, data_seed,
@@ -637,6 +645,7 @@ void Trainer::log_step(int64_t t, const StepOutcome& out, bool evaluated) {
   nlohmann::json j = {{"step", t}, {"loss", out.loss}, {"lr", out.lr}, {"grad_norm", out.grad_norm},
                       {"tokens", s.progress.tokens}, {"tokens_per_s", tps}, {"step_ms", out.seconds * 1e3},
                       {"skipped", s.progress.skipped}};
+  if (s.ckpt) j["checkpoint_ms"] = out.checkpoint_seconds * 1e3;
   if (!std::isfinite(out.loss)) j["loss"] = nullptr;
   if (!std::isfinite(out.grad_norm)) j["grad_norm"] = nullptr;
   if (evaluated) j["val_loss"] = s.last_val;
@@ -677,8 +686,12 @@ TrainSummary Trainer::run() {
     const bool eval_now = s.val && (t % s.rc.train.eval_every == 0 || t == s.budget.last_step);
     if (t == s.budget.last_step) s.atm_stats = s.model->atm_stats();  // before eval (ATM off)
     if (eval_now) s.last_val = sum.val_loss = evaluate();
-    log_step(t, out, eval_now);
-    if (after_step(t)) {
+    const auto tc = Clock::now();
+    const bool stop = after_step(t);
+    StepOutcome logged = out;
+    logged.checkpoint_seconds = seconds_since(tc);
+    log_step(t, logged, eval_now);
+    if (stop) {
       sum.stopped = true;
       break;
     }
@@ -724,7 +737,7 @@ bool Trainer::after_step(int64_t t) {
   if (s.root() && !s.opt.quiet && (stop || t == s.budget.last_step))
     std::printf("checkpoint step %lld written to %s (%.2f s)\n", (long long)t, s.rc.checkpoint.dir.c_str(),
                 ck.last_save_seconds());
-  return stop;
+  return stop && t < s.budget.last_step;  // a stop at the last step is just the end
 }
 
 void Trainer::write_report(const TrainSummary& sum) {

@@ -77,6 +77,7 @@ struct TrainProgress {
 // What one step reports.
 struct StepOutcome {
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  double checkpoint_seconds = 0;  // the loop's wait for checkpoint work after the step
   int64_t adam_step = 0;  // AdamW bias-correction step of this update (applied steps + 1)
   bool skipped = false;
 };

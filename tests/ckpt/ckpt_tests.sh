@@ -1,0 +1,461 @@
+#!/usr/bin/env bash
+# Checkpoints with bad input, damage, signals and kill -9 (train/checkpointer.h).
+#
+#   ckpt_tests.sh setup WIOLA WORK   shards (300 kB of Brown), a second shard set
+#                                    from the next 300 kB, one made with a
+#                                    byte-different tokenizer.json; the
+#                                    uninterrupted reference runs ref1 (single
+#                                    process) and ref2 (dp=2 on 2 ranks): 8
+#                                    steps, a checkpoint every 2, all kept
+#   ckpt_tests.sh CASE WIOLA WORK    one case (the list: `grep '^case_' $0`)
+#
+# Exit status 0: the case holds; 1: it does not (the reason on stderr);
+# 77: skipped (the reason on stdout), e.g. mount not permitted.
+# Environment: MPIEXEC, WIOLA_PYTHON (python with h5py), and the Open MPI
+# settings of WIOLA_MPI_ENV (tests/CMakeLists.txt).
+set -uo pipefail
+what=$1; wiola=$2; work=$3
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+python=${WIOLA_PYTHON:-/usr/bin/python3}
+mpiexec=${MPIEXEC:-mpiexec}
+compare=("$python" "$root/scripts/ckpt_compare.py")
+shards=$work/shards
+steps=8
+common=(--set model.preset=wiola-tiny --set model.vocab_size=32000 --set train.micro_batch=2
+        --set train.grad_accum=4 --set train.threads=1 --set "train.steps=$steps"
+        --set "data.path=$shards/manifest.json" --set checkpoint.every=2 --set checkpoint.keep=10 -q)
+dp2=(--set parallel.dp=2 --set train.grad_accum=2)
+limit=120  # seconds per wiola command: a hang fails the case
+
+fail() { echo "FAIL: $what: $*" >&2; exit 1; }
+skip() { echo "SKIP: $what: $*"; exit 77; }
+note() { echo "$what: $*"; }
+# train1 ARGS: single process; train2 ARGS: 2 ranks, dp=2 (same global batch).
+train1() { timeout -k 5 "$limit" "$wiola" train "${common[@]}" "$@"; }
+train2() { timeout -k 5 "$limit" "$mpiexec" -n 2 --bind-to none "$wiola" train "${common[@]}" "${dp2[@]}" "$@"; }
+# where DIR: run dir and checkpoint dir under DIR.
+where() { echo --set "train.run_dir=$1/run" --set "checkpoint.dir=$1/ck"; }
+step_dir() { printf '%s/step-%08d' "$1" "$2"; }
+
+# expect_fail NAME REGEX CMD...: CMD exits non-zero (not by timeout) and its
+# stderr matches REGEX; NAME.out / NAME.err are kept in the case folder.
+expect_fail() {
+  local name=$1 regex=$2; shift 2
+  "$@" > "$t/$name.out" 2> "$t/$name.err"
+  local rc=$?
+  sed "s/^/  [$name stderr] /" "$t/$name.err" >&2
+  [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "$name: timed out (hang)"
+  [ "$rc" -ne 0 ] || fail "$name: exit status 0, expected an error"
+  grep -Eq -- "$regex" "$t/$name.err" || fail "$name: stderr does not match: $regex"
+}
+# one_error FILE: exactly one error line (single process: the whole of stderr;
+# under mpirun: one "rank R: ..." line besides Open MPI's abort banner).
+one_error() {
+  local n
+  n=$(grep -cE '^(wiola train: error: |rank [0-9]+: )' "$1")
+  [ "$n" -eq 1 ] || fail "$(basename "$1"): $n error lines, expected one"
+}
+# same_error FILE: at least one error line, and every rank's is the same
+# message (a refusal every rank meets is today reported by each of them:
+# see case_refuse_reported_once).
+same_error() {
+  local n; n=$(grep -E '^(wiola train: error: |rank [0-9]+: )' "$1" | sed -E 's/^rank [0-9]+: //' | sort -u | wc -l)
+  [ "$n" -eq 1 ] || fail "$(basename "$1"): $n different error messages, expected one"
+}
+one_line() { [ "$(wc -l < "$1")" -eq 1 ] || fail "$(basename "$1"): $(wc -l < "$1") lines on stderr, expected one"; }
+# expect_ok NAME CMD...: CMD exits 0.
+expect_ok() {
+  local name=$1; shift
+  "$@" > "$t/$name.out" 2> "$t/$name.err"
+  local rc=$?
+  [ "$rc" -eq 0 ] || { cat "$t/$name.err" >&2; fail "$name: exit status $rc"; }
+}
+# A listing of a checkpoint dir (names, sizes, checksums) to show nothing changed.
+listing() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 md5sum); }
+# same_as_ref RUN REF: metrics 1..steps once each with REF's losses, and the
+# final checkpoint bit for bit REF's.
+same_as_ref() {
+  "${compare[@]}" metrics "$1/run" "$2/run" "$steps" || fail "metrics.jsonl differs from the uninterrupted run's"
+  "${compare[@]}" tensors "$(step_dir "$2/ck" $steps)" "$(step_dir "$1/ck" $steps)" ||
+    fail "the final checkpoint differs from the uninterrupted run's"
+}
+# after_step7 REF DEST: DEST looks like REF's run killed during step 8:
+# checkpoints 2, 4, 6 (latest 6) and metrics of steps 1..7.
+after_step7() {
+  mkdir -p "$2/ck" "$2/run"
+  for s in 2 4 6; do cp -a "$(step_dir "$1/ck" $s)" "$2/ck/"; done
+  echo step-00000006 > "$2/ck/latest"
+  head -n 7 "$1/run/metrics.jsonl" > "$2/run/metrics.jsonl"
+}
+# job_of PID: the job under PID (a background function: bash, timeout, then
+# wiola or mpirun), the process to signal.
+descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
+job_of() {
+  local p
+  for p in $(descendants "$1"); do
+    case $(cat "/proc/$p/comm" 2>/dev/null) in timeout|bash|"") ;; *) echo "$p"; return 0 ;; esac
+  done
+  fail "no job under pid $1"
+}
+# lines FILE: its line count (0 when absent).
+lines() { if [ -f "$1" ]; then wc -l < "$1"; else echo 0; fi; }
+wait_lines() {  # wait_lines FILE N PID: until FILE has N lines (fails if PID ends first)
+  local i
+  for i in $(seq 1200); do
+    [ "$(lines "$1")" -ge "$2" ] && return 0
+    kill -0 "$3" 2>/dev/null || fail "the run ended before step $2"
+    sleep 0.05
+  done
+  fail "no step $2 after 60 s"
+}
+
+# unmount_under DIR: this script's tmpfs mounts left under DIR by a case that
+# was killed before its trap ran.
+unmount_under() {
+  local m
+  for m in $(findmnt -rn -o TARGET 2>/dev/null | grep -F "$1/" | sort -r); do umount "$m" 2>/dev/null; done
+}
+
+# ---- fixture --------------------------------------------------------------------
+if [ "$what" = setup ]; then
+  unmount_under "$work"
+  rm -rf "$work"; mkdir -p "$work"
+  xz -dc "$root/data/brown/brown.txt.xz" > "$work/full.txt"
+  head -c 300000 "$work/full.txt" > "$work/brown.txt"
+  tail -c +300001 "$work/full.txt" | head -c 300000 > "$work/other.txt"
+  rm "$work/full.txt"
+  tok=$root/data/wiola360m/tokenizer.json
+  # The same tokenizer, one byte longer: another sha256, the same tokens.
+  { cat "$tok"; echo; } > "$work/tokenizer-edited.json"
+  prep() { "$wiola" prep --no-progress --tokenizer "$1" --output "$2" "$3" > "$2.log" 2>&1 || { cat "$2.log"; exit 1; }; }
+  prep "$tok" "$shards" "$work/brown.txt"
+  prep "$tok" "$work/shards_other" "$work/other.txt"
+  prep "$work/tokenizer-edited.json" "$work/shards_tok" "$work/brown.txt"
+  t=$work
+  # shellcheck disable=SC2046
+  expect_ok ref1 train1 $(where "$work/ref1")
+  # shellcheck disable=SC2046
+  expect_ok ref2 train2 $(where "$work/ref2")
+  ls "$work/ref1/ck" "$work/ref2/ck"
+  exit 0
+fi
+
+t=$work/$what
+unmount_under "$t"
+rm -rf "$t"; mkdir -p "$t"
+ref1=$work/ref1 ref2=$work/ref2
+[ -f "$(step_dir "$ref2/ck" $steps)/manifest.json" ] || fail "no fixture in $work (run the setup first)"
+
+# ---- resume refused when the identity changed ------------------------------------
+# A copy of the reference's newest checkpoint; the refusal names the key,
+# leaves the checkpoint untouched and trains nothing.
+refused() {  # refused NAME REGEX TRAINFN ARGS...
+  local name=$1 regex=$2 fn=$3; shift 3
+  rm -rf "${t:?}/$name"; mkdir -p "$t/$name/ck"
+  cp -a "$(step_dir "$ref1/ck" $steps)" "$t/$name/ck/"
+  local before; before=$(listing "$t/$name/ck")
+  # shellcheck disable=SC2046
+  expect_fail "$name" "$regex" "$fn" $(where "$t/$name") "$@"
+  if [ "$fn" = train1 ] || [ "${STRICT_ONCE:-0}" = 1 ]; then one_error "$t/$name.err"; else same_error "$t/$name.err"; fi
+  [ "$fn" = train1 ] && one_line "$t/$name.err"
+  [ "$(listing "$t/$name/ck")" = "$before" ] || fail "$name: the checkpoint dir changed"
+  [ ! -e "$t/$name/run/metrics.jsonl" ] || fail "$name: metrics.jsonl written: it trained"
+  note "$name refused as expected"
+}
+cannot="cannot resume from '.*step-0000000$steps': "
+case_refuse_model() {
+  refused d "^wiola train: error: ${cannot}model\\.d = 64 in the checkpoint, 96 in this run\\. These may not change" \
+    train1 --set model.d=96
+  refused layers "^wiola train: error: ${cannot}model\\.n_layers = 6 in the checkpoint, 4 in this run\\." \
+    train1 --set model.n_layers=4
+}
+case_refuse_batch() {  # under mpirun (every rank reports it today: see case_refuse_reported_once)
+  refused batch "^(rank [01]|wiola train: error): ${cannot}global_batch = 8 in the checkpoint, 4 in this run\\." \
+    train2 --set train.grad_accum=1
+}
+case_refuse_seed() {
+  refused seed "^wiola train: error: ${cannot}.*train\\.seed = 1234 in the checkpoint, 7 in this run" \
+    train1 --set train.seed=7
+}
+case_refuse_data() {
+  refused data "^wiola train: error: ${cannot}.*data\\.train_tokens = [0-9]+ in the checkpoint, [0-9]+ in this run" \
+    train1 --set "data.path=$work/shards_other/manifest.json"
+}
+case_refuse_tokenizer() {
+  refused tokenizer "^wiola train: error: ${cannot}data\\.tokenizer_sha256 = \"[0-9a-f]{64}\" in the checkpoint, \"[0-9a-f]{64}\" in this run\\." \
+    train1 --set "data.path=$work/shards_tok/manifest.json"
+}
+
+# ---- the newest checkpoint damaged: warning, the previous one, same result ------
+# 2 ranks (dp=2, ZeRO: each rank writes half): rank 1's file is verified by
+# rank 1. The run was killed during step 8; step 6 is damaged.
+damaged() {  # damaged PROBLEM_REGEX DAMAGE_COMMAND...
+  local regex=$1; shift
+  after_step7 "$ref2" "$t"
+  ( cd "$(step_dir "$t/ck" 6)" && "$@" ) || fail "could not damage the checkpoint"
+  # shellcheck disable=SC2046
+  expect_ok resume train2 $(where "$t")
+  cat "$t/resume.err"
+  grep -Eq "^wiola train: warning: checkpoint .*/step-00000006 is damaged \\($regex\\); trying an older one" \
+    "$t/resume.err" || fail "no 'is damaged' warning matching: $regex"
+  [ "$(grep -c 'is damaged' "$t/resume.err")" -eq 1 ] || fail "expected one warning"
+  grep -q "^wiola train: resuming from .*/step-00000004 (step 4," "$t/resume.out" ||
+    fail "did not resume from step 4: $(grep resuming "$t/resume.out")"
+  same_as_ref "$t" "$ref2"
+}
+flip_byte() {  # flip_byte FILE OFFSET
+  local b; b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+  printf "$(printf '\\%03o' $(( b ^ 0xff )))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+case_damaged_truncated() {
+  damaged "rank-00001\\.h5: 4096 bytes, the manifest says [0-9]+ \\(truncated or replaced\\)" truncate -s 4096 rank-00001.h5
+}
+case_damaged_bitflip() {
+  damaged "rank-00001\\.h5: checksum mismatch \\(corrupt\\)" flip_byte rank-00001.h5 5000000
+}
+case_damaged_missing_rank() {
+  damaged "rank-00000\\.h5: missing" rm rank-00000.h5
+}
+case_damaged_manifest() {
+  # The manifest's size of rank 1's file off by one.
+  damaged "rank-00001\\.h5: [0-9]+ bytes, the manifest says [0-9]+ \\(truncated or replaced\\)" \
+    "$python" -c '
+import json
+m = json.load(open("manifest.json"))
+f = [f for f in m["files"] if f["name"] == "rank-00001.h5"][0]
+f["bytes"] += 1
+json.dump(m, open("manifest.json", "w"), indent=1)'
+}
+
+# ---- every checkpoint damaged: an error, nothing deleted ---------------------------
+case_all_damaged() {
+  after_step7 "$ref2" "$t"
+  truncate -s 100 "$(step_dir "$t/ck" 6)/rank-00000.h5"
+  flip_byte "$(step_dir "$t/ck" 4)/rank-00001.h5" 1000
+  rm "$(step_dir "$t/ck" 2)/rank-00001.h5"
+  local before; before=$(listing "$t/ck")
+  # shellcheck disable=SC2046
+  expect_fail resume "^(rank 0|wiola train: error): checkpoint\\.dir '.*/ck' holds checkpoints but none is sound \\(see the warnings above\\); nothing was deleted" \
+    train2 $(where "$t")
+  one_error "$t/resume.err"
+  [ "$(grep -c 'is damaged' "$t/resume.err")" -eq 3 ] || fail "expected 3 'is damaged' warnings"
+  [ "$(listing "$t/ck")" = "$before" ] || fail "the checkpoint dir changed"
+  [ "$(lines "$t/run/metrics.jsonl")" -eq 7 ] || fail "metrics.jsonl changed"
+  note "refused, all 3 damaged checkpoints still there"
+}
+
+# ---- checkpoint.dir unusable: one error before training ----------------------------
+case_dir_is_file() {
+  echo "not a directory" > "$t/file"
+  expect_fail file "^wiola train: error: checkpoint\\.dir '$t/file': cannot create: Not a directory" \
+    train1 --set "checkpoint.dir=$t/file" --set "train.run_dir=$t/run"
+  one_line "$t/file.err"
+  expect_fail under "^wiola train: error: checkpoint\\.dir '$t/file/ck': cannot create: Not a directory" \
+    train1 --set "checkpoint.dir=$t/file/ck" --set "train.run_dir=$t/run"
+  one_line "$t/under.err"
+  [ ! -e "$t/run" ] || fail "the run started (its run_dir exists)"
+  [ "$(cat "$t/file")" = "not a directory" ] || fail "the file changed"
+}
+case_dir_readonly() {
+  mkdir -p "$t/ro"
+  if [ "$(id -u)" = 0 ]; then
+    # chmod does not stop root: a read-only tmpfs does.
+    mount -t tmpfs -o ro,size=1m tmpfs "$t/ro" 2>"$t/mount.err" ||
+      skip "root cannot mount a read-only tmpfs here ($(cat "$t/mount.err")); chmod does not stop root"
+    trap 'umount "$t/ro"' EXIT
+  else
+    chmod 555 "$t/ro"
+  fi
+  expect_fail ro "^wiola train: error: checkpoint\\.dir '$t/ro' is not writable \\(.*(Read-only file system|Permission denied)\\)" \
+    train1 --set "checkpoint.dir=$t/ro" --set "train.run_dir=$t/run"
+  one_line "$t/ro.err"
+  expect_fail ro_sub "^wiola train: error: checkpoint\\.dir '$t/ro/ck': cannot create: (Read-only file system|Permission denied)" \
+    train1 --set "checkpoint.dir=$t/ro/ck" --set "train.run_dir=$t/run"
+  one_line "$t/ro_sub.err"
+  [ ! -e "$t/run" ] || fail "the run started (its run_dir exists)"
+}
+
+# ---- the disk fills up: an error naming the path, earlier checkpoints intact ------
+disk_full() {  # disk_full TRAINFN REF
+  local fn=$1 ref=$2
+  [ "$(id -u)" = 0 ] || skip "mounting a small tmpfs needs root"
+  mkdir -p "$t/disk"
+  # Room for 2.5 checkpoints: steps 2 and 4 fit, step 6 does not.
+  local one; one=$(du -sb "$(step_dir "$ref/ck" 2)" | cut -f1)
+  mount -t tmpfs -o size=$(( one * 5 / 2 )) tmpfs "$t/disk" 2>"$t/mount.err" ||
+    skip "mount -t tmpfs is not permitted here: $(cat "$t/mount.err")"
+  trap 'umount "$t/disk"' EXIT
+  expect_fail full "^(wiola train: error|rank [01]): $t/disk/ck/\\.tmp-step-00000006/rank-0000[01]\\.h5\\.tmp: HDF5 failed at .*\\(disk full or not writable\\?\\)" \
+    "$fn" --set "checkpoint.dir=$t/disk/ck" --set "train.run_dir=$t/run"
+  if [ "$fn" = train1 ]; then
+    one_line "$t/full.err"
+  else
+    # Every rank whose write fails says so, each naming its own file.
+    local bad; bad=$(grep -E '^rank [0-9]+: ' "$t/full.err" | grep -vEc "^rank ([01]): $t/disk/ck/\\.tmp-step-00000006/rank-0000\\1\\.h5\\.tmp: HDF5 failed at .*disk full")
+    [ "$bad" -eq 0 ] || fail "an error line that does not name its rank's file"
+  fi
+  ls -a "$t/disk/ck"
+  for s in 2 4; do
+    "${compare[@]}" verify "$(step_dir "$t/disk/ck" $s)" || fail "checkpoint $s damaged"
+    "${compare[@]}" tensors "$(step_dir "$ref/ck" $s)" "$(step_dir "$t/disk/ck" $s)" || fail "checkpoint $s differs"
+  done
+  [ "$(cat "$t/disk/ck/latest")" = step-00000004 ] || fail "latest is not step 4"
+  [ ! -e "$(step_dir "$t/disk/ck" 6)" ] || fail "a step-6 checkpoint was committed"
+}
+case_disk_full() { disk_full train1 "$ref1"; }
+case_disk_full_mpirun() { disk_full train2 "$ref2"; }
+
+# ---- checkpoint.init_from (weights only) --------------------------------------------
+case_init_from_other_model() {
+  expect_fail other "^wiola train: error: checkpoint '.*/ref1/ck/step-0000000$steps' is of another model: model\\.d = 64 in the checkpoint, 96 in this run" \
+    train1 --set "checkpoint.init_from=$ref1/ck" --set model.d=96 --set "train.run_dir=$t/run"
+  one_line "$t/other.err"
+}
+case_init_from() {
+  # Another seed and batch are fine for a weights-only start; the model is not.
+  expect_ok tune train1 --set "checkpoint.init_from=$ref1/ck" --set train.steps=2 --set "train.run_dir=$t/run"
+  grep -q "^wiola train: weights from .*/ref1/ck/step-0000000$steps (new optimizer state" "$t/tune.out" ||
+    fail "no 'weights from' line"
+  "$python" - "$t/run/metrics.jsonl" "$ref1/run/metrics.jsonl" <<'EOF' || fail "first loss not lower than a fresh run's"
+import json, sys
+tuned = [json.loads(l) for l in open(sys.argv[1])]
+fresh = [json.loads(l) for l in open(sys.argv[2])]
+assert [r["step"] for r in tuned] == [1, 2], f"steps {[r['step'] for r in tuned]}, expected 1, 2"
+a, b = tuned[0]["loss"], fresh[0]["loss"]
+print(f"first loss: {a} from the checkpoint's weights, {b} fresh (same first batch)")
+assert a < b - 0.05, "the checkpoint's weights were not used"
+EOF
+}
+
+# ---- SIGUSR1: stop at a checkpoint, exit 75, resume ---------------------------------
+stop_and_resume() {  # stop_and_resume REF TRAINFN: signal the PID that TRAINFN's job runs as
+  local ref=$1 fn=$2
+  # shellcheck disable=SC2046
+  $fn $(where "$t") > "$t/stop.out" 2> "$t/stop.err" &
+  local pid=$!
+  wait_lines "$t/run/metrics.jsonl" 3 "$pid"
+  local job; job=$(job_of "$pid")
+  note "SIGUSR1 to pid $job ($(cat "/proc/$job/comm")) after step $(lines "$t/run/metrics.jsonl")"
+  kill -USR1 "$job"
+  wait "$pid"; local rc=$?
+  cat "$t/stop.out" "$t/stop.err"
+  [ "$rc" -eq 75 ] || fail "exit status $rc after SIGUSR1, expected 75"
+  local n; n=$(sed -n 's/^wiola train: stopped at step \([0-9]*\) on request.*exit status 75)$/\1/p' "$t/stop.out")
+  [ -n "$n" ] || fail "no 'stopped at step N' line"
+  [ "$n" -ge 3 ] && [ "$n" -lt $steps ] || fail "stopped at step $n"
+  [ "$(lines "$t/run/metrics.jsonl")" -eq "$n" ] || fail "metrics.jsonl holds $(lines "$t/run/metrics.jsonl") steps, stopped at $n"
+  [ "$(cat "$t/ck/latest")" = "$(basename "$(step_dir "$t/ck" "$n")")" ] || fail "latest is not step $n"
+  "${compare[@]}" verify "$(step_dir "$t/ck" "$n")" || fail "the checkpoint of step $n is not sound"
+  # shellcheck disable=SC2046
+  expect_ok resume "$fn" $(where "$t")
+  grep -q "^wiola train: resuming from .*/step-$(printf %08d "$n") (step $n," "$t/resume.out" || fail "did not resume from step $n"
+  same_as_ref "$t" "$ref"
+}
+case_sigusr1_single() { stop_and_resume "$ref1" train1; }
+case_sigusr1_mpirun() {
+  stop_and_resume "$ref2" train2
+  grep -q "Forwarding signal 10" "$t/stop.err" && note "mpirun forwarded SIGUSR1 to the ranks"
+  return 0
+}
+
+# ---- kill -9 and resume: metrics.jsonl holds each step once -------------------------
+case_kill9_metrics() {
+  # shellcheck disable=SC2046
+  train1 $(where "$t") > "$t/killed.out" 2> "$t/killed.err" &
+  local pid=$!
+  wait_lines "$t/run/metrics.jsonl" 5 "$pid"
+  kill -9 "$(job_of "$pid")"
+  wait "$pid"
+  local logged; logged=$(lines "$t/run/metrics.jsonl")
+  # A line torn by the kill (as if it came mid-write).
+  printf '{"grad_norm":1.0,"loss":9.9,"lr":0' >> "$t/run/metrics.jsonl"
+  local latest; latest=$(sed 's/^step-0*//' "$t/ck/latest")
+  note "killed after step $logged was logged; latest checkpoint: step $latest"
+  [ "$logged" -gt "$latest" ] || fail "nothing to cut back (logged $logged, checkpoint $latest)"
+  # shellcheck disable=SC2046
+  expect_ok resume train1 $(where "$t")
+  grep -q "^wiola train: resuming from .*(step $latest," "$t/resume.out" || fail "did not resume from step $latest"
+  same_as_ref "$t" "$ref1"
+}
+
+# ---- problems found by these tests, fixed (prune, init_from verification, one
+# report per refusal, step folders without a manifest); the last is a known gap
+# (registered DISABLED) ----------------
+case_prune_keeps_new() {
+  # A damaged checkpoint of a later step than the one resumed from counts
+  # among the `keep` newest: with keep = 1 the checkpoints this run writes
+  # are pruned as soon as they are committed, and `latest` dangles.
+  after_step7 "$ref1" "$t"
+  cp -a "$(step_dir "$ref1/ck" 8)" "$t/ck/"
+  truncate -s 100 "$(step_dir "$t/ck" 8)/rank-00000.h5" "$(step_dir "$t/ck" 6)/rank-00000.h5"
+  # shellcheck disable=SC2046
+  expect_ok resume train1 $(where "$t") --set checkpoint.keep=1 --set train.max_steps=7
+  local l; l=$(cat "$t/ck/latest")
+  ls "$t/ck"
+  [ -f "$t/ck/$l/manifest.json" ] || fail "latest names $l, which was pruned"
+}
+case_fresh_in_used_dir() {
+  # checkpoint.resume = false in a dir holding checkpoints would mix two runs
+  # (a later resume takes the newest step, whichever run wrote it): refused
+  # before training, with one message, and nothing in the dir changes.
+  after_step7 "$ref1" "$t"
+  local before; before=$(listing "$t/ck")
+  # shellcheck disable=SC2046
+  expect_fail fresh "^wiola train: error: checkpoint.resume = false, but checkpoint.dir .* already holds checkpoints" \
+    train1 $(where "$t") --set checkpoint.resume=false --set train.max_steps=3
+  one_line "$t/fresh.err"
+  [ "$(listing "$t/ck")" = "$before" ] || fail "the checkpoint dir changed"
+}
+case_init_from_damaged() {
+  # checkpoint.init_from loads without verifying the files: a corrupt value
+  # in a parameter is loaded silently (resume refuses the same checkpoint).
+  mkdir -p "$t/ck"
+  cp -a "$(step_dir "$ref1/ck" 8)" "$t/ck/"
+  local f; f=$(step_dir "$t/ck" 8)/rank-00000.h5
+  local off; off=$("$python" -c "import h5py; print(h5py.File('$f', 'r')['/param/model.norm.weight/0'].id.get_offset())")
+  printf '\x00\x00\x80\x40' | dd of="$f" bs=1 seek="$off" conv=notrunc status=none
+  expect_fail tune "checkpoint .*step-00000008.*(damaged|corrupt|checksum)" \
+    train1 --set "checkpoint.init_from=$t/ck" --set train.steps=2 --set "train.run_dir=$t/run"
+}
+case_damaged_no_manifest() {
+  # A step folder without its manifest.json is skipped silently (not counted
+  # as damaged): with no other checkpoint the run starts over at step 1
+  # without a word; here it should warn and resume from step 4.
+  damaged ".*manifest\\.json.*" rm manifest.json
+}
+case_refuse_reported_once() {
+  # Every rank reads the manifest and meets the identity mismatch, and each
+  # reports it ("rank 0: cannot resume...", "rank 1: cannot resume...", as
+  # many as get to print before MPI_Abort); a setup error should be reported
+  # once (dist/agree.h).
+  STRICT_ONCE=1
+  for i in 1 2 3; do
+    refused "batch$i" "^(rank 0|wiola train: error): ${cannot}global_batch = 8 in the checkpoint, 4 in this run\\." \
+      train2 --set train.grad_accum=1
+  done
+}
+case_refuse_data_reordered() {
+  # The data identity is (tokenizer, token count, document count): the same
+  # documents in another order are accepted on resume.
+  "$python" - "$work/brown.txt" "$t/swapped.txt" <<'EOF'
+import sys
+docs = open(sys.argv[1]).read().split("\n\n")
+docs[0], docs[1] = docs[1], docs[0]
+open(sys.argv[2], "w").write("\n\n".join(docs))
+EOF
+  "$wiola" prep --no-progress --tokenizer "$root/data/wiola360m/tokenizer.json" --output "$t/shards" \
+    "$t/swapped.txt" > /dev/null || fail "prep failed"
+  refused reordered "^wiola train: error: ${cannot}data\\." train1 --set "data.path=$t/shards/manifest.json"
+}
+
+fn=case_$what
+declare -F "$fn" > /dev/null || { echo "ckpt_tests.sh: unknown case '$what'" >&2; exit 2; }
+start=$SECONDS
+"$fn"
+echo "OK: $what ($((SECONDS - start)) s)"
+# The case's checkpoints are big (30 MB each): kept only when it fails.
+trap - EXIT
+unmount_under "$t"
+[ "$(findmnt -rn -o TARGET | grep -cF "$t")" -eq 0 ] && rm -rf "$t"
+exit 0
