@@ -228,8 +228,9 @@ ResumeState Checkpointer::resume(const std::string& folder) {
   read_params(r);
   // The moments of the ranges this rank's optimizer holds in the new layout.
   const ParamLayout& lay = model_.layout();
-  std::vector<float> m, v;
-  adam_.download_owned(m, v);  // sizes the buffers
+  size_t owned_total = 0;
+  for (const auto& rg : adam_.owned_ranges()) owned_total += rg.size;
+  std::vector<float> m(owned_total), v(owned_total);  // overwritten whole below
   size_t pos = 0;
   for (const auto& rg : adam_.owned_ranges()) {
     for (const ParamEntry& e : lay.entries()) {
