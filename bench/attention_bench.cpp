@@ -1,10 +1,17 @@
 // Micro-benchmark of the CPU self-attention kernels (forward, backward) in
-// float, with cblas_sgemm 512^3 in the same run for scale. FLOPs: forward
-// 4*B*H*dh per visible (query, key) pair, backward 2.5x the forward.
-// Run e.g.  OMP_NUM_THREADS=2 build/bench/attention_bench
+// float, with cblas_sgemm 512^3 in the same run for scale, and
+// BM_attention_*_gemms: the same threads making exactly the BLAS calls the
+// kernels make (same shapes, same count, no softmax), i.e. the rate the
+// kernels would reach if the row softmax and packing were free. FLOPs (all
+// rows): forward 4*B*H*dh per visible (query, key) pair, backward 2.5x the
+// forward (the GEMMs compute a little more: each block's keys up to its last
+// row).  Run e.g.  OMP_NUM_THREADS=2 build/bench/attention_bench
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <omp.h>
+
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -91,6 +98,55 @@ void BM_attention_bwd(benchmark::State& st) {
       benchmark::Counter::kIs1000);
 }
 
+// The BLAS calls of the kernels for plain causal attention (attention.cpp):
+// per (b, group, query block) R = rep*nq stacked rows against the key
+// prefix kmax; forward QK^T and PV, backward QK^T, dO V^T, P^T dO, dS^T Q, dS K.
+void attention_gemms(const wiola::AttnShape& s, bool backward, const float* q,
+                     const float* k, float* scratch_s, float* scratch_o) {
+  const int BQ = backward && s.Tk >= wiola::cpu::kAttnLongKeys ? wiola::cpu::kAttnBlockQLong
+                                                                : wiola::cpu::kAttnBlockQ;
+  const int rep = s.H / s.Hkv, n_qt = (s.Tq + BQ - 1) / BQ, dh = s.dh;
+  const long items = long(s.B) * s.Hkv * n_qt;
+  const size_t s_size = size_t(rep) * wiola::cpu::kAttnBlockQLong * ((s.Tk + 15) / 16 * 16);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (long it = 0; it < items; ++it) {
+    const int qt = n_qt - 1 - int((it / s.Hkv) % n_qt);
+    const int nq = std::min(BQ, s.Tq - qt * BQ), rows = rep * nq;
+    const int kmax = std::min(qt * BQ + nq, s.Tk), ld = (kmax + 15) / 16 * 16;
+    float* S = scratch_s + size_t(omp_get_thread_num()) * 2 * s_size;
+    float* O = scratch_o + size_t(omp_get_thread_num()) * 2 * size_t(std::max(rep * wiola::cpu::kAttnBlockQLong, s.Tk)) * s.Hkv * dh;
+    const int kv_ld = s.Hkv * dh;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kmax, dh, 1.f, q, dh, k, kv_ld, 0.f, S, ld);
+    if (!backward) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dh, kmax, 1.f, S, ld, k, kv_ld, 0.f, O, dh);
+      continue;
+    }
+    float* dS = S + s_size;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kmax, dh, 1.f, q, dh, k, kv_ld, 0.f, dS, ld);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kmax, dh, rows, 1.f, S, ld, q, dh, 1.f, O, kv_ld);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kmax, dh, rows, 1.f, dS, ld, q, dh, 1.f, O, kv_ld);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dh, kmax, 1.f, dS, ld, k, kv_ld, 0.f, O, dh);
+  }
+}
+
+void BM_attention_gemms(benchmark::State& st, bool backward) {
+  Inputs in(st);
+  const int nt = omp_get_max_threads(), rep = in.s.H / in.s.Hkv;
+  const size_t s_size = size_t(rep) * wiola::cpu::kAttnBlockQLong * ((in.s.Tk + 15) / 16 * 16);
+  std::vector<float> sbuf(size_t(nt) * 2 * s_size),
+      obuf(size_t(nt) * 2 * size_t(std::max(rep * wiola::cpu::kAttnBlockQLong, in.s.Tk)) * in.s.Hkv * in.s.dh);
+  openblas_set_num_threads(1);
+  for (auto _ : st) {
+    attention_gemms(in.s, backward, in.q.data(), in.k.data(), sbuf.data(), obuf.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["GFLOPS"] = benchmark::Counter(
+      (backward ? 2.5 : 1.0) * in.fwd_flops * double(st.iterations()), benchmark::Counter::kIsRate,
+      benchmark::Counter::kIs1000);
+}
+void BM_attention_fwd_gemms(benchmark::State& st) { BM_attention_gemms(st, false); }
+void BM_attention_bwd_gemms(benchmark::State& st) { BM_attention_gemms(st, true); }
+
 // Args: B, T, H, Hkv, dh.
 void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"B", "T", "H", "Hkv", "dh"});
@@ -102,6 +158,8 @@ void shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_sgemm)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_attention_fwd)->Apply(shapes);
 BENCHMARK(BM_attention_bwd)->Apply(shapes);
+BENCHMARK(BM_attention_fwd_gemms)->Apply(shapes);
+BENCHMARK(BM_attention_bwd_gemms)->Apply(shapes);
 
 }  // namespace
 

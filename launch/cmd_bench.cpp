@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/optimizer.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/ops.h"
 #include "model/flops.h"
 #include "model/model.h"
@@ -37,6 +39,52 @@ std::vector<int32_t> bench_tokens(int B, int T, int V, uint64_t seed) {
       tok[i] = rep ? tok[i - 1] : int32_t(rng() % uint64_t(V));
     }
   return tok;
+}
+
+// The BLAS rate on one step's own matrix products: every distinct shape the
+// step asked the backend for, timed through the same gemm (same threading
+// split), weighted by how often the step calls it. Attention's internal
+// products are not backend gemm calls and are timed with attention.
+struct ShapeRate {
+  wiola::GemmShape shape;
+  int calls = 0;
+  double seconds = 0;  // per call, best of the repeats
+  double flops() const { return 2.0 * shape.m * double(shape.n) * shape.k; }
+};
+
+std::vector<ShapeRate> time_gemm_shapes(wiola::Ops<float>& ops, const std::vector<wiola::GemmShape>& log) {
+  std::vector<ShapeRate> rows;
+  for (const auto& g : log) {
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const ShapeRate& r) {
+      return r.shape.ta == g.ta && r.shape.tb == g.tb && r.shape.m == g.m && r.shape.n == g.n && r.shape.k == g.k;
+    });
+    if (it == rows.end()) rows.push_back({g, 1, 0});
+    else ++it->calls;
+  }
+  for (auto& r : rows) {
+    const auto& g = r.shape;
+    const size_t na = size_t(g.m) * g.k, nb = size_t(g.k) * g.n, nc = size_t(g.m) * g.n;
+    wiola::Buffer<float> a(ops, na), b(ops, nb), c(ops, nc);
+    std::vector<float> host(std::max({na, nb, nc}));
+    for (size_t i = 0; i < host.size(); ++i) host[i] = float((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    ops.upload(a.data(), host.data(), na * sizeof(float));
+    ops.upload(b.data(), host.data(), nb * sizeof(float));
+    ops.upload(c.data(), host.data(), nc * sizeof(float));
+    const int lda = g.ta == wiola::Trans::N ? g.k : g.m, ldb = g.tb == wiola::Trans::N ? g.n : g.k;
+    // Repeat to ~50 ms of work per shape (at least 3 calls), best of 3 rounds.
+    const int reps = std::clamp(int(5e-2 * 5e10 / std::max(r.flops(), 1.0)), 3, 200);
+    r.seconds = 1e30;
+    for (int round = 0; round < 3; ++round) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < reps; ++i)
+        ops.gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), g.n);
+      ops.synchronize();
+      r.seconds = std::min(r.seconds, since(t0) / reps);
+    }
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const ShapeRate& x, const ShapeRate& y) { return x.calls * x.seconds > y.calls * y.seconds; });
+  return rows;
 }
 
 std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
@@ -76,9 +124,10 @@ int wiola_cmd_bench(int argc, char** argv) {
   auto ops = wiola::make_backend<float>(backend);
 
   std::printf("wiola bench step: %s (d=%d L=%d H=%d H_kv=%d d_A=%d d_B=%d V=%d T=%d), %d sequences, "
-              "%d threads, ATM %s%s, backend %s\n", preset.c_str(), cfg.d, cfg.L, cfg.H, cfg.Hkv, cfg.dA,
-              cfg.dB, cfg.V, cfg.T, batch, threads, cfg.atm ? "on" : "off", recompute ? ", recompute" : "",
-              ops->name());
+              "%d threads, ATM %s%s, backend %s\n  CPU %s, SIMD %s\n", preset.c_str(), cfg.d, cfg.L, cfg.H,
+              cfg.Hkv, cfg.dA, cfg.dB, cfg.V, cfg.T, batch, threads, cfg.atm ? "on" : "off",
+              recompute ? ", recompute" : "", ops->name(), wiola::cpu::cpu_model_name().c_str(),
+              wiola::cpu::simd_target_name());
   double sgemm = wiola::openblas_sgemm_gflops(1024, 10);
 
   wiola::ModelOptions mo;
@@ -103,10 +152,29 @@ int wiola_cmd_bench(int argc, char** argv) {
   }
   std::sort(times.begin(), times.end());
   sgemm = std::max(sgemm, wiola::openblas_sgemm_gflops(1024, 10));  // warm machine too
+
+  const double rss = wiola::peak_rss_mib();  // before the replay's buffers
+
+  // One more step with the backend recording its gemm shapes, then those
+  // shapes timed alone.
+  std::vector<ShapeRate> shapes;
+  double shape_gflops = 0, gemm_flops = 0, gemm_s = 0;
+  if (auto* cpu = dynamic_cast<wiola::CpuOps<float>*>(ops.get())) {
+    std::vector<wiola::GemmShape> log;
+    cpu->record_gemm_shapes(&log);
+    model.zero_grads();
+    model.train_micro_step(tokens.data(), scale);
+    cpu->record_gemm_shapes(nullptr);
+    shapes = time_gemm_shapes(*ops, log);
+    for (const auto& r : shapes) {
+      gemm_flops += r.calls * r.flops();
+      gemm_s += r.calls * r.seconds;
+    }
+    shape_gflops = gemm_s > 0 ? gemm_flops / gemm_s / 1e9 : 0;
+  }
   const double step_s = times[times.size() / 2];
   const double tps = double(batch) * cfg.T / step_s;
   const double gflops = wiola::train_step_flops(cfg, batch) / step_s / 1e9;
-  const double rss = wiola::peak_rss_mib();
 
   std::printf("  step            %.1f ms (median of %d; best %.1f ms), loss %.4f\n", step_s * 1e3, steps,
               times.front() * 1e3, loss);
@@ -114,6 +182,18 @@ int wiola_cmd_bench(int argc, char** argv) {
   std::printf("  achieved        %.1f GFLOP/s (analytic %.2f GFLOP per step)\n", gflops,
               wiola::train_step_flops(cfg, batch) / 1e9);
   std::printf("  sgemm 1024^3    %.1f GFLOP/s  -> %.1f %% of sgemm\n", sgemm, 100.0 * gflops / sgemm);
+  if (shape_gflops > 0) {
+    std::printf("  sgemm on the step's shapes %.1f GFLOP/s (%zu shapes, %.1f %% of the step's FLOPs, %.0f ms "
+                "of its time)  -> step at %.1f %% of it\n",
+                shape_gflops, shapes.size(), 100.0 * gemm_flops / wiola::train_step_flops(cfg, batch),
+                gemm_s * 1e3, 100.0 * gflops / shape_gflops);
+    for (size_t i = 0; i < std::min<size_t>(shapes.size(), 6); ++i) {
+      const auto& r = shapes[i];
+      std::printf("    %c%c m=%-6d n=%-6d k=%-6d x%-3d %6.1f GFLOP/s %7.1f ms\n", r.shape.ta == wiola::Trans::N ? 'N' : 'T',
+                  r.shape.tb == wiola::Trans::N ? 'N' : 'T', r.shape.m, r.shape.n, r.shape.k, r.calls,
+                  r.flops() / r.seconds / 1e9, r.calls * r.seconds * 1e3);
+    }
+  }
   std::printf("  activations     %.1f MiB, params+grads %.1f MiB, peak RSS %.1f MiB\n",
               double(model.activation_bytes()) / 1048576.0, double(model.param_bytes()) / 1048576.0, rss);
   for (const auto& st : model.atm_stats())
@@ -122,7 +202,10 @@ int wiola_cmd_bench(int argc, char** argv) {
   nlohmann::json out = {{"preset", preset}, {"T", cfg.T}, {"batch", batch}, {"threads", threads},
                         {"step_ms", step_s * 1e3}, {"tokens_per_s", tps}, {"gflops", gflops},
                         {"sgemm_gflops", sgemm}, {"sgemm_fraction", gflops / sgemm},
-                        {"peak_rss_mib", rss}, {"activation_mib", double(model.activation_bytes()) / 1048576.0}};
+                        {"sgemm_step_shapes_gflops", shape_gflops},
+                        {"step_shapes_fraction", shape_gflops > 0 ? gflops / shape_gflops : 0.0},
+                        {"peak_rss_mib", rss}, {"activation_mib", double(model.activation_bytes()) / 1048576.0},
+                        {"cpu", wiola::cpu::cpu_model_name()}, {"simd", wiola::cpu::simd_target_name()}};
 
   if (!no_torch) {
     const std::string script = std::string(WIOLA_SOURCE_DIR) + "/bench/torch_step.py";

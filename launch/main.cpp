@@ -1,9 +1,12 @@
 // `wiola` — one binary, one subcommand per job.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
+#include "kernels/cpu/simd.h"
 #include "util/error.h"
 
 // Each subcommand lives in its own launch/cmd_*.cpp; argv[0] is its name.
@@ -28,10 +31,31 @@ const Sub kSubs[] = {
 };
 
 int usage(FILE* f) {
-  std::fprintf(f, "usage: wiola <subcommand> [options]\n\nsubcommands:\n");
+  std::fprintf(f, "usage: wiola <subcommand> [options]   (wiola --version: build and CPU)\n\nsubcommands:\n");
   for (const Sub& s : kSubs) std::fprintf(f, "  %-10s %s\n", s.name, s.help);
   std::fprintf(f, "\n'wiola <subcommand> --help' for its options.\n");
   return f == stdout ? 0 : 2;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
+  return s.empty() ? "none" : s;
+}
+
+// Version, how the binary was built and what it runs on here (docs/cpu.md).
+int version() {
+  namespace c = wiola::cpu;
+  const char* env = std::getenv("WIOLA_SIMD");
+  const std::string target = c::simd_target_name();  // applies WIOLA_SIMD: may throw
+  std::printf("wiola %s\n", WIOLA_VERSION);
+  std::printf("  build baseline  -march=%s\n", c::simd_build_march());
+  std::printf("  SIMD compiled   %s\n", joined(c::simd_compiled_targets()).c_str());
+  std::printf("  SIMD supported  %s\n", joined(c::simd_supported_targets()).c_str());
+  std::printf("  CPU             %s\n", c::cpu_model_name().c_str());
+  std::printf("  SIMD target     %s (%s)\n", target.c_str(),
+              env && *env ? "WIOLA_SIMD" : "best supported");
+  return 0;
 }
 }  // namespace
 
@@ -39,6 +63,14 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage(stderr);
   std::string cmd = argv[1];
   if (cmd == "-h" || cmd == "--help" || cmd == "help") return usage(stdout);
+  if (cmd == "-V" || cmd == "--version") {
+    try {
+      return version();
+    } catch (const wiola::Error& e) {
+      std::fprintf(stderr, "wiola: error: %s\n", e.what());
+      return 1;
+    }
+  }
   for (const Sub& s : kSubs) {
     if (cmd == s.name) {
       try {

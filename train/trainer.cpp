@@ -18,6 +18,7 @@
 #include "dist/schedule.h"
 #include "dist/staged_comm.h"
 #include "dist/tp_collectives.h"
+#include "kernels/cpu/simd.h"
 #include "model/model.h"
 #include "train/dump.h"
 #include "train/checkpointer.h"
@@ -335,22 +336,6 @@ void Trainer::State::build_model_and_optimizer() {
                                      size_t(B) * T * rc.model.d);
 }
 
-// The widest x86 SIMD level the C++ code was compiled for (-march): CPU
-// results are bit-reproducible for a fixed target, thread count and layout.
-static const char* simd_target() {
-#if defined(__AVX512F__)
-  return "avx512";
-#elif defined(__AVX2__)
-  return "avx2";
-#elif defined(__AVX__)
-  return "avx";
-#elif defined(__SSE4_2__)
-  return "sse4.2";
-#else
-  return "baseline";
-#endif
-}
-
 // What a manifest records about the run besides its identity (informative:
 // resume checks only the identity).
 nlohmann::json Trainer::State::checkpoint_info() const {
@@ -364,7 +349,8 @@ nlohmann::json Trainer::State::checkpoint_info() const {
           {"precision", {{"activations", dist::dtype_name(pr.act)}, {"residual", dist::dtype_name(pr.residual)},
                          {"weights", dist::dtype_name(pr.weight)}}},
           {"threads_per_rank", cpu_threads()},
-          {"simd", simd_target()},
+          {"simd", cpu::simd_target_name()},  // the kernels' run-time target on this rank
+          {"cpu", cpu::cpu_model_name()},
           {"schedule", {{"t_max", budget.t_max}, {"warmup", budget.warmup}, {"lr_max", rc.train.lr_max},
                         {"lr_min", rc.train.lr_min}}},
           {"data_path", rc.data.path}};
@@ -467,6 +453,10 @@ void Trainer::print_banner() {
   std::printf("  steps T_max = %lld (from %s), warmup %lld, lr %.3g -> %.3g, backend %s, %d threads per rank\n",
               (long long)s.budget.t_max, s.budget.source, (long long)s.budget.warmup, rc.train.lr_max,
               rc.train.lr_min, s.ops.name(), cpu_threads());
+  std::string compiled;
+  for (const auto& n : cpu::simd_compiled_targets()) compiled += (compiled.empty() ? "" : " ") + n;
+  std::printf("  CPU %s, SIMD %s (compiled: %s; -march=%s)\n", cpu::cpu_model_name().c_str(),
+              cpu::simd_target_name(), compiled.c_str(), cpu::simd_build_march());
   if (s.world.size() > 1)
     std::printf("  layout: %d ranks = tp %d x pp %d x dp %d; ZeRO %s; schedule %s with %d micro-batches, "
                 "predicted bubble %.3f; DP overlap %s\n",

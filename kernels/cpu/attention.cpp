@@ -1,53 +1,83 @@
 // CPU self-attention kernels: see attention.h for the design.
 #include "kernels/cpu/attention.h"
 
+#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
+#include <vector>
 
+#include "kernels/cpu/simd.h"
 #include "util/error.h"
 
 namespace wiola::cpu {
 namespace {
 
-constexpr int BQ = kAttnTileQ;
-constexpr int BK = kAttnTileK;
+constexpr int BQ_MAX = std::max(kAttnBlockQ, kAttnBlockQLong);
 
-// exp(x) for float written so that loops over it vectorise (relative error
-// ~2e-7 = a few ulp); 0 for x < -87 (including -inf). Double uses std::exp.
-inline float exp_vec(float x) {
-  const float xc = std::min(std::max(x, -87.0f), 88.0f);
-  // n = round(x / ln2) by the 1.5*2^23 trick (exact for |n| < 2^22).
-  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (xc - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return x < -87.0f ? 0.0f : p * two_n;
+// Block height of the backward pass for keys of length Tk.
+int bwd_block_q(int Tk) { return Tk >= kAttnLongKeys ? kAttnBlockQLong : kAttnBlockQ; }
+
+template <class T>
+constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+// Row-major C = alpha op(A) op(B) + beta C, single-threaded inside the
+// parallel regions (CpuOps keeps OpenBLAS at one thread).
+inline void gemm(bool ta, bool tb, int m, int n, int k, float alpha,
+                 const float* A, int lda, const float* B, int ldb, float beta,
+                 float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+              tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb,
+              beta, C, ldc);
+}
+inline void gemm(bool ta, bool tb, int m, int n, int k, double alpha,
+                 const double* A, int lda, const double* B, int ldb,
+                 double beta, double* C, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+              tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb,
+              beta, C, ldc);
+}
+
+// Row softmax pieces: the dispatched SIMD primitives (simd.h) for float,
+// plain loops for double (the float64 test backend).
+float row_max(const float* x, int n) { return simd_row_max(x, n); }
+float exp_sub_sum(float* x, int n, float m) { return simd_exp_sub_sum(x, n, m); }
+void softmax_bwd_row(float* p, float* ds, int n, float L, float D) {
+  simd_softmax_bwd_row(p, ds, n, L, D);
+}
+double row_max(const double* x, int n) {
+  double m = kNegInf<double>;
+  for (int j = 0; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+// x[j] = exp(x[j] - m) in place; returns the sum.
+double exp_sub_sum(double* x, int n, double m) {
+  double sum = 0;
+  for (int j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - m));
+  return sum;
+}
+// p[j] = exp(p[j] - L); ds[j] = p[j] (ds[j] - D).
+void softmax_bwd_row(double* p, double* ds, int n, double L, double D) {
+  for (int j = 0; j < n; ++j) {
+    p[j] = std::exp(p[j] - L);
+    ds[j] = p[j] * (ds[j] - D);
+  }
 }
 
 template <class T>
-inline T texp(T x) {
-  if constexpr (sizeof(T) == 4)
-    return exp_vec(x);
-  else
-    return std::exp(x);
+inline T dot(const T* __restrict a, const T* __restrict b, int n) {
+  T acc = T(0);
+  for (int d = 0; d < n; ++d) acc += a[d] * b[d];
+  return acc;
 }
 
-// 64-byte aligned, zero-initialised per-thread scratch.
+// 64-byte aligned per-thread scratch.
 template <class T>
 class Scratch {
  public:
@@ -55,7 +85,6 @@ class Scratch {
     const size_t bytes = std::max<size_t>(64, (n * sizeof(T) + 63) / 64 * 64);
     p_ = static_cast<T*>(std::aligned_alloc(64, bytes));
     if (!p_) throw std::bad_alloc();
-    std::memset(p_, 0, bytes);
   }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
@@ -66,182 +95,22 @@ class Scratch {
   T* p_;
 };
 
-// Rows per register block of the tile products.
-template <class T>
-constexpr int lanes() { return 64 / int(sizeof(T)); }
-template <class T>
-constexpr int rb_scores() { return std::clamp(16 * lanes<T>() / BK, 1, 4); }
-template <class T, int DH>
-constexpr int rb_rows() {
-  return DH > 0 ? std::clamp(16 * lanes<T>() / DH, 1, 4) : 1;
-}
-
-// 64-byte SIMD vectors (GCC/Clang vector extension) so the register blocks
-// of the tile products stay in registers; W = lanes per vector.
-template <class T>
-struct Simd {
-  typedef T V __attribute__((vector_size(64)));
-  static constexpr int W = 64 / int(sizeof(T));
-  static V load(const T* p) {
-    V x;
-    std::memcpy(&x, p, sizeof(V));
-    return x;
+// OpenBLAS at one thread for the scope: its calls run inside OpenMP threads
+// (CpuOps sets this already; direct callers such as the benchmarks may not).
+class BlasSingleThread {
+ public:
+  BlasSingleThread() : n_(openblas_get_num_threads()) {
+    if (n_ != 1) openblas_set_num_threads(1);
   }
-  static void store(T* p, V x) { std::memcpy(p, &x, sizeof(V)); }
+  BlasSingleThread(const BlasSingleThread&) = delete;
+  BlasSingleThread& operator=(const BlasSingleThread&) = delete;
+  ~BlasSingleThread() {
+    if (n_ != 1) openblas_set_num_threads(n_);
+  }
+
+ private:
+  int n_;
 };
-
-// C[r, 0..BK) = sum_d A[r, d] * Bt[d, 0..BK) for R rows; A ld dh, C ld BK.
-template <class T, int DH, int R>
-inline void abt_block(const T* __restrict A, const T* __restrict Bt,
-                      T* __restrict C, int dh_rt) {
-  using S = Simd<T>;
-  using V = typename S::V;
-  constexpr int NV = BK / S::W;
-  const int dh = DH > 0 ? DH : dh_rt;
-  V acc[R][NV];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) acc[r][v] = V{};
-  for (int d = 0; d < dh; ++d) {
-    V b[NV];
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) b[v] = S::load(Bt + size_t(d) * BK + v * S::W);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const T a = A[size_t(r) * dh + d];
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) S::store(C + size_t(r) * BK + v * S::W, acc[r][v]);
-}
-
-// C[nq x BK] = A[nq x dh] * Bt[dh x BK].
-template <class T, int DH>
-void mm_abt(const T* A, const T* Bt, T* C, int nq, int dh_rt) {
-  const int dh = DH > 0 ? DH : dh_rt;
-  constexpr int R = rb_scores<T>();
-  int i = 0;
-  for (; i + R <= nq; i += R)
-    abt_block<T, DH, R>(A + size_t(i) * dh, Bt, C + size_t(i) * BK, dh_rt);
-  for (; i < nq; ++i)
-    abt_block<T, DH, 1>(A + size_t(i) * dh, Bt, C + size_t(i) * BK, dh_rt);
-}
-
-// For R output rows r: C[r*ldc + 0..dh) += sum_{t<n} cf[r*rs + t*ts] *
-// M[t*dh + 0..dh).
-template <class T, int DH, int R>
-inline void acc_block(const T* __restrict cf, size_t rs, size_t ts, int n,
-                      const T* __restrict M, T* __restrict C, size_t ldc,
-                      int dh_rt) {
-  if constexpr (DH > 0 && DH % Simd<T>::W == 0) {
-    using S = Simd<T>;
-    using V = typename S::V;
-    constexpr int NV = DH / S::W;
-    V acc[R][NV];
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[r][v] = S::load(C + r * ldc + v * S::W);
-    for (int t = 0; t < n; ++t) {
-      V m[NV];
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) m[v] = S::load(M + size_t(t) * DH + v * S::W);
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        const T c = cf[r * rs + t * ts];
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) acc[r][v] += c * m[v];
-      }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) S::store(C + r * ldc + v * S::W, acc[r][v]);
-  } else {
-    const int dh = dh_rt;
-    for (int r = 0; r < R; ++r) {
-      T* __restrict c_row = C + r * ldc;
-      for (int t = 0; t < n; ++t) {
-        const T c = cf[r * rs + t * ts];
-        const T* __restrict m = M + size_t(t) * dh;
-        for (int d = 0; d < dh; ++d) c_row[d] += c * m[d];
-      }
-    }
-  }
-}
-
-// C[r, :] += sum_t P[r, t] M[t, :], r < nq, t < kn (P is a BQ x BK tile).
-template <class T, int DH>
-void mm_pm(const T* P, const T* M, int nq, int kn, T* C, size_t ldc,
-           int dh_rt) {
-  constexpr int R = rb_rows<T, DH>();
-  int r = 0;
-  for (; r + R <= nq; r += R)
-    acc_block<T, DH, R>(P + size_t(r) * BK, BK, 1, kn, M, C + r * ldc, ldc,
-                        dh_rt);
-  for (; r < nq; ++r)
-    acc_block<T, DH, 1>(P + size_t(r) * BK, BK, 1, kn, M, C + r * ldc, ldc,
-                        dh_rt);
-}
-
-// C[j, :] += sum_i P[i, j] M[i, :], j < kn, i < nq.
-template <class T, int DH>
-void mm_ptm(const T* P, const T* M, int nq, int kn, T* C, size_t ldc,
-            int dh_rt) {
-  constexpr int R = rb_rows<T, DH>();
-  int j = 0;
-  for (; j + R <= kn; j += R)
-    acc_block<T, DH, R>(P + j, 1, BK, nq, M, C + j * ldc, ldc, dh_rt);
-  for (; j < kn; ++j)
-    acc_block<T, DH, 1>(P + j, 1, BK, nq, M, C + j * ldc, ldc, dh_rt);
-}
-
-template <class T>
-inline T dot(const T* __restrict a, const T* __restrict b, int n) {
-  T acc = T(0);
-  for (int d = 0; d < n; ++d) acc += a[d] * b[d];
-  return acc;
-}
-
-// max and sum over x[0..n) with lane-wise partial results, so the loops
-// vectorise without -ffast-math (fixed order: deterministic).
-template <class T>
-inline T row_max(const T* __restrict x, int n) {
-  constexpr int W = lanes<T>();
-  T acc[W];
-  for (int w = 0; w < W; ++w) acc[w] = -std::numeric_limits<T>::infinity();
-  int j = 0;
-  for (; j + W <= n; j += W)
-    for (int w = 0; w < W; ++w) acc[w] = acc[w] < x[j + w] ? x[j + w] : acc[w];
-  for (; j < n; ++j) acc[0] = std::max(acc[0], x[j]);
-  T m = acc[0];
-  for (int w = 1; w < W; ++w) m = std::max(m, acc[w]);
-  return m;
-}
-template <class T>
-inline T row_sum(const T* __restrict x, int n) {
-  constexpr int W = lanes<T>();
-  T acc[W];
-  for (int w = 0; w < W; ++w) acc[w] = T(0);
-  int j = 0;
-  for (; j + W <= n; j += W)
-    for (int w = 0; w < W; ++w) acc[w] += x[j + w];
-  for (; j < n; ++j) acc[0] += x[j];
-  T t = T(0);
-  for (int w = 0; w < W; ++w) t += acc[w];
-  return t;
-}
-
-// Number of key rows visible to the query at position p (a prefix).
-inline int visible(const int32_t* key_end_b, int nk, int p) {
-  if (!key_end_b) return std::min(p + 1, nk);
-  return int(std::upper_bound(key_end_b, key_end_b + nk, p) - key_end_b);
-}
 
 inline int n_keys_of(const AttnShape& s, const AttnKeys& keys, int b) {
   return keys.n_keys ? keys.n_keys[b] : s.Tk;
@@ -270,231 +139,266 @@ void validate(const AttnShape& s, const AttnKeys& keys, bool has_raw) {
   }
 }
 
-template <class T, int DH>
-void fwd_impl(const AttnShape& s, const AttnKeys& keys, const T* q,
-              const T* k, const T* v, const T* raw_k, const T* raw_v, T* o,
-              T* lse) {
-  const int dh = DH > 0 ? DH : s.dh;
-  const int B = s.B, Tq = s.Tq, Tk = s.Tk, H = s.H, Hkv = s.Hkv;
+// One block: query rows i0..i0+nq of sequence b for the heads of group g,
+// stacked as rows jr = j*nq + r (head h = g + j*Hkv, position i0 + r).
+struct Block {
+  const AttnShape& s;
+  const AttnKeys& keys;
+  int b, g, i0, nq;
+  int rep;           // heads per group, H / Hkv
+  int rows;          // rep * nq
+  int nvis[BQ_MAX];  // visible key rows of each position (a prefix)
+  int kmax = 0;      // the longest prefix
+  int ld;            // leading dimension of the [rows x kmax] score buffers
+
+  // Block qt of height bq (<= BQ_MAX).
+  Block(const AttnShape& s_, const AttnKeys& k_, int b_, int g_, int qt, int bq)
+      : s(s_), keys(k_), b(b_), g(g_), i0(qt * bq),
+        nq(std::min(bq, s_.Tq - qt * bq)), rep(s_.H / s_.Hkv), rows(rep * nq) {
+    const int nk = n_keys_of(s, keys, b);
+    const int32_t* ke = keys.key_end ? keys.key_end + size_t(b) * s.Tk : nullptr;
+    for (int r = 0; r < nq; ++r) {
+      const int p = s.q_pos0 + i0 + r;
+      nvis[r] = ke ? int(std::upper_bound(ke, ke + nk, p) - ke) : std::min(p + 1, nk);
+      kmax = std::max(kmax, nvis[r]);
+    }
+    ld = (kmax + 15) / 16 * 16;
+  }
+  int head(int jr) const { return g + (jr / nq) * s.Hkv; }
+  int pos(int jr) const { return i0 + jr % nq; }  // query index within Tq
+  int vis(int jr) const { return nvis[jr % nq]; }
+  bool self_open(int jr) const {
+    return keys.self_open && keys.self_open[size_t(b) * s.Tq + pos(jr)];
+  }
+  // Offsets of a query-layout row [B, Tq, H, dh], a key row [B, Tk, Hkv, dh]
+  // (key index 0 of this group), and a raw row [B, Tq, Hkv, dh].
+  size_t q_row(int jr) const {
+    return ((size_t(b) * s.Tq + pos(jr)) * s.H + head(jr)) * s.dh;
+  }
+  size_t key0() const { return size_t(b) * s.Tk * s.Hkv * s.dh + size_t(g) * s.dh; }
+  size_t raw_row(int jr) const {
+    return ((size_t(b) * s.Tq + pos(jr)) * s.Hkv + g) * s.dh;
+  }
+  size_t lse_at(int jr) const {
+    return (size_t(b) * s.H + head(jr)) * s.Tq + pos(jr);
+  }
+  // dst[jr, :] = src[q_row(jr), :]
+  template <class T>
+  void pack(const T* src, T* dst) const {
+    for (int jr = 0; jr < rows; ++jr)
+      std::memcpy(dst + size_t(jr) * s.dh, src + q_row(jr), sizeof(T) * s.dh);
+  }
+};
+
+// Per-thread buffers of the forward pass.
+template <class T>
+struct FwdBuffers {
+  Scratch<T> q, o, scores;
+  std::vector<T> m, l, p_self;  // per stacked row
+  FwdBuffers(const AttnShape& s, int rep, int bq)
+      : q(size_t(rep) * bq * s.dh), o(size_t(rep) * bq * s.dh),
+        scores(size_t(rep) * bq * ((s.Tk + 15) / 16 * 16)),
+        m(size_t(rep) * bq), l(size_t(rep) * bq), p_self(size_t(rep) * bq) {}
+};
+
+template <class T>
+void fwd_block(const Block& bk, const T* q, const T* k, const T* v,
+               const T* raw_k, const T* raw_v, T* o, T* lse, FwdBuffers<T>& w) {
+  const AttnShape& s = bk.s;
+  const int dh = s.dh, kv_ld = s.Hkv * s.dh;
   const T scale = T(1) / std::sqrt(T(dh));
-  const int n_qt = (Tq + BQ - 1) / BQ;
-  const long n_items = long(B) * n_qt * H;
-  const size_t q_ld = size_t(H) * dh, kv_ld = size_t(Hkv) * dh;
-  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  T* Q = w.q.get();
+  T* O = w.o.get();
+  T* S = w.scores.get();
+  bk.pack(q, Q);
 
-#pragma omp parallel
-  {
-    Scratch<T> qs_buf(size_t(BQ) * dh), kt_buf(size_t(dh) * BK),
-        vp_buf(size_t(BK) * dh), s_buf(size_t(BQ) * BK),
-        acc_buf(size_t(BQ) * dh);
-    T* Qs = qs_buf.get();
-    T* Kt = kt_buf.get();
-    T* Vp = vp_buf.get();
-    T* S = s_buf.get();
-    T* O = acc_buf.get();
-    T m[BQ], l[BQ];
-    int nvis[BQ];
+  // S = scale Q K^T over the block's key prefix.
+  if (bk.kmax > 0)
+    gemm(false, true, bk.rows, bk.kmax, dh, scale, Q, dh, k + bk.key0(), kv_ld,
+         T(0), S, bk.ld);
 
-    // Items ordered (b, query tile descending, h): long tiles first.
-#pragma omp for schedule(dynamic, 1)
-    for (long item = 0; item < n_items; ++item) {
-      const int h = int(item % H);
-      const int qt = n_qt - 1 - int((item / H) % n_qt);
-      const int b = int(item / (long(H) * n_qt));
-      const int g = h % Hkv;
-      const int i0 = qt * BQ, nq = std::min(BQ, Tq - i0);
-      const int nk = n_keys_of(s, keys, b);
-      const int32_t* ke = keys.key_end ? keys.key_end + size_t(b) * Tk : nullptr;
+  // Row softmax numerators (unnormalised), the own raw key included.
+  for (int jr = 0; jr < bk.rows; ++jr) {
+    T* srow = S + size_t(jr) * bk.ld;
+    const int lim = bk.vis(jr);
+    T m = row_max(srow, lim), sc = kNegInf<T>;
+    if (bk.self_open(jr)) {
+      sc = scale * dot(Q + size_t(jr) * dh, raw_k + bk.raw_row(jr), dh);
+      m = std::max(m, sc);
+    }
+    T l = 0;
+    if (m > kNegInf<T>) {
+      l = exp_sub_sum(srow, lim, m);
+      w.p_self[jr] = sc > kNegInf<T> ? std::exp(sc - m) : T(0);
+      l += w.p_self[jr];
+    } else {
+      w.p_self[jr] = 0;
+      std::fill_n(srow, lim, T(0));
+    }
+    std::fill(srow + lim, srow + bk.kmax, T(0));
+    w.m[jr] = m;
+    w.l[jr] = l;
+  }
 
-      int kmax = 0;
-      for (int r = 0; r < nq; ++r) {
-        nvis[r] = visible(ke, nk, s.q_pos0 + i0 + r);
-        kmax = std::max(kmax, nvis[r]);
-        const T* src = q + (size_t(b) * Tq + i0 + r) * q_ld + size_t(h) * dh;
-        for (int d = 0; d < dh; ++d) Qs[size_t(r) * dh + d] = src[d] * scale;
-        for (int d = 0; d < dh; ++d) O[size_t(r) * dh + d] = T(0);
-        m[r] = kNegInf;
-        l[r] = T(0);
-      }
-
-      for (int j0 = 0; j0 < kmax; j0 += BK) {
-        const int kn = std::min(BK, kmax - j0);
-        for (int j = 0; j < kn; ++j) {
-          const size_t row = (size_t(b) * Tk + j0 + j) * kv_ld + size_t(g) * dh;
-          for (int d = 0; d < dh; ++d) Kt[size_t(d) * BK + j] = k[row + d];
-          for (int d = 0; d < dh; ++d) Vp[size_t(j) * dh + d] = v[row + d];
-        }
-        mm_abt<T, DH>(Qs, Kt, S, nq, dh);
-        for (int r = 0; r < nq; ++r) {
-          T* srow = S + size_t(r) * BK;
-          const int lim = std::clamp(nvis[r] - j0, 0, kn);
-          if (lim == 0) {
-            for (int j = 0; j < kn; ++j) srow[j] = T(0);
-            continue;
-          }
-          const T m_new = std::max(m[r], row_max(srow, lim));
-          const T alpha = std::exp(m[r] - m_new);  // 0 when m[r] = -inf
-          for (int j = 0; j < lim; ++j) srow[j] = texp(srow[j] - m_new);
-          for (int j = lim; j < kn; ++j) srow[j] = T(0);
-          const T sum = row_sum(srow, lim);
-          l[r] = l[r] * alpha + sum;
-          m[r] = m_new;
-          if (alpha != T(1)) {
-            T* orow = O + size_t(r) * dh;
-            for (int d = 0; d < dh; ++d) orow[d] *= alpha;
-          }
-        }
-        mm_pm<T, DH>(S, Vp, nq, kn, O, size_t(dh), dh);
-      }
-
-      for (int r = 0; r < nq; ++r) {
-        const int i = i0 + r;
-        T* orow = O + size_t(r) * dh;
-        if (keys.self_open && keys.self_open[size_t(b) * Tq + i]) {
-          const size_t row = (size_t(b) * Tq + i) * kv_ld + size_t(g) * dh;
-          const T sc = dot(Qs + size_t(r) * dh, raw_k + row, dh);
-          const T m_new = std::max(m[r], sc);
-          const T alpha = std::exp(m[r] - m_new);
-          const T p = std::exp(sc - m_new);
-          for (int d = 0; d < dh; ++d)
-            orow[d] = orow[d] * alpha + p * raw_v[row + d];
-          l[r] = l[r] * alpha + p;
-          m[r] = m_new;
-        }
-        T* dst = o + (size_t(b) * Tq + i) * q_ld + size_t(h) * dh;
-        T& lse_i = lse[(size_t(b) * H + h) * Tq + i];
-        if (l[r] > T(0)) {
-          const T inv = T(1) / l[r];
-          for (int d = 0; d < dh; ++d) dst[d] = orow[d] * inv;
-          lse_i = m[r] + std::log(l[r]);
-        } else {
-          for (int d = 0; d < dh; ++d) dst[d] = T(0);
-          lse_i = kNegInf;
-        }
-      }
+  // O = P V, then the raw value and the normalisation.
+  if (bk.kmax > 0)
+    gemm(false, false, bk.rows, dh, bk.kmax, T(1), S, bk.ld, v + bk.key0(),
+         kv_ld, T(0), O, dh);
+  else
+    std::fill_n(O, size_t(bk.rows) * dh, T(0));
+  for (int jr = 0; jr < bk.rows; ++jr) {
+    T* orow = O + size_t(jr) * dh;
+    T* dst = o + bk.q_row(jr);
+    if (w.p_self[jr] != T(0)) {
+      const T* rv = raw_v + bk.raw_row(jr);
+      for (int d = 0; d < dh; ++d) orow[d] += w.p_self[jr] * rv[d];
+    }
+    if (w.l[jr] > T(0)) {
+      const T inv = T(1) / w.l[jr];
+      for (int d = 0; d < dh; ++d) dst[d] = orow[d] * inv;
+      lse[bk.lse_at(jr)] = w.m[jr] + std::log(w.l[jr]);
+    } else {
+      std::fill_n(dst, dh, T(0));
+      lse[bk.lse_at(jr)] = kNegInf<T>;
     }
   }
 }
 
-template <class T, int DH>
-void bwd_impl(const AttnShape& s, const AttnKeys& keys, const T* q,
-              const T* k, const T* v, const T* raw_k, const T* raw_v,
-              const T* o, const T* lse, const T* dout, T* dq, T* dk, T* dv,
-              T* draw_k, T* draw_v) {
-  const int dh = DH > 0 ? DH : s.dh;
-  const int B = s.B, Tq = s.Tq, Tk = s.Tk, H = s.H, Hkv = s.Hkv;
-  const T scale = T(1) / std::sqrt(T(dh));
-  const int n_qt = (Tq + BQ - 1) / BQ;
-  const long n_items = long(B) * Hkv;
-  const size_t q_ld = size_t(H) * dh, kv_ld = size_t(Hkv) * dh;
-
+template <class T>
+void fwd_impl(const AttnShape& s, const AttnKeys& keys, const T* q,
+              const T* k, const T* v, const T* raw_k, const T* raw_v, T* o,
+              T* lse) {
+  constexpr int bq = kAttnBlockQ;
+  const int n_qt = (s.Tq + bq - 1) / bq;
+  const long n_items = long(s.B) * s.Hkv * n_qt;
 #pragma omp parallel
   {
-    Scratch<T> qs_buf(size_t(BQ) * dh), do_buf(size_t(BQ) * dh),
-        dq_buf(size_t(BQ) * dh), kt_buf(size_t(dh) * BK),
-        kp_buf(size_t(BK) * dh), vt_buf(size_t(dh) * BK),
-        p_buf(size_t(BQ) * BK), ds_buf(size_t(BQ) * BK);
-    T* Qs = qs_buf.get();
-    T* dO = do_buf.get();
-    T* dQ = dq_buf.get();
-    T* Kt = kt_buf.get();
-    T* Kp = kp_buf.get();
-    T* Vt = vt_buf.get();
-    T* P = p_buf.get();
-    T* dS = ds_buf.get();
-    T Dr[BQ], L[BQ];
-    int nvis[BQ];
-
+    FwdBuffers<T> w(s, s.H / s.Hkv, bq);
+    // Items ordered (b, query block descending, g): long blocks first.
 #pragma omp for schedule(dynamic, 1)
     for (long item = 0; item < n_items; ++item) {
-      const int b = int(item / Hkv), g = int(item % Hkv);
-      const int nk = n_keys_of(s, keys, b);
-      const int32_t* ke = keys.key_end ? keys.key_end + size_t(b) * Tk : nullptr;
+      const int g = int(item % s.Hkv);
+      const int qt = n_qt - 1 - int((item / s.Hkv) % n_qt);
+      const int b = int(item / (long(s.Hkv) * n_qt));
+      fwd_block(Block(s, keys, b, g, qt, bq), q, k, v, raw_k, raw_v, o, lse, w);
+    }
+  }
+}
 
+// Per-thread buffers of the backward pass.
+template <class T>
+struct BwdBuffers {
+  Scratch<T> q, dout, dq, p, ds;
+  std::vector<T> L, D;  // per stacked row
+  BwdBuffers(const AttnShape& s, int rep, int bq)
+      : q(size_t(rep) * bq * s.dh), dout(size_t(rep) * bq * s.dh),
+        dq(size_t(rep) * bq * s.dh),
+        p(size_t(rep) * bq * ((s.Tk + 15) / 16 * 16)),
+        ds(size_t(rep) * bq * ((s.Tk + 15) / 16 * 16)),
+        L(size_t(rep) * bq), D(size_t(rep) * bq) {}
+};
+
+// Outputs of the backward pass, all [.., dh] rows.
+template <class T>
+struct AttnGrads {
+  T *dq, *dk, *dv, *draw_k, *draw_v;
+};
+
+template <class T>
+void bwd_block(const Block& bk, const T* q, const T* k, const T* v,
+               const T* raw_k, const T* raw_v, const T* o, const T* lse,
+               const T* dout, const AttnGrads<T>& gr, BwdBuffers<T>& w) {
+  const AttnShape& s = bk.s;
+  const int dh = s.dh, kv_ld = s.Hkv * s.dh;
+  const T scale = T(1) / std::sqrt(T(dh));
+  T* Q = w.q.get();
+  T* dO = w.dout.get();
+  T* dQ = w.dq.get();
+  T* P = w.p.get();
+  T* dS = w.ds.get();
+  bk.pack(q, Q);
+  bk.pack(dout, dO);
+  for (int jr = 0; jr < bk.rows; ++jr) {
+    const size_t row = bk.q_row(jr);
+    double D = 0;  // D = dO . O, in double as the reference
+    for (int d = 0; d < dh; ++d) D += double(dout[row + d]) * double(o[row + d]);
+    w.D[jr] = T(D);
+    w.L[jr] = lse[bk.lse_at(jr)];
+  }
+
+  if (bk.kmax > 0) {
+    const size_t k0 = bk.key0();
+    gemm(false, true, bk.rows, bk.kmax, dh, scale, Q, dh, k + k0, kv_ld, T(0),
+         P, bk.ld);  // scores
+    gemm(false, true, bk.rows, bk.kmax, dh, T(1), dO, dh, v + k0, kv_ld, T(0),
+         dS, bk.ld);  // dP = dO V^T
+    for (int jr = 0; jr < bk.rows; ++jr) {
+      T* prow = P + size_t(jr) * bk.ld;
+      T* dsrow = dS + size_t(jr) * bk.ld;
+      const int lim = w.L[jr] > kNegInf<T> ? bk.vis(jr) : 0;
+      softmax_bwd_row(prow, dsrow, lim, w.L[jr], w.D[jr]);
+      std::fill(prow + lim, prow + bk.kmax, T(0));
+      std::fill(dsrow + lim, dsrow + bk.kmax, T(0));
+    }
+    gemm(true, false, bk.kmax, dh, bk.rows, T(1), P, bk.ld, dO, dh, T(1),
+         gr.dv + k0, kv_ld);  // dV += P^T dO
+    gemm(true, false, bk.kmax, dh, bk.rows, scale, dS, bk.ld, Q, dh, T(1),
+         gr.dk + k0, kv_ld);  // dK += scale dS^T Q
+    gemm(false, false, bk.rows, dh, bk.kmax, T(1), dS, bk.ld, k + k0, kv_ld,
+         T(0), dQ, dh);  // dQ = dS K (scaled below)
+  } else {
+    std::fill_n(dQ, size_t(bk.rows) * dh, T(0));
+  }
+
+  for (int jr = 0; jr < bk.rows; ++jr) {
+    T* dqr = dQ + size_t(jr) * dh;
+    if (bk.self_open(jr) && w.L[jr] > kNegInf<T>) {
+      const size_t row = bk.raw_row(jr);
+      const T* qr = Q + size_t(jr) * dh;
+      const T* dor = dO + size_t(jr) * dh;
+      const T p = std::exp(scale * dot(qr, raw_k + row, dh) - w.L[jr]);
+      const T ds = p * (dot(dor, raw_v + row, dh) - w.D[jr]);
+      for (int d = 0; d < dh; ++d) {
+        gr.draw_v[row + d] += p * dor[d];
+        gr.draw_k[row + d] += ds * scale * qr[d];
+        dqr[d] += ds * raw_k[row + d];
+      }
+    }
+    T* dst = gr.dq + bk.q_row(jr);
+    for (int d = 0; d < dh; ++d) dst[d] = dqr[d] * scale;
+  }
+}
+
+template <class T>
+void bwd_impl(const AttnShape& s, const AttnKeys& keys, const T* q,
+              const T* k, const T* v, const T* raw_k, const T* raw_v,
+              const T* o, const T* lse, const T* dout,
+              const AttnGrads<T>& gr) {
+  const int bq = bwd_block_q(s.Tk);
+  const int n_qt = (s.Tq + bq - 1) / bq;
+  const long n_items = long(s.B) * s.Hkv;
+  const size_t kv_ld = size_t(s.Hkv) * s.dh;
+#pragma omp parallel
+  {
+    BwdBuffers<T> w(s, s.H / s.Hkv, bq);
+#pragma omp for schedule(dynamic, 1)
+    for (long item = 0; item < n_items; ++item) {
+      const int b = int(item / s.Hkv), g = int(item % s.Hkv);
       // This thread owns the rows (b, *, g) of dk, dv, draw_k, draw_v.
-      for (int j = 0; j < Tk; ++j) {
-        const size_t row = (size_t(b) * Tk + j) * kv_ld + size_t(g) * dh;
-        std::fill_n(dk + row, dh, T(0));
-        std::fill_n(dv + row, dh, T(0));
+      for (int j = 0; j < s.Tk; ++j) {
+        const size_t row = (size_t(b) * s.Tk + j) * kv_ld + size_t(g) * s.dh;
+        std::fill_n(gr.dk + row, s.dh, T(0));
+        std::fill_n(gr.dv + row, s.dh, T(0));
       }
-      if (draw_k && draw_v)
-        for (int i = 0; i < Tq; ++i) {
-          const size_t row = (size_t(b) * Tq + i) * kv_ld + size_t(g) * dh;
-          std::fill_n(draw_k + row, dh, T(0));
-          std::fill_n(draw_v + row, dh, T(0));
+      if (gr.draw_k && gr.draw_v)
+        for (int i = 0; i < s.Tq; ++i) {
+          const size_t row = (size_t(b) * s.Tq + i) * kv_ld + size_t(g) * s.dh;
+          std::fill_n(gr.draw_k + row, s.dh, T(0));
+          std::fill_n(gr.draw_v + row, s.dh, T(0));
         }
-
-      for (int h = g; h < H; h += Hkv) {
-        for (int qt = 0; qt < n_qt; ++qt) {
-          const int i0 = qt * BQ, nq = std::min(BQ, Tq - i0);
-          int kmax = 0;
-          for (int r = 0; r < nq; ++r) {
-            const size_t qrow = (size_t(b) * Tq + i0 + r) * q_ld + size_t(h) * dh;
-            nvis[r] = visible(ke, nk, s.q_pos0 + i0 + r);
-            kmax = std::max(kmax, nvis[r]);
-            double D = 0;
-            for (int d = 0; d < dh; ++d) {
-              Qs[size_t(r) * dh + d] = q[qrow + d] * scale;
-              dO[size_t(r) * dh + d] = dout[qrow + d];
-              dQ[size_t(r) * dh + d] = T(0);
-              D += double(dout[qrow + d]) * double(o[qrow + d]);
-            }
-            Dr[r] = T(D);
-            L[r] = lse[(size_t(b) * H + h) * Tq + i0 + r];
-          }
-
-          for (int j0 = 0; j0 < kmax; j0 += BK) {
-            const int kn = std::min(BK, kmax - j0);
-            for (int j = 0; j < kn; ++j) {
-              const size_t row = (size_t(b) * Tk + j0 + j) * kv_ld + size_t(g) * dh;
-              for (int d = 0; d < dh; ++d) {
-                Kt[size_t(d) * BK + j] = k[row + d];
-                Kp[size_t(j) * dh + d] = k[row + d];
-                Vt[size_t(d) * BK + j] = v[row + d];
-              }
-            }
-            mm_abt<T, DH>(Qs, Kt, P, nq, dh);      // scores
-            mm_abt<T, DH>(dO, Vt, dS, nq, dh);     // dP = dO V^T
-            for (int r = 0; r < nq; ++r) {
-              T* prow = P + size_t(r) * BK;
-              T* dsrow = dS + size_t(r) * BK;
-              int lim = std::clamp(nvis[r] - j0, 0, kn);
-              if (!(L[r] > -std::numeric_limits<T>::infinity())) lim = 0;
-              const T Lr = L[r], D = Dr[r];
-              for (int j = 0; j < lim; ++j) {
-                const T p = texp(prow[j] - Lr);
-                prow[j] = p;
-                dsrow[j] = p * (dsrow[j] - D);
-              }
-              for (int j = lim; j < kn; ++j) prow[j] = dsrow[j] = T(0);
-            }
-            const size_t kvrow0 = (size_t(b) * Tk + j0) * kv_ld + size_t(g) * dh;
-            mm_ptm<T, DH>(P, dO, nq, kn, dv + kvrow0, kv_ld, dh);   // dV += P^T dO
-            mm_ptm<T, DH>(dS, Qs, nq, kn, dk + kvrow0, kv_ld, dh);  // dK += dS^T Qs
-            mm_pm<T, DH>(dS, Kp, nq, kn, dQ, size_t(dh), dh);       // dQ += dS K
-          }
-
-          for (int r = 0; r < nq; ++r) {
-            const int i = i0 + r;
-            T* dqr = dQ + size_t(r) * dh;
-            if (keys.self_open && keys.self_open[size_t(b) * Tq + i] &&
-                L[r] > -std::numeric_limits<T>::infinity()) {
-              const size_t row = (size_t(b) * Tq + i) * kv_ld + size_t(g) * dh;
-              const T* qsr = Qs + size_t(r) * dh;
-              const T* dor = dO + size_t(r) * dh;
-              const T p = std::exp(dot(qsr, raw_k + row, dh) - L[r]);
-              const T ds = p * (dot(dor, raw_v + row, dh) - Dr[r]);
-              for (int d = 0; d < dh; ++d) {
-                draw_v[row + d] += p * dor[d];
-                draw_k[row + d] += ds * qsr[d];
-                dqr[d] += ds * raw_k[row + d];
-              }
-            }
-            T* dst = dq + (size_t(b) * Tq + i) * q_ld + size_t(h) * dh;
-            for (int d = 0; d < dh; ++d) dst[d] = dqr[d] * scale;
-          }
-        }
-      }
+      for (int qt = 0; qt < n_qt; ++qt)
+        bwd_block(Block(s, keys, b, g, qt, bq), q, k, v, raw_k, raw_v, o, lse,
+                  dout, gr, w);
     }
   }
 }
@@ -507,12 +411,9 @@ void attention_fwd(const AttnShape& s, const AttnKeys& keys, const T* q,
                    T* o, T* lse) {
   validate(s, keys, raw_k && raw_v);
   if (s.B == 0 || s.Tq == 0) return;
-  switch (s.dh) {
-    case 32: fwd_impl<T, 32>(s, keys, q, k, v, raw_k, raw_v, o, lse); break;
-    case 64: fwd_impl<T, 64>(s, keys, q, k, v, raw_k, raw_v, o, lse); break;
-    case 128: fwd_impl<T, 128>(s, keys, q, k, v, raw_k, raw_v, o, lse); break;
-    default: fwd_impl<T, 0>(s, keys, q, k, v, raw_k, raw_v, o, lse); break;
-  }
+  simd_init();  // may throw: before the parallel region
+  const BlasSingleThread one_blas_thread;
+  fwd_impl(s, keys, q, k, v, raw_k, raw_v, o, lse);
 }
 
 template <class T>
@@ -524,16 +425,10 @@ void attention_bwd(const AttnShape& s, const AttnKeys& keys, const T* q,
   WIOLA_CHECK(!keys.self_open || (draw_k && draw_v),
               "attention_bwd: self_open given without draw_k/draw_v");
   if (s.B == 0) return;
-#define WIOLA_ATTN_BWD(DH)                                                  \
-  bwd_impl<T, DH>(s, keys, q, k, v, raw_k, raw_v, o, lse, dout, dq, dk, dv, \
-                  draw_k, draw_v)
-  switch (s.dh) {
-    case 32: WIOLA_ATTN_BWD(32); break;
-    case 64: WIOLA_ATTN_BWD(64); break;
-    case 128: WIOLA_ATTN_BWD(128); break;
-    default: WIOLA_ATTN_BWD(0); break;
-  }
-#undef WIOLA_ATTN_BWD
+  simd_init();  // may throw: before the parallel region
+  const BlasSingleThread one_blas_thread;
+  bwd_impl(s, keys, q, k, v, raw_k, raw_v, o, lse, dout,
+           AttnGrads<T>{dq, dk, dv, draw_k, draw_v});
 }
 
 template void attention_fwd<float>(const AttnShape&, const AttnKeys&,

@@ -1,5 +1,7 @@
 // Shared helpers of the CPU op files: loop partitioning, the deterministic
-// chunked reduction, and scalar math written so that loops over it vectorise.
+// chunked reduction, and scalar math written so that loops over it vectorise
+// (the double kernels; the float kernels use the vector versions of the same
+// formulas in simd-inl.h).
 #pragma once
 
 #include <algorithm>
@@ -20,6 +22,26 @@ inline constexpr size_t kParallelMin = size_t(1) << 14;
 // [begin, end) of part `i` of `parts` equal parts of n.
 inline size_t part_begin(size_t n, int i, int parts) {
   return n * size_t(i) / size_t(parts);
+}
+
+// f(i0, i1) on one contiguous range of [0, n) per OpenMP thread (one call
+// for small n). Range starts are multiples of 64 elements; the dispatched
+// kernels compute an element the same wherever it falls, so the split never
+// changes results.
+template <class F>
+void parallel_ranges(size_t n, F f) {
+  if (n < kParallelMin) {
+    if (n) f(size_t(0), n);
+    return;
+  }
+  const size_t blocks = (n + 63) / 64;
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const size_t i0 = std::min(n, part_begin(blocks, t, nt) * 64);
+    const size_t i1 = std::min(n, part_begin(blocks, t + 1, nt) * 64);
+    if (i1 > i0) f(i0, i1);
+  }
 }
 
 // sum_{i0 <= i < i1} term(i) in double over 16 fixed lanes (vectorises; the

@@ -16,6 +16,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/atm_plan.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/simd.h"
 #include "util/error.h"
 
 namespace wiola {
@@ -88,6 +89,7 @@ T* out(Ptr p) { return p.as<T>(); }
 
 template <class T>
 CpuOps<T>::CpuOps(CpuMemory memory) {
+  cpu::simd_init();  // WIOLA_SIMD: a bad value fails here, before any kernel runs
   openblas_set_num_threads(1);
   if (memory == CpuMemory::Opaque) mem_ = std::make_unique<cpu::OpaqueMemory>();
 }
@@ -159,6 +161,7 @@ void CpuOps<T>::gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, CPtr A,
                      int lda, CPtr B, int ldb, T beta, Ptr C, int ldc) {
   OPEN;
   if (m <= 0 || n <= 0) return;
+  if (gemm_log_) gemm_log_->push_back({ta, tb, m, n, k});
   parallel_gemm(ta, tb, m, n, k, alpha, I(A), lda, I(B), ldb, beta, O(C), ldc);
 }
 template <class T>
@@ -171,8 +174,10 @@ void CpuOps<T>::gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k,
   const T* a = I(A);
   const T* b = I(B);
   T* c = O(C);
-  for (int i = 0; i < batch; ++i)
+  for (int i = 0; i < batch; ++i) {
+    if (gemm_log_) gemm_log_->push_back({ta, tb, m, n, k});
     parallel_gemm(ta, tb, m, n, k, alpha, a + i * sA, lda, b + i * sB, ldb, beta, c + i * sC, ldc);
+  }
 }
 
 // ---- elementwise and reductions ----------------------------------------------

@@ -15,15 +15,28 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "kernels/cpu/opaque_memory.h"
 #include "kernels/ops.h"
 
 namespace wiola {
 
+// One matrix product as the backend was asked for it (C[m x n] = op(A) op(B),
+// inner dimension k).
+struct GemmShape {
+  Trans ta, tb;
+  int m, n, k;
+};
+
 template <class T>
 class CpuOps final : public Ops<T> {
  public:
+  // While set, every gemm call appends its shape here (wiola bench step
+  // replays one step's shapes to measure the BLAS rate on exactly them);
+  // null stops recording.
+  void record_gemm_shapes(std::vector<GemmShape>* log) { gemm_log_ = log; }
+
   explicit CpuOps(CpuMemory memory = CpuMemory::Host);
   ~CpuOps() override;
   const char* name() const override;
@@ -78,6 +91,7 @@ class CpuOps final : public Ops<T> {
 
  private:
   std::unique_ptr<cpu::OpaqueMemory> mem_;  // null: host memory
+  std::vector<GemmShape>* gemm_log_ = nullptr;
   cpu::OpaqueMemory* opaque() { return mem_.get(); }
 };
 

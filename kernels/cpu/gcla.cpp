@@ -1,11 +1,78 @@
 // GCLA pieces (docs/model.md §2 "Cross-layer summaries", "GCLA"): prefix-mean
 // summaries, the context sub-attention, the self/context blend and the
-// sigmoid output gate.
+// sigmoid output gate. The float blend and gate run on Highway, dispatched at
+// run time; the rest (and double) are scalar templates.
+#include <cstddef>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/gcla.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/cpu/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace wiola::cpu::HWY_NAMESPACE {
+
+void BlendFwdF(const float* o_self, const float* o_ctx, float keep, float beta, size_t n,
+               float* out) {
+  const DF d;
+  const VF vk = hn::Set(d, keep), vb = hn::Set(d, beta);
+  ForEach(d, n, [&](size_t i, auto t) HWY_ATTR {
+    Out(d, hn::Add(hn::Mul(vk, In(d, o_self + i, t)), hn::Mul(vb, In(d, o_ctx + i, t))), out + i, t);
+  });
+}
+
+// Writes d_self, d_ctx; returns sum dout (o_ctx - o_self) in double.
+double BlendBwdF(const float* o_self, const float* o_ctx, float keep, float beta,
+                 const float* dout, size_t n, float* d_self, float* d_ctx) {
+  const DF d;
+  const VF vk = hn::Set(d, keep), vb = hn::Set(d, beta);
+  VD lo = hn::Zero(DD()), hi = lo;
+  ForEach(d, n, [&](size_t i, auto t) HWY_ATTR {
+    const VF g = In(d, dout + i, t), a = In(d, o_self + i, t), c = In(d, o_ctx + i, t);
+    Out(d, hn::Mul(vk, g), d_self + i, t);
+    Out(d, hn::Mul(vb, g), d_ctx + i, t);
+    lo = hn::MulAdd(PromoteLo(g), hn::Sub(PromoteLo(c), PromoteLo(a)), lo);
+    hi = hn::MulAdd(PromoteHi(g), hn::Sub(PromoteHi(c), PromoteHi(a)), hi);
+  });
+  return SumLanes(hn::Add(lo, hi));
+}
+
+void SigmoidGateFwdF(const float* pre, const float* x, size_t n, float* out) {
+  const DF d;
+  ForEach(d, n, [&](size_t i, auto t) HWY_ATTR {
+    Out(d, hn::Mul(Sigmoid(d, In(d, pre + i, t)), In(d, x + i, t)), out + i, t);
+  });
+}
+
+void SigmoidGateBwdF(const float* pre, const float* x, const float* dout, size_t n, float* dpre,
+                     float* dx) {
+  const DF d;
+  ForEach(d, n, [&](size_t i, auto t) HWY_ATTR {
+    VF s, c;
+    Sigmoid2(d, In(d, pre + i, t), s, c);
+    const VF g = In(d, dout + i, t);
+    Out(d, hn::Mul(hn::Mul(hn::Mul(g, In(d, x + i, t)), s), c), dpre + i, t);
+    Out(d, hn::Mul(g, s), dx + i, t);
+  });
+}
+
+}  // namespace wiola::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/simd_dispatch.h"
 #include "util/error.h"
 
 namespace wiola::cpu {
+
+HWY_EXPORT(BlendFwdF);
+HWY_EXPORT(BlendBwdF);
+HWY_EXPORT(SigmoidGateFwdF);
+HWY_EXPORT(SigmoidGateBwdF);
+
 namespace {
 
 // Prefix sums run per (sequence, block of kCols columns), in double.
@@ -176,6 +243,15 @@ void blend_fwd(const T* o_self, const T* o_ctx, double phi, size_t n, T* out) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (size_t i = 0; i < n; ++i) out[i] = keep * o_self[i] + beta * o_ctx[i];
 }
+template <>
+void blend_fwd<float>(const float* o_self, const float* o_ctx, double phi, size_t n, float* out) {
+  const float beta = float(1.0 / (1.0 + std::exp(-phi)));
+  const float keep = 1.0f - beta;
+  const auto fn = WIOLA_DISPATCH(BlendFwdF);
+  parallel_ranges(n, [&](size_t i0, size_t i1) {
+    fn(o_self + i0, o_ctx + i0, keep, beta, i1 - i0, out + i0);
+  });
+}
 
 // dL/dphi = beta (1 - beta) sum dout (o_ctx - o_self), a chunked reduction.
 template <class T>
@@ -194,12 +270,28 @@ double blend_bwd(const T* o_self, const T* o_ctx, double phi, const T* dout,
   });
   return s * bd * (1.0 - bd);
 }
+template <>
+double blend_bwd<float>(const float* o_self, const float* o_ctx, double phi, const float* dout,
+                        size_t n, float* d_self, float* d_ctx) {
+  const double bd = 1.0 / (1.0 + std::exp(-phi));
+  const float beta = float(bd), keep = 1.0f - beta;
+  const auto fn = WIOLA_DISPATCH(BlendBwdF);
+  const double s = chunked_sum(n, [&](size_t i0, size_t i1) {
+    return fn(o_self + i0, o_ctx + i0, keep, beta, dout + i0, i1 - i0, d_self + i0, d_ctx + i0);
+  });
+  return s * bd * (1.0 - bd);
+}
 
 // out = sigmoid(pre) * x
 template <class T>
 void sigmoid_gate_fwd(const T* pre, const T* x, size_t n, T* out) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (size_t i = 0; i < n; ++i) out[i] = sigmoid(pre[i]) * x[i];
+}
+template <>
+void sigmoid_gate_fwd<float>(const float* pre, const float* x, size_t n, float* out) {
+  const auto fn = WIOLA_DISPATCH(SigmoidGateFwdF);
+  parallel_ranges(n, [&](size_t i0, size_t i1) { fn(pre + i0, x + i0, i1 - i0, out + i0); });
 }
 
 template <class T>
@@ -213,6 +305,14 @@ void sigmoid_gate_bwd(const T* pre, const T* x, const T* dout, size_t n,
     dx[i] = dout[i] * s;
   }
 }
+template <>
+void sigmoid_gate_bwd<float>(const float* pre, const float* x, const float* dout, size_t n,
+                             float* dpre, float* dx) {
+  const auto fn = WIOLA_DISPATCH(SigmoidGateBwdF);
+  parallel_ranges(n, [&](size_t i0, size_t i1) {
+    fn(pre + i0, x + i0, dout + i0, i1 - i0, dpre + i0, dx + i0);
+  });
+}
 
 #define WIOLA_INST(T)                                                        \
   template void prefix_mean_fwd<T>(const T*, int, int, int, T*);             \
@@ -223,15 +323,16 @@ void sigmoid_gate_bwd(const T* pre, const T* x, const T* dout, size_t n,
                                      int, int, int, T*, T*);                 \
   template void ctx_attention_bwd<T>(const T*, const T*, const T*, const T*, \
                                      const T*, int, int, int, int, int, T*,  \
-                                     T*, T*);                                \
-  template void blend_fwd<T>(const T*, const T*, double, size_t, T*);        \
-  template double blend_bwd<T>(const T*, const T*, double, const T*, size_t, \
-                               T*, T*);                                      \
-  template void sigmoid_gate_fwd<T>(const T*, const T*, size_t, T*);         \
-  template void sigmoid_gate_bwd<T>(const T*, const T*, const T*, size_t,    \
-                                    T*, T*);
+                                     T*, T*);
 WIOLA_INST(float)
 WIOLA_INST(double)
 #undef WIOLA_INST
+template void blend_fwd<double>(const double*, const double*, double, size_t, double*);
+template double blend_bwd<double>(const double*, const double*, double, const double*, size_t,
+                                  double*, double*);
+template void sigmoid_gate_fwd<double>(const double*, const double*, size_t, double*);
+template void sigmoid_gate_bwd<double>(const double*, const double*, const double*, size_t,
+                                       double*, double*);
 
 }  // namespace wiola::cpu
+#endif  // HWY_ONCE

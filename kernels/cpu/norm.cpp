@@ -2,10 +2,88 @@
 // rstd = 1 / sqrt(mean(z^2) + eps). Backward per row:
 //   dz = rstd * (gamma*dy - z * rstd^2 * mean(gamma*dy*z)),
 //   dgamma += sum_n dy*z*rstd, ddelta += sum_n dz, dx += dz.
+// float: Highway, dispatched at run time (row sums in double); double: the
+// scalar templates.
+#include <cstddef>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/norm.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/cpu/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace wiola::cpu::HWY_NAMESPACE {
+
+// sum_j (double(x_j) + double(delta_j))^2 of one row.
+double RowSumSqF(const float* x, const float* delta, size_t d) {
+  const DF df;
+  VD lo = hn::Zero(DD()), hi = lo;
+  ForEach(df, d, [&](size_t j, auto t) HWY_ATTR {
+    const VF xv = In(df, x + j, t), dv = In(df, delta + j, t);
+    const VD a = hn::Add(PromoteLo(xv), PromoteLo(dv)), b = hn::Add(PromoteHi(xv), PromoteHi(dv));
+    lo = hn::MulAdd(a, a, lo);
+    hi = hn::MulAdd(b, b, hi);
+  });
+  return SumLanes(hn::Add(lo, hi));
+}
+
+// y = gamma * ((x + delta) * r) of one row.
+void RowScaleF(const float* x, const float* gamma, const float* delta, float r, size_t d,
+               float* y) {
+  const DF df;
+  const VF vr = hn::Set(df, r);
+  ForEach(df, d, [&](size_t j, auto t) HWY_ATTR {
+    const VF z = hn::Add(In(df, x + j, t), In(df, delta + j, t));
+    Out(df, hn::Mul(In(df, gamma + j, t), hn::Mul(z, vr)), y + j, t);
+  });
+}
+
+// Rows [i0, i1) of the backward; parameter gradients into this thread's
+// double partials pg (gamma) and pd (delta).
+void BwdRowsF(const float* x, const float* gamma, const float* delta, const float* rstd,
+              const float* dy, int i0, int i1, size_t d, float* dx, double* pg, double* pd) {
+  const DF df;
+  for (int i = i0; i < i1; ++i) {
+    const float* xi = x + size_t(i) * d;
+    const float* gi = dy + size_t(i) * d;
+    float* dxi = dx + size_t(i) * d;
+    // c = sum_j double(gamma*dy) * double(x + delta)
+    VD lo = hn::Zero(DD()), hi = lo;
+    ForEach(df, d, [&](size_t j, auto t) HWY_ATTR {
+      const VF gd = hn::Mul(In(df, gamma + j, t), In(df, gi + j, t));
+      const VF z = hn::Add(In(df, xi + j, t), In(df, delta + j, t));
+      lo = hn::MulAdd(PromoteLo(gd), PromoteLo(z), lo);
+      hi = hn::MulAdd(PromoteHi(gd), PromoteHi(z), hi);
+    });
+    const double c = SumLanes(hn::Add(lo, hi));
+    const double r = double(rstd[i]);
+    const VF cr = hn::Set(df, float(c * r * r / double(d)));
+    const VF rt = hn::Set(df, float(r));
+    ForEach(df, d, [&](size_t j, auto t) HWY_ATTR {
+      const VF g = In(df, gi + j, t);
+      const VF z = hn::Add(In(df, xi + j, t), In(df, delta + j, t));
+      const VF dz = hn::Mul(rt, hn::Sub(hn::Mul(In(df, gamma + j, t), g), hn::Mul(z, cr)));
+      Out(df, hn::Add(In(df, dxi + j, t), dz), dxi + j, t);
+      AddWideTo(pg + j, hn::Mul(hn::Mul(g, z), rt), t);
+      AddWideTo(pd + j, dz, t);
+    });
+  }
+}
+
+}  // namespace wiola::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/simd_dispatch.h"
 
 namespace wiola::cpu {
+
+HWY_EXPORT(RowSumSqF);
+HWY_EXPORT(RowScaleF);
+HWY_EXPORT(BwdRowsF);
 
 template <class T>
 void rmsnorm_fwd(const T* x, const T* gamma, const T* delta, int N, int d,
@@ -24,13 +102,25 @@ void rmsnorm_fwd(const T* x, const T* gamma, const T* delta, int N, int d,
     for (int j = 0; j < d; ++j) yi[j] = gamma[j] * ((xi[j] + delta[j]) * r);
   }
 }
+template <>
+void rmsnorm_fwd<float>(const float* x, const float* gamma, const float* delta, int N, int d,
+                        double eps, float* y, float* rstd) {
+  const auto sumsq = WIOLA_DISPATCH(RowSumSqF);
+  const auto apply = WIOLA_DISPATCH(RowScaleF);
+#pragma omp parallel for schedule(static) if (size_t(N) * d >= kParallelMin)
+  for (int i = 0; i < N; ++i) {
+    const size_t o = size_t(i) * d;
+    const float r = float(1.0 / std::sqrt(sumsq(x + o, delta, size_t(d)) / d + eps));
+    rstd[i] = r;
+    apply(x + o, gamma, delta, r, size_t(d), y + o);
+  }
+}
 
-// Parameter gradients: each thread sums its rows into its own double
-// partials; partials are added in thread order (deterministic for a fixed
-// thread count).
-template <class T>
-void rmsnorm_bwd(const T* x, const T* gamma, const T* delta, const T* rstd,
-                 const T* dy, int N, int d, T* dx, T* dgamma, T* ddelta) {
+// Parameter gradients: each thread sums its rows (rows(i0, i1, pg, pd)) into
+// its own double partials; partials are added in thread order (deterministic
+// for a fixed thread count).
+template <class T, class Rows>
+void rmsnorm_bwd_partials(int N, int d, T* dgamma, T* ddelta, Rows rows) {
   const bool par = size_t(N) * d >= kParallelMin;
   const int nt = par ? omp_get_max_threads() : 1;
   std::vector<double> part(size_t(nt) * 2 * d, 0.0);
@@ -41,9 +131,24 @@ void rmsnorm_bwd(const T* x, const T* gamma, const T* delta, const T* rstd,
 #pragma omp single
     used = n_threads;
     double* pg = part.data() + size_t(tid) * 2 * d;
-    double* pd = pg + d;
-    const int i0 = int(part_begin(size_t(N), tid, n_threads));
-    const int i1 = int(part_begin(size_t(N), tid + 1, n_threads));
+    rows(int(part_begin(size_t(N), tid, n_threads)), int(part_begin(size_t(N), tid + 1, n_threads)),
+         pg, pg + d);
+  }
+  for (int j = 0; j < d; ++j) {
+    double g = 0, dd = 0;
+    for (int t = 0; t < used; ++t) {
+      g += part[size_t(t) * 2 * d + j];
+      dd += part[size_t(t) * 2 * d + d + j];
+    }
+    dgamma[j] += T(g);
+    ddelta[j] += T(dd);
+  }
+}
+
+template <class T>
+void rmsnorm_bwd(const T* x, const T* gamma, const T* delta, const T* rstd,
+                 const T* dy, int N, int d, T* dx, T* dgamma, T* ddelta) {
+  rmsnorm_bwd_partials(N, d, dgamma, ddelta, [&](int i0, int i1, double* pg, double* pd) {
     for (int i = i0; i < i1; ++i) {
       const T* xi = x + size_t(i) * d;
       const T* gi = dy + size_t(i) * d;
@@ -63,25 +168,22 @@ void rmsnorm_bwd(const T* x, const T* gamma, const T* delta, const T* rstd,
         pd[j] += double(dz);
       }
     }
-  }
-  for (int j = 0; j < d; ++j) {
-    double g = 0, dd = 0;
-    for (int t = 0; t < used; ++t) {
-      g += part[size_t(t) * 2 * d + j];
-      dd += part[size_t(t) * 2 * d + d + j];
-    }
-    dgamma[j] += T(g);
-    ddelta[j] += T(dd);
-  }
+  });
+}
+template <>
+void rmsnorm_bwd<float>(const float* x, const float* gamma, const float* delta,
+                        const float* rstd, const float* dy, int N, int d, float* dx,
+                        float* dgamma, float* ddelta) {
+  const auto fn = WIOLA_DISPATCH(BwdRowsF);
+  rmsnorm_bwd_partials(N, d, dgamma, ddelta, [&](int i0, int i1, double* pg, double* pd) {
+    fn(x, gamma, delta, rstd, dy, i0, i1, size_t(d), dx, pg, pd);
+  });
 }
 
-#define WIOLA_INST(T)                                                      \
-  template void rmsnorm_fwd<T>(const T*, const T*, const T*, int, int,     \
-                               double, T*, T*);                            \
-  template void rmsnorm_bwd<T>(const T*, const T*, const T*, const T*,     \
-                               const T*, int, int, T*, T*, T*);
-WIOLA_INST(float)
-WIOLA_INST(double)
-#undef WIOLA_INST
+template void rmsnorm_fwd<double>(const double*, const double*, const double*, int, int, double,
+                                  double*, double*);
+template void rmsnorm_bwd<double>(const double*, const double*, const double*, const double*,
+                                  const double*, int, int, double*, double*, double*);
 
 }  // namespace wiola::cpu
+#endif  // HWY_ONCE

@@ -1,11 +1,53 @@
 // Vocab-parallel embedding and cross-entropy (ops.h "embedding",
 // "cross-entropy"): this rank holds vocabulary rows/columns [v0, v0+V_local).
+// The float cross-entropy rows run on Highway, dispatched at run time (exp in
+// float, sums in double); embeddings (copies) and double are scalar.
+#include <cstddef>
 #include <limits>
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/vocab.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/cpu/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace wiola::cpu::HWY_NAMESPACE {
+
+// sum_j exp(l_j - m) of one row, exp in float, the sum in double.
+double SumExpF(const float* l, size_t V, float m) {
+  const DF d;
+  const VF vm = hn::Set(d, m);
+  VD lo = hn::Zero(DD()), hi = lo;
+  ForEach(d, V, [&](size_t j, auto t) HWY_ATTR {
+    // Padding lanes: exp(-inf) = 0.
+    AddWide(Exp(d, hn::Sub(In(d, l + j, t, -std::numeric_limits<float>::infinity()), vm)), lo, hi);
+  });
+  return SumLanes(hn::Add(lo, hi));
+}
+
+// l_j = f exp(l_j - m) of one row.
+void GradRowF(float* l, size_t V, float m, float f) {
+  const DF d;
+  const VF vm = hn::Set(d, m), vf = hn::Set(d, f);
+  ForEach(d, V, [&](size_t j, auto t) HWY_ATTR {
+    Out(d, hn::Mul(vf, Exp(d, hn::Sub(In(d, l + j, t), vm))), l + j, t);
+  });
+}
+
+}  // namespace wiola::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/cpu/simd_dispatch.h"
 
 namespace wiola::cpu {
+
+HWY_EXPORT(SumExpF);
+HWY_EXPORT(GradRowF);
 
 template <class T>
 void embedding_fwd(const int32_t* ids, int N, const T* E, int v0, int V_local,
@@ -54,6 +96,12 @@ void ce_row_max(const T* logits, int N, int V_local, T* row_max) {
     row_max[i] = m;
   }
 }
+template <>
+void ce_row_max<float>(const float* logits, int N, int V_local, float* row_max) {
+  simd_init();  // may throw: not inside the parallel region
+#pragma omp parallel for schedule(static) if (size_t(N) * V_local >= kParallelMin)
+  for (int i = 0; i < N; ++i) row_max[i] = simd_row_max(logits + size_t(i) * V_local, V_local);
+}
 
 template <class T>
 void ce_sumexp_target(const T* logits, const int32_t* targets, int N,
@@ -68,6 +116,18 @@ void ce_sumexp_target(const T* logits, const int32_t* targets, int N,
     }));
     const long c = long(targets[i]) - v0;
     tgt[i] = (c >= 0 && c < V_local) ? l[c] : T(0);
+  }
+}
+template <>
+void ce_sumexp_target<float>(const float* logits, const int32_t* targets, int N, int V_local,
+                             int v0, const float* row_max, float* sumexp, float* tgt) {
+  const auto fn = WIOLA_DISPATCH(SumExpF);
+#pragma omp parallel for schedule(static) if (size_t(N) * V_local >= kParallelMin)
+  for (int i = 0; i < N; ++i) {
+    const float* l = logits + size_t(i) * V_local;
+    sumexp[i] = float(fn(l, size_t(V_local), row_max[i]));
+    const long c = long(targets[i]) - v0;
+    tgt[i] = (c >= 0 && c < V_local) ? l[c] : 0.0f;
   }
 }
 
@@ -87,6 +147,20 @@ void ce_loss_grad(T* logits, const int32_t* targets, int N, int V_local,
     if (c >= 0 && c < V_local) l[c] -= T(scale);
   }
 }
+template <>
+void ce_loss_grad<float>(float* logits, const int32_t* targets, int N, int V_local, int v0,
+                         const float* row_max, const float* sumexp, const float* tgt,
+                         double scale, float* loss) {
+  const auto fn = WIOLA_DISPATCH(GradRowF);
+#pragma omp parallel for schedule(static) if (size_t(N) * V_local >= kParallelMin)
+  for (int i = 0; i < N; ++i) {
+    float* l = logits + size_t(i) * V_local;
+    loss[i] = float(std::log(double(sumexp[i])) + double(row_max[i]) - double(tgt[i]));
+    fn(l, size_t(V_local), row_max[i], float(scale / double(sumexp[i])));
+    const long c = long(targets[i]) - v0;
+    if (c >= 0 && c < V_local) l[c] -= float(scale);
+  }
+}
 
 template <class T>
 void ce_loss(const T* logits, const int32_t* targets, int N, int V_local,
@@ -102,15 +176,16 @@ void ce_loss(const T* logits, const int32_t* targets, int N, int V_local,
                                  int, T*);                                   \
   template void embedding_bwd<T>(const int32_t*, int, const T*, int, int,    \
                                  int, T*);                                   \
-  template void ce_row_max<T>(const T*, int, int, T*);                       \
-  template void ce_sumexp_target<T>(const T*, const int32_t*, int, int, int, \
-                                    const T*, T*, T*);                       \
-  template void ce_loss_grad<T>(T*, const int32_t*, int, int, int, const T*, \
-                                const T*, const T*, double, T*);             \
   template void ce_loss<T>(const T*, const int32_t*, int, int, int,          \
                            const T*, const T*, const T*, T*);
 WIOLA_INST(float)
 WIOLA_INST(double)
 #undef WIOLA_INST
+template void ce_row_max<double>(const double*, int, int, double*);
+template void ce_sumexp_target<double>(const double*, const int32_t*, int, int, int,
+                                       const double*, double*, double*);
+template void ce_loss_grad<double>(double*, const int32_t*, int, int, int, const double*,
+                                   const double*, const double*, double, double*);
 
 }  // namespace wiola::cpu
+#endif  // HWY_ONCE

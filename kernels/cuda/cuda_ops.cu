@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublas_lib.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/memory.cuh"
@@ -21,7 +22,7 @@ namespace {
 using cuda::check;
 
 void check_blas(cublasStatus_t st, const char* what) {
-  if (st != CUBLAS_STATUS_SUCCESS) fail("cuBLAS error in ", what, ": ", cublasGetStatusString(st));
+  if (st != CUBLAS_STATUS_SUCCESS) fail("cuBLAS error in ", what, ": ", cuda::cublas().status_string(st));
 }
 
 cudaDataType blas_type(DType t, const char* op) {
@@ -46,13 +47,13 @@ class CudaOps final : public Ops<float> {
                 cuda_device_count());
     check(cudaSetDevice(device), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    check_blas(cublasCreate(&blas_), "cublasCreate");
-    check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
-    check_blas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    check_blas(cuda::cublas().create(&blas_), "cublasCreate");
+    check_blas(cuda::cublas().set_stream(blas_, stream_), "cublasSetStream");
+    check_blas(cuda::cublas().set_math_mode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   }
   ~CudaOps() override {
     cudaStreamSynchronize(stream_);
-    cublasDestroy(blas_);
+    cuda::cublas().destroy(blas_);
     cudaStreamDestroy(stream_);
   }
 
@@ -103,7 +104,7 @@ class CudaOps final : public Ops<float> {
       else B = down(B, span(tb, k, n, ldb), tb_tmp);
     }
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
-    check_blas(cublasGemmEx(blas_, blas_op(tb), blas_op(ta), n, m, k, &alpha, B.raw(), blas_type(B.dtype(), "gemm"),
+    check_blas(cuda::cublas().gemm_ex(blas_, blas_op(tb), blas_op(ta), n, m, k, &alpha, B.raw(), blas_type(B.dtype(), "gemm"),
                             ldb, A.raw(), blas_type(A.dtype(), "gemm"), lda, &beta, C.raw(),
                             blas_type(C.dtype(), "gemm"), ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "gemm");
@@ -113,7 +114,7 @@ class CudaOps final : public Ops<float> {
     if (m <= 0 || n <= 0 || batch <= 0) return;
     WIOLA_CHECK(A.dtype() == B.dtype(), "cuda gemm_strided_batched: operands of ", dtype_name(A.dtype()), " and ",
                 dtype_name(B.dtype()));
-    check_blas(cublasGemmStridedBatchedEx(blas_, blas_op(tb), blas_op(ta), n, m, k, &alpha, B.raw(),
+    check_blas(cuda::cublas().gemm_strided_batched_ex(blas_, blas_op(tb), blas_op(ta), n, m, k, &alpha, B.raw(),
                                           blas_type(B.dtype(), "gemm"), ldb, sB, A.raw(),
                                           blas_type(A.dtype(), "gemm"), lda, sA, &beta, C.raw(),
                                           blas_type(C.dtype(), "gemm"), ldc, sC, batch, CUBLAS_COMPUTE_32F,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU kit, step 0, run on THIS machine (no GPU needed): builds the
-# GPU-side programs with WIOLA_CUDA=ON for a portable x86-64 level, and packs
+# GPU-side programs with WIOLA_CUDA=ON (the portable default -march, docs/cpu.md), and packs
 # them with the shared libraries they need (OpenBLAS, libgomp, ... — not
 # cuBLAS, which the GPU machine provides) into .gpu-kit/ (git-ignored, about
 # 60 MiB). Then, with the device tool, carry ".gpu-kit" and run one of
@@ -10,7 +10,8 @@
 # docs/gpu.md records what they printed, with date and device.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DWIOLA_CUDA=ON -DWIOLA_MARCH=x86-64-v3 >/dev/null
+# -U: a build-gpu cache from before the portable default still says x86-64-v3.
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DWIOLA_CUDA=ON -UWIOLA_MARCH >/dev/null
 cmake --build build-gpu -j"$(nproc)" --target test_cuda_ops wiola_gpu_bench
 rm -rf .gpu-kit && mkdir -p .gpu-kit/bin .gpu-kit/lib
 cp build-gpu/tests/gpu/test_cuda_ops build-gpu/bench/wiola_gpu_bench .gpu-kit/bin/
