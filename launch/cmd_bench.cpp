@@ -143,13 +143,17 @@ int wiola_cmd_bench(int argc, char** argv) {
   const double scale = 1.0 / (double(batch) * cfg.T);
   std::vector<double> times;
   double loss = 0;
+  auto* cpu_ops = dynamic_cast<wiola::CpuOps<float>*>(ops.get());
+  double attn_s = 0;  // attention's wall time over the timed steps (CPU backend)
   for (int s = 0; s < warmup + steps; ++s) {
+    if (cpu_ops && s == warmup) cpu_ops->time_attention(&attn_s);
     const auto t0 = Clock::now();
     model.zero_grads();
     loss = model.train_micro_step(tokens.data(), scale) * scale;
     if (!adam.step(1e-4, adam.applied_steps() + 1).skipped) model.refresh_weights();
     if (s >= warmup) times.push_back(since(t0));
   }
+  if (cpu_ops) cpu_ops->time_attention(nullptr);
   std::sort(times.begin(), times.end());
   sgemm = std::max(sgemm, wiola::openblas_sgemm_gflops(1024, 10));  // warm machine too
 
@@ -159,7 +163,7 @@ int wiola_cmd_bench(int argc, char** argv) {
   // shapes timed alone.
   std::vector<ShapeRate> shapes;
   double shape_gflops = 0, gemm_flops = 0, gemm_s = 0;
-  if (auto* cpu = dynamic_cast<wiola::CpuOps<float>*>(ops.get())) {
+  if (auto* cpu = cpu_ops) {
     std::vector<wiola::GemmShape> log;
     cpu->record_gemm_shapes(&log);
     model.zero_grads();
@@ -194,6 +198,16 @@ int wiola_cmd_bench(int argc, char** argv) {
                   r.flops() / r.seconds / 1e9, r.calls * r.seconds * 1e3);
     }
   }
+  double attn_share = 0, attn_flop_share = 0;
+  if (cpu_ops) {
+    double total = 0;
+    for (double t : times) total += t;
+    attn_share = attn_s / total;
+    attn_flop_share = wiola::attention_step_flops(cfg, batch) / wiola::train_step_flops(cfg, batch);
+    std::printf("  attention       %.1f ms per step = %.1f %% of the step time for %.1f %% of its FLOPs (%.2fx)\n",
+                1e3 * attn_s / double(times.size()), 100.0 * attn_share, 100.0 * attn_flop_share,
+                attn_share / attn_flop_share);
+  }
   std::printf("  activations     %.1f MiB, params+grads %.1f MiB, peak RSS %.1f MiB\n",
               double(model.activation_bytes()) / 1048576.0, double(model.param_bytes()) / 1048576.0, rss);
   for (const auto& st : model.atm_stats())
@@ -203,6 +217,7 @@ int wiola_cmd_bench(int argc, char** argv) {
                         {"step_ms", step_s * 1e3}, {"tokens_per_s", tps}, {"gflops", gflops},
                         {"sgemm_gflops", sgemm}, {"sgemm_fraction", gflops / sgemm},
                         {"sgemm_step_shapes_gflops", shape_gflops},
+                        {"attention_time_share", attn_share}, {"attention_flop_share", attn_flop_share},
                         {"step_shapes_fraction", shape_gflops > 0 ? gflops / shape_gflops : 0.0},
                         {"peak_rss_mib", rss}, {"activation_mib", double(model.activation_bytes()) / 1048576.0},
                         {"cpu", wiola::cpu::cpu_model_name()}, {"simd", wiola::cpu::simd_target_name()}};

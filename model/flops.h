@@ -12,5 +12,7 @@ namespace wiola {
 
 // FLOPs of one training step (forward + backward) on B sequences of c.T.
 double train_step_flops(const ModelConfig& c, int B);
+// The causal self-attention part of it (QK^T and PV, every layer, x 3).
+double attention_step_flops(const ModelConfig& c, int B);
 
 }  // namespace wiola

@@ -36,6 +36,9 @@ class CpuOps final : public Ops<T> {
   // replays one step's shapes to measure the BLAS rate on exactly them);
   // null stops recording.
   void record_gemm_shapes(std::vector<GemmShape>* log) { gemm_log_ = log; }
+  // While set, the wall time of every attention_fwd/attention_bwd call is
+  // added here, in seconds (wiola bench step: attention's share of a step).
+  void time_attention(double* seconds) { attn_seconds_ = seconds; }
 
   explicit CpuOps(CpuMemory memory = CpuMemory::Host);
   ~CpuOps() override;
@@ -92,6 +95,7 @@ class CpuOps final : public Ops<T> {
  private:
   std::unique_ptr<cpu::OpaqueMemory> mem_;  // null: host memory
   std::vector<GemmShape>* gemm_log_ = nullptr;
+  double* attn_seconds_ = nullptr;
   cpu::OpaqueMemory* opaque() { return mem_.get(); }
 };
 
