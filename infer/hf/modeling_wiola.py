@@ -1,0 +1,1 @@
+# Placeholder: the Hugging Face modeling file for exported Wiola models (written next).
