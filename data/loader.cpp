@@ -142,11 +142,13 @@ struct TokenLoader::Impl {
     return out;
   }
 
-  void read_sample(uint64_t idx, int32_t* out) const {
-    uint64_t start = idx * uint64_t(T), left = uint64_t(T) + 1;
+  void read_sample(uint64_t idx, int32_t* out) const { read_tokens(idx * uint64_t(T), uint64_t(T) + 1, out); }
+
+  // Stream tokens [start, start + count), across shard boundaries.
+  void read_tokens(uint64_t start, uint64_t left, int32_t* out) const {
     size_t k = size_t(std::upper_bound(starts.begin(), starts.end(), start) - starts.begin()) - 1;
     while (left > 0) {
-      WIOLA_CHECK(k < shards.size(), source, ": sample ", idx, " runs past the end of the data");
+      WIOLA_CHECK(k < shards.size(), source, ": tokens from ", start, " run past the end of the data");
       uint64_t off = start - starts[k];
       uint64_t n = std::min(left, shards[k]->size() - off);
       shards[k]->read(off, n, out);
@@ -243,7 +245,7 @@ TokenLoader::TokenLoader(const std::string& source, const std::string& split, in
       for (auto& [k, v] : man.splits) have += (have.empty() ? "" : ", ") + k;
       fail(path, ": manifest has no split '", split, "' (it has: ", have.empty() ? "none" : have, ")");
     }
-    m.info = DatasetInfo{man.vocab_size, man.eos_id, man.tokenizer_sha256, 0, 0, 0};
+    m.info = DatasetInfo{man.vocab_size, man.eos_id, man.tokenizer_sha256, 0, 0, 0, man.tokenizer_file};
     for (const ManifestShard& e : it->second.shards) {
       auto r = std::make_unique<ShardReader>(e.path);
       const ShardMeta& s = r->meta();
@@ -334,6 +336,10 @@ void TokenLoader::restore(const LoaderState& s) {
     m.cursor = n;
   }
   m.cv.notify_all();
+}
+
+void TokenLoader::read_tokens(uint64_t start, uint64_t count, int32_t* out) const {
+  impl_->read_tokens(start, count, out);
 }
 
 void TokenLoader::expect(uint32_t model_vocab_size, const std::string& tokenizer_sha256) const {

@@ -33,6 +33,7 @@ struct DatasetInfo {
   uint64_t num_tokens;
   uint64_t num_documents;
   uint64_t num_samples;
+  std::string tokenizer_file = "";  // as the manifest records it (empty for a bare shard)
 };
 
 // The permutation of [0, n) for (seed, epoch): xoshiro256** seeded by four
@@ -68,6 +69,10 @@ class TokenLoader {
 
   // Throws naming the source when the data does not fit the model/tokenizer.
   void expect(uint32_t model_vocab_size, const std::string& tokenizer_sha256 = "") const;
+
+  // Tokens [start, start + count) of the split's stream (any position: the
+  // evaluation of a whole split reads the tail no sample covers).
+  void read_tokens(uint64_t start, uint64_t count, int32_t* out) const;
 
   // Global sample indices of the `count` samples after state `s` (advancing s).
   std::vector<uint64_t> take_samples(LoaderState& s, uint64_t count) const;

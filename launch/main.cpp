@@ -15,6 +15,8 @@ int wiola_cmd_bench(int argc, char** argv);
 int wiola_cmd_tokenizer(int argc, char** argv);
 int wiola_cmd_prep(int argc, char** argv);
 int wiola_cmd_ckpt(int argc, char** argv);
+int wiola_cmd_generate(int argc, char** argv);
+int wiola_cmd_eval(int argc, char** argv);
 
 namespace {
 struct Sub {
@@ -28,6 +30,8 @@ const Sub kSubs[] = {
     {"tokenizer", wiola_cmd_tokenizer, "encode / decode / train byte-level BPE"},
     {"prep", wiola_cmd_prep, "tokenize text into HDF5 token shards"},
     {"ckpt", wiola_cmd_ckpt, "inspect / verify / consolidate checkpoints"},
+    {"generate", wiola_cmd_generate, "generate text from a checkpoint (KV-cached)"},
+    {"eval", wiola_cmd_eval, "loss and perplexity of a checkpoint on a split or a text"},
 };
 
 int usage(FILE* f) {

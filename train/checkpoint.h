@@ -28,6 +28,8 @@ namespace wiola::ckpt {
 
 inline constexpr const char* kFormat = "wiola-checkpoint-1";
 inline constexpr const char* kKinds[3] = {"param", "exp_avg", "exp_avg_sq"};
+// The tokenizer a checkpoint carries (manifest: "tokenizer": {"file", "sha256"}).
+inline constexpr const char* kTokenizerFile = "tokenizer.json";
 
 // A rectangle of a tensor in global coordinates, and where the same elements
 // sit in one rank's local (TP-sliced) entry: local rows lr0.., local cols

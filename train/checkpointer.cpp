@@ -83,6 +83,11 @@ Checkpointer::Checkpointer(const RunConfig& rc, dist::Grid& grid, Ops<float>& op
   run_id_ = agree_string(id);
 }
 
+void Checkpointer::set_tokenizer(std::string json_text, std::string sha256) {
+  tokenizer_json_ = std::move(json_text);
+  tokenizer_sha_ = std::move(sha256);
+}
+
 Checkpointer::~Checkpointer() {
   if (writer_.joinable()) writer_.join();  // an error ends the job elsewhere
 }
@@ -427,6 +432,11 @@ void Checkpointer::commit() {
       const fs::path final_dir = fs::path(dir_) / step_name(saving_.step);
       std::error_code ec;
       fs::create_directories(tmpdir, ec);
+      if (!tokenizer_json_.empty()) {
+        write_text_atomic((tmpdir / ckpt::kTokenizerFile).string(), tokenizer_json_);
+        ckpt::fsync_path((tmpdir / ckpt::kTokenizerFile).string());
+        mf["tokenizer"] = {{"file", ckpt::kTokenizerFile}, {"sha256", tokenizer_sha_}};
+      }
       write_text_atomic((tmpdir / "manifest.json").string(), mf.dump(1) + "\n");
       ckpt::fsync_path((tmpdir / "manifest.json").string());
       ckpt::fsync_path(tmpdir.string());

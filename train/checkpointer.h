@@ -91,6 +91,10 @@ class Checkpointer {
   // Collective: wait for this rank's write, then commit.
   void finish();
 
+  // Rank 0: the tokenizer (tokenizer.json text) every later checkpoint
+  // carries, so generation and export need nothing but the checkpoint.
+  void set_tokenizer(std::string json_text, std::string sha256);
+
   const std::string& run_id() const { return run_id_; }
   void set_run_id(const std::string& id) { run_id_ = id; }
   double last_save_seconds() const { return last_save_s_; }  // snapshot + write + commit of the last save
@@ -114,6 +118,7 @@ class Checkpointer {
   dist::DistAdamW& adam_;
   std::vector<std::pair<int, int>> stages_;
   nlohmann::json identity_, info_;
+  std::string tokenizer_json_, tokenizer_sha_;  // empty: checkpoints carry none
   std::string dir_, run_id_;
   // The save in flight.
   ResumeState saving_;

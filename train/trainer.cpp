@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/loader.h"
+#include "data/sha256.h"
 #include "dist/agree.h"
 #include "dist/diagnostics.h"
 #include "dist/grid.h"
@@ -189,6 +190,7 @@ struct Trainer::State {
     return st;
   }
   nlohmann::json checkpoint_info() const;
+  void attach_tokenizer();
   // Sum over the world of the last stage's CE sums (tp rank 0 of each DP
   // replica's last stage contributes): the control plane, host doubles.
   double world_loss() {
@@ -385,7 +387,28 @@ void Trainer::State::setup_checkpoints() {
                   ckpt::resolve_checkpoint(cc.init_from).c_str());
   }
   if (cc.dir.empty()) ckpt.reset();  // init_from only: nothing to save
+  if (ckpt && root()) attach_tokenizer();
   std::fflush(stdout);
+}
+
+// The tokenizer the data was made with (the prep manifest names it, with its
+// SHA-256) goes into every checkpoint. One that has moved or changed since
+// prep is left out with a warning: the tools then ask for --tokenizer.
+void Trainer::State::attach_tokenizer() {
+  const DatasetInfo& di = loader->info();
+  const auto skip = [&](const std::string& why) {
+    std::fprintf(stderr, "wiola train: warning: checkpoints will not carry the tokenizer (%s); "
+                         "generate and export will need --tokenizer\n", why.c_str());
+  };
+  if (di.tokenizer_file.empty()) return skip("the data source names no tokenizer file");
+  std::ifstream in(di.tokenizer_file, std::ios::binary);
+  if (!in) return skip(di.tokenizer_file + " cannot be read");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string sha = sha256_hex(text);
+  if (sha != di.tokenizer_sha256)
+    return skip(di.tokenizer_file + " changed since prep (sha256 " + sha.substr(0, 12) + "…, the data's " +
+                di.tokenizer_sha256.substr(0, 12) + "…)");
+  ckpt->set_tokenizer(std::move(text), std::move(sha));
 }
 
 // metrics.jsonl: a fresh run starts it; a resumed run cuts it back to the
