@@ -544,7 +544,7 @@ TEST_F(RunConfigTest, BrownSmallIsTheCpuDemo) {
   EXPECT_EQ(rc.train.eval_batches, 2);
   EXPECT_EQ(rc.train.threads, 0);
   EXPECT_EQ(rc.data.path, "runs/brown-shards/manifest.json");
-  EXPECT_EQ(rc.checkpoint.dir, "");
+  EXPECT_EQ(rc.checkpoint.dir, "runs/brown-small/ck");  // generate and export read it
   EXPECT_EQ(rc.checkpoint.every, 100);
 }
 
