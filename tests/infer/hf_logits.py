@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""A wiola export loaded by Hugging Face `transformers` computes what wiola
+computes.
+
+  1. tokenizes a slice of the Brown corpus and trains a small model for 30
+     steps with a checkpoint (held-out text: a later slice of the corpus);
+  2. `wiola eval --text` writes the C++ forward's logits of the held-out
+     text's first window (fp32, ATM off) and its token ids;
+  3. `wiola export --format hf` (fp32); `AutoTokenizer` of the folder gives
+     the same ids, `AutoModelForCausalLM(trust_remote_code=True)` the same
+     logits: max |Δ| / max |logit| < 1e-4;
+  4. greedy `generate()` in transformers (KV cache on, and off) gives the
+     tokens `wiola generate --greedy` gives;
+  5. a bf16 export and a sharded export load too (bf16: within bf16
+     rounding of the weights, max |Δ| / max |logit| < 5e-2).
+
+Skips (exit 77) with the reason when transformers cannot be imported.
+
+usage: hf_logits.py --wiola BIN --text BROWN.txt --tokenizer tokenizer.json --config brown-small.toml --work DIR"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+try:
+    import numpy as np
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+except Exception as e:  # noqa: BLE001 - any import failure means: cannot run here
+    print(f"SKIPPED: transformers cannot be imported here ({type(e).__name__}: {e}); "
+          "scripts/setup.sh installs transformers 4.46.3")
+    sys.exit(77)
+
+
+def fail(msg):
+    print(f"FAIL: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def run(cmd, expect_rc=0):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if expect_rc is not None and p.returncode != expect_rc:
+        fail(f"{' '.join(cmd)} exited {p.returncode}, expected {expect_rc}\n"
+             f"stdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}")
+    return p
+
+
+def train(a, work):
+    with open(a.text, "rb") as f:
+        data = f.read()
+    text = os.path.join(work, "brown.txt")
+    with open(text, "wb") as g:
+        g.write(data[:400000])
+    held = os.path.join(work, "heldout.txt")
+    with open(held, "wb") as g:  # whole lines from far beyond the training slice
+        start = data.index(b"\n", 3000000) + 1
+        g.write(data[start:start + 2500])
+    shards = os.path.join(work, "shards")
+    run([a.wiola, "prep", "--no-progress", "--val-fraction", "0.1", "--tokenizer", a.tokenizer,
+         "--output", shards, text])
+    ck = os.path.join(work, "ck")
+    run([a.wiola, "train", "--config", a.config, "--set", f"data.path={shards}/manifest.json",
+         "--set", "train.steps=30", "--set", "train.micro_batch=4", "--set", "train.eval_every=0",
+         "--set", f"train.run_dir={work}/run", "--set", "train.threads=2", "--set", f"checkpoint.dir={ck}",
+         "--set", "checkpoint.every=30", "--set", "train.log_every=30"])
+    return held, ck
+
+
+def hf_logits(folder, ids):
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+    model.eval()
+    with torch.no_grad():
+        return model, model(torch.tensor(ids[None, :].astype(np.int64))).logits[0].float().numpy()
+
+
+def rel_err(a, b):
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for k in ("wiola", "text", "tokenizer", "config", "work"):
+        ap.add_argument("--" + k, required=True)
+    a = ap.parse_args()
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(a.work)
+    torch.set_num_threads(2)
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    held, ck = train(a, a.work)
+
+    lg, ids_path = os.path.join(a.work, "logits.npy"), os.path.join(a.work, "ids.npy")
+    run([a.wiola, "eval", "--checkpoint", ck, "--text", held, "--save-logits", lg, "--save-ids", ids_path])
+    ref, ids = np.load(lg), np.load(ids_path)
+    out = os.path.join(a.work, "hf")
+    run([a.wiola, "export", "--checkpoint", ck, "--format", "hf", out])
+
+    tok = AutoTokenizer.from_pretrained(out)
+    hf_ids = tok(open(held, encoding="utf-8").read(), add_special_tokens=False)["input_ids"][:len(ids)]
+    if list(hf_ids) != ids.tolist():
+        fail(f"AutoTokenizer ids differ from wiola's: {hf_ids[:10]} vs {ids[:10].tolist()}")
+    model, logits = hf_logits(out, ids)
+    err = rel_err(logits, ref)
+    print(f"fp32 export: {len(ids)} positions x {ref.shape[1]} logits, max|Δ|/max|logit| = {err:.3e}")
+    if not err < 1e-4:
+        fail(f"transformers logits differ from wiola's: {err:.3e} >= 1e-4")
+
+    prompt = "The jury said"
+    w = run([a.wiola, "generate", "--checkpoint", ck, "--prompt", prompt, "--greedy", "--no-eos",
+             "--max-new-tokens", "12"]).stdout[len(prompt):-1]
+    pids = tok(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    for cache in (True, False):
+        g = model.generate(pids, max_new_tokens=12, do_sample=False, use_cache=cache, eos_token_id=None,
+                           pad_token_id=0)
+        text = tok.decode(g[0, pids.shape[1]:])
+        if text != w:
+            fail(f"transformers generate (use_cache={cache}) {text!r} != wiola generate {w!r}")
+    print(f"greedy generate, transformers (cache on and off) = wiola: {w!r}")
+
+    for extra, tol, what in ((["--dtype", "bf16"], 5e-2, "bf16"), (["--max-shard-size", "2MB"], 1e-4, "sharded")):
+        o = os.path.join(a.work, "hf-" + what)
+        run([a.wiola, "export", "--checkpoint", ck, "--format", "hf", o] + extra)
+        files = sorted(os.listdir(o))
+        _, lo = hf_logits(o, ids)
+        e = rel_err(lo, ref)
+        print(f"{what} export ({', '.join(f for f in files if 'safetensors' in f)[:120]}): "
+              f"max|Δ|/max|logit| = {e:.3e}")
+        if not e < tol:
+            fail(f"{what} export: {e:.3e} >= {tol}")
+    print("hf_logits: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
