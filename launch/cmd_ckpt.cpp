@@ -118,20 +118,23 @@ void print_summary(const json& s) {
 // A folder whose manifest.json is valid JSON of something else (a data
 // manifest) is bad input, not a damaged checkpoint.
 bool verify_one(const std::string& folder) {
+  size_t kinds = 3;
   {
     std::ifstream in(fs::path(folder) / "manifest.json");
     const json mf = json::parse(in, nullptr, /*allow_exceptions=*/false);
     WIOLA_CHECK(mf.is_discarded() || (mf.is_object() && mf.value("format", "") == wiola::ckpt::kFormat),
                 "'", folder, "' is not a checkpoint (its manifest.json is not a ", wiola::ckpt::kFormat,
                 " manifest)");
+    if (!mf.is_discarded()) kinds = wiola::ckpt::stored_kinds(mf).size();
   }
   wiola::ckpt::VerifyStats st;
   const std::vector<std::string> problems = wiola::ckpt::verify_deep(folder, &st);
   for (const std::string& p : problems) std::printf("%s\n", p.c_str());
   if (problems.empty()) {
-    std::printf("OK: %s: %d files, %lld tensors x 3 kinds, %lld elements each, %lld datasets; every element "
+    std::printf("OK: %s: %d files, %lld tensors x %zu kind%s, %lld elements each, %lld datasets; every element "
                 "stored once, every file and dataset checksum matches\n",
-                folder.c_str(), st.files, (long long)st.tensors, (long long)st.elements, (long long)st.datasets);
+                folder.c_str(), st.files, (long long)st.tensors, kinds, kinds == 1 ? "" : "s", (long long)st.elements,
+                (long long)st.datasets);
     return true;
   }
   std::printf("DAMAGED: %s: %zu problem%s\n", folder.c_str(), problems.size(), problems.size() == 1 ? "" : "s");

@@ -17,6 +17,8 @@ int wiola_cmd_prep(int argc, char** argv);
 int wiola_cmd_ckpt(int argc, char** argv);
 int wiola_cmd_generate(int argc, char** argv);
 int wiola_cmd_eval(int argc, char** argv);
+int wiola_cmd_export(int argc, char** argv);
+int wiola_cmd_import(int argc, char** argv);
 
 namespace {
 struct Sub {
@@ -32,6 +34,8 @@ const Sub kSubs[] = {
     {"ckpt", wiola_cmd_ckpt, "inspect / verify / consolidate checkpoints"},
     {"generate", wiola_cmd_generate, "generate text from a checkpoint (KV-cached)"},
     {"eval", wiola_cmd_eval, "loss and perplexity of a checkpoint on a split or a text"},
+    {"export", wiola_cmd_export, "write a checkpoint as a Hugging Face transformers folder"},
+    {"import", wiola_cmd_import, "a Hugging Face safetensors folder as a wiola checkpoint"},
 };
 
 int usage(FILE* f) {

@@ -127,6 +127,25 @@ void fsync_path(const std::string& path) {
   WIOLA_CHECK(rc == 0, path, ": fsync failed: ", std::strerror(e));
 }
 
+std::vector<std::string> stored_kinds(const nlohmann::json& manifest) {
+  if (manifest.contains("kinds") && manifest["kinds"].is_array()) return manifest["kinds"].get<std::vector<std::string>>();
+  return {std::begin(kKinds), std::end(kKinds)};
+}
+
+bool holds_optimizer(const nlohmann::json& manifest) { return stored_kinds(manifest).size() == 3; }
+
+std::string step_name(int64_t step) {
+  char b[32];
+  std::snprintf(b, sizeof b, "step-%08lld", (long long)step);
+  return b;
+}
+
+std::string rank_file(int rank) {
+  char b[32];
+  std::snprintf(b, sizeof b, "rank-%05d.h5", rank);
+  return b;
+}
+
 std::string file_xxh3(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   WIOLA_CHECK(f.good(), path, ": cannot read: ", std::strerror(errno));
@@ -256,8 +275,9 @@ Reader::Reader(const std::string& folder) : folder_(folder) {
   // Every kind of every tensor is tiled exactly once: stored somewhere, its
   // slices pairwise disjoint and adding up to its size (a sum alone would let
   // an overlap hide a hole of the same size, which read() then leaves unset).
+  const std::vector<std::string> kinds = stored_kinds(manifest_);
   for (auto& [name, t] : tensors_) {
-    for (const char* kind : kKinds) {
+    for (const std::string& kind : kinds) {
       auto kt = t.by_kind.find(kind);
       if (kt == t.by_kind.end()) bad(std::string(kind) + "/" + name + ": in no file (the tensor is not covered)");
       std::vector<Stored>& ss = kt->second;

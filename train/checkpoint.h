@@ -28,6 +28,11 @@ namespace wiola::ckpt {
 
 inline constexpr const char* kFormat = "wiola-checkpoint-1";
 inline constexpr const char* kKinds[3] = {"param", "exp_avg", "exp_avg_sq"};
+// The kinds a checkpoint stores: its manifest's "kinds" (an imported model
+// holds "param" only: weights, no optimizer state), else all three.
+std::vector<std::string> stored_kinds(const nlohmann::json& manifest);
+bool holds_optimizer(const nlohmann::json& manifest);
+
 // The tokenizer a checkpoint carries (manifest: "tokenizer": {"file", "sha256"}).
 inline constexpr const char* kTokenizerFile = "tokenizer.json";
 
@@ -83,6 +88,10 @@ struct FileRecord {
 // (disk full, permission...); the .tmp file is removed on failure.
 FileRecord write_rank_file(const std::string& path, const FileHeader& h,
                            const std::vector<TensorPiece>& pieces);
+
+// "step-00000400" and "rank-00003.h5": the names inside a checkpoint directory.
+std::string step_name(int64_t step);
+std::string rank_file(int rank);
 
 // XXH3-64 of a file's bytes as 16 hex digits; throws naming an unreadable file.
 std::string file_xxh3(const std::string& path);

@@ -98,7 +98,7 @@ void check_coverage(const nlohmann::json& mf, std::vector<std::string>& problems
     if (rows < 1 || cols < 1) continue;
     ++st.tensors;
     st.elements += rows * cols;
-    for (const char* kind : kKinds) {
+    for (const std::string& kind : stored_kinds(mf)) {
       const auto it = by_tensor.find({name, kind});
       const std::string what = std::string(kind) + "/" + name;
       if (it == by_tensor.end()) {
@@ -347,6 +347,8 @@ std::vector<std::string> verify_deep(const std::string& folder, VerifyStats* sta
 ConsolidateStats consolidate(const std::string& folder, const std::string& out, bool with_optimizer) {
   quiet_hdf5();
   Reader r(folder);
+  WIOLA_CHECK(!with_optimizer || holds_optimizer(r.manifest()), folder,
+              ": holds weights only (no optimizer state): drop --with-optimizer");
   {
     const auto problems = r.verify();
     if (!problems.empty()) {

@@ -24,16 +24,8 @@ using dist::DType;
 
 constexpr const char* kEmbed = "model.embed_tokens.weight";
 
-std::string step_name(int64_t step) {
-  char b[32];
-  std::snprintf(b, sizeof b, "step-%08lld", (long long)step);
-  return b;
-}
-std::string rank_file(int rank) {
-  char b[32];
-  std::snprintf(b, sizeof b, "rank-%05d.h5", rank);
-  return b;
-}
+using ckpt::rank_file;
+using ckpt::step_name;
 
 // One "key: checkpoint A, this run B" per differing key of two flat objects.
 void diff_into(const nlohmann::json& saved, const nlohmann::json& mine, const std::string& prefix,
@@ -204,10 +196,14 @@ std::string Checkpointer::find_resume() {
 }
 
 void Checkpointer::check_identity(const ckpt::Reader& r, bool weights_only) const {
-  const nlohmann::json& saved = r.manifest().at("identity");
+  // The preset is a name for the numbers beside it: only the numbers must agree
+  // (an imported model matches a run that writes its sizes out).
+  nlohmann::json saved = r.manifest().at("identity"), mine = identity_;
+  saved["model"].erase("preset");
+  mine["model"].erase("preset");
   std::vector<std::string> diffs;
-  if (weights_only) diff_into(saved.at("model"), identity_.at("model"), "model.", diffs);
-  else diff_into(saved, identity_, "", diffs);
+  if (weights_only) diff_into(saved.at("model"), mine.at("model"), "model.", diffs);
+  else diff_into(saved, mine, "", diffs);
   if (diffs.empty()) return;
   // Every rank meets the same difference; rank 0 reports it.
   if (grid_.world_rank() != 0) throw dist::SetupFailed();
@@ -229,6 +225,11 @@ void Checkpointer::read_params(ckpt::Reader& r) {
 
 ResumeState Checkpointer::resume(const std::string& folder) {
   ckpt::Reader r(folder);
+  if (!ckpt::holds_optimizer(r.manifest())) {
+    if (grid_.world_rank() != 0) throw dist::SetupFailed();
+    fail("cannot resume from '", folder, "': it holds weights only (an imported model); start a run from it with "
+         "checkpoint.init_from in another checkpoint.dir");
+  }
   check_identity(r, false);
   read_params(r);
   // The moments of the ranges this rank's optimizer holds in the new layout.
