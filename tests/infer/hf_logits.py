@@ -18,10 +18,8 @@ Skips (exit 77) with the reason when transformers cannot be imported.
 
 usage: hf_logits.py --wiola BIN --text BROWN.txt --tokenizer tokenizer.json --config brown-small.toml --work DIR"""
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 
 try:
@@ -35,38 +33,19 @@ except Exception as e:  # noqa: BLE001 - any import failure means: cannot run he
     sys.exit(77)
 
 
-def fail(msg):
-    print(f"FAIL: {msg}", file=sys.stderr)
-    sys.exit(1)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import fail, run, train  # noqa: E402
 
 
-def run(cmd, expect_rc=0):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if expect_rc is not None and p.returncode != expect_rc:
-        fail(f"{' '.join(cmd)} exited {p.returncode}, expected {expect_rc}\n"
-             f"stdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}")
-    return p
-
-
-def train(a, work):
+def heldout(a, work):
+    """Whole lines far beyond the training slice."""
     with open(a.text, "rb") as f:
         data = f.read()
-    text = os.path.join(work, "brown.txt")
-    with open(text, "wb") as g:
-        g.write(data[:400000])
     held = os.path.join(work, "heldout.txt")
-    with open(held, "wb") as g:  # whole lines from far beyond the training slice
+    with open(held, "wb") as g:
         start = data.index(b"\n", 3000000) + 1
         g.write(data[start:start + 2500])
-    shards = os.path.join(work, "shards")
-    run([a.wiola, "prep", "--no-progress", "--val-fraction", "0.1", "--tokenizer", a.tokenizer,
-         "--output", shards, text])
-    ck = os.path.join(work, "ck")
-    run([a.wiola, "train", "--config", a.config, "--set", f"data.path={shards}/manifest.json",
-         "--set", "train.steps=30", "--set", "train.micro_batch=4", "--set", "train.eval_every=0",
-         "--set", f"train.run_dir={work}/run", "--set", "train.threads=2", "--set", f"checkpoint.dir={ck}",
-         "--set", "checkpoint.every=30", "--set", "train.log_every=30"])
-    return held, ck
+    return held
 
 
 def hf_logits(folder, ids):
@@ -89,7 +68,8 @@ def main():
     os.makedirs(a.work)
     torch.set_num_threads(2)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
-    held, ck = train(a, a.work)
+    _, _, ck = train(a, a.work, eval_every=0)
+    held = heldout(a, a.work)
 
     lg, ids_path = os.path.join(a.work, "logits.npy"), os.path.join(a.work, "ids.npy")
     run([a.wiola, "eval", "--checkpoint", ck, "--text", held, "--save-logits", lg, "--save-ids", ids_path])

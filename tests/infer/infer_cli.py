@@ -21,45 +21,10 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 
-
-def fail(msg):
-    print(f"FAIL: {msg}", file=sys.stderr)
-    sys.exit(1)
-
-
-def run(cmd, expect_rc=0):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if expect_rc is not None and p.returncode != expect_rc:
-        fail(f"{' '.join(cmd)} exited {p.returncode}, expected {expect_rc}\n"
-             f"stdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}")
-    return p
-
-
-def expect_error(cmd, needle):
-    """One `wiola SUB: error:` line naming the problem, exit 1."""
-    p = run(cmd, expect_rc=1)
-    errs = [l for l in p.stderr.splitlines() if ": error:" in l]
-    if len(errs) != 1 or needle not in errs[0]:
-        fail(f"{' '.join(cmd)}: expected one error line with {needle!r}, got:\n{p.stderr}")
-    print(f"  refused: {errs[0][:150]}")
-
-
-def train(a, work):
-    text = os.path.join(work, "brown.txt")
-    with open(a.text, "rb") as f, open(text, "wb") as g:
-        g.write(f.read(400000))
-    shards = os.path.join(work, "shards")
-    run([a.wiola, "prep", "--no-progress", "--val-fraction", "0.1", "--tokenizer", a.tokenizer, "--output", shards,
-         text])
-    ck = os.path.join(work, "ck")
-    run([a.wiola, "train", "--config", a.config, "--set", f"data.path={shards}/manifest.json",
-         "--set", "train.steps=30", "--set", "train.micro_batch=4", "--set", "train.eval_every=15",
-         "--set", "train.eval_batches=2", "--set", f"train.run_dir={work}/run", "--set", "train.threads=2",
-         "--set", f"checkpoint.dir={ck}", "--set", "checkpoint.every=15", "--set", "train.log_every=15"])
-    return shards, ck
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import expect_error, fail, run, train  # noqa: E402
 
 
 def check_tokenizer_stored(a, ck):
@@ -159,7 +124,7 @@ def main():
     a = ap.parse_args()
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
-    shards, ck = train(a, a.work)
+    _, shards, ck = train(a, a.work)
     check_tokenizer_stored(a, ck)
     check_eval(a, a.work, shards, ck)
     check_generate(a, a.work, ck)

@@ -1,0 +1,46 @@
+"""Shared by the CLI tests of tests/infer: running wiola, expecting one error
+line, and a small trained checkpoint of the Brown corpus."""
+import os
+import subprocess
+import sys
+
+
+def fail(msg):
+    print(f"FAIL: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def run(cmd, expect_rc=0):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if expect_rc is not None and p.returncode != expect_rc:
+        fail(f"{' '.join(cmd)} exited {p.returncode}, expected {expect_rc}\n"
+             f"stdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}")
+    return p
+
+
+def expect_error(cmd, needle):
+    """One `wiola SUB: error:` line naming the problem, exit 1."""
+    p = run(cmd, expect_rc=1)
+    errs = [l for l in p.stderr.splitlines() if ": error:" in l]
+    if len(errs) != 1 or needle not in p.stderr:
+        fail(f"{' '.join(cmd)}: expected one error line with {needle!r}, got:\n{p.stderr}")
+    print(f"  refused: {errs[0][:160]}")
+
+
+def train(a, work, eval_every=15):
+    """wiola-small (configs/brown-small.toml) for 30 steps on 400 kB of Brown; a
+    checkpoint at steps 15 and 30. Returns (text, shards, checkpoint dir)."""
+    with open(a.text, "rb") as f:
+        data = f.read()
+    text = os.path.join(work, "brown.txt")
+    with open(text, "wb") as g:
+        g.write(data[:400000])
+    shards = os.path.join(work, "shards")
+    run([a.wiola, "prep", "--no-progress", "--val-fraction", "0.1", "--tokenizer", a.tokenizer, "--output", shards,
+         text])
+    ck = os.path.join(work, "ck")
+    run([a.wiola, "train", "--config", a.config, "--set", f"data.path={shards}/manifest.json",
+         "--set", "train.steps=30", "--set", "train.micro_batch=4", "--set", f"train.eval_every={eval_every}",
+         "--set", "train.eval_batches=2", "--set", f"train.run_dir={work}/run", "--set", "train.threads=2",
+         "--set", f"checkpoint.dir={ck}", "--set", "checkpoint.every=15", "--set", "train.log_every=15"])
+    return text, shards, ck
