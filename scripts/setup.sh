@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what wiola needs on Debian 12. Idempotent and quiet when nothing is
 # missing. As root: apt-get installs the missing packages, then pip installs
-# Hugging Face `tokenizers` for /usr/bin/python3 (only the tokenizer
-# comparison tests and bench/tokenizer_bench.py use it; they skip without it).
+# for /usr/bin/python3 Hugging Face `tokenizers` (the tokenizer comparison
+# tests and bench/tokenizer_bench.py) and `transformers` 4.46.3 (loading
+# `wiola export` folders: tests/hf, tests/infer/hf_logits.py); the tests that
+# need them skip without them.
 # Not root: prints what is missing and the command to install it, exits 1.
 set -euo pipefail
 
@@ -56,5 +58,22 @@ if ! "$PY" -c "import tokenizers" >/dev/null 2>&1; then
   else
     echo "setup.sh: note: Hugging Face tokenizers is not installed for $PY; the" \
          "comparison tests will be skipped (install: ${pip_cmd[*]})" >&2
+  fi
+fi
+
+# transformers 4.46.3 is the newest release that runs on Debian's torch 1.13;
+# "numpy<2" keeps Debian's numpy 1.24 (a plain install pulls numpy 2, and then
+# the import fails). It pins tokenizers<0.21, replacing a newer one.
+if ! "$PY" -c "import transformers" >/dev/null 2>&1; then
+  pip_cmd=("$PY" -m pip install --break-system-packages "transformers==4.46.3" "numpy<2")
+  if is_root; then
+    echo "setup.sh: installing Hugging Face transformers 4.46.3 for $PY (pip)"
+    if ! PIP_ROOT_USER_ACTION=ignore "${pip_cmd[@]}" --disable-pip-version-check -q; then
+      echo "setup.sh: warning: pip could not install transformers; the Hugging Face" \
+           "export tests will be skipped" >&2
+    fi
+  else
+    echo "setup.sh: note: Hugging Face transformers is not installed for $PY; the" \
+         "export tests will be skipped (install: ${pip_cmd[*]})" >&2
   fi
 fi
