@@ -20,6 +20,7 @@
 #include "train/checkpoint_tools.h"
 #include "train/checkpointer.h"
 #include "train/run_config.h"
+#include "data/text_input.h"
 #include "util/error.h"
 #include "util/files.h"
 
@@ -30,12 +31,6 @@ using nlohmann::ordered_json;
 namespace wiola::infer {
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  WIOLA_CHECK(in, path, ": cannot be read");
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // Shapes as stored: matrices [rows, cols], vectors 1-D.
 std::vector<int64_t> st_shape(const ParamEntry& e) {

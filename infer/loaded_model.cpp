@@ -8,6 +8,7 @@
 #include "data/sha256.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_tools.h"
+#include "data/text_input.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -15,12 +16,6 @@ namespace fs = std::filesystem;
 namespace wiola::infer {
 
 namespace {
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  WIOLA_CHECK(in, path, ": cannot be read");
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // Every parameter of the whole model, host fp32, in the flat layout order.
 std::vector<float> read_params(ckpt::Reader& r, const ParamLayout& layout) {
   std::vector<float> host(layout.total());

@@ -16,7 +16,10 @@
 #include "infer/evaluate.h"
 #include "infer/loaded_model.h"
 #include "train/checkpoint.h"
+#include "launch/cli.h"
+#include "data/text_input.h"
 #include "util/error.h"
+#include "util/files.h"
 
 namespace {
 
@@ -95,12 +98,6 @@ Plan text_plan(const std::vector<int32_t>& ids, int T) {
   return p;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  WIOLA_CHECK(in, path, ": cannot be read");
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // The logits of the first window's inputs (for comparisons with other
 // implementations, e.g. the Hugging Face export).
 void save_first_logits(wiola::Model<float>& model, const std::vector<int32_t>& ids, const Args& a) {
@@ -148,13 +145,7 @@ int wiola_cmd_eval(int argc, char** argv) {
   app.add_option("--backend", a.backend, "cpu or cuda")->capture_default_str();
   app.add_option("--threads", a.threads, "CPU threads (0: OpenMP default)");
   app.add_flag("--json", a.as_json, "print the result as one JSON line");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "wiola eval: error: %s (see wiola eval --help)\n", e.what());
-    return 1;
-  }
+  if (int rc = wiola::cli::parse(app, argc, argv, "eval"); rc >= 0) return rc;
   WIOLA_CHECK(data->count() || text->count(), "give --data MANIFEST or --text FILE");
   WIOLA_CHECK(!a.as_training || data->count(), "--as-training needs --data");
   WIOLA_CHECK((a.logits_out.empty() && a.ids_out.empty()) || text->count(), "--save-logits/--save-ids need --text");
@@ -180,7 +171,7 @@ int wiola_cmd_eval(int argc, char** argv) {
     loader->expect(uint32_t(lm.config().V), a.any_tokenizer ? "" : infer::trained_tokenizer_sha(lm.manifest()));
     plan = data_plan(*loader, a, T, te.samples);
   } else {
-    ids = lm.tokenizer().encode(read_text(a.text));
+    ids = lm.tokenizer().encode(wiola::read_file(a.text));
     plan = text_plan(ids, T);
     if (!a.logits_out.empty() || !a.ids_out.empty()) save_first_logits(lm.model(), ids, a);
   }

@@ -6,22 +6,8 @@
 #include <string>
 
 #include "infer/hf_export.h"
+#include "launch/cli.h"
 #include "util/error.h"
-
-namespace {
-
-int parse(CLI::App& app, int argc, char** argv, const char* name) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "wiola %s: error: %s (see wiola %s --help)\n", name, e.what(), name);
-    return 1;
-  }
-  return -1;  // parsed: go on
-}
-
-}  // namespace
 
 int wiola_cmd_export(int argc, char** argv) {
   CLI::App app{"Write a checkpoint as a Hugging Face transformers folder", "wiola export"};
@@ -36,7 +22,7 @@ int wiola_cmd_export(int argc, char** argv) {
   app.add_option("--tokenizer", opt.tokenizer, "tokenizer.json when the checkpoint carries none");
   app.add_flag("--any-tokenizer", opt.any_tokenizer, "accept a --tokenizer other than the training data's");
   app.add_flag("--force", opt.force, "replace OUT when it is not empty");
-  if (int rc = parse(app, argc, argv, "export"); rc >= 0) return rc;
+  if (int rc = wiola::cli::parse(app, argc, argv, "export"); rc >= 0) return rc;
   WIOLA_CHECK(format == "hf", "--format ", format, ": only hf (Hugging Face transformers) is supported");
   WIOLA_CHECK(dtype == "fp32" || dtype == "bf16", "--dtype ", dtype, ": fp32 or bf16");
   opt.dtype = dtype == "bf16" ? wiola::st::DType::BF16 : wiola::st::DType::F32;
@@ -57,7 +43,7 @@ int wiola_cmd_import(int argc, char** argv) {
   app.add_option("--output", ckdir, "checkpoint directory to write (step-00000000 and latest)")->required();
   app.add_option("--seq-len", opt.seq_len, "context T (default: max_position_embeddings)");
   app.add_flag("--force", opt.force, "replace the checkpoints already in --output");
-  if (int rc = parse(app, argc, argv, "import"); rc >= 0) return rc;
+  if (int rc = wiola::cli::parse(app, argc, argv, "import"); rc >= 0) return rc;
   const auto s = wiola::infer::import_hf(src, ckdir, opt);
   std::printf("wrote %s from %s: %lld tensors, %lld parameters (%s), d=%d L=%d H=%d H_kv=%d V=%d T=%d, tokenizer %s\n",
               s.folder.c_str(), src.c_str(), (long long)s.tensors, (long long)s.parameters, s.source_dtype.c_str(),

@@ -11,6 +11,7 @@
 
 #include "infer/generate.h"
 #include "infer/loaded_model.h"
+#include "launch/cli.h"
 #include "util/error.h"
 
 namespace {
@@ -183,13 +184,7 @@ int wiola_cmd_generate(int argc, char** argv) {
   app.add_option("--threads", a.threads, "CPU threads (0: OpenMP default)");
   app.add_flag("--check-greedy", a.check,
                "greedy only: compare every token with the argmax of the full forward; exit 1 on a difference");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "wiola generate: error: %s (see wiola generate --help)\n", e.what());
-    return 1;
-  }
+  if (int rc = wiola::cli::parse(app, argc, argv, "generate"); rc >= 0) return rc;
   WIOLA_CHECK(one->count() || many->count(), "give --prompt TEXT or --prompts FILE");
   WIOLA_CHECK(!one->count() || !a.prompt.empty(), "--prompt: empty prompt");
   WIOLA_CHECK(a.batch >= 1, "--batch must be positive");

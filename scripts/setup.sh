@@ -47,33 +47,24 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-if ! "$PY" -c "import tokenizers" >/dev/null 2>&1; then
-  pip_cmd=("$PY" -m pip install --break-system-packages tokenizers)
+# pip_install MODULE WHAT PACKAGE...: installs PACKAGEs for $PY unless MODULE
+# imports; WHAT says which tests skip without it.
+pip_install() {
+  local module=$1 what=$2
+  shift 2
+  "$PY" -c "import $module" >/dev/null 2>&1 && return 0
+  local cmd=("$PY" -m pip install --break-system-packages "$@")
   if is_root; then
-    echo "setup.sh: installing Hugging Face tokenizers for $PY (pip)"
-    if ! PIP_ROOT_USER_ACTION=ignore "${pip_cmd[@]}" --disable-pip-version-check -q; then
-      echo "setup.sh: warning: pip could not install tokenizers; the Hugging Face" \
-           "comparison tests will be skipped" >&2
-    fi
+    echo "setup.sh: installing $* for $PY (pip)"
+    PIP_ROOT_USER_ACTION=ignore "${cmd[@]}" --disable-pip-version-check -q ||
+      echo "setup.sh: warning: pip could not install $*; $what will be skipped" >&2
   else
-    echo "setup.sh: note: Hugging Face tokenizers is not installed for $PY; the" \
-         "comparison tests will be skipped (install: ${pip_cmd[*]})" >&2
+    echo "setup.sh: note: $module is not installed for $PY; $what will be skipped (install: ${cmd[*]})" >&2
   fi
-fi
+}
 
+pip_install tokenizers "the Hugging Face tokenizer comparison tests" tokenizers
 # transformers 4.46.3 is the newest release that runs on Debian's torch 1.13;
 # "numpy<2" keeps Debian's numpy 1.24 (a plain install pulls numpy 2, and then
 # the import fails). It pins tokenizers<0.21, replacing a newer one.
-if ! "$PY" -c "import transformers" >/dev/null 2>&1; then
-  pip_cmd=("$PY" -m pip install --break-system-packages "transformers==4.46.3" "numpy<2")
-  if is_root; then
-    echo "setup.sh: installing Hugging Face transformers 4.46.3 for $PY (pip)"
-    if ! PIP_ROOT_USER_ACTION=ignore "${pip_cmd[@]}" --disable-pip-version-check -q; then
-      echo "setup.sh: warning: pip could not install transformers; the Hugging Face" \
-           "export tests will be skipped" >&2
-    fi
-  else
-    echo "setup.sh: note: Hugging Face transformers is not installed for $PY; the" \
-         "export tests will be skipped (install: ${pip_cmd[*]})" >&2
-  fi
-fi
+pip_install transformers "the Hugging Face export tests" "transformers==4.46.3" "numpy<2"

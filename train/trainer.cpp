@@ -27,6 +27,7 @@
 #include "train/run_report.h"
 #include "train/schedule.h"
 #include "train/stage_link.h"
+#include "data/text_input.h"
 #include "util/error.h"
 #include "util/files.h"
 
@@ -401,9 +402,12 @@ void Trainer::State::attach_tokenizer() {
                          "generate and export will need --tokenizer\n", why.c_str());
   };
   if (di.tokenizer_file.empty()) return skip("the data source names no tokenizer file");
-  std::ifstream in(di.tokenizer_file, std::ios::binary);
-  if (!in) return skip(di.tokenizer_file + " cannot be read");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text;
+  try {
+    text = read_file(di.tokenizer_file);
+  } catch (const Error& e) {
+    return skip(e.what());
+  }
   std::string sha = sha256_hex(text);
   if (sha != di.tokenizer_sha256)
     return skip(di.tokenizer_file + " changed since prep (sha256 " + sha.substr(0, 12) + "…, the data's " +

@@ -1,8 +1,21 @@
 """Shared by the CLI tests of tests/infer: running wiola, expecting one error
 line, and a small trained checkpoint of the Brown corpus."""
+import argparse
 import os
+import shutil
 import subprocess
 import sys
+
+
+def parse_args():
+    """The arguments every CLI test of tests/infer takes; a fresh --work folder."""
+    ap = argparse.ArgumentParser()
+    for k in ("wiola", "text", "tokenizer", "config", "work"):
+        ap.add_argument("--" + k, required=True)
+    a = ap.parse_args()
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(a.work)
+    return a
 
 
 def fail(msg):

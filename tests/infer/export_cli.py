@@ -20,14 +20,13 @@ read by someone else's readers (safetensors, h5py, torch):
      non-empty folder, an unknown format or dtype, a missing checkpoint.
 
 usage: export_cli.py --wiola BIN --text BROWN.txt --tokenizer tokenizer.json --config brown-small.toml --work DIR"""
-import argparse
 import json
 import os
 import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import expect_error, fail, run, train  # noqa: E402
+from common import parse_args, expect_error, fail, run, train  # noqa: E402
 
 try:
     import h5py
@@ -172,12 +171,7 @@ def check_bad_input(a, work, out, ref, text):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for k in ("wiola", "text", "tokenizer", "config", "work"):
-        ap.add_argument("--" + k, required=True)
-    a = ap.parse_args()
-    shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work)
+    a = parse_args()
     text, shards, ck = train(a, a.work, eval_every=0)
     ref = consolidated(a, ck, a.work, "original")
     out, bf = check_export(a, a.work, ck, ref)

@@ -17,9 +17,7 @@ computes.
 Skips (exit 77) with the reason when transformers cannot be imported.
 
 usage: hf_logits.py --wiola BIN --text BROWN.txt --tokenizer tokenizer.json --config brown-small.toml --work DIR"""
-import argparse
 import os
-import shutil
 import sys
 
 try:
@@ -34,7 +32,7 @@ except Exception as e:  # noqa: BLE001 - any import failure means: cannot run he
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import fail, run, train  # noqa: E402
+from common import parse_args, fail, run, train  # noqa: E402
 
 
 def heldout(a, work):
@@ -60,12 +58,7 @@ def rel_err(a, b):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for k in ("wiola", "text", "tokenizer", "config", "work"):
-        ap.add_argument("--" + k, required=True)
-    a = ap.parse_args()
-    shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work)
+    a = parse_args()
     torch.set_num_threads(2)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     _, _, ck = train(a, a.work, eval_every=0)

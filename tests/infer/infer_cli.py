@@ -16,7 +16,6 @@
      checkpoint without a tokenizer, one that does not exist.
 
 usage: infer_cli.py --wiola BIN --text BROWN.txt --tokenizer tokenizer.json --work DIR"""
-import argparse
 import hashlib
 import json
 import os
@@ -24,7 +23,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import expect_error, fail, run, train  # noqa: E402
+from common import parse_args, expect_error, fail, run, train  # noqa: E402
 
 
 def check_tokenizer_stored(a, ck):
@@ -118,12 +117,7 @@ def check_bad_input(a, work, ck):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for k in ("wiola", "text", "tokenizer", "work", "config"):
-        ap.add_argument("--" + k, required=True)
-    a = ap.parse_args()
-    shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work)
+    a = parse_args()
     _, shards, ck = train(a, a.work)
     check_tokenizer_stored(a, ck)
     check_eval(a, a.work, shards, ck)
