@@ -79,9 +79,12 @@ void wait_all(std::vector<Request>& reqs);
 // operations issued, payload bytes (the caller's buffer), and the bytes this
 // rank puts on the wire under the standard ring/direct algorithms
 // (all_reduce 2(p-1)/p·n, reduce_scatter and all_gather (p-1)·chunk,
-// broadcast n at the root, send n, receive 0).
+// broadcast n at the root, send n, receive 0), and the wall seconds this
+// rank spent blocked waiting for the group's operations to complete (the
+// exposed communication time; the main thread waits, nothing else does).
 struct CommTraffic {
   uint64_t ops = 0, payload_bytes = 0, wire_bytes = 0;
+  double wait_s = 0;
 };
 
 class Comm {
@@ -152,6 +155,9 @@ class Comm {
  protected:
   // Implementations call this once per operation they issue.
   void count_traffic(const char* op, size_t count, DType t, int root = -1);
+  // Where an implementation's requests add the seconds they block in wait()
+  // (valid while this communicator lives; requests never outlive it).
+  double* wait_clock() { return &traffic_.wait_s; }
 
  private:
   CommTraffic traffic_;

@@ -176,6 +176,7 @@ CommTraffic Grid::traffic(GroupKind k) {
     t.ops += d.ops;
     t.payload_bytes += d.payload_bytes;
     t.wire_bytes += d.wire_bytes;
+    t.wait_s += d.wait_s;
   }
   return t;
 }

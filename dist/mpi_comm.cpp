@@ -73,9 +73,10 @@ int to_int_count(size_t count, const char* op) {
 class MpiRequest final : public RequestImpl {
  public:
   MpiRequest(std::string group, int group_rank, int group_size, const char* op,
-             size_t count, DType t)
+             size_t count, DType t, double* wait_clock)
       : group_(std::move(group)), group_rank_(group_rank),
-        group_size_(group_size), op_(op), count_(count), dtype_(t) {}
+        group_size_(group_size), op_(op), count_(count), dtype_(t),
+        wait_clock_(wait_clock) {}
 
   std::vector<MPI_Request> reqs;
   std::function<void()> on_done;
@@ -95,10 +96,14 @@ class MpiRequest final : public RequestImpl {
     const double limit = Diagnostics::instance().timeout_s();
     const auto start = std::chrono::steady_clock::now();
     for (long it = 0;; ++it) {
-      if (test()) return;
+      const bool done = test();
       const double waited = std::chrono::duration<double>(
                                 std::chrono::steady_clock::now() - start)
                                 .count();
+      if (done) {
+        *wait_clock_ += waited;
+        return;
+      }
       if (waited > limit) timeout(waited);
       // Back off: spin, then yield, then sleep (ranks may share cores).
       if (it > 2000)
@@ -133,6 +138,7 @@ class MpiRequest final : public RequestImpl {
   const char* op_;
   size_t count_;
   DType dtype_;
+  double* wait_clock_;
   bool done_ = false;
 };
 
@@ -286,7 +292,7 @@ class MpiComm final : public Comm {
   void check(int rc, const char* op) const { check_mpi(rc, op, name_, rank_, size_); }
   std::unique_ptr<MpiRequest> make(const char* op, size_t count, DType t, int root = -1) {
     count_traffic(op, count, t, root);
-    return std::make_unique<MpiRequest>(name_, rank_, size_, op, count, t);
+    return std::make_unique<MpiRequest>(name_, rank_, size_, op, count, t, wait_clock());
   }
   void check_peer(int peer, const char* op) const {
     WIOLA_CHECK(peer >= 0 && peer < size_, "dist: ", op, " peer ", peer,

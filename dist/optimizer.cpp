@@ -9,6 +9,27 @@
 
 namespace wiola::dist {
 
+size_t bucket_elems(size_t bucket_bytes, int dp) {
+  const size_t D = size_t(dp);
+  return std::max<size_t>(1, bucket_bytes / sizeof(float) / D) * D;
+}
+
+std::vector<BucketSpan> bucket_spans(size_t n, int dp, size_t bucket_bytes) {
+  const size_t D = size_t(dp), bucket = bucket_elems(bucket_bytes, dp);
+  std::vector<BucketSpan> out;
+  for (size_t s = 0; s < n; s += bucket) {
+    const size_t len = std::min(bucket, n - s);
+    out.push_back({s, len, (len + D - 1) / D});
+  }
+  return out;
+}
+
+size_t zero_padded_elems(size_t n, int dp, size_t bucket_bytes) {
+  size_t total = 0;
+  for (const BucketSpan& b : bucket_spans(n, dp, bucket_bytes)) total += b.chunk * size_t(dp);
+  return total;
+}
+
 DistAdamW::DistAdamW(Ops<float>& ops, float* params, float* grads, size_t n,
                      std::vector<ParamSegment> segments, AdamWConfig cfg,
                      Comm* dp, Comm* norm_group, Comm* dp_ctrl)
@@ -30,13 +51,12 @@ DistAdamW::DistAdamW(Ops<float>& ops, float* params, float* grads, size_t n,
     dp_rank_ = dp_->rank();
   }
   const size_t D = size_t(dp_size_);
-  bucket_ = std::max<size_t>(1, cfg_.bucket_bytes / sizeof(float) / D) * D;
-
-  for (size_t s = 0; s < n_; s += bucket_) {
+  bucket_ = dist::bucket_elems(cfg_.bucket_bytes, dp_size_);
+  for (const BucketSpan& sp : bucket_spans(n_, dp_size_, cfg_.bucket_bytes)) {
     Bucket b;
-    b.start = s;
-    b.len = std::min(bucket_, n_ - s);
-    b.chunk = (b.len + D - 1) / D;
+    b.start = sp.start;
+    b.len = sp.len;
+    b.chunk = sp.chunk;
     b.padded = b.chunk * D != b.len;
     b.local = shard_elems_;
     shard_elems_ += zero_active() ? b.chunk : b.len;

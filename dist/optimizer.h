@@ -49,6 +49,18 @@ struct StepResult {
   bool skipped = false;  // norm not finite: nothing changed
 };
 
+// The gradient buckets of a flat buffer of n elements: bucket_bytes of fp32
+// rounded down to a multiple of dp, the last one shorter; each reduces as dp
+// chunks of `chunk` elements (the last chunk zero-padded). The optimizer and
+// the cost model (perf/) share this plan, so predicted DP traffic is exact.
+struct BucketSpan {
+  size_t start = 0, len = 0, chunk = 0;
+};
+size_t bucket_elems(size_t bucket_bytes, int dp);
+std::vector<BucketSpan> bucket_spans(size_t n, int dp, size_t bucket_bytes);
+// Elements DP reduces per step: the sum over buckets of dp * chunk.
+size_t zero_padded_elems(size_t n, int dp, size_t bucket_bytes);
+
 class DistAdamW {
  public:
   // params, grads: flat fp32 buffers of n elements in backend memory; every

@@ -51,7 +51,14 @@ int max_in_flight(const std::vector<Action>& s) {
 
 PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& sched,
                               double t_fwd, double t_bwd) {
+  const size_t pp = sched.size();
+  return simulate_pipeline(sched, StageCosts{std::vector<double>(pp, t_fwd), std::vector<double>(pp, t_bwd), 0.0});
+}
+
+PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& sched, const StageCosts& cost) {
   const int pp = int(sched.size());
+  WIOLA_CHECK(cost.fwd.size() == sched.size() && cost.bwd.size() == sched.size(),
+              "simulate_pipeline: one forward and one backward cost per stage");
   int m = 0;
   for (const auto& s : sched)
     for (const Action& a : s) m = std::max(m, a.micro + 1);
@@ -72,16 +79,16 @@ PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& sched,
         if (a.op == Op::Fwd) {
           if (s > 0) {
             if (fdone[s - 1][a.micro] < 0) break;
-            ready = std::max(ready, fdone[s - 1][a.micro]);
+            ready = std::max(ready, fdone[s - 1][a.micro] + cost.link);
           }
         } else {
           if (fdone[s][a.micro] < 0) break;
           if (s + 1 < pp) {
             if (bdone[s + 1][a.micro] < 0) break;
-            ready = std::max(ready, bdone[s + 1][a.micro]);
+            ready = std::max(ready, bdone[s + 1][a.micro] + cost.link);
           }
         }
-        const double dur = a.op == Op::Fwd ? t_fwd : t_bwd;
+        const double dur = a.op == Op::Fwd ? cost.fwd[size_t(s)] : cost.bwd[size_t(s)];
         r.start[s].push_back(ready);
         free_at[s] = ready + dur;
         (a.op == Op::Fwd ? fdone : bdone)[s][a.micro] = free_at[s];

@@ -41,6 +41,14 @@ struct PipelineSim {
 };
 PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& schedules,
                               double t_fwd, double t_bwd);
+// The same with a forward and a backward cost per stage (uneven stages: the
+// last one runs the head) and `link` seconds between a message's send and
+// its arrival (the cost model's pipeline transfers, perf/).
+struct StageCosts {
+  std::vector<double> fwd, bwd;
+  double link = 0;
+};
+PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& schedules, const StageCosts& cost);
 
 std::string to_string(const std::vector<Action>& s);  // "F0 F1 B0 F2 B1 ..."
 

@@ -92,6 +92,12 @@ class Ops {
   // True when the host may touch this backend's buffers directly (plain CPU
   // memory): a communicator may then use them as message buffers.
   virtual bool host_accessible() const = 0;
+  // The accelerator this backend runs on, in words ("" for the host CPU,
+  // which reports describe themselves): reports and the peak-FLOP table key.
+  virtual std::string device_name() const { return ""; }
+  // Most bytes this backend has held allocated at once (0: not tracked; the
+  // CPU backends live in the process's resident set instead).
+  virtual size_t peak_bytes() const { return 0; }
   virtual Precision precision() const {
     return {dtype_of<T>(), dtype_of<T>(), dtype_of<T>(), false};
   }

@@ -1,4 +1,4 @@
-// wiola bench step: forward + backward + AdamW of one training step on a
+// wiola bench step (wiola bench scale: launch/cmd_bench_scale.cpp): forward + backward + AdamW of one training step on a
 // backend (--backend; cpu by default), against the measured OpenBLAS sgemm rate and the PyTorch
 // reference (bench/torch_step.py) on the same configuration and threads.
 #include <CLI/CLI.hpp>
@@ -91,9 +91,14 @@ std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
 
 }  // namespace
 
+int wiola_bench_scale(int argc, char** argv);  // launch/cmd_bench_scale.cpp
+
 int wiola_cmd_bench(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "scale") return wiola_bench_scale(argc - 1, argv + 1);
   CLI::App app{"Benchmarks", "wiola bench"};
   app.require_subcommand(1);
+  app.add_subcommand("scale", "scaling sweep over layouts, micro-batches, ZeRO, recompute and models "
+                              "(wiola bench scale --help)");
   auto* step = app.add_subcommand("step", "time forward+backward+AdamW of one training step");
   std::string preset = "wiola-bench";
   int batch = 8, threads = 2, steps = 5, warmup = 2, seq_len = 0;

@@ -19,6 +19,7 @@ int wiola_cmd_generate(int argc, char** argv);
 int wiola_cmd_eval(int argc, char** argv);
 int wiola_cmd_export(int argc, char** argv);
 int wiola_cmd_import(int argc, char** argv);
+int wiola_cmd_plan(int argc, char** argv);
 
 namespace {
 struct Sub {
@@ -36,6 +37,7 @@ const Sub kSubs[] = {
     {"eval", wiola_cmd_eval, "loss and perplexity of a checkpoint on a split or a text"},
     {"export", wiola_cmd_export, "write a checkpoint as a Hugging Face transformers folder"},
     {"import", wiola_cmd_import, "a Hugging Face safetensors folder as a wiola checkpoint"},
+    {"plan", wiola_cmd_plan, "predict step time, MFU and memory per layout; best layout and run time on a cluster"},
 };
 
 int usage(FILE* f) {

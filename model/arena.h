@@ -35,6 +35,12 @@ class Arena {
     requests_.clear();
   }
   size_t bytes() const { return block_.bytes(); }
+  // What commit() would allocate now (sizing without allocating: perf/).
+  size_t reserved_bytes() const {
+    size_t total = 0;
+    for (const auto& r : requests_) total += r.bytes;
+    return total;
+  }
 
  private:
   static size_t bytes_for(size_t b) { return (b + 63) / 64 * 64; }

@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <algorithm>
+
 #include "util/error.h"
 
 namespace wiola {
@@ -52,6 +54,15 @@ ModelConfig model_preset(const std::string& name) {
 std::vector<std::string> model_preset_names() {
   return {"wiola-120m", "wiola-360m", "wiola-700m", "wiola-1.5b",
           "wiola-tiny", "wiola-small", "wiola-bench"};
+}
+
+int boundary_tensors_in(const ModelConfig& c, const ModelShard& s) {
+  return s.first_stage() ? 0 : 1 + (s.layer_begin - std::max(0, s.layer_begin + 1 - c.Lambda));
+}
+
+int boundary_tensors_out(const ModelConfig& c, const ModelShard& s) {
+  const int l1 = s.end(c);
+  return s.last_stage(c) ? 0 : 1 + (l1 - std::max(0, l1 + 1 - c.Lambda));
 }
 
 LocalDims::LocalDims(const ModelConfig& c, const ModelShard& s) {

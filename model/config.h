@@ -54,6 +54,12 @@ struct ModelShard {
   int end(const ModelConfig& c) const { return layer_end < 0 ? c.L : layer_end; }
 };
 
+// Pipeline messages of a stage: [B,T,d] tensors into it and out of it per
+// micro-batch (the residual stream plus the summaries the next stage reads
+// but cannot compute; docs/model.md §5). 0 on the first / last stage.
+int boundary_tensors_in(const ModelConfig& c, const ModelShard& s);
+int boundary_tensors_out(const ModelConfig& c, const ModelShard& s);
+
 // Local (per TP rank) sizes.
 struct LocalDims {
   int H, Hkv, dh, dA, dB, V, v0;

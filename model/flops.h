@@ -14,5 +14,9 @@ namespace wiola {
 double train_step_flops(const ModelConfig& c, int B);
 // The causal self-attention part of it (QK^T and PV, every layer, x 3).
 double attention_step_flops(const ModelConfig& c, int B);
+// Its parts: layer l (weights, context attention, its share of the causal
+// attention) and the tied head; train_step_flops is their sum.
+double layer_step_flops(const ModelConfig& c, int B, int l);
+double head_step_flops(const ModelConfig& c, int B);
 
 }  // namespace wiola

@@ -8,7 +8,7 @@
 namespace wiola {
 
 template <class T>
-void LayerActs<T>::allocate(const LayerCtx<T>& c, int nc) {
+void LayerActs<T>::reserve(const LayerCtx<T>& c, int nc) {
   const size_t N = size_t(c.N()), d = size_t(c.cfg.d);
   const size_t hd = size_t(c.ld.H) * c.ld.dh, kvd = size_t(c.ld.Hkv) * c.ld.dh;
   const size_t dA = size_t(c.ld.dA), dB = size_t(c.ld.dB);
@@ -31,11 +31,10 @@ void LayerActs<T>::allocate(const LayerCtx<T>& c, int nc) {
   r.reserve(&rho, size_t(c.B) * size_t(std::max(c.T_ - 1, 1)));
   r.reserve(&group_first, N); r.reserve(&key_end, N);
   r.reserve(&n_groups, size_t(c.B)); r.reserve(&open, N);
-  r.commit(c.ops);
 }
 
 template <class T>
-void LayerWork<T>::allocate(const LayerCtx<T>& c) {
+void LayerWork<T>::reserve(const LayerCtx<T>& c) {
   const size_t N = size_t(c.N()), d = size_t(c.cfg.d);
   const size_t hd = size_t(c.ld.H) * c.ld.dh, kvd = size_t(c.ld.Hkv) * c.ld.dh;
   const size_t dA = size_t(c.ld.dA), dB = size_t(c.ld.dB);
@@ -54,7 +53,6 @@ void LayerWork<T>::allocate(const LayerCtx<T>& c) {
   r.reserve(&dga, act, N * dA); r.reserve(&dua, act, N * dA); r.reserve(&dub, act, N * dB);
   r.reserve(&dxh, res, N * d);
   r.reserve(&dphi, 1);
-  r.commit(c.ops);
 }
 
 namespace {

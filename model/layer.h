@@ -50,7 +50,9 @@ struct LayerActs {
   uint8_t* open;                              // [B, T] ATM decisions
   bool atm_active = false;
   Arena<T> arena;
-  void allocate(const LayerCtx<T>& c, int nc);
+  void allocate(const LayerCtx<T>& c, int nc) { reserve(c, nc); arena.commit(c.ops); }
+  // Reserves without allocating (arena.reserved_bytes() sizes it).
+  void reserve(const LayerCtx<T>& c, int nc);
 };
 
 // Gradient scratch shared by all layers (overwritten each layer).
@@ -60,7 +62,8 @@ struct LayerWork {
   Ptr dkc, dvc, dfpre, da, db, dha, dhb, dga, dua, dub, dxh;
   double* dphi;               // [1] this call's dL/dφ (TP-partial until summed)
   Arena<T> arena;
-  void allocate(const LayerCtx<T>& c);
+  void allocate(const LayerCtx<T>& c) { reserve(c); arena.commit(c.ops); }
+  void reserve(const LayerCtx<T>& c);
 };
 
 // Cached decoding: this layer's keys (SRPE'd) and values of earlier positions,

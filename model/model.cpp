@@ -236,6 +236,57 @@ size_t Model<T>::activation_bytes() const {
 }
 
 template <class T>
+typename Model<T>::Memory Model<T>::memory() const {
+  const Impl& m = *impl_;
+  Memory r;
+  r.master = params_.bytes();
+  r.grads = grads_.bytes();
+  r.weights = weights_.bytes();
+  r.activations = activation_bytes();
+  r.workspace = m.work.arena.bytes() + m.dcur.bytes() + m.dprev.bytes() + m.dxf.bytes() + m.row_max.bytes() +
+                m.sumexp.bytes() + m.tgt.bytes() + m.loss.bytes();
+  for (const auto& x : m.dS) r.workspace += x.bytes();
+  return r;
+}
+
+template <class T>
+typename Model<T>::Memory Model<T>::plan_memory(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
+                                                const ModelOptions& opt, const Precision& prec) {
+  // Mirrors the constructor's allocations (tests/model checks the two agree).
+  const LocalDims ld(cfg, shard);
+  const ParamLayout layout(cfg, shard);
+  const size_t n = layout.total(), N = size_t(opt.micro_batch) * cfg.T, d = size_t(cfg.d);
+  const size_t res = dtype_bytes(prec.residual), act = dtype_bytes(prec.act), st = sizeof(T);
+  Memory r;
+  r.master = r.grads = n * sizeof(T);
+  if (prec.separate_weights || prec.weight != dtype_of<T>()) r.weights = n * dtype_bytes(prec.weight);
+  const LayerCtx<T> c{ops, cfg, ld, nullptr, opt.micro_batch, cfg.T, CPtr{}, prec};
+  const int l0 = shard.layer_begin, l1 = shard.end(cfg), nl = l1 - l0;
+  const int n_summ = l1 - std::max(0, l0 + 1 - cfg.Lambda);
+  const bool last = shard.last_stage(cfg);
+  size_t slot = size_t(nl + 1 + n_summ) * N * d * res;
+  if (!opt.recompute)
+    for (int l = l0; l < l1; ++l) {
+      LayerActs<T> a;
+      a.reserve(c, cfg.n_ctx(l));
+      slot += a.arena.reserved_bytes();
+    }
+  if (last) slot += N * st + N * d * res;
+  r.activations = size_t(opt.slots) * slot;
+  if (opt.recompute) {
+    LayerActs<T> a;
+    a.reserve(c, cfg.Lambda);
+    r.activations += a.arena.reserved_bytes() + N * d * res;
+  }
+  if (last) r.activations += N * d * act + N * size_t(ld.V) * act;
+  LayerWork<T> w;
+  w.reserve(c);
+  r.workspace = w.arena.reserved_bytes() + size_t(n_summ + 2) * N * d * res;
+  if (last) r.workspace += N * d * act + 4 * N * st;
+  return r;
+}
+
+template <class T>
 void Model<T>::report_ready(size_t offset, size_t size) {
   if (grad_ready_armed_ && grad_ready_ && size) grad_ready_(offset, size);
 }
@@ -243,12 +294,12 @@ void Model<T>::report_ready(size_t offset, size_t size) {
 // ---- pipeline boundaries -------------------------------------------------------
 template <class T>
 int Model<T>::boundary_in() const {
-  return shard_.first_stage() ? 0 : 1 + (shard_.layer_begin - summary_lo());
+  return boundary_tensors_in(cfg_, shard_);
 }
 
 template <class T>
 int Model<T>::boundary_out() const {
-  return shard_.last_stage(cfg_) ? 0 : 1 + (shard_.end(cfg_) - send_lo());
+  return boundary_tensors_out(cfg_, shard_);
 }
 
 template <class T>

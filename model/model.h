@@ -145,6 +145,18 @@ class Model {
   // saves) and of parameter + gradient buffers.
   size_t activation_bytes() const;
   size_t param_bytes() const { return params_.bytes() + grads_.bytes() + weights_.bytes(); }
+  // This rank's model memory by class (reports): master parameters,
+  // gradients, the weight copy GEMMs read, saved activations of every slot
+  // (activation_bytes()), and the backward's scratch (gradient arena,
+  // residual and summary gradients, head statistics).
+  struct Memory {
+    size_t master = 0, grads = 0, weights = 0, activations = 0, workspace = 0;
+  };
+  Memory memory() const;
+  // The same figures for a model that is never built (the planner, perf/):
+  // sizes only, nothing allocated; `ops` only serves the layer contexts.
+  static Memory plan_memory(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
+                            const ModelOptions& opt, const Precision& prec);
 
  private:
   struct Impl;

@@ -88,7 +88,9 @@ const std::vector<SectionDef>& schema() {
         WIOLA_KEY("eval_every", train.eval_every),
         WIOLA_KEY("eval_batches", train.eval_batches),
         WIOLA_KEY("run_dir", train.run_dir),
-        WIOLA_KEY("max_steps", train.max_steps)}},
+        WIOLA_KEY("max_steps", train.max_steps),
+        WIOLA_KEY("accounting", train.accounting),
+        WIOLA_KEY("peak_tflops", train.peak_tflops)}},
       {"data",
        {WIOLA_KEY("path", data.path),
         WIOLA_KEY("shuffle", data.shuffle),
@@ -395,6 +397,7 @@ void check_run_config(const RunConfig& rc) {
   at_least(t.eval_every, 0, "train.eval_every");
   at_least(t.eval_batches, 1, "train.eval_batches");
   at_least(t.max_steps, 0, "train.max_steps");
+  WIOLA_CHECK(t.peak_tflops >= 0, "train.peak_tflops must be >= 0 (got ", t.peak_tflops, ")");
   WIOLA_CHECK(t.seed <= uint64_t(INT64_MAX), "train.seed must be <= ", INT64_MAX, " (got ", t.seed, ")");
   WIOLA_CHECK(t.lr_max > 0, "train.lr_max must be positive (got ", t.lr_max, ")");
   WIOLA_CHECK(t.lr_min >= 0 && t.lr_min <= t.lr_max, "train.lr_min (", t.lr_min,

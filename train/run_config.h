@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "perf/cost_model.h"
 
 namespace wiola {
 
@@ -34,6 +35,8 @@ struct TrainSection {
   int eval_batches = 4;       // global batches per validation
   std::string run_dir = "runs/default";  // metrics.jsonl etc.
   int64_t max_steps = 0;      // stop after this many steps of T_max (0 = all)
+  bool accounting = true;     // per-step time breakdown (docs/performance.md)
+  double peak_tflops = 0;     // MFU denominator per rank; 0 = measured sgemm (CPU) / datasheet (GPU)
 };
 
 struct DataSection {
@@ -73,6 +76,15 @@ struct RunConfig {
 
   int global_batch() const {
     return train.micro_batch * train.grad_accum * parallel.dp;
+  }
+  // The layout the cost model and planner speak of (perf/cost_model.h).
+  perf::Layout layout() const {
+    perf::Layout l;
+    l.tp = parallel.tp; l.pp = parallel.pp; l.dp = parallel.dp;
+    l.micro_batch = train.micro_batch; l.micro_batches = train.grad_accum;
+    l.zero = parallel.zero; l.recompute = train.recompute;
+    l.schedule = parallel.schedule; l.stage_balance = parallel.stage_balance;
+    return l;
   }
 };
 

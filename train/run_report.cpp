@@ -22,41 +22,83 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-// Bytes this rank should put on the wire per step in each group, from the
-// model's shapes (ring all-reduce 2(p-1)/p·n, reduce-scatter/all-gather
-// (p-1)/p·n each, sends n). The measured figures come from the communicators.
-struct TrafficModel {
-  double tp = 0, pp = 0, dp = 0, embed = 0;
-};
-TrafficModel analytic_traffic(const RunConfig& rc, const Model<float>& model, const dist::Grid& grid,
-                              size_t padded_params) {
-  const auto& g = grid.config();
-  const ModelConfig& c = rc.model;
-  const double N = double(rc.train.micro_batch) * c.T, d = c.d, m = rc.train.grad_accum, f = 4;
-  const ModelShard& s = model.shard();
-  const double nl = s.end(c) - s.layer_begin;
-  TrafficModel t;
-  if (g.tp > 1) {
-    // Per micro-batch: 3 all-reduces of [N,d] per layer forward (A, a, b),
-    // 2 in backward (column-parallel input gradients), 3 more when the
-    // backward recomputes the forward; one per summary gradient made here;
-    // the embedding output (first stage); CE max/sum-exp/target [N] and the
-    // head input gradient [N,d] (last stage); dφ (one double per layer).
-    double elems = nl * (5 + (rc.train.recompute ? 3 : 0)) * N * d + nl * N * d;
-    if (s.first_stage()) elems += N * d;
-    if (s.last_stage(c)) elems += 3 * N + N * d;
-    const double bytes = m * (elems * f + nl * 8);
-    t.tp = 2.0 * (g.tp - 1) / g.tp * bytes;
+// Gathers one double per rank (a vector on rank 0, every rank's value).
+std::vector<double> gather_values(dist::Comm& world, double x) {
+  std::vector<double> all(size_t(world.size()), x);
+  if (world.size() > 1) world.all_gather(&x, all.data(), 1, DType::F64);
+  return all;
+}
+
+// The breakdown, memory and MFU part of the report (collective).
+void report_accounting(dist::Comm& world, const RunAccounting& a, nlohmann::json& report) {
+  const bool root = world.rank() == 0;
+  const auto parts = a.times.parts();
+  const double steps = std::max<int64_t>(a.steps, 1);
+  std::vector<std::vector<double>> per_part;  // [part][rank] seconds per step
+  for (double p : parts) per_part.push_back(gather_values(world, p / steps));
+  const auto step_s = gather_values(world, a.steps > 0 ? a.times.total / steps : 0.0);
+  const auto share = gather_values(world, a.run_s > 0 ? a.self_s / a.run_s : 0.0);
+  const auto peaks = gather_values(world, a.peak.flops);
+  const std::vector<double> mine = {a.memory.params, a.memory.grads, a.memory.optimizer, a.memory.activations,
+                                    a.memory.peak, a.predicted.params, a.predicted.grads, a.predicted.optimizer,
+                                    a.predicted.activations};
+  std::vector<double> mem(mine.size() * size_t(world.size()), 0.0);
+  if (world.size() > 1) world.all_gather(mine.data(), mem.data(), mine.size(), DType::F64);
+  else mem = mine;
+  if (!root) return;
+  const int n = world.size();
+  const auto mean = [n](const std::vector<double>& v) {
+    double x = 0;
+    for (double e : v) x += e;
+    return x / n;
+  };
+  if (a.steps > 0) {
+    const double mfu = a.job_peak > 0 && a.step_s > 0 ? a.step_flops * double(a.steps) / a.step_s / a.job_peak : 0;
+    report["mfu"] = mfu;
+    report["model_flops_per_step"] = a.step_flops;
+    std::printf("  MFU %.1f%% (%.3g model FLOP per step over %.3g FLOP/s of %d rank%s; peak: %s)\n", 100.0 * mfu,
+                a.step_flops, a.job_peak, n, n > 1 ? "s" : "", a.peak.source.c_str());
   }
-  if (g.pp > 1)
-    t.pp = m * double(model.boundary_in() + model.boundary_out()) * N * d * f;
-  if (g.dp > 1)
-    t.dp = 2.0 * (g.dp - 1) / g.dp * double(padded_params) * f;
-  if (g.pp > 1 && (s.first_stage() || s.last_stage(c))) {
-    const LocalDims ld(c, s);
-    t.embed = double(ld.V) * d * f;  // all-reduce between 2 ranks: 2·(1/2)·n
+  std::vector<double> tflops;
+  for (double p : peaks) tflops.push_back(p / 1e12);
+  report["peak"] = {{"per_rank_tflops", tflops}, {"job_tflops", a.job_peak / 1e12}, {"source", a.peak.source}};
+  if (a.breakdown && a.steps > 0) {
+    nlohmann::json mean_j = nlohmann::json::object(), ranks = nlohmann::json::array();
+    for (int r = 0; r < n; ++r) ranks.push_back(nlohmann::json::object());
+    std::printf("  time per step (mean over ranks, steps 2..): total %.1f ms =", mean(step_s) * 1e3);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      mean_j[StepTimes::kNames[i]] = mean(per_part[i]);
+      for (int r = 0; r < n; ++r) ranks[size_t(r)][StepTimes::kNames[i]] = per_part[i][size_t(r)];
+      if (StepTimes::kNames[i] != std::string("comm_hidden"))
+        std::printf(" %s %.1f", StepTimes::kNames[i], mean(per_part[i]) * 1e3);
+    }
+    std::printf(" (hidden communication: %s)\n", "none over MPI, which progresses only inside its calls");
+    mean_j["total"] = mean(step_s);
+    for (int r = 0; r < n; ++r) ranks[size_t(r)]["total"] = step_s[size_t(r)];
+    report["time_per_step_s"] = {{"mean", mean_j}, {"per_rank", ranks}};
   }
-  return t;
+  double worst = 0;
+  for (double x : share) worst = std::max(worst, x);
+  report["accounting_share"] = worst;
+  std::printf("  accounting cost: %.3f%% of step time (largest over ranks, measured)\n", 100.0 * worst);
+  nlohmann::json mj = nlohmann::json::array();
+  const auto mib = [](double b) { return b / 1048576.0; };
+  std::printf("  memory per rank (MiB; measured / cost model): params, grads, optimizer, activations | peak\n");
+  for (int r = 0; r < n; ++r) {
+    const double* m = mem.data() + size_t(r) * mine.size();
+    mj.push_back({{"params", mib(m[0])}, {"grads", mib(m[1])}, {"optimizer", mib(m[2])},
+                  {"activations", mib(m[3])}, {"peak", mib(m[4])},
+                  {"predicted", {{"params", mib(m[5])}, {"grads", mib(m[6])}, {"optimizer", mib(m[7])},
+                                 {"activations", mib(m[8])}}}});
+    std::printf("    rank %d: %.1f/%.1f, %.1f/%.1f, %.1f/%.1f, %.1f/%.1f | %.0f\n", r, mib(m[0]), mib(m[5]),
+                mib(m[1]), mib(m[6]), mib(m[2]), mib(m[7]), mib(m[3]), mib(m[8]), mib(m[4]));
+  }
+  report["memory_mib_per_rank"] = mj;
+  if (a.atm.layers > 0) {
+    report["atm"] = {{"mu", a.atm.mu_sum / a.atm.layers},
+                     {"saved_attention_flops_per_step", a.atm.saved_flops},
+                     {"saved_share_of_model_flops", a.step_flops > 0 ? a.atm.saved_flops / a.step_flops : 0.0}};
+  }
 }
 
 }  // namespace
@@ -64,7 +106,7 @@ TrafficModel analytic_traffic(const RunConfig& rc, const Model<float>& model, co
 void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>& model,
                       size_t padded_params, bool zero, bool overlap, const TrainSummary& sum,
                       const RunMeasure& meas, const std::vector<Model<float>::AtmStats>& atm,
-                      const std::filesystem::path& run_dir) {
+                      const RunAccounting& acct, const std::filesystem::path& run_dir) {
   dist::Comm& world = grid.world();
   const auto& par = rc.parallel;
   const int m = rc.train.grad_accum;
@@ -84,12 +126,13 @@ void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>&
   } else {
     rank_wire = wire;
   }
-  const TrafficModel model_traffic = analytic_traffic(rc, model, grid, padded_params);
+  const perf::Traffic model_traffic = perf::rank_traffic(rc.model, rc.layout(), model.shard(), double(padded_params));
   std::vector<double> analytic = {model_traffic.tp, model_traffic.pp, model_traffic.dp, model_traffic.embed, 0};
   std::vector<double> rank_analytic(groups.size() * size_t(world.size()), 0.0);
   if (world.size() > 1) world.all_gather(analytic.data(), rank_analytic.data(), analytic.size(), DType::F64);
   else rank_analytic = analytic;
 
+  nlohmann::json report;
   if (root) {
     std::printf("done: %lld steps, loss %.4f -> %.4f", (long long)sum.steps, sum.first_loss, sum.last_loss);
     if (sum.val_loss >= 0) std::printf(", val %.4f", sum.val_loss);
@@ -98,10 +141,10 @@ void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>&
     for (const auto& s : atm)
       std::printf("  ATM layer %d (last batch): mu = %.4f, visible attention pairs %.2f%% of causal\n",
                   s.layer, s.mu, 100.0 * s.visible_fraction);
-    nlohmann::json report = {{"world", world.size()}, {"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp},
-                             {"zero", zero}, {"schedule", par.schedule}, {"micro_batches", m},
-                             {"overlap", overlap}, {"steps", sum.steps}, {"tokens_per_s", sum.tokens_per_s},
-                             {"bubble_predicted", dist::bubble_fraction_predicted(par.pp, m)}};
+    report = {{"world", world.size()}, {"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp},
+              {"zero", zero}, {"schedule", par.schedule}, {"micro_batches", m},
+              {"overlap", overlap}, {"steps", sum.steps}, {"tokens_per_s", sum.tokens_per_s},
+              {"bubble_predicted", dist::bubble_fraction_predicted(par.pp, m)}};
     if (meas.steps > 0 && world.size() > 1) {
       // Bubble: the share of the schedule's wall time a rank is not
       // computing (waiting for its neighbours), averaged over ranks.
@@ -133,10 +176,15 @@ void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>&
       }
       report["comm_per_rank_per_step"] = comm;
     }
+  }
+  nlohmann::json acct_json = nlohmann::json::object();
+  report_accounting(world, acct, acct_json);
+  if (root) {
     std::printf("  peak RSS per rank (MiB):");
     for (double r : rank_rss) std::printf(" %.0f", r);
     std::printf("\n  metrics: %s\n", (run_dir / "metrics.jsonl").string().c_str());
     report["peak_rss_mib"] = rank_rss;
+    report.update(acct_json);
     write_text_atomic((run_dir / "report.json").string(), report.dump(2) + "\n");
     std::fflush(stdout);
   }

@@ -12,6 +12,7 @@
 
 #include "dist/grid.h"
 #include "model/model.h"
+#include "train/accounting.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -25,6 +26,22 @@ struct RunMeasure {
   std::map<std::string, dist::CommTraffic> traffic;  // per group, summed
 };
 
+// The accounting's view of the run on this rank (train/accounting.h).
+struct RunAccounting {
+  DevicePeak peak;              // this rank's
+  double job_peak = 0;          // FLOP/s, sum over ranks
+  double step_flops = 0;        // the job's model FLOPs per step
+  bool breakdown = true;        // train.accounting
+  StepTimes times;              // sum over the accounted steps (2.., no dump steps)
+  int64_t steps = 0;            // accounted steps
+  double step_s = 0;            // their seconds, checkpoint work excluded
+  double self_s = 0;            // the accounting's own seconds over the whole run
+  double run_s = 0;             // all steps' seconds (the share's denominator)
+  MemoryUse memory;             // this rank, measured
+  perf::Memory predicted;       // this rank, the cost model's figures
+  AtmSaving atm;                // last step, job-wide
+};
+
 // Collective over the world. padded_params: the flat length DP reduces
 // (ZeRO pads buckets to a multiple of DP).
 // atm: the ATM statistics of the last training step (taken before any
@@ -32,6 +49,6 @@ struct RunMeasure {
 void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>& model,
                       size_t padded_params, bool zero, bool overlap, const TrainSummary& sum,
                       const RunMeasure& meas, const std::vector<Model<float>::AtmStats>& atm,
-                      const std::filesystem::path& run_dir);
+                      const RunAccounting& acct, const std::filesystem::path& run_dir);
 
 }  // namespace wiola

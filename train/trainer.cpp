@@ -20,7 +20,10 @@
 #include "dist/staged_comm.h"
 #include "dist/tp_collectives.h"
 #include "kernels/cpu/simd.h"
+#include "model/flops.h"
 #include "model/model.h"
+#include "perf/cost_model.h"
+#include "train/accounting.h"
 #include "train/dump.h"
 #include "train/checkpointer.h"
 #include "train/gather.h"
@@ -79,22 +82,6 @@ void inject_fault(const Fault& f, int rank, int64_t step) {
   if (f.kind == "fail") fail("injected fault (WIOLA_FAULT) at step ", step);
   if (f.kind == "stall")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // until the job is aborted
-}
-
-// Layer ranges of the pipeline stages (parallel.stage_balance).
-std::vector<std::pair<int, int>> pipeline_stages(const ModelConfig& cfg, const ParallelSection& par) {
-  if (par.stage_balance == "layers") {
-    std::vector<std::pair<int, int>> out;
-    for (int s = 0; s < par.pp; ++s) out.push_back(dist::stage_layers(cfg.L, par.pp, s));
-    return out;
-  }
-  // FLOPs per token, forward + backward: 6 per parameter of a layer plus
-  // causal attention (QK and PV over ~T/2 keys, 6·T·d); the tied head
-  // 6·V·d. The embedding lookup costs nothing comparable.
-  const int64_t per_layer = (cfg.param_count() - int64_t(cfg.V) * cfg.d - 2 * cfg.d) / cfg.L;
-  const double layer = 6.0 * double(per_layer) + 6.0 * cfg.T * cfg.d;
-  return dist::balanced_stages(std::vector<double>(size_t(cfg.L), layer), 0.0, 6.0 * cfg.V * cfg.d,
-                               par.pp);
 }
 
 std::map<std::string, dist::CommTraffic> traffic_snapshot(dist::Grid& grid) {
@@ -165,6 +152,16 @@ struct Trainer::State {
   RunMeasure measure;
   double ema_step_s = 0, train_s = 0, last_val = -1;
   std::vector<Model<float>::AtmStats> atm_stats;  // of the last training step
+  // Accounting (train/accounting.h): the step in progress, sums over the
+  // accounted steps (2.., not dump steps), the job-wide view of the last.
+  bool sync_phases = false;                 // a device backend: synchronise at phase ends
+  DevicePeak peak;                          // this rank's MFU denominator
+  double job_peak = 0;                      // the sum over ranks
+  double step_flops = 0;                    // the job's model FLOPs per step
+  StepTimes cur, acc_times;                 // this step, this rank; sum over accounted steps
+  int64_t acc_steps = 0;
+  double acc_step_s = 0, self_s = 0;        // accounted steps' seconds; the accounting's own
+  AtmSaving step_atm, atm;                  // this rank's last step; job-wide (summed with the loss)
   std::unique_ptr<Checkpointer> ckpt;       // checkpoint.dir or init_from set
   Clock::time_point last_save = Clock::now();
   int64_t resumed_from = 0;
@@ -181,6 +178,10 @@ struct Trainer::State {
   void build_model_and_optimizer();
   void setup_checkpoints();
   void open_outputs();
+  void measure_peak();
+  // After step t: closes the step's times and adds them to the run's.
+  void account_step(int64_t t, bool dumping);
+  MemoryUse memory_use() const;
   ResumeState resume_state() const {
     ResumeState st;
     st.step = progress.step;
@@ -194,10 +195,14 @@ struct Trainer::State {
   void attach_tokenizer();
   // Sum over the world of the last stage's CE sums (tp rank 0 of each DP
   // replica's last stage contributes): the control plane, host doubles.
+  // ATM's figures of this step ride along (job-wide sums into `atm`), so
+  // the accounting adds no collective of its own.
   double world_loss() {
     const double local = model->take_loss_sum();
-    const double mine = (last && me.tp == 0) ? local : 0.0;
-    return world.size() > 1 ? world.all_reduce_value(mine, ReduceOp::Sum) : mine;
+    double v[4] = {(last && me.tp == 0) ? local : 0.0, step_atm.mu_sum, step_atm.layers, step_atm.saved_flops};
+    if (world.size() > 1) world.all_reduce(v, 4, ReduceOp::Sum);
+    atm = {v[1], v[2], v[3]};
+    return v[0];
   }
   // Dumps: a flat backend buffer of this rank as full tensors on rank 0.
   std::vector<float> gather_backend(const float* buf) {
@@ -299,7 +304,7 @@ void Trainer::State::build_grid_and_schedule() {
              all[size_t(r)], "); set train.threads (or OMP_NUM_THREADS) the same on every rank of a TP group");
       }
   }
-  stages = pipeline_stages(rc.model, par);
+  stages = perf::pipeline_stages(rc.model, par.pp, par.stage_balance);
   std::tie(l0, l1) = stages[size_t(me.pp)];
   first = grid->first_stage();
   last = grid->last_stage();
@@ -337,6 +342,37 @@ void Trainer::State::build_model_and_optimizer() {
   embed = model->layout().try_find("model.embed_tokens.weight");
   link = std::make_unique<StageLink>(ops, grid->data(GroupKind::Pp), model->boundary_dtype(),
                                      size_t(B) * T * rc.model.d);
+}
+
+// The MFU denominator: every rank finds its peak at the same time (ranks
+// that share cores measure their share), the job's is the sum.
+void Trainer::State::measure_peak() {
+  sync_phases = rc.train.accounting && !ops.host_accessible();
+  step_flops = train_step_flops(rc.model, int(GB));
+  if (world.size() > 1) world.barrier();
+  peak = device_peak(ops, rc);
+  job_peak = world.size() > 1 ? world.all_reduce_value(peak.flops, ReduceOp::Sum) : peak.flops;
+}
+
+MemoryUse Trainer::State::memory_use() const {
+  const auto mm = model->memory();
+  MemoryUse u;
+  u.params = double(mm.master + mm.weights);
+  u.grads = double(mm.grads);
+  u.optimizer = double(adam->state_bytes_this_rank());
+  u.activations = double(mm.activations + mm.workspace);
+  u.peak = ops.host_accessible() ? peak_rss_mib() * 1048576.0 : double(ops.peak_bytes());
+  return u;
+}
+
+void Trainer::State::account_step(int64_t t, bool dumping) {
+  SelfTimer self(self_s);
+  cur.set_other();
+  if (t > 1 && !dumping) {
+    acc_times.add(cur);
+    acc_step_s += cur.total - cur.checkpoint;
+    ++acc_steps;
+  }
 }
 
 // What a manifest records about the run besides its identity (informative:
@@ -450,6 +486,7 @@ Trainer::Trainer(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, 
   s_->check_and_open_data();
   s_->build_grid_and_schedule();
   s_->build_model_and_optimizer();
+  s_->measure_peak();
   s_->setup_checkpoints();
   s_->open_outputs();
   print_banner();
@@ -524,6 +561,7 @@ std::vector<uint8_t> Trainer::run_schedule(int64_t t, bool dumping, StepDump* du
   const bool overlap_now = s.overlap && !dumping;  // dumps read the gradients whole
   std::map<int, std::vector<uint8_t>> atm_local;
   double busy = 0;
+  const WaitClock w0 = WaitClock::read(*s.grid);
   const auto ts = Clock::now();
   for (size_t k = 0; k < s.actions.size(); ++k) {
     const dist::Action a = s.actions[k];
@@ -534,6 +572,7 @@ std::vector<uint8_t> Trainer::run_schedule(int64_t t, bool dumping, StepDump* du
       if (!s.first) s.link->recv(model.fwd_in(slot), prev, 2 * a.micro);
       const auto tb = Clock::now();
       model.stage_forward(slot, tok, scale, true);
+      if (s.sync_phases) s.ops.synchronize();
       busy += seconds_since(tb);
       if (dumping && s.last) {
         const auto& lg = model.last_logits();
@@ -551,16 +590,23 @@ std::vector<uint8_t> Trainer::run_schedule(int64_t t, bool dumping, StepDump* du
       model.arm_grad_ready(overlap_now && k + 1 == s.actions.size());
       const auto tb = Clock::now();
       model.stage_backward(slot);
+      if (s.sync_phases) s.ops.synchronize();
       busy += seconds_since(tb);
       model.arm_grad_ready(false);
       if (!s.first) s.link->send(model.bwd_out(), prev, 2 * a.micro + 1);
     }
   }
   s.link->flush();
+  const double sched = seconds_since(ts);
   if (t > 1 && !dumping) {
     s.measure.busy_s += busy;
-    s.measure.sched_s += seconds_since(ts);
+    s.measure.sched_s += sched;
   }
+  // Waits outside the pipeline group happen inside forward/backward (TP).
+  const WaitClock waited = WaitClock::read(*s.grid) - w0;
+  s.cur.compute = busy - waited.other;
+  s.cur.comm = waited.other;
+  s.cur.bubble = sched - busy;
   std::vector<uint8_t> atm_flat;  // this rank's ATM layers in order
   for (auto& [l, v] : atm_local) atm_flat.insert(atm_flat.end(), v.begin(), v.end());
   return atm_flat;
@@ -570,10 +616,12 @@ StepOutcome Trainer::step(int64_t t) {
   State& s = *s_;
   Model<float>& model = *s.model;
   const auto t0 = Clock::now();
+  s.cur = StepTimes{};
   const std::string step_ctx = "stage " + std::to_string(s.me.pp) + " step " + std::to_string(t);
   dist::set_context(step_ctx + " data");
   inject_fault(s.fault, s.world.rank(), t);
   s.loader->next_batch(s.batch.data());
+  s.cur.data = seconds_since(t0);
   const auto dump_it = s.dumps.find(t);
   const bool dumping = dump_it != s.dumps.end();
   StepDump dump;
@@ -582,8 +630,16 @@ StepOutcome Trainer::step(int64_t t) {
   model.zero_grads();
   const std::vector<uint8_t> atm_flat = run_schedule(t, dumping, &dump);
 
+  {
+    // ATM's figures of this step (before any evaluation, which runs with
+    // ATM off); TP ranks share the decisions, so tp rank 0 speaks for them.
+    SelfTimer self(s.self_s);
+    s.step_atm = s.me.tp == 0 ? atm_saving(model.atm_stats(), s.rc.model, s.B, s.m) : AtmSaving{};
+  }
   // The tied embedding: the first stage's lookup gradient plus the last
-  // stage's head gradient, identical on both afterwards.
+  // stage's head gradient, identical on both afterwards. (This and the loss
+  // sum are communication, all of it.)
+  const auto te = Clock::now();
   dist::set_context(step_ctx + " embedding gradient sum");
   if (s.embed && s.rc.parallel.pp > 1)
     s.grid->data(GroupKind::Embed).all_reduce(model.grads() + s.embed->offset, model.grads() + s.embed->offset,
@@ -591,12 +647,19 @@ StepOutcome Trainer::step(int64_t t) {
   if (s.embed && s.overlap && !dumping) s.adam->grad_ready(s.embed->offset, s.embed->size());
   StepOutcome out;
   out.loss = s.world_loss() / double(s.GB * s.T);
+  s.cur.comm += seconds_since(te);
   out.lr = lr_at(t, s.budget.t_max, s.budget.warmup, s.rc.train.lr_max, s.rc.train.lr_min);
   if (dumping) s.dump_grads(dump);
   dist::set_context(step_ctx + " optimizer");
   out.adam_step = s.adam->applied_steps() + 1;  // bias correction counts applied updates only
+  const WaitClock wa = WaitClock::read(*s.grid);
+  const auto ta = Clock::now();
   const dist::StepResult res = s.adam->step(out.lr, out.adam_step);
   if (!res.skipped) model.refresh_weights();
+  if (s.sync_phases) s.ops.synchronize();
+  const WaitClock wadam = WaitClock::read(*s.grid) - wa;
+  s.cur.optimizer = seconds_since(ta) - (wadam.pp + wadam.other);
+  s.cur.comm += wadam.pp + wadam.other;
   out.grad_norm = res.grad_norm;
   out.skipped = res.skipped;
   if (res.skipped) ++s.progress.skipped;
@@ -610,6 +673,7 @@ StepOutcome Trainer::step(int64_t t) {
   s.progress.step = t;
   s.progress.tokens += s.GB * s.T;
   out.seconds = seconds_since(t0);
+  s.cur.total = out.seconds;
   return out;
 }
 
@@ -663,6 +727,20 @@ void Trainer::log_step(int64_t t, const StepOutcome& out, bool evaluated) {
                       {"tokens", s.progress.tokens}, {"tokens_per_s", tps}, {"step_ms", out.seconds * 1e3},
                       {"skipped", s.progress.skipped}};
   if (s.ckpt) j["checkpoint_ms"] = out.checkpoint_seconds * 1e3;
+  const double mfu = s.job_peak > 0 ? s.step_flops / out.seconds / s.job_peak : 0.0;
+  if (s.job_peak > 0) j["mfu"] = mfu;
+  if (s.rc.train.accounting) {
+    // Where rank 0's step went (report.json: every rank's mean).
+    nlohmann::json tm = nlohmann::json::object();
+    const auto parts = s.cur.parts();
+    for (size_t i = 0; i < parts.size(); ++i) tm[StepTimes::kNames[i]] = parts[i] * 1e3;
+    j["time_ms"] = tm;
+  }
+  if (s.atm.layers > 0) {
+    j["atm_mu"] = s.atm.mu_sum / s.atm.layers;
+    j["atm_saved_attention_gflop"] = s.atm.saved_flops / 1e9;
+  }
+  j["peak_mem_mib"] = s.ops.host_accessible() ? peak_rss_mib() : double(s.ops.peak_bytes()) / 1048576.0;
   if (!std::isfinite(out.loss)) j["loss"] = nullptr;
   if (!std::isfinite(out.grad_norm)) j["grad_norm"] = nullptr;
   if (evaluated) j["val_loss"] = s.last_val;
@@ -673,6 +751,13 @@ void Trainer::log_step(int64_t t, const StepOutcome& out, bool evaluated) {
   std::printf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %.0f ms | ETA %s",
               (long long)t, (long long)last_step, out.loss, out.lr, out.grad_norm, tps, out.seconds * 1e3,
               human_duration(s.ema_step_s * double(last_step - t)).c_str());
+  if (s.job_peak > 0) std::printf(" | MFU %.1f%%", 100.0 * mfu);
+  if (s.rc.train.accounting && s.cur.total > 0) {
+    const StepTimes& jt = s.cur;
+    const double tot = jt.total / 100.0;
+    std::printf(" | compute %.0f%% comm %.0f%% bubble %.0f%% opt %.0f%% data %.0f%%", jt.compute / tot,
+                jt.comm / tot, jt.bubble / tot, jt.optimizer / tot, jt.data / tot);
+  }
   if (evaluated) std::printf(" | val %.4f", s.last_val);
   if (out.skipped)
     std::printf(" | SKIPPED (non-finite grad norm; %lld so far)", (long long)s.progress.skipped);
@@ -707,6 +792,9 @@ TrainSummary Trainer::run() {
     const bool stop = after_step(t);
     StepOutcome logged = out;
     logged.checkpoint_seconds = seconds_since(tc);
+    s.cur.checkpoint = logged.checkpoint_seconds;
+    s.cur.total += logged.checkpoint_seconds;
+    s.account_step(t, s.dumps.count(t) > 0);
     log_step(t, logged, eval_now);
     if (stop) {
       sum.stopped = true;
@@ -761,7 +849,20 @@ void Trainer::write_report(const TrainSummary& sum) {
   State& s = *s_;
   dist::set_context("run report");
   const size_t padded = s.zero ? s.adam->shard_elems() * size_t(s.rc.parallel.dp) : s.model->n_params();
-  write_run_report(*s.grid, s.rc, *s.model, padded, s.zero, s.overlap, sum, s.measure, s.atm_stats, s.run_dir);
+  RunAccounting a;
+  a.peak = s.peak;
+  a.job_peak = s.job_peak;
+  a.step_flops = s.step_flops;
+  a.breakdown = s.rc.train.accounting;
+  a.times = s.acc_times;
+  a.steps = s.acc_steps;
+  a.step_s = s.acc_step_s;
+  a.self_s = s.self_s;
+  a.run_s = s.train_s;
+  a.memory = s.memory_use();
+  a.predicted = perf::rank_memory(s.rc.model, s.rc.layout(), s.me.pp, s.ops.precision());
+  a.atm = s.atm;
+  write_run_report(*s.grid, s.rc, *s.model, padded, s.zero, s.overlap, sum, s.measure, s.atm_stats, a, s.run_dir);
 }
 
 TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, Comm& world) {

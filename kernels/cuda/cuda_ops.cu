@@ -58,6 +58,11 @@ class CudaOps final : public Ops<float> {
   }
 
   const char* name() const override { return prec_ == CudaPrecision::BF16 ? "cuda-bf16" : "cuda-fp32"; }
+  std::string device_name() const override {
+    cudaDeviceProp prop{};
+    return cudaGetDeviceProperties(&prop, device_) == cudaSuccess ? std::string(prop.name) : "CUDA device";
+  }
+  size_t peak_bytes() const override { return mem_.peak(); }
 
   // ---- memory ----
   void* alloc_bytes(size_t bytes) override { return mem_.alloc(bytes, "a backend buffer"); }

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Plots of a `wiola bench scale` sweep from DIR/scale.csv:
+DIR/throughput.png  tokens/s per configuration, with the ideal (baseline x busy cores)
+DIR/breakdown.png   time per step stacked by part (mean over ranks)
+DIR/memory.png      the most memory any rank holds, stacked by class, and its peak
+
+usage: scale_plots.py DIR"""
+import csv
+import sys
+
+
+def main():
+    out = sys.argv[1]
+    with open(f"{out}/scale.csv") as f:
+        rows = [r for r in csv.DictReader(f)]
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["name"] for r in rows]
+    xs = list(range(len(rows)))
+    ok = [r["status"] == "ok" for r in rows]
+    fl = lambda r, k: float(r[k] or 0)
+
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(rows) + 2), 4.5))
+    tps = [fl(r, "tokens_per_s") for r in rows]
+    ideal = [fl(r, "baseline_tokens_per_s") * fl(r, "ideal_speedup") for r in rows]
+    ax.bar(xs, tps, color=["tab:blue" if o else "lightgray" for o in ok], label="measured")
+    ax.scatter(xs, ideal, marker="_", s=600, color="black", label="ideal (baseline x busy cores)", zorder=3)
+    for x, o in zip(xs, ok):
+        if not o:
+            ax.text(x, 0, "failed", rotation=90, ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(xs, names, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("tokens/s (whole job)")
+    ax.set_title("Throughput per configuration")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(f"{out}/throughput.png", dpi=110)
+
+    parts = ["compute", "comm", "bubble", "data", "optimizer", "checkpoint", "other"]
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(rows) + 2), 4.5))
+    bottom = [0.0] * len(rows)
+    for p in parts:
+        vals = [fl(r, p + "_ms") for r in rows]
+        ax.bar(xs, vals, bottom=bottom, label=p)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(xs, names, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("ms per step (mean over ranks)")
+    ax.set_title("Where a step's time goes")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(f"{out}/breakdown.png", dpi=110)
+
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(rows) + 2), 4.5))
+    bottom = [0.0] * len(rows)
+    for c in ["params", "grads", "optimizer", "activations"]:
+        vals = [fl(r, c + "_mib") for r in rows]
+        ax.bar(xs, vals, bottom=bottom, label=c)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.scatter(xs, [fl(r, "peak_mib") for r in rows], marker="_", s=600, color="black", label="peak (RSS)", zorder=3)
+    ax.set_xticks(xs, names, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("MiB (the fullest rank per class)")
+    ax.set_title("Memory per rank by class")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(f"{out}/memory.png", dpi=110)
+    print(f"plots: {out}/throughput.png {out}/breakdown.png {out}/memory.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

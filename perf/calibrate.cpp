@@ -1,0 +1,162 @@
+#include "perf/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "dist/optimizer.h"
+#include "model/model.h"
+
+namespace wiola::perf {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// TP collectives that do nothing: the rank's own compute, no partner.
+class NoTp final : public TpCollectives {
+ public:
+  void all_reduce_sum(Ptr, size_t) override {}
+  void all_reduce_max(Ptr, size_t) override {}
+  void all_reduce_sum(double*, size_t) override {}
+};
+
+// Threads of the CPU backend for the scope.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int n) : saved_(cpu_threads()) { set_cpu_threads(n); }
+  ~ThreadScope() { set_cpu_threads(saved_); }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+void fill_random(Ops<float>& ops, Ptr dst, size_t n, float scale, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, scale);
+  std::vector<float> host(n);
+  for (float& x : host) x = nd(rng);
+  if (dst.dtype() == DType::F32) {
+    ops.upload(dst.raw(), host.data(), n * sizeof(float));
+  } else {  // storage in another type: upload fp32 and convert on the backend
+    Buffer<float> tmp(ops, n);
+    ops.upload(tmp.data(), host.data(), n * sizeof(float));
+    ops.convert(CPtr(tmp.data()), dst, n);
+  }
+}
+
+double time_adamw(Ops<float>& ops) {
+  const size_t n = size_t(1) << 22;
+  Buffer<float> p(ops, n), g(ops, n);
+  ops.zero(p.data(), p.bytes());
+  std::vector<float> host(n, 1e-3f);
+  ops.upload(g.data(), host.data(), n * sizeof(float));
+  dist::DistAdamW adam(ops, p.data(), g.data(), n, {{0, n, true, true}}, dist::AdamWConfig{}, nullptr, nullptr);
+  std::vector<double> t;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = Clock::now();
+    adam.step(1e-3, r + 1);
+    t.push_back(since(t0));
+  }
+  return median(t) / double(n);
+}
+
+double copy_gbs() {
+  const size_t n = size_t(64) << 20;
+  std::vector<unsigned char> a(n, 1), b(n, 2);
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), n);
+    best = std::min(best, since(t0));
+    a[size_t(r)] = b[n - 1 - size_t(r)];  // keep the copies observable
+  }
+  return double(n) / best / 1e9;
+}
+
+}  // namespace
+
+CpuCompute::CpuCompute(const ModelConfig& c, int threads, int reps) : cfg_(c) {
+  cal_.threads = threads;
+  cal_.reps = reps;
+  ThreadScope ts(threads);
+  auto ops = make_backend<float>("cpu");
+  cal_.copy_gbs = copy_gbs();
+  cal_.adam_s_per_elem = time_adamw(*ops);
+  cal_.sgemm_flops = openblas_sgemm_gflops(1024, 5) * 1e9;
+}
+
+std::pair<double, double> CpuCompute::timed(const Layout& lay, int stage) {
+  const ModelShard sh = stage_shard(cfg_, lay, stage);
+  const Key key{lay.tp, sh.layer_begin, sh.end(cfg_), lay.micro_batch, lay.recompute};
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  ThreadScope ts(cal_.threads);
+  auto ops = make_backend<float>("cpu");
+  NoTp notp;
+  ModelOptions mo;
+  mo.micro_batch = lay.micro_batch;
+  mo.recompute = lay.recompute;
+  Model<float> model(*ops, cfg_, sh, lay.tp > 1 ? &notp : nullptr, mo);
+  model.init(1234);
+  std::mt19937_64 rng(7);
+  std::vector<int32_t> tok(size_t(lay.micro_batch) * (cfg_.T + 1));
+  for (auto& t : tok) t = int32_t(rng() % uint64_t(cfg_.V));
+  uint64_t seed = 1;
+  for (Ptr p : model.fwd_in(0)) fill_random(*ops, p, size_t(lay.micro_batch) * cfg_.T * cfg_.d, 1.0f, seed++);
+  const double scale = 1.0 / (double(lay.micro_batch) * cfg_.T);
+  std::vector<double> tf, tb;
+  for (int r = 0; r <= cal_.reps; ++r) {
+    for (Ptr p : model.bwd_in()) fill_random(*ops, p, size_t(lay.micro_batch) * cfg_.T * cfg_.d, 1e-3f, seed++);
+    const auto t0 = Clock::now();
+    model.stage_forward(0, tok.data(), scale, true);
+    const double f = since(t0);
+    const auto t1 = Clock::now();
+    model.stage_backward(0);
+    const double b = since(t1);
+    if (r > 0) {  // the first is warm-up (first touches, caches)
+      tf.push_back(f);
+      tb.push_back(b);
+    }
+  }
+  model.take_loss_sum();
+  return cache_[key] = {median(tf), median(tb)};
+}
+
+double CpuCompute::fwd(const Workload& w, int stage) { return timed(w.layout, stage).first; }
+double CpuCompute::bwd(const Workload& w, int stage) { return timed(w.layout, stage).second; }
+
+std::string CpuCompute::describe() const {
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "stage work timed on this CPU, %d thread%s per rank (median of %d); AdamW %.2f ns/param; "
+                "memcpy %.1f GB/s; sgemm %.1f GFLOP/s",
+                cal_.threads, cal_.threads == 1 ? "" : "s", cal_.reps, cal_.adam_s_per_elem * 1e9, cal_.copy_gbs,
+                cal_.sgemm_flops / 1e9);
+  return buf;
+}
+
+Cluster cpu_cluster(const CpuCalibration& cal, int ranks) {
+  Cluster c;
+  c.device = "cpu";
+  c.devices = ranks;
+  c.per_node = ranks;
+  c.memory_bytes = 0;
+  c.intra_gbs = c.inter_gbs = cal.copy_gbs / 2;
+  c.latency_s = c.inter_latency_s = 5e-6;
+  c.peak_flops = cal.sgemm_flops;
+  c.hidden_dp = false;  // Open MPI progresses only inside its calls
+  return c;
+}
+
+}  // namespace wiola::perf

@@ -1,0 +1,52 @@
+// Calibration of the planner on this CPU (docs/performance.md): single-rank
+// timings only. A layout's stage work is timed by building that stage's
+// model in this process — TP-local sizes, its layers, the head on the last
+// stage — with TP collectives that do nothing, and running a micro-batch's
+// forward and backward on the threads each rank of the layout would get.
+// AdamW is timed per parameter, and a memcpy gives the shared-memory link's
+// bandwidth. Nothing here runs more than one rank, so the measured runs the
+// planner is checked against were never fitted.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "model/config.h"
+#include "perf/planner.h"
+
+namespace wiola::perf {
+
+struct CpuCalibration {
+  int threads = 1;            // per rank
+  int reps = 5;               // timed repeats (median) after one warm-up
+  double copy_gbs = 0;        // single-thread memcpy of 64 MiB
+  double adam_s_per_elem = 0; // DistAdamW step, one rank, per parameter
+  double sgemm_flops = 0;     // OpenBLAS sgemm 1024^3 on `threads` (the MFU peak)
+};
+
+// Stage timings measured on demand and cached by stage shape.
+class CpuCompute final : public ComputeModel {
+ public:
+  CpuCompute(const ModelConfig& c, int threads, int reps);
+  double fwd(const Workload& w, int stage) override;
+  double bwd(const Workload& w, int stage) override;
+  double optimizer(double elems) override { return elems * cal_.adam_s_per_elem; }
+  std::string describe() const override;
+  const CpuCalibration& calibration() const { return cal_; }
+
+ private:
+  using Key = std::tuple<int, int, int, int, bool>;  // tp, first layer, end layer, micro-batch, recompute
+  std::pair<double, double> timed(const Layout& lay, int stage);
+  ModelConfig cfg_;
+  CpuCalibration cal_;
+  std::map<Key, std::pair<double, double>> cache_;
+};
+
+// One node of `ranks` processes sharing this machine: the link is shared
+// memory (an MPI transfer copies in and out: half the memcpy rate), with an
+// assumed 5 µs per collective step; the peak is the measured sgemm rate.
+Cluster cpu_cluster(const CpuCalibration& cal, int ranks);
+
+}  // namespace wiola::perf

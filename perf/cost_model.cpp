@@ -1,0 +1,126 @@
+#include "perf/cost_model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "dist/grid.h"
+#include "dist/optimizer.h"
+#include "model/flops.h"
+#include "model/model.h"
+#include "model/params.h"
+#include "util/error.h"
+
+namespace wiola::perf {
+
+std::string Layout::name() const {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "tp%d pp%d dp%d, %dx%d%s%s%s", tp, pp, dp, micro_batch, micro_batches,
+                zero_active() ? ", zero" : "", recompute ? ", recompute" : "",
+                schedule == "gpipe" ? ", gpipe" : "");
+  return buf;
+}
+
+std::vector<std::pair<int, int>> pipeline_stages(const ModelConfig& c, int pp, const std::string& balance) {
+  if (balance == "layers") {
+    std::vector<std::pair<int, int>> out;
+    for (int s = 0; s < pp; ++s) out.push_back(dist::stage_layers(c.L, pp, s));
+    return out;
+  }
+  // FLOPs per token, forward + backward: 6 per parameter of a layer plus
+  // causal attention (QK and PV over ~T/2 keys, 6·T·d); the tied head
+  // 6·V·d. The embedding lookup costs nothing comparable.
+  const int64_t per_layer = (c.param_count() - int64_t(c.V) * c.d - 2 * c.d) / c.L;
+  const double layer = 6.0 * double(per_layer) + 6.0 * c.T * c.d;
+  return dist::balanced_stages(std::vector<double>(size_t(c.L), layer), 0.0, 6.0 * c.V * c.d, pp);
+}
+
+ModelShard stage_shard(const ModelConfig& c, const Layout& lay, int stage) {
+  const auto st = pipeline_stages(c, lay.pp, lay.stage_balance);
+  ModelShard s;
+  s.tp_rank = 0;
+  s.tp_size = lay.tp;
+  s.layer_begin = st[size_t(stage)].first;
+  s.layer_end = st[size_t(stage)].second;
+  return s;
+}
+
+std::vector<dist::Action> stage_schedule(const Layout& lay, int stage) {
+  return lay.schedule == "gpipe" ? dist::schedule_gpipe(lay.pp, stage, lay.micro_batches)
+                                 : dist::schedule_1f1b(lay.pp, stage, lay.micro_batches);
+}
+
+int stage_slots(const Layout& lay, int stage) {
+  return std::max(1, dist::max_in_flight(stage_schedule(lay, stage)));
+}
+
+size_t rank_params(const ModelConfig& c, const ModelShard& s) { return ParamLayout(c, s).total(); }
+
+size_t params_reduced(const ModelConfig& c, const Layout& lay, const ModelShard& s, size_t bucket_bytes) {
+  const size_t n = rank_params(c, s);
+  return lay.zero_active() ? dist::zero_padded_elems(n, lay.dp, bucket_bytes) : n;
+}
+
+Traffic rank_traffic(const ModelConfig& c, const Layout& lay, const ModelShard& s, double padded_params,
+                     size_t elem_bytes) {
+  const double N = double(lay.micro_batch) * c.T, d = c.d, m = lay.micro_batches, f = double(elem_bytes);
+  const double nl = s.end(c) - s.layer_begin;
+  Traffic t;
+  if (lay.tp > 1) {
+    // Per micro-batch: 3 all-reduces of [N,d] per layer forward (A, a, b),
+    // 2 in backward (column-parallel input gradients), 3 more when the
+    // backward recomputes the forward; one per summary gradient made here;
+    // the embedding output (first stage); CE max/sum-exp/target [N] and the
+    // head input gradient [N,d] (last stage); dφ (one double per layer).
+    double elems = nl * (5 + (lay.recompute ? 3 : 0)) * N * d + nl * N * d;
+    if (s.first_stage()) elems += N * d;
+    if (s.last_stage(c)) elems += 3 * N + N * d;
+    const double bytes = m * (elems * f + nl * 8);
+    t.tp = 2.0 * (lay.tp - 1) / lay.tp * bytes;
+  }
+  if (lay.pp > 1) t.pp = m * double(boundary_tensors_in(c, s) + boundary_tensors_out(c, s)) * N * d * f;
+  // DP: the gradient buckets (fp32), and with ZeRO the all-gather of one
+  // double per rank that sums the shards' squared norms.
+  if (lay.dp > 1)
+    t.dp = 2.0 * (lay.dp - 1) / lay.dp * padded_params * 4 + (lay.zero_active() ? (lay.dp - 1) * 8.0 : 0.0);
+  if (lay.pp > 1 && (s.first_stage() || s.last_stage(c))) {
+    const LocalDims ld(c, s);
+    t.embed = double(ld.V) * d * 4;  // all-reduce between 2 ranks: 2·(1/2)·n
+  }
+  return t;
+}
+
+Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Precision& prec,
+                   size_t bucket_bytes) {
+  const ModelShard s = stage_shard(c, lay, stage);
+  ModelOptions mo;
+  mo.micro_batch = lay.micro_batch;
+  mo.recompute = lay.recompute;
+  mo.slots = stage_slots(lay, stage);
+  // The layer contexts want an Ops; sizing touches none of its memory.
+  static const std::unique_ptr<Ops<float>> sizing = make_backend<float>("cpu");
+  const auto mm = Model<float>::plan_memory(*sizing, c, s, mo, prec);
+  Memory r;
+  r.params = double(mm.master + mm.weights);
+  r.grads = double(mm.grads);
+  const size_t n = rank_params(c, s);
+  const size_t shard = lay.zero_active() ? params_reduced(c, lay, s, bucket_bytes) / size_t(lay.dp) : n;
+  r.optimizer = 3.0 * double(shard) * 4;  // master shard, m, v (dist/optimizer.h state_bytes_this_rank)
+  r.activations = double(mm.activations + mm.workspace);
+  return r;
+}
+
+double stage_flops(const ModelConfig& c, const Layout& lay, int stage) {
+  const ModelShard s = stage_shard(c, lay, stage);
+  double f = 0;
+  for (int l = s.layer_begin; l < s.end(c); ++l) f += layer_step_flops(c, lay.micro_batch, l);
+  if (s.last_stage(c)) f += head_step_flops(c, lay.micro_batch);
+  if (lay.recompute) {  // the backward reruns each layer's forward: + 1/3 of the layers' FLOPs
+    double layers = 0;
+    for (int l = s.layer_begin; l < s.end(c); ++l) layers += layer_step_flops(c, lay.micro_batch, l);
+    f += layers / 3.0;
+  }
+  return f / lay.tp;
+}
+
+}  // namespace wiola::perf

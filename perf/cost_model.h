@@ -1,0 +1,79 @@
+// The analytic side of the performance reports and the cluster planner
+// (docs/performance.md): for a model and a training layout, what each rank
+// holds in memory by class, what it puts on the wire per step by group, and
+// the pipeline's shape. Pure functions of the configuration: the trainer's
+// report sets them beside what it measured, and the planner (perf/planner.h)
+// builds its predictions on them.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dist/schedule.h"
+#include "kernels/ops.h"
+#include "model/config.h"
+
+namespace wiola::perf {
+
+// A training layout: the process grid and the per-step knobs (the config's
+// parallel.* and train.micro_batch / grad_accum / recompute).
+struct Layout {
+  int tp = 1, pp = 1, dp = 1;
+  int micro_batch = 1;      // sequences per micro-batch
+  int micro_batches = 1;    // micro-batches per optimizer step per DP replica
+  bool zero = true;         // ZeRO-1 (only meaningful with dp > 1)
+  bool recompute = false;
+  std::string schedule = "1f1b", stage_balance = "compute";
+  int world() const { return tp * pp * dp; }
+  bool zero_active() const { return zero && dp > 1; }
+  int global_batch() const { return micro_batch * micro_batches * dp; }
+  // "tp2 pp1 dp2, 2x4, zero, recompute"
+  std::string name() const;
+};
+
+// Layer ranges [first, last) of the pipeline stages (stage_balance
+// "compute": FLOP-balanced with the head on the last stage; "layers": even).
+std::vector<std::pair<int, int>> pipeline_stages(const ModelConfig& c, int pp, const std::string& balance);
+// The shard of stage `stage`, TP rank 0.
+ModelShard stage_shard(const ModelConfig& c, const Layout& lay, int stage);
+// The stage's schedule and the activation slots it keeps (its peak number
+// of micro-batches in flight).
+std::vector<dist::Action> stage_schedule(const Layout& lay, int stage);
+int stage_slots(const Layout& lay, int stage);
+
+// Bytes one rank of `stage` puts on the wire per optimizer step, per group,
+// under the ring/direct algorithms the communicators count (dist/comm.h):
+// exactly what a run's report measures.
+struct Traffic {
+  double tp = 0, pp = 0, dp = 0, embed = 0;
+  double total() const { return tp + pp + dp + embed; }
+};
+// padded_params: the flat length DP reduces (params_reduced below).
+Traffic rank_traffic(const ModelConfig& c, const Layout& lay, const ModelShard& s, double padded_params,
+                     size_t elem_bytes = 4);
+// Parameters of one rank's shard, and the length DP reduces for it (ZeRO
+// pads every bucket to a multiple of dp; dist/optimizer.h bucket_spans).
+size_t rank_params(const ModelConfig& c, const ModelShard& s);
+size_t params_reduced(const ModelConfig& c, const Layout& lay, const ModelShard& s,
+                      size_t bucket_bytes = size_t(25) << 20);
+
+// Memory of one rank by class, bytes.
+struct Memory {
+  double params = 0;       // fp32 master parameters + the weight copy GEMMs read
+  double grads = 0;        // fp32 gradients
+  double optimizer = 0;    // AdamW master shard and moments (ZeRO: 1/dp of them)
+  double activations = 0;  // saved activations of every slot + backward scratch
+  double total() const { return params + grads + optimizer + activations; }
+};
+// `prec` gives the storage types (a GPU in bf16 keeps a bf16 weight copy and
+// bf16 activations); nothing is allocated.
+Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Precision& prec,
+                   size_t bucket_bytes = size_t(25) << 20);
+
+// FLOPs of one micro-batch's forward + backward on one rank of `stage`
+// (model/flops.h's count, split over layers, head and TP), and the
+// attention part of it.
+double stage_flops(const ModelConfig& c, const Layout& lay, int stage);
+
+}  // namespace wiola::perf

@@ -1,0 +1,314 @@
+#include "perf/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "dist/grid.h"
+#include "dist/optimizer.h"
+#include "model/flops.h"
+#include "util/error.h"
+
+namespace wiola::perf {
+
+namespace {
+
+constexpr size_t kBucketBytes = size_t(25) << 20;  // dist/optimizer.h AdamWConfig::bucket_bytes
+
+// Ring collectives take 2(p-1) steps (all-reduce) or p-1 (reduce-scatter,
+// all-gather), each paying the link's latency once.
+double ring_latency(int p, double latency_s, bool all_reduce) {
+  return p > 1 ? (all_reduce ? 2.0 : 1.0) * (p - 1) * latency_s : 0.0;
+}
+
+}  // namespace
+
+// ---- workloads -----------------------------------------------------------------------
+
+Workload wiola_workload(const ModelConfig& c, const Layout& lay, const Precision& prec) {
+  Workload w;
+  w.model = c.name;
+  w.params = double(c.param_count());
+  w.T = c.T;
+  w.layout = lay;
+  w.step_flops = train_step_flops(c, lay.global_batch());
+  w.bubble_analytic = dist::bubble_fraction_predicted(lay.pp, lay.micro_batches);
+  const double N = double(lay.micro_batch) * c.T, d = c.d, m = lay.micro_batches;
+  const size_t res = dtype_bytes(prec.residual);
+  for (int s = 0; s < lay.pp; ++s) {
+    const ModelShard sh = stage_shard(c, lay, s);
+    StageWork sw;
+    double layers = 0;
+    for (int l = sh.layer_begin; l < sh.end(c); ++l) layers += layer_step_flops(c, lay.micro_batch, l);
+    const double head = sh.last_stage(c) ? head_step_flops(c, lay.micro_batch) : 0.0;
+    sw.fwd_flops = (layers + head) / 3.0 / lay.tp;
+    sw.bwd_flops = 2.0 * (layers + head) / 3.0 / lay.tp + (lay.recompute ? layers / 3.0 / lay.tp : 0.0);
+    const size_t padded = params_reduced(c, lay, sh, kBucketBytes);
+    sw.traffic = rank_traffic(c, lay, sh, double(padded), res);
+    sw.tp_bytes = sw.traffic.tp / m;
+    const int nl = sh.end(c) - sh.layer_begin;
+    // The collectives rank_traffic counts: per layer 5 (+3 recomputed) [N,d]
+    // sums, one summary gradient and dφ; the embedding output; CE's three
+    // statistics and the head input gradient.
+    if (lay.tp > 1)
+      sw.tp_ops = nl * (7 + (lay.recompute ? 3 : 0)) + (sh.first_stage() ? 1 : 0) + (sh.last_stage(c) ? 4 : 0);
+    sw.pp_msg_bytes = double(boundary_tensors_out(c, sh)) * N * d * double(res);
+    sw.dp_bytes = sw.traffic.dp;
+    const size_t n_local = rank_params(c, sh);
+    const int buckets = int(dist::bucket_spans(n_local, lay.dp, kBucketBytes).size());
+    sw.dp_ops = lay.dp > 1 ? (lay.zero_active() ? 2 * buckets : buckets) : 0;
+    sw.embed_bytes = sw.traffic.embed;
+    sw.opt_elems = lay.zero_active() ? double(padded) / lay.dp : double(n_local);
+    sw.memory = rank_memory(c, lay, s, prec, kBucketBytes);
+    w.stages.push_back(sw);
+  }
+  return w;
+}
+
+Workload gpt_workload(const GptConfig& g, const Layout& lay) {
+  Workload w;
+  w.model = g.name;
+  w.params = g.params();
+  w.T = g.T;
+  w.layout = lay;
+  const double b = lay.micro_batch, s = g.T, d = g.d, V = g.V, t = lay.tp;
+  // Megatron-LM's model FLOPs (Narayanan et al. 2021): per layer forward
+  // 24 b s d^2 + 4 b s^2 d, the output layer 2 b s d V; x 3 for training.
+  const double layer_fwd = 24 * b * s * d * d + 4 * b * s * s * d, head_fwd = 2 * b * s * d * V;
+  w.step_flops = 3.0 * (g.L * layer_fwd + head_fwd) * lay.micro_batches * lay.dp;
+  w.bubble_analytic = dist::bubble_fraction_predicted(lay.pp, lay.micro_batches);
+  const double act = 2, m = lay.micro_batches;  // bf16 activations
+  for (int st = 0; st < lay.pp; ++st) {
+    const auto [l0, l1] = dist::stage_layers(g.L, lay.pp, st);
+    const double nl = l1 - l0;
+    const bool first = st == 0, last = st == lay.pp - 1;
+    StageWork sw;
+    const double head = last ? head_fwd : 0.0;
+    sw.fwd_flops = (nl * layer_fwd + head) / t;
+    sw.bwd_flops = 2 * (nl * layer_fwd + head) / t + (lay.recompute ? nl * layer_fwd / t : 0.0);
+    // TP (no sequence parallelism): two [b,s,d] all-reduces per layer
+    // forward and two backward, two more when the backward recomputes.
+    if (lay.tp > 1) {
+      sw.tp_ops = int(nl) * (lay.recompute ? 6 : 4) + (first ? 1 : 0) + (last ? 2 : 0);
+      sw.tp_bytes = 2.0 * (t - 1) / t * b * s * d * act * sw.tp_ops;
+    }
+    sw.pp_msg_bytes = last ? 0.0 : b * s * d * act;
+    const double local = (nl * 12 * d * d + (first ? (V + s) * d : 0.0) + (last ? V * d : 0.0)) / t;
+    const double p = lay.dp;
+    // Distributed optimizer: fp32 gradient reduce-scatter, bf16 parameter
+    // all-gather; else an fp32 all-reduce.
+    sw.dp_bytes = lay.dp > 1 ? (lay.zero_active() ? (p - 1) / p * local * (4 + 2) : 2 * (p - 1) / p * local * 4) : 0;
+    sw.dp_ops = lay.dp > 1 ? (lay.zero_active() ? 2 : 1) * std::max(1, int(std::ceil(local * 4 / double(kBucketBytes)))) : 0;
+    sw.opt_elems = lay.zero_active() ? local / p : local;
+    sw.traffic.tp = sw.tp_bytes * m;
+    sw.traffic.pp = (first ? 0 : b * s * d * act) * m + sw.pp_msg_bytes * m;
+    sw.traffic.dp = sw.dp_bytes;
+    // Memory: bf16 weights + fp32 main gradients; fp32 master + 2 moments
+    // (1/dp of them with the distributed optimizer); activations per
+    // Korthikanti et al. 2022 with flash attention (no s^2 term):
+    // s b d (10 + 24/t) bytes per layer, 2 s b d with full recompute; the
+    // first stage keeps pp micro-batches in flight under 1F1B.
+    sw.memory.params = local * 2;
+    sw.memory.grads = local * 4;
+    sw.memory.optimizer = 12 * (lay.zero_active() ? local / p : local);
+    const double per_layer = lay.recompute ? 2 * s * b * d : s * b * d * (10 + 24 / t);
+    sw.memory.activations = per_layer * nl * stage_slots(lay, st) + (last ? b * s * V / t * 4 : 0.0);
+    w.stages.push_back(sw);
+  }
+  return w;
+}
+
+// ---- hardware ------------------------------------------------------------------------
+
+Cluster Cluster::gpu(const std::string& gpu_key, int devices, const std::string& inter_key) {
+  const Accelerator* a = find_accelerator(gpu_key);
+  std::string keys;
+  for (const auto& x : accelerators()) keys += (keys.empty() ? "" : ", ") + x.key;
+  WIOLA_CHECK(a, "unknown GPU '", gpu_key, "' (known: ", keys, ")");
+  Cluster c;
+  c.device = a->key;
+  c.devices = devices;
+  c.per_node = a->gpus_per_node;
+  c.memory_bytes = a->memory_gib * 1073741824.0;
+  const Interconnect& intra = find_interconnect(a->intra_link);
+  const Interconnect& inter = find_interconnect(inter_key.empty() ? (a->key == "a100" ? "ib-hdr" : "ib-ndr") : inter_key);
+  c.intra_gbs = intra.gbs * kLinkEfficiency;
+  c.inter_gbs = inter.gbs * kLinkEfficiency;
+  c.latency_s = intra.latency_us * 1e-6;
+  c.inter_latency_s = inter.latency_us * 1e-6;
+  c.peak_flops = a->bf16_tflops * 1e12;
+  c.hidden_dp = true;
+  return c;
+}
+
+namespace {
+
+class FlopsCompute final : public ComputeModel {
+ public:
+  FlopsCompute(double peak, double eff, double mem_gbs) : peak_(peak), eff_(eff), mem_gbs_(mem_gbs) {}
+  double fwd(const Workload& w, int s) override { return w.stages[size_t(s)].fwd_flops / (peak_ * eff_); }
+  double bwd(const Workload& w, int s) override { return w.stages[size_t(s)].bwd_flops / (peak_ * eff_); }
+  // AdamW is memory-bound: p, g, m, v read, p, m, v written (fp32), the
+  // bf16 weight copy written: 30 bytes per parameter.
+  double optimizer(double elems) override { return elems * 30.0 / (mem_gbs_ * 1e9); }
+  std::string describe() const override {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "FLOPs / (%.0f TFLOP/s x %.2f), AdamW at %.0f GB/s", peak_ / 1e12, eff_, mem_gbs_);
+    return buf;
+  }
+
+ private:
+  double peak_, eff_, mem_gbs_;
+};
+
+struct Link {
+  double gbs, latency;
+};
+Link link_for(const Cluster& cl, int span) {
+  return span <= cl.per_node ? Link{cl.intra_gbs, cl.latency_s} : Link{cl.inter_gbs, cl.inter_latency_s};
+}
+
+}  // namespace
+
+std::unique_ptr<ComputeModel> flops_compute_model(double peak_flops, double efficiency, double mem_gbs) {
+  return std::make_unique<FlopsCompute>(peak_flops, efficiency, mem_gbs);
+}
+
+// ---- prediction ----------------------------------------------------------------------
+
+Prediction predict(const Workload& w, const Cluster& cl, ComputeModel& cm) {
+  const Layout& lay = w.layout;
+  Prediction p;
+  p.layout = lay;
+  p.bubble_analytic = w.bubble_analytic;
+  const int pp = lay.pp;
+  const Link tp_link = link_for(cl, lay.tp), pp_link = link_for(cl, lay.tp * lay.pp),
+             dp_link = link_for(cl, lay.world());
+  dist::StageCosts costs;
+  std::vector<std::vector<dist::Action>> sched;
+  double link = 0;
+  for (int s = 0; s < pp; ++s) {
+    const StageWork& sw = w.stages[size_t(s)];
+    const double tp = sw.tp_ops * ring_latency(lay.tp, tp_link.latency, true) +
+                      (sw.tp_bytes > 0 ? sw.tp_bytes / (tp_link.gbs * 1e9) : 0.0);
+    p.tp_s = std::max(p.tp_s, tp * lay.micro_batches);
+    const double f = cm.fwd(w, s), b = cm.bwd(w, s);
+    p.compute_s = std::max(p.compute_s, (f + b) * lay.micro_batches);
+    // TP sums sit on the critical path: the forward's half before the next
+    // GEMM, the backward's half likewise.
+    costs.fwd.push_back(f + tp / 2);
+    costs.bwd.push_back(b + tp / 2);
+    if (pp > 1) link = std::max(link, pp_link.latency + sw.pp_msg_bytes / (pp_link.gbs * 1e9));
+    sched.push_back(stage_schedule(lay, s));
+    p.traffic.tp = std::max(p.traffic.tp, sw.traffic.tp);
+    p.traffic.pp = std::max(p.traffic.pp, sw.traffic.pp);
+    p.traffic.dp = std::max(p.traffic.dp, sw.traffic.dp);
+    p.traffic.embed = std::max(p.traffic.embed, sw.traffic.embed);
+    if (sw.memory.total() > p.memory.total()) p.memory = sw.memory;
+    const double dp_t = sw.dp_ops * ring_latency(lay.dp, dp_link.latency, false) +
+                        (sw.dp_bytes > 0 ? sw.dp_bytes / (dp_link.gbs * 1e9) : 0.0);
+    // Hidden DP: the reduce-scatter half runs behind the last backward
+    // (its own stream); the all-gather after the optimizer is exposed.
+    const double exposed = cl.hidden_dp && lay.zero_active() ? std::max(0.0, dp_t / 2 - b) + dp_t / 2 : dp_t;
+    p.dp_exposed_s = std::max(p.dp_exposed_s, exposed);
+    p.optimizer_s = std::max(p.optimizer_s, cm.optimizer(sw.opt_elems));
+    if (sw.embed_bytes > 0) p.embed_s = std::max(p.embed_s, pp_link.latency + sw.embed_bytes / (pp_link.gbs * 1e9));
+  }
+  costs.link = link;
+  const dist::PipelineSim sim = dist::simulate_pipeline(sched, costs);
+  p.pipeline_s = sim.makespan;
+  p.bubble_sim = sim.bubble_fraction;
+  p.pp_s = pp > 1 ? 2.0 * lay.micro_batches * link : 0.0;
+  // The loss and norm sums: a few scalar all-reduces over the world.
+  const double scalars = 3 * ring_latency(lay.world(), dp_link.latency, true);
+  p.step_s = p.pipeline_s + p.embed_s + p.dp_exposed_s + p.optimizer_s + scalars;
+  p.tokens_per_s = double(lay.global_batch()) * w.T / p.step_s;
+  p.mfu = cl.peak_flops > 0 ? w.step_flops / p.step_s / (cl.peak_flops * lay.world()) : 0.0;
+  if (cl.memory_bytes > 0 && p.memory.total() > 0.92 * cl.memory_bytes) {
+    p.fits = false;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "needs %.1f GiB per device of %.0f (92%% usable)", p.memory.total() / 1073741824.0,
+                  cl.memory_bytes / 1073741824.0);
+    p.why_not = buf;
+  }
+  return p;
+}
+
+// ---- search --------------------------------------------------------------------------
+
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) out.push_back(i);
+  return out;
+}
+
+// Every (tp, pp, dp, micro-batch, ZeRO, recompute) the cluster and the
+// batch allow; `legal` says whether the model takes a (tp, pp).
+template <class Legal, class MakeWork>
+std::vector<Prediction> search(const Cluster& cl, ComputeModel& cm, const SearchSpace& sp, int n_layers,
+                               Legal legal, MakeWork make_work) {
+  WIOLA_CHECK(sp.global_batch >= 1, "plan: the global batch must be at least 1 sequence");
+  std::vector<Prediction> out;
+  for (int tp : divisors(cl.devices)) {
+    if (tp > cl.per_node) continue;  // TP stays inside a node's NVLink
+    for (int pp : divisors(cl.devices / tp)) {
+      if (pp > n_layers || (sp.max_pp > 0 && pp > sp.max_pp)) continue;
+      const int dp = cl.devices / (tp * pp);
+      if (!legal(tp, pp) || sp.global_batch % dp != 0) continue;
+      for (int mb : sp.micro_batch_sizes) {
+        if ((sp.global_batch / dp) % mb != 0) continue;
+        for (int zero = 1; zero >= (sp.try_no_zero && dp > 1 ? 0 : 1); --zero)
+          for (int rc = 0; rc <= (sp.try_recompute ? 1 : 0); ++rc) {
+            Layout lay;
+            lay.tp = tp; lay.pp = pp; lay.dp = dp;
+            lay.micro_batch = mb;
+            lay.micro_batches = sp.global_batch / dp / mb;
+            lay.zero = zero == 1;
+            lay.recompute = rc == 1;
+            out.push_back(predict(make_work(lay), cl, cm));
+          }
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.step_s < b.step_s;
+  });
+  return out;
+}
+
+}  // namespace
+
+std::vector<Prediction> search_wiola(const ModelConfig& c, const Cluster& cl, ComputeModel& cm,
+                                     const SearchSpace& sp, const Precision& prec) {
+  const auto legal = [&](int tp, int pp) {
+    return c.Hkv % tp == 0 && c.dA % tp == 0 && c.dB % tp == 0 && c.V % tp == 0 && pp <= c.L;
+  };
+  return search(cl, cm, sp, c.L, legal, [&](const Layout& l) { return wiola_workload(c, l, prec); });
+}
+
+std::vector<Prediction> search_gpt(const GptConfig& g, const Cluster& cl, ComputeModel& cm, const SearchSpace& sp) {
+  const auto legal = [&](int tp, int pp) { return g.H % tp == 0 && g.V % tp == 0 && pp <= g.L; };
+  return search(cl, cm, sp, g.L, legal, [&](const Layout& l) { return gpt_workload(g, l); });
+}
+
+RunEstimate estimate_run(const Prediction& p, const Workload& w, const Cluster& cl, double tokens,
+                         double ckpt_minutes, bool async_ckpt) {
+  RunEstimate r;
+  r.steps = std::ceil(tokens / (double(w.layout.global_batch()) * w.T));
+  const double train_s = r.steps * p.step_s;
+  r.checkpoints = 1 + (ckpt_minutes > 0 ? int(train_s / (ckpt_minutes * 60)) : 0);
+  // What a save costs the loop: a background save snapshots the rank's
+  // master weights and moments to host memory; a blocking one writes them.
+  const double bytes = p.memory.optimizer + p.memory.params;
+  const double each = bytes / ((async_ckpt ? cl.host_copy_gbs : cl.ckpt_write_gbs) * 1e9);
+  r.checkpoint_s = r.checkpoints * each;
+  r.wall_s = train_s + r.checkpoint_s;
+  r.device_hours = r.wall_s * w.layout.world() / 3600.0;
+  return r;
+}
+
+}  // namespace wiola::perf

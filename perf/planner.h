@@ -1,0 +1,128 @@
+// The cluster planner (docs/performance.md): predicts step time, tokens/s,
+// MFU, memory per rank and traffic for a model and a layout on a cluster,
+// and searches the layouts (tp, pp, dp, micro-batch, ZeRO, recompute) for
+// the fastest that fits.
+//
+// Its input is a Workload: what each pipeline stage's rank computes, moves
+// and holds, built exactly from a Wiola config (perf/cost_model.h: the same
+// figures the trainer's report measures) or from a GPT config (the standard
+// formulas), so a prediction can stand beside a published Megatron-LM
+// figure. Compute time comes from a ComputeModel: datasheet peak x an
+// efficiency on GPUs, or timings of single-rank stage work measured on this
+// CPU (perf/calibrate.h). Communication is latency + bytes / bandwidth over
+// the link each group spans; the pipeline is simulated action by action.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "perf/cost_model.h"
+#include "perf/hardware.h"
+
+namespace wiola::perf {
+
+// A dense GPT (Megatron-LM's): 4d MLP with GELU, learned positions, untied
+// output layer, flash attention; parameters 12 L d^2 + 2 V d (+ positions).
+struct GptConfig {
+  std::string name = "gpt";
+  int d = 2048, L = 24, H = 16, V = 131072, T = 4096;
+  double params() const { return 12.0 * L * double(d) * d + 2.0 * V * double(d) + double(T) * d; }
+};
+
+// One rank of one pipeline stage (TP rank 0 stands for its group).
+struct StageWork {
+  double fwd_flops = 0, bwd_flops = 0;  // per micro-batch, recompute included in bwd
+  double tp_bytes = 0;     // TP wire bytes per micro-batch (fwd + bwd)
+  int tp_ops = 0;          // TP collectives per micro-batch
+  double pp_msg_bytes = 0; // one forward message out of the stage (the backward one is as big)
+  double dp_bytes = 0;     // DP wire bytes per step
+  int dp_ops = 0;          // DP collectives per step (buckets x reduce-scatter + all-gather)
+  double embed_bytes = 0;  // tied-embedding sum per step (first and last stage, pp > 1)
+  double opt_elems = 0;    // parameters AdamW updates here
+  Traffic traffic;         // per step, by group
+  Memory memory;
+};
+
+struct Workload {
+  std::string model;       // name
+  double params = 0;       // whole model
+  int T = 0;
+  double step_flops = 0;   // model FLOPs of one optimizer step (the MFU numerator)
+  Layout layout;
+  std::vector<StageWork> stages;
+  double bubble_analytic = 0;  // (p-1)/(m+p-1)
+};
+
+// The exact Wiola workload; prec: storage types (bf16 on a GPU).
+Workload wiola_workload(const ModelConfig& c, const Layout& lay, const Precision& prec);
+// A GPT workload; bf16 weights and activations, fp32 master and moments
+// (Megatron-LM's mixed precision with its distributed optimizer when zero).
+Workload gpt_workload(const GptConfig& g, const Layout& lay);
+
+// Where the ranks run: devices per node, the link inside a node and between
+// nodes. For the CPU: one node, a calibrated shared-memory "link".
+struct Cluster {
+  std::string device = "cpu";  // an accelerator key, or "cpu"
+  int devices = 1;
+  int per_node = 8;
+  double memory_bytes = 0;     // per device (0: no limit, the CPU)
+  double intra_gbs = 0, inter_gbs = 0, latency_s = 0, inter_latency_s = 0;
+  double peak_flops = 0;       // per device, the MFU denominator
+  bool hidden_dp = false;      // DP reduce-scatter hidden behind the last backward (NCCL streams)
+  double host_copy_gbs = 25;   // device -> host snapshot for async checkpoints (PCIe Gen5 x16 ~ 64 GB/s peak; assumed)
+  double ckpt_write_gbs = 1;   // per rank, to the checkpoint file system (assumed)
+  static Cluster gpu(const std::string& gpu_key, int devices, const std::string& inter_key = "");
+};
+
+// Seconds of compute for one stage's micro-batch on one rank.
+class ComputeModel {
+ public:
+  virtual ~ComputeModel() = default;
+  virtual double fwd(const Workload& w, int stage) = 0;
+  virtual double bwd(const Workload& w, int stage) = 0;
+  virtual double optimizer(double elems) = 0;  // AdamW over elems parameters, one rank
+  virtual std::string describe() const = 0;
+};
+// FLOPs over peak x efficiency (the GEMMs' share of the dense peak).
+std::unique_ptr<ComputeModel> flops_compute_model(double peak_flops, double efficiency, double mem_gbs);
+
+struct Prediction {
+  Layout layout;
+  bool fits = true;
+  std::string why_not;         // when it does not fit or is not a legal layout
+  double step_s = 0, tokens_per_s = 0, mfu = 0;
+  double pipeline_s = 0;       // the schedule's makespan (compute + TP + pipeline transfers)
+  double compute_s = 0;        // the busiest rank's compute per step
+  double tp_s = 0, pp_s = 0, dp_exposed_s = 0, embed_s = 0, optimizer_s = 0;
+  double bubble_analytic = 0, bubble_sim = 0;
+  Traffic traffic;             // max over ranks, per group
+  Memory memory;               // the fullest rank
+};
+
+Prediction predict(const Workload& w, const Cluster& cl, ComputeModel& cm);
+
+// Every layout the model allows on the cluster for a global batch (tp
+// divides n_kv_heads (Wiola), d_a, d_b and V, and stays inside a node; pp <=
+// L; micro-batch sizes 1, 2, 4, ...; ZeRO and recompute on and off), ranked
+// fastest first, those that do not fit last.
+struct SearchSpace {
+  int global_batch = 0;        // sequences per optimizer step
+  std::vector<int> micro_batch_sizes = {1, 2, 4, 8, 16};
+  bool try_recompute = true, try_no_zero = true;
+  int max_pp = 0;              // 0: L
+};
+std::vector<Prediction> search_wiola(const ModelConfig& c, const Cluster& cl, ComputeModel& cm,
+                                     const SearchSpace& sp, const Precision& prec);
+std::vector<Prediction> search_gpt(const GptConfig& g, const Cluster& cl, ComputeModel& cm, const SearchSpace& sp);
+
+// Wall clock and GPU-hours of a run of `tokens` training tokens at the
+// prediction's step time, checkpoints every `ckpt_minutes` included.
+struct RunEstimate {
+  double steps = 0, wall_s = 0, device_hours = 0, checkpoint_s = 0;
+  int checkpoints = 0;
+};
+RunEstimate estimate_run(const Prediction& p, const Workload& w, const Cluster& cl, double tokens,
+                         double ckpt_minutes, bool async_ckpt);
+
+}  // namespace wiola::perf

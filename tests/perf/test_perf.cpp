@@ -1,0 +1,211 @@
+// The cost model and the planner (perf/): memory sizes equal what a built
+// model allocates, the pipeline simulation with per-stage costs and link
+// delays, the GPT workload's FLOPs against Megatron-LM's closed form, the
+// hardware table, and the layout search's rules.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "dist/optimizer.h"
+#include "dist/schedule.h"
+#include "kernels/ops.h"
+#include "model/flops.h"
+#include "model/model.h"
+#include "perf/cost_model.h"
+#include "perf/hardware.h"
+#include "perf/planner.h"
+#include "util/error.h"
+
+namespace wiola::perf {
+namespace {
+
+ModelConfig tiny() {
+  ModelConfig c = model_preset("wiola-tiny");
+  c.L = 6;
+  c.Lambda = 3;
+  c.validate();
+  return c;
+}
+
+// Model::plan_memory sizes every buffer the constructor allocates.
+TEST(CostModel, PlanMemoryEqualsTheBuiltModel) {
+  auto ops = make_backend<float>("cpu");
+  const ModelConfig c = tiny();
+  for (int tp : {1, 2})
+    for (auto range : {std::pair{0, 6}, std::pair{0, 2}, std::pair{2, 5}, std::pair{4, 6}})
+      for (bool rc : {false, true})
+        for (int slots : {1, 3}) {
+          ModelShard sh{0, tp, range.first, range.second};
+          ModelOptions mo;
+          mo.micro_batch = 2;
+          mo.recompute = rc;
+          mo.slots = slots;
+          Model<float> m(*ops, c, sh, nullptr, mo);
+          const auto got = m.memory();
+          const auto want = Model<float>::plan_memory(*ops, c, sh, mo, ops->precision());
+          SCOPED_TRACE(testing::Message() << "tp " << tp << " layers [" << range.first << "," << range.second
+                                          << ") recompute " << rc << " slots " << slots);
+          EXPECT_EQ(got.master, want.master);
+          EXPECT_EQ(got.grads, want.grads);
+          EXPECT_EQ(got.weights, want.weights);
+          EXPECT_EQ(got.activations, want.activations);
+          EXPECT_EQ(got.workspace, want.workspace);
+          EXPECT_EQ(got.activations, m.activation_bytes());
+        }
+}
+
+TEST(CostModel, StagesSlotsAndBoundaries) {
+  const ModelConfig c = tiny();
+  Layout l;
+  l.pp = 3;
+  l.micro_batches = 4;
+  l.stage_balance = "layers";
+  EXPECT_EQ(stage_slots(l, 0), 3);  // 1F1B: pp - stage
+  EXPECT_EQ(stage_slots(l, 2), 1);
+  l.schedule = "gpipe";
+  EXPECT_EQ(stage_slots(l, 1), 4);
+  const ModelShard s1 = stage_shard(c, l, 1);
+  EXPECT_EQ(s1.layer_begin, 2);
+  EXPECT_EQ(s1.end(c), 4);
+  // Into [2,4): X(2) plus summaries max(0, 2+1-3)=0 .. 1; out of it X(4) and 2..3.
+  EXPECT_EQ(boundary_tensors_in(c, s1), 3);
+  EXPECT_EQ(boundary_tensors_out(c, s1), 3);
+  EXPECT_EQ(boundary_tensors_in(c, stage_shard(c, l, 0)), 0);
+  EXPECT_EQ(boundary_tensors_out(c, stage_shard(c, l, 2)), 0);
+}
+
+TEST(CostModel, ZeroPaddingMatchesTheBucketPlan) {
+  // 10 elements, dp 4, buckets of 3 floats rounded down to a multiple of 4
+  // (at least 4): buckets [0,4) [4,8) [8,10) -> chunks 1, 1, 1 -> 12.
+  EXPECT_EQ(dist::zero_padded_elems(10, 4, 12), 12u);
+  EXPECT_EQ(dist::bucket_spans(10, 4, 12).size(), 3u);
+  EXPECT_EQ(dist::zero_padded_elems(8, 2, size_t(25) << 20), 8u);
+  EXPECT_EQ(dist::zero_padded_elems(9, 2, size_t(25) << 20), 10u);
+}
+
+TEST(CostModel, LayerAndHeadFlopsSumToTheStepCount) {
+  const ModelConfig c = tiny();
+  double f = head_step_flops(c, 3);
+  for (int l = 0; l < c.L; ++l) f += layer_step_flops(c, 3, l);
+  EXPECT_DOUBLE_EQ(f, train_step_flops(c, 3));
+  Layout l;
+  l.pp = 2;
+  l.tp = 2;
+  l.micro_batch = 3;
+  EXPECT_NEAR(stage_flops(c, l, 0) + stage_flops(c, l, 1), train_step_flops(c, 3) / 2, 1e-6 * f);
+}
+
+TEST(Pipeline, PerStageCostsAndLinkDelay) {
+  using dist::Action;
+  std::vector<std::vector<Action>> s = {dist::schedule_1f1b(2, 0, 1), dist::schedule_1f1b(2, 1, 1)};
+  // One micro-batch: F0 on stage 0, link, F0 on stage 1, B0 there, link, B0.
+  const auto sim = dist::simulate_pipeline(s, dist::StageCosts{{1.0, 2.0}, {3.0, 4.0}, 0.5});
+  EXPECT_DOUBLE_EQ(sim.makespan, 1.0 + 0.5 + 2.0 + 4.0 + 0.5 + 3.0);
+  // Uniform costs and no link: the old form.
+  std::vector<std::vector<Action>> s4;
+  for (int st = 0; st < 4; ++st) s4.push_back(dist::schedule_1f1b(4, st, 8));
+  const auto a = dist::simulate_pipeline(s4, 1.0, 2.0);
+  const auto b = dist::simulate_pipeline(s4, dist::StageCosts{{1, 1, 1, 1}, {2, 2, 2, 2}, 0.0});
+  EXPECT_DOUBLE_EQ(a.makespan, b.makespan);
+  EXPECT_NEAR(a.bubble_fraction, dist::bubble_fraction_predicted(4, 8), 1e-12);
+  EXPECT_THROW(dist::simulate_pipeline(s4, dist::StageCosts{{1}, {2}, 0}), Error);
+}
+
+TEST(Hardware, TableLookups) {
+  const Accelerator* h = find_accelerator("NVIDIA H100 80GB HBM3");
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->key, "h100");
+  EXPECT_NEAR(h->bf16_tflops, 989.4, 0.1);
+  EXPECT_EQ(find_accelerator("NVIDIA GeForce RTX 4090"), nullptr);
+  EXPECT_EQ(find_accelerator("a100")->key, "a100");
+  EXPECT_EQ(find_interconnect("ib-ndr").gbs, 50);
+  EXPECT_THROW(find_interconnect("ethernet"), Error);
+  for (const auto& a : accelerators()) EXPECT_FALSE(a.source.empty()) << a.key;
+  for (const auto& i : interconnects()) EXPECT_FALSE(i.source.empty()) << i.key;
+}
+
+TEST(Planner, GptFlopsFollowMegatronsFormula) {
+  GptConfig g;
+  g.d = 2048; g.L = 24; g.H = 16; g.V = 51200; g.T = 2048;
+  Layout l;
+  l.micro_batch = 4; l.micro_batches = 8; l.dp = 4;
+  const Workload w = gpt_workload(g, l);
+  const double B = l.global_batch(), s = g.T, h = g.d;
+  // Narayanan et al. 2021: 72 B s L h^2 (1 + s/(6h) + V/(12 h L)).
+  const double want = 72 * B * s * g.L * h * h * (1 + s / (6 * h) + g.V / (12 * h * g.L));
+  EXPECT_NEAR(w.step_flops, want, 1e-9 * want);
+}
+
+TEST(Planner, OneDeviceIsComputePlusOptimizer) {
+  GptConfig g;
+  g.d = 1024; g.L = 8; g.H = 16; g.V = 32768; g.T = 1024;
+  Cluster cl = Cluster::gpu("h100", 1);
+  auto cm = flops_compute_model(cl.peak_flops, 0.5, 2000);
+  Layout l;
+  l.micro_batch = 2; l.micro_batches = 3;
+  const Workload w = gpt_workload(g, l);
+  const Prediction p = predict(w, cl, *cm);
+  const double compute = (w.stages[0].fwd_flops + w.stages[0].bwd_flops) * 3 / (cl.peak_flops * 0.5);
+  EXPECT_NEAR(p.pipeline_s, compute, 1e-12);
+  EXPECT_NEAR(p.step_s, compute + cm->optimizer(w.stages[0].opt_elems), 1e-12);
+  EXPECT_NEAR(p.mfu, w.step_flops / p.step_s / cl.peak_flops, 1e-12);
+  EXPECT_TRUE(p.fits);
+  EXPECT_EQ(p.traffic.total(), 0.0);
+}
+
+TEST(Planner, SearchKeepsTpInsideANodeAndRanksFittingLayoutsFirst) {
+  const ModelConfig c = model_preset("wiola-360m");
+  Cluster cl = Cluster::gpu("h100", 16);
+  auto cm = flops_compute_model(cl.peak_flops, kGpuGemmEfficiency, 2000);
+  SearchSpace sp;
+  sp.global_batch = 64;
+  sp.micro_batch_sizes = {1, 4};
+  const Precision bf16{DType::BF16, DType::F32, DType::BF16, true};
+  const auto ps = search_wiola(c, cl, *cm, sp, bf16);
+  ASSERT_FALSE(ps.empty());
+  bool seen_unfit = false;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const Layout& l = ps[i].layout;
+    EXPECT_LE(l.tp, cl.per_node);
+    EXPECT_EQ(c.Hkv % l.tp, 0);
+    EXPECT_LE(l.pp, c.L);
+    EXPECT_EQ(l.world(), 16);
+    EXPECT_EQ(l.global_batch(), 64);
+    if (!ps[i].fits) {
+      seen_unfit = true;
+    } else {
+      EXPECT_FALSE(seen_unfit) << "a fitting layout after one that does not fit";
+    }
+    if (i > 0 && ps[i].fits == ps[i - 1].fits) {
+      EXPECT_GE(ps[i].step_s, ps[i - 1].step_s);
+    }
+  }
+  // More memory than the device has does not fit.
+  Cluster small = cl;
+  small.memory_bytes = 1 << 20;
+  const Prediction p = predict(wiola_workload(c, ps[0].layout, bf16), small, *cm);
+  EXPECT_FALSE(p.fits);
+  EXPECT_FALSE(p.why_not.empty());
+}
+
+TEST(Planner, RunEstimateCountsStepsAndCheckpoints) {
+  Prediction p;
+  p.step_s = 2.0;
+  p.memory.params = 4e9;
+  p.memory.optimizer = 6e9;
+  Workload w;
+  w.T = 1000;
+  w.layout.micro_batch = 10;  // 10 000 tokens per step
+  w.layout.dp = 2;            // 20 000
+  Cluster cl;
+  cl.host_copy_gbs = 10;
+  const RunEstimate r = estimate_run(p, w, cl, 2e6, 1.0, true);
+  EXPECT_EQ(r.steps, 100);
+  EXPECT_EQ(r.checkpoints, 1 + 3);  // 200 s of steps, every minute, plus the last
+  EXPECT_NEAR(r.checkpoint_s, 4 * 1.0, 1e-12);  // 10 GB at 10 GB/s each
+  EXPECT_NEAR(r.device_hours, (200 + 4) * 2 / 3600.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace wiola::perf
