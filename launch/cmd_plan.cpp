@@ -3,11 +3,15 @@
 //   wiola plan --gpt d=12288,L=96,H=96 --gpus 96 --gpu h100 --global-batch 1152
 //   wiola plan --model wiola-small --cpu --ranks 2 --layout tp=2,mb=2,m=4 --json P.json
 //   wiola plan --cpu --config run.toml --set parallel.tp=2   the model and layout of a run
+//   mpirun -np 2 wiola plan --calibrate-link link.json        the CPU transport, measured
+//   wiola plan --cpu --link link.json ...                      ... and used
 // On the CPU (--cpu) the compute figures are single-rank timings of each
 // stage's work measured now; on GPUs, FLOPs over the datasheet peak times an
 // efficiency.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -19,12 +23,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dist/mpi_comm.h"
 #include "kernels/ops.h"
 #include "launch/cli.h"
 #include "perf/calibrate.h"
 #include "perf/planner.h"
 #include "train/run_config.h"
 #include "util/error.h"
+#include "data/text_input.h"
 #include "util/files.h"
 
 namespace {
@@ -125,6 +131,7 @@ nlohmann::json to_json(const Prediction& p) {
           {"pipeline_s", p.pipeline_s}, {"compute_s", p.compute_s}, {"tp_s", p.tp_s}, {"pp_s", p.pp_s},
           {"dp_exposed_s", p.dp_exposed_s}, {"embed_s", p.embed_s}, {"optimizer_s", p.optimizer_s},
           {"bubble_analytic", p.bubble_analytic}, {"bubble_sim", p.bubble_sim},
+          {"stage_fwd_s", p.stage_fwd_s}, {"stage_bwd_s", p.stage_bwd_s},
           {"traffic_bytes", {{"tp", p.traffic.tp}, {"pp", p.traffic.pp}, {"dp", p.traffic.dp},
                              {"embed", p.traffic.embed}}},
           {"memory_gib", {{"params", gib(p.memory.params)}, {"grads", gib(p.memory.grads)},
@@ -149,15 +156,76 @@ void print_table(const std::vector<Prediction>& ps, int top) {
   }
 }
 
+// The CPU transport as the trainer uses it (dist::MpiComm, its bounded
+// wait loop included): all-reduce, reduce-scatter and all-gather of 4 KiB
+// to 16 MiB per rank, fitted to latency x ring steps + wire bytes / rate
+// (least squares, rank 0 writes the JSON). A microbenchmark of the link,
+// like nccl-tests for GPUs; no training run is involved.
+int calibrate_link(int argc, char** argv, const std::string& out) {
+  dist::MpiRuntime mpi(&argc, &argv);
+  auto world = dist::mpi_world_comm();
+  return dist::run_or_abort([&] {
+    const int p = world->size();
+    WIOLA_CHECK(p >= 2, "plan --calibrate-link: run it under mpirun with the ranks the layouts will use (>= 2)");
+    std::vector<double> xs_steps, xs_bytes, ys;
+    nlohmann::json pts = nlohmann::json::array();
+    for (size_t kib = 4; kib <= 16384; kib *= 4) {
+      const size_t n = kib * 1024 / 4 / size_t(p) * size_t(p);  // floats, a multiple of p
+      std::vector<float> buf(n, 1.0f), out_buf(n);
+      for (int op = 0; op < 3; ++op) {
+        const int reps = kib <= 256 ? 50 : 8;
+        std::vector<double> t;
+        for (int r = 0; r < reps + 1; ++r) {
+          world->barrier();
+          const auto t0 = std::chrono::steady_clock::now();
+          if (op == 0) world->all_reduce(buf.data(), buf.data(), n, DType::F32, dist::ReduceOp::Sum);
+          else if (op == 1) world->reduce_scatter_sum(buf.data(), out_buf.data(), n / size_t(p), DType::F32);
+          else world->all_gather(buf.data(), out_buf.data(), n / size_t(p), DType::F32);
+          const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (r > 0) t.push_back(world->all_reduce_value(dt, dist::ReduceOp::Max));
+        }
+        std::sort(t.begin(), t.end());
+        const double med = t[t.size() / 2];
+        const double bytes = double(n) * 4, wire = op == 0 ? 2.0 * (p - 1) / p * bytes : double(p - 1) / p * bytes;
+        const double steps = op == 0 ? 2.0 * (p - 1) : double(p - 1);
+        xs_steps.push_back(steps);
+        xs_bytes.push_back(wire);
+        ys.push_back(med);
+        pts.push_back({{"op", op == 0 ? "all_reduce" : op == 1 ? "reduce_scatter" : "all_gather"},
+                       {"bytes_per_rank", bytes}, {"wire_bytes", wire}, {"seconds", med}});
+      }
+    }
+    // Least squares for t = a * steps + b * wire (no intercept).
+    double s11 = 0, s12 = 0, s22 = 0, r1 = 0, r2 = 0;
+    for (size_t i = 0; i < ys.size(); ++i) {
+      s11 += xs_steps[i] * xs_steps[i]; s12 += xs_steps[i] * xs_bytes[i]; s22 += xs_bytes[i] * xs_bytes[i];
+      r1 += xs_steps[i] * ys[i]; r2 += xs_bytes[i] * ys[i];
+    }
+    const double det = s11 * s22 - s12 * s12;
+    const double a = std::max(1e-7, (r1 * s22 - r2 * s12) / det), b = std::max(1e-12, (s11 * r2 - s12 * r1) / det);
+    if (world->rank() == 0) {
+      nlohmann::json j = {{"ranks", p}, {"latency_s", a}, {"gbs", 1.0 / b / 1e9}, {"points", pts},
+                          {"what", "dist::MpiComm collectives, median of repeats, fitted t = latency x ring steps + "
+                                   "wire bytes / rate"}};
+      write_text_atomic(out, j.dump(2) + "\n");
+      std::printf("plan --calibrate-link: %d ranks: %.1f us per ring step, %.2f GB/s on the wire -> %s\n", p, a * 1e6,
+                  1.0 / b / 1e9, out.c_str());
+    }
+    return 0;
+  });
+}
+
 }  // namespace
 
 int wiola_cmd_plan(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--calibrate-link") return calibrate_link(argc, argv, argv[i + 1]);
   CLI::App app{"Predict step time, throughput, MFU and memory per device for a layout, or search the best "
                "layout that fits, and the wall clock and GPU-hours of the model's Chinchilla run",
                "wiola plan"};
   std::string model = "wiola-360m", gpt, gpu = "h100", inter, layout, json_out, config;
   std::vector<std::string> sets;
-  int gpus = 8, global_batch = 0, seq_len = 0, top = 10, ranks = 1, threads = 0, reps = 5;
+  int gpus = 8, global_batch = 0, seq_len = 0, top = 10, ranks = 1, threads = 0, reps = 7;
   double efficiency = kGpuGemmEfficiency, tokens = 0, ckpt_minutes = 30;
   bool cpu = false, blocking_ckpt = false;
   app.add_option("--model", model, "Wiola preset")->capture_default_str();
@@ -177,6 +245,9 @@ int wiola_cmd_plan(int argc, char** argv) {
   app.add_option("--ranks", ranks, "--cpu: processes on this machine")->capture_default_str();
   app.add_option("--threads", threads, "--cpu: threads per rank (default: cores / ranks)");
   app.add_option("--reps", reps, "--cpu: timed repeats per stage (median)")->capture_default_str();
+  std::string link_json, calibrate_out;
+  app.add_option("--link", link_json, "--cpu: the transport measured by --calibrate-link (default: memcpy-based guess)");
+  app.add_option("--calibrate-link", calibrate_out, "under mpirun: measure the CPU transport into this JSON file");
   app.add_option("--json", json_out, "also write the predictions as JSON here");
   app.add_option("--config", config, "take the model and layout of this run config (as wiola train)");
   app.add_option("--set", sets, "run config overrides (section.key=value), as wiola train; implies the run's layout");
@@ -200,6 +271,7 @@ int wiola_cmd_plan(int argc, char** argv) {
              ",mb=" + std::to_string(l.micro_batch) + ",m=" + std::to_string(l.micro_batches) +
              ",zero=" + (l.zero ? "on" : "off") + ",recompute=" + (l.recompute ? "on" : "off") +
              ",schedule=" + l.schedule + ",balance=" + l.stage_balance;
+    global_batch = l.global_batch();
     if (cpu) ranks = l.world();
     else gpus = l.world();
     if (cpu && threads <= 0 && rc.train.threads > 0) threads = rc.train.threads;
@@ -219,8 +291,13 @@ int wiola_cmd_plan(int argc, char** argv) {
   if (cpu) {
     const int hw = std::max(1, int(std::thread::hardware_concurrency()));
     if (threads <= 0) threads = std::max(1, hw / ranks);
-    auto cc = std::make_unique<CpuCompute>(c, threads, reps);
+    auto cc = std::make_unique<CpuCompute>(c, threads, reps, ranks);
     cl = cpu_cluster(cc->calibration(), ranks);
+    if (!link_json.empty()) {
+      const auto lj = nlohmann::json::parse(wiola::read_file(link_json));
+      cl.intra_gbs = cl.inter_gbs = lj.at("gbs").get<double>();
+      cl.latency_s = cl.inter_latency_s = lj.at("latency_s").get<double>();
+    }
     cm = std::move(cc);
     prec = Precision{DType::F32, DType::F32, DType::F32, false};
   } else {
@@ -236,9 +313,12 @@ int wiola_cmd_plan(int argc, char** argv) {
     std::printf("  links: %.0f GB/s inside a node of %d, %.0f GB/s between nodes (per GPU per direction, x%.2f "
                 "achievable); peak %.0f TFLOP/s dense BF16 per GPU\n",
                 cl.intra_gbs, cl.per_node, cl.inter_gbs, kLinkEfficiency, cl.peak_flops / 1e12);
+  else if (link_json.empty())
+    std::printf("  link: shared memory at %.1f GB/s (half the memcpy rate), 5 us per collective step (assumed; "
+                "--link for a measured one)\n", cl.intra_gbs);
   else
-    std::printf("  link: shared memory at %.1f GB/s (half the memcpy rate), 5 us per collective step (assumed)\n",
-                cl.intra_gbs);
+    std::printf("  link: %s: %.2f GB/s on the wire, %.1f us per ring step (measured)\n", link_json.c_str(),
+                cl.intra_gbs, cl.latency_s * 1e6);
 
   std::vector<Prediction> ps;
   if (!layout.empty()) {

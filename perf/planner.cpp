@@ -215,6 +215,8 @@ Prediction predict(const Workload& w, const Cluster& cl, ComputeModel& cm) {
     if (sw.embed_bytes > 0) p.embed_s = std::max(p.embed_s, pp_link.latency + sw.embed_bytes / (pp_link.gbs * 1e9));
   }
   costs.link = link;
+  p.stage_fwd_s = costs.fwd;
+  p.stage_bwd_s = costs.bwd;
   const dist::PipelineSim sim = dist::simulate_pipeline(sched, costs);
   p.pipeline_s = sim.makespan;
   p.bubble_sim = sim.bubble_fraction;

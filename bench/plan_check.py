@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""The planner against measured runs it was not fitted on (docs/performance.md).
+
+Calibration: `wiola plan --cpu` times each layout's stage work one rank at a
+time (single-rank op timings) and takes the transport from a collective
+microbenchmark (`mpirun -np 2 wiola plan --calibrate-link`); no training run
+feeds it. Then every layout (ranks x threads <= this host's cores) trains
+REPEATS times and the medians are compared with the predictions:
+step time within 15 %, traffic bytes and bubble exact, layouts in the same
+order. Writes WORK/plan_check.md, WORK/plan_check.json and WORK/plan_check.png.
+
+usage: bench/plan_check.py [--work runs/plan-check] [--repeats 3] [--steps 8] [--model wiola-small]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# name, ranks, threads per rank, overrides (global batch 8 sequences everywhere)
+LAYOUTS = [
+    ("single_2t", 1, 2, ["train.grad_accum=4"]),
+    ("single_1t", 1, 1, ["train.grad_accum=4"]),
+    ("dp2_zero", 2, 1, ["parallel.dp=2", "train.grad_accum=2"]),
+    ("dp2_nozero", 2, 1, ["parallel.dp=2", "train.grad_accum=2", "parallel.zero=false"]),
+    ("tp2", 2, 1, ["parallel.tp=2", "train.grad_accum=4"]),
+    ("pp2", 2, 1, ["parallel.pp=2", "train.grad_accum=4"]),
+    ("pp2_gpipe", 2, 1, ["parallel.pp=2", "train.grad_accum=4", "parallel.schedule=gpipe"]),
+    ("tp2_recompute", 2, 1, ["parallel.tp=2", "train.grad_accum=4", "train.recompute=true"]),
+]
+
+
+def sh(cmd, env):
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return p.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", default=os.path.join(ROOT, "runs", "plan-check"))
+    ap.add_argument("--wiola", default=os.path.join(ROOT, "build", "wiola"))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--model", default="wiola-small")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    shards = os.path.join(a.work, "shards")
+    if not os.path.exists(os.path.join(shards, "manifest.json")):
+        txt = os.path.join(a.work, "brown.txt")
+        subprocess.run(f"xz -dc {ROOT}/data/brown/brown.txt.xz > {txt}", shell=True, check=True)
+        sh([a.wiola, "prep", "--no-progress", "--tokenizer", f"{ROOT}/data/wiola360m/tokenizer.json",
+            "--output", shards, txt], env)
+    cores = os.cpu_count()
+    link = os.path.join(a.work, "link.json")
+    print("calibrating the transport (mpirun -np 2 wiola plan --calibrate-link) ...", flush=True)
+    sh(["mpirun", "-np", "2", "--bind-to", "none", a.wiola, "plan", "--calibrate-link", link], env)
+    # Predictions first (calibration only), then the runs round-robin over the
+    # layouts, so a drift of the shared host's speed touches every layout.
+    todo = []
+    for name, n, t, sets in LAYOUTS:
+        if n * t > cores:
+            continue
+        args = []
+        for s in [f"model.preset={a.model}", "train.micro_batch=2", f"train.threads={t}",
+                  f"data.path={shards}/manifest.json", "train.lr_max=1e-3", f"train.steps={a.steps}"] + sets:
+            args += ["--set", s]
+        pj = os.path.join(a.work, name + ".plan.json")
+        sh([a.wiola, "plan", "--cpu", "--link", link, "--json", pj, *args], dict(env, OMP_NUM_THREADS=str(t)))
+        todo.append((name, n, t, args, json.load(open(pj))["predictions"][0], [], []))
+    for r in range(a.repeats):
+        for name, n, t, args, pred, steps, reps in todo:
+            rd = os.path.join(a.work, f"{name}.run{r}")
+            sh(["mpirun", "-np", str(n), "--bind-to", "none", a.wiola, "train", "-q", *args,
+                "--set", f"train.run_dir={rd}", "--set", "checkpoint.dir="], dict(env, OMP_NUM_THREADS=str(t)))
+            rep = json.load(open(os.path.join(rd, "report.json")))
+            steps.append(rep["time_per_step_s"]["mean"]["total"])
+            reps.append(rep)
+        print(f"  round {r + 1}/{a.repeats} done", flush=True)
+    rows = []
+    for name, n, t, args, pred, steps, reps in todo:
+        meas = statistics.median(steps)
+        comm = reps[0].get("comm_per_rank_per_step", {})
+        traffic_ok = all(abs(comm.get(g, {}).get("measured_bytes", 0.0) - pred["traffic_bytes"][g]) < 0.5
+                         for g in ("tp", "pp", "dp", "embed"))
+        bubble_ok = abs(reps[0]["bubble_predicted"] - pred["bubble_analytic"]) < 1e-12
+        row = {"name": name, "ranks": n, "threads": t, "predicted_s": pred["step_s"], "measured_s": meas,
+               "measured_all_s": steps, "error": pred["step_s"] / meas - 1, "traffic_exact": traffic_ok,
+               "bubble_exact": bubble_ok, "bubble_sim": pred["bubble_sim"],
+               "bubble_measured": reps[0].get("bubble_measured", 0.0)}
+        rows.append(row)
+        print(f"  {name:14s} {n} x {t}: predicted {pred['step_s'] * 1e3:7.1f} ms, measured {meas * 1e3:7.1f} ms "
+              f"(runs {', '.join(f'{x * 1e3:.0f}' for x in steps)}), error {100 * row['error']:+5.1f} %, "
+              f"traffic {'exact' if traffic_ok else 'DIFFERENT'}, bubble {'exact' if bubble_ok else 'DIFFERENT'}",
+              flush=True)
+    # Ranking: pairs in a different order, ignoring pairs whose measured runs overlap.
+    inversions, ties = [], 0
+    for i in range(len(rows)):
+        for j in range(i + 1, len(rows)):
+            x, y = rows[i], rows[j]
+            overlap = max(x["measured_all_s"]) >= min(y["measured_all_s"]) and max(y["measured_all_s"]) >= min(x["measured_all_s"])
+            if (x["predicted_s"] < y["predicted_s"]) != (x["measured_s"] < y["measured_s"]):
+                if overlap:
+                    ties += 1
+                else:
+                    inversions.append(f"{x['name']} / {y['name']}")
+    worst = max(abs(r["error"]) for r in rows)
+    ok = worst <= 0.15 and all(r["traffic_exact"] and r["bubble_exact"] for r in rows) and not inversions
+    lines = ["# Planner vs measured runs", "",
+             f"Host: {cores} cores. Model {a.model}, global batch 8, {a.steps} steps per run, median of "
+             f"{a.repeats} runs (time per step, steps 2.., mean over ranks). Calibration: single-rank stage "
+             "timings + the transport microbenchmark (link.json); no training run was used.", "",
+             "| layout | ranks x threads | predicted ms | measured ms (runs) | error | traffic | bubble (p-1)/(m+p-1) | bubble sim. / meas. |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['name']} | {r['ranks']} x {r['threads']} | {r['predicted_s'] * 1e3:.1f} | "
+                     f"{r['measured_s'] * 1e3:.1f} ({', '.join(f'{x * 1e3:.0f}' for x in r['measured_all_s'])}) | "
+                     f"{100 * r['error']:+.1f} % | {'exact' if r['traffic_exact'] else 'different'} | "
+                     f"{'exact' if r['bubble_exact'] else 'different'} | {r['bubble_sim']:.3f} / {r['bubble_measured']:.3f} |")
+    lines += ["", f"Largest error {100 * worst:.1f} % (bar 15 %). Ranking: {len(inversions)} pair(s) in the wrong "
+              f"order{': ' + ', '.join(inversions) if inversions else ''}; {ties} pair(s) swapped within the runs' "
+              f"spread. Verdict: {'PASS' if ok else 'FAIL'}.", ""]
+    md = "\n".join(lines)
+    open(os.path.join(a.work, "plan_check.md"), "w").write(md)
+    json.dump(rows, open(os.path.join(a.work, "plan_check.json"), "w"), indent=2)
+    print(md)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(8, 4))
+        xs = range(len(rows))
+        ax.bar([x - 0.2 for x in xs], [r["predicted_s"] * 1e3 for r in rows], 0.4, label="predicted")
+        ax.bar([x + 0.2 for x in xs], [r["measured_s"] * 1e3 for r in rows], 0.4, label="measured (median)")
+        ax.set_xticks(list(xs), [r["name"] for r in rows], rotation=30, ha="right")
+        ax.set_ylabel("ms per step")
+        ax.set_title("wiola plan --cpu vs measured runs")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.work, "plan_check.png"), dpi=110)
+    except ImportError:
+        pass
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
