@@ -37,33 +37,27 @@ def main():
     fig.tight_layout()
     fig.savefig(f"{out}/throughput.png", dpi=110)
 
-    parts = ["compute", "comm", "bubble", "data", "optimizer", "checkpoint", "other"]
-    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(rows) + 2), 4.5))
-    bottom = [0.0] * len(rows)
-    for p in parts:
-        vals = [fl(r, p + "_ms") for r in rows]
-        ax.bar(xs, vals, bottom=bottom, label=p)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_xticks(xs, names, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("ms per step (mean over ranks)")
-    ax.set_title("Where a step's time goes")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(f"{out}/breakdown.png", dpi=110)
+    def stacked(fname, keys, suffix, ylabel, title, peak=False):
+        fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(rows) + 2), 4.5))
+        bottom = [0.0] * len(rows)
+        for k in keys:
+            vals = [fl(r, k + suffix) for r in rows]
+            ax.bar(xs, vals, bottom=bottom, label=k)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        if peak:
+            ax.scatter(xs, [fl(r, "peak_mib") for r in rows], marker="_", s=600, color="black", label="peak (RSS)",
+                       zorder=3)
+        ax.set_xticks(xs, names, rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(f"{out}/{fname}", dpi=110)
 
-    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(rows) + 2), 4.5))
-    bottom = [0.0] * len(rows)
-    for c in ["params", "grads", "optimizer", "activations"]:
-        vals = [fl(r, c + "_mib") for r in rows]
-        ax.bar(xs, vals, bottom=bottom, label=c)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.scatter(xs, [fl(r, "peak_mib") for r in rows], marker="_", s=600, color="black", label="peak (RSS)", zorder=3)
-    ax.set_xticks(xs, names, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("MiB (the fullest rank per class)")
-    ax.set_title("Memory per rank by class")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(f"{out}/memory.png", dpi=110)
+    stacked("breakdown.png", ["compute", "comm", "bubble", "data", "optimizer", "checkpoint", "other"], "_ms",
+            "ms per step (mean over ranks)", "Where a step's time goes")
+    stacked("memory.png", ["params", "grads", "optimizer", "activations"], "_mib",
+            "MiB (the fullest rank per class)", "Memory per rank by class", peak=True)
     print(f"plots: {out}/throughput.png {out}/breakdown.png {out}/memory.png")
     return 0
 
