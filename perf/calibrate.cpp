@@ -174,19 +174,21 @@ const CpuCompute::Timing& CpuCompute::timed(const Layout& lay, int stage) {
   return cache_[key] = {solo, {median(f), median(b)}};
 }
 
-// While the pipeline idles, a stage runs alone: the share of the step the
-// ranks are all busy, 1 - (p-1)/(m+p-1), runs at the contended speed.
-double CpuCompute::blend(const Workload& w, double solo, double together) const {
-  return solo + (together - solo) * (1.0 - w.bubble_analytic);
+// While the other stages idle, a stage runs alone: the share of its work
+// overlapped by others runs at the contended speed (simulated once
+// predict() knows it; before, 1 - (p-1)/(m+p-1)).
+double CpuCompute::blend(const Workload& w, int stage, double solo, double together) const {
+  const double alone = w.alone_share.empty() ? w.bubble_analytic : w.alone_share[size_t(stage)];
+  return solo + (together - solo) * (1.0 - alone);
 }
 
 double CpuCompute::fwd(const Workload& w, int stage) {
   const auto& t = timed(w.layout, stage);
-  return blend(w, t.solo.first, t.together.first);
+  return blend(w, stage, t.solo.first, t.together.first);
 }
 double CpuCompute::bwd(const Workload& w, int stage) {
   const auto& t = timed(w.layout, stage);
-  return blend(w, t.solo.second, t.together.second);
+  return blend(w, stage, t.solo.second, t.together.second);
 }
 
 std::string CpuCompute::describe() const {

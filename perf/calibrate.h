@@ -38,6 +38,7 @@ class CpuCompute final : public ComputeModel {
   double bwd(const Workload& w, int stage) override;
   double optimizer(double elems) override { return elems * cal_.adam_s_per_elem; }
   std::string describe() const override;
+  bool shares_cores() const override { return cal_.ranks > 1; }
   const CpuCalibration& calibration() const { return cal_; }
 
  private:
@@ -47,7 +48,7 @@ class CpuCompute final : public ComputeModel {
     std::pair<double, double> solo, together;
   };
   const Timing& timed(const Layout& lay, int stage);
-  double blend(const Workload& w, double solo, double together) const;
+  double blend(const Workload& w, int stage, double solo, double together) const;
   ModelConfig cfg_;
   CpuCalibration cal_;
   std::map<Key, Timing> cache_;

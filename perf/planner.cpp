@@ -176,7 +176,59 @@ std::unique_ptr<ComputeModel> flops_compute_model(double peak_flops, double effi
 
 // ---- prediction ----------------------------------------------------------------------
 
+namespace {
+Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, dist::PipelineSim* sim_out);
+
+// Per stage, the share of its busy time during which no other stage is busy.
+std::vector<double> alone_shares(const Workload& w, const Prediction& p, const dist::PipelineSim& sim) {
+  const int pp = w.layout.pp;
+  std::vector<std::vector<std::pair<double, double>>> busy(static_cast<size_t>(pp));
+  for (int s = 0; s < pp; ++s) {
+    const auto sched = stage_schedule(w.layout, s);
+    for (size_t k = 0; k < sched.size(); ++k) {
+      const double t0 = sim.start[size_t(s)][k];
+      busy[size_t(s)].push_back({t0, t0 + (sched[k].op == dist::Op::Fwd ? p.stage_fwd_s : p.stage_bwd_s)[size_t(s)]});
+    }
+  }
+  std::vector<double> out;
+  for (int s = 0; s < pp; ++s) {
+    double total = 0, alone = 0;
+    for (const auto& [a, b] : busy[size_t(s)]) {
+      total += b - a;
+      // Cut [a, b) by every other stage's intervals (few: fine to scan).
+      std::vector<std::pair<double, double>> cover;
+      for (int o = 0; o < pp; ++o)
+        if (o != s)
+          for (const auto& [c, d] : busy[size_t(o)])
+            if (d > a && c < b) cover.push_back({std::max(a, c), std::min(b, d)});
+      std::sort(cover.begin(), cover.end());
+      double covered = 0, end = a;
+      for (const auto& [c, d] : cover) {
+        if (d <= end) continue;
+        covered += d - std::max(c, end);
+        end = d;
+      }
+      alone += (b - a) - covered;
+    }
+    out.push_back(total > 0 ? alone / total : 0.0);
+  }
+  return out;
+}
+}  // namespace
+
+// Two passes where ranks share cores: the first simulation says how much of
+// each stage's work runs alongside other stages, the second uses it.
 Prediction predict(const Workload& w, const Cluster& cl, ComputeModel& cm) {
+  dist::PipelineSim sim;
+  Prediction p = predict_once(w, cl, cm, &sim);
+  if (w.layout.pp == 1 || !cm.shares_cores()) return p;
+  Workload again = w;
+  again.alone_share = alone_shares(w, p, sim);
+  return predict_once(again, cl, cm, nullptr);
+}
+
+namespace {
+Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, dist::PipelineSim* sim_out) {
   const Layout& lay = w.layout;
   Prediction p;
   p.layout = lay;
@@ -218,6 +270,7 @@ Prediction predict(const Workload& w, const Cluster& cl, ComputeModel& cm) {
   p.stage_fwd_s = costs.fwd;
   p.stage_bwd_s = costs.bwd;
   const dist::PipelineSim sim = dist::simulate_pipeline(sched, costs);
+  if (sim_out) *sim_out = sim;
   p.pipeline_s = sim.makespan;
   p.bubble_sim = sim.bubble_fraction;
   p.pp_s = pp > 1 ? 2.0 * lay.micro_batches * link : 0.0;
@@ -235,6 +288,7 @@ Prediction predict(const Workload& w, const Cluster& cl, ComputeModel& cm) {
   }
   return p;
 }
+}  // namespace
 
 // ---- search --------------------------------------------------------------------------
 

@@ -52,6 +52,11 @@ struct Workload {
   Layout layout;
   std::vector<StageWork> stages;
   double bubble_analytic = 0;  // (p-1)/(m+p-1)
+  // Per stage, the share of its busy time no other stage is busy: for a
+  // compute model whose speed depends on how many ranks run at once
+  // (CpuCompute). predict() sets it from a first simulation; empty: not
+  // known yet (use the analytic bubble).
+  std::vector<double> alone_share;
 };
 
 // The exact Wiola workload; prec: storage types (bf16 on a GPU).
@@ -82,6 +87,8 @@ class ComputeModel {
   virtual double fwd(const Workload& w, int stage) = 0;
   virtual double bwd(const Workload& w, int stage) = 0;
   virtual double optimizer(double elems) = 0;  // AdamW over elems parameters, one rank
+  // True when a rank's speed depends on how many others run at once.
+  virtual bool shares_cores() const { return false; }
   virtual std::string describe() const = 0;
 };
 // FLOPs over peak x efficiency (the GEMMs' share of the dense peak).
