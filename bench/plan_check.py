@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """The planner against measured runs it was not fitted on (docs/performance.md).
 
-Calibration: `wiola plan --cpu` times each layout's stage work one rank at a
-time (single-rank op timings) and takes the transport from a collective
-microbenchmark (`mpirun -np 2 wiola plan --calibrate-link`); no training run
-feeds it. Then every layout (ranks x threads <= this host's cores) trains
-REPEATS times and the medians are compared with the predictions:
-step time within 15 %, traffic bytes and bubble exact, layouts in the same
-order. Writes WORK/plan_check.md, WORK/plan_check.json and WORK/plan_check.png.
+Calibration: `wiola plan --cpu` times each layout's stage work in one
+process (single-rank op timings, alone and with the other ranks' cores busy
+with copies) and takes the transport from a collective microbenchmark
+(`mpirun -np 2 wiola plan --calibrate-link`); no training run feeds it.
+Every layout (ranks x threads <= this host's cores) is predicted and trained
+in each of REPEATS rounds, round-robin, so the shared host's drifting speed
+touches both; the medians are compared: step time within 15 %, traffic
+bytes and bubble exact, layouts in the same order. Writes
+WORK/plan_check.md, WORK/plan_check.json and WORK/plan_check.png.
 
-usage: bench/plan_check.py [--work runs/plan-check] [--repeats 3] [--steps 8] [--model wiola-small]
+usage: bench/plan_check.py [--work runs/plan-check] [--repeats 5] [--steps 8] [--model wiola-small]
 """
 import argparse
 import json
@@ -62,8 +64,10 @@ def main():
     link = os.path.join(a.work, "link.json")
     print("calibrating the transport (mpirun -np 2 wiola plan --calibrate-link) ...", flush=True)
     sh(["mpirun", "-np", "2", "--bind-to", "none", a.wiola, "plan", "--calibrate-link", link], env)
-    # Predictions first (calibration only), then the runs round-robin over the
-    # layouts, so a drift of the shared host's speed touches every layout.
+    # Round-robin: in every round each layout is predicted (a fresh
+    # calibration: single-rank timings only) and then trained, so the shared
+    # host's drifting speed touches predictions and runs alike; medians over
+    # the rounds are compared.
     todo = []
     for name, n, t, sets in LAYOUTS:
         if n * t > cores:
@@ -72,11 +76,12 @@ def main():
         for s in [f"model.preset={a.model}", "train.micro_batch=2", f"train.threads={t}",
                   f"data.path={shards}/manifest.json", "train.lr_max=1e-3", f"train.steps={a.steps}"] + sets:
             args += ["--set", s]
-        pj = os.path.join(a.work, name + ".plan.json")
-        sh([a.wiola, "plan", "--cpu", "--link", link, "--json", pj, *args], dict(env, OMP_NUM_THREADS=str(t)))
-        todo.append((name, n, t, args, json.load(open(pj))["predictions"][0], [], []))
+        todo.append((name, n, t, args, [], [], []))
     for r in range(a.repeats):
-        for name, n, t, args, pred, steps, reps in todo:
+        for name, n, t, args, preds, steps, reps in todo:
+            pj = os.path.join(a.work, f"{name}.plan{r}.json")
+            sh([a.wiola, "plan", "--cpu", "--link", link, "--json", pj, *args], dict(env, OMP_NUM_THREADS=str(t)))
+            preds.append(json.load(open(pj))["predictions"][0])
             rd = os.path.join(a.work, f"{name}.run{r}")
             sh(["mpirun", "-np", str(n), "--bind-to", "none", a.wiola, "train", "-q", *args,
                 "--set", f"train.run_dir={rd}", "--set", "checkpoint.dir="], dict(env, OMP_NUM_THREADS=str(t)))
@@ -85,18 +90,21 @@ def main():
             reps.append(rep)
         print(f"  round {r + 1}/{a.repeats} done", flush=True)
     rows = []
-    for name, n, t, args, pred, steps, reps in todo:
+    for name, n, t, args, preds, steps, reps in todo:
         meas = statistics.median(steps)
+        pred = dict(preds[0], step_s=statistics.median(p["step_s"] for p in preds))
         comm = reps[0].get("comm_per_rank_per_step", {})
         traffic_ok = all(abs(comm.get(g, {}).get("measured_bytes", 0.0) - pred["traffic_bytes"][g]) < 0.5
                          for g in ("tp", "pp", "dp", "embed"))
         bubble_ok = abs(reps[0]["bubble_predicted"] - pred["bubble_analytic"]) < 1e-12
-        row = {"name": name, "ranks": n, "threads": t, "predicted_s": pred["step_s"], "measured_s": meas,
+        row = {"name": name, "ranks": n, "threads": t, "predicted_s": pred["step_s"],
+               "predicted_all_s": [p["step_s"] for p in preds], "measured_s": meas,
                "measured_all_s": steps, "error": pred["step_s"] / meas - 1, "traffic_exact": traffic_ok,
                "bubble_exact": bubble_ok, "bubble_sim": pred["bubble_sim"],
                "bubble_measured": reps[0].get("bubble_measured", 0.0)}
         rows.append(row)
-        print(f"  {name:14s} {n} x {t}: predicted {pred['step_s'] * 1e3:7.1f} ms, measured {meas * 1e3:7.1f} ms "
+        print(f"  {name:14s} {n} x {t}: predicted {pred['step_s'] * 1e3:7.1f} ms "
+              f"({', '.join(f'{p * 1e3:.0f}' for p in row['predicted_all_s'])}), measured {meas * 1e3:7.1f} ms "
               f"(runs {', '.join(f'{x * 1e3:.0f}' for x in steps)}), error {100 * row['error']:+5.1f} %, "
               f"traffic {'exact' if traffic_ok else 'DIFFERENT'}, bubble {'exact' if bubble_ok else 'DIFFERENT'}",
               flush=True)
@@ -114,13 +122,15 @@ def main():
     worst = max(abs(r["error"]) for r in rows)
     ok = worst <= 0.15 and all(r["traffic_exact"] and r["bubble_exact"] for r in rows) and not inversions
     lines = ["# Planner vs measured runs", "",
-             f"Host: {cores} cores. Model {a.model}, global batch 8, {a.steps} steps per run, median of "
-             f"{a.repeats} runs (time per step, steps 2.., mean over ranks). Calibration: single-rank stage "
-             "timings + the transport microbenchmark (link.json); no training run was used.", "",
-             "| layout | ranks x threads | predicted ms | measured ms (runs) | error | traffic | bubble (p-1)/(m+p-1) | bubble sim. / meas. |",
+             f"Host: {cores} cores. Model {a.model}, global batch 8, {a.steps} steps per run. {a.repeats} rounds; "
+             "in each, every layout is predicted (fresh calibration: single-rank stage timings + the transport "
+             "microbenchmark link.json; no training run is used) and then trained. Medians over the rounds "
+             "(measured: time per step, steps 2.., mean over ranks).", "",
+             "| layout | ranks x threads | predicted ms (rounds) | measured ms (runs) | error | traffic | bubble (p-1)/(m+p-1) | bubble sim. / meas. |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['name']} | {r['ranks']} x {r['threads']} | {r['predicted_s'] * 1e3:.1f} | "
+        lines.append(f"| {r['name']} | {r['ranks']} x {r['threads']} | {r['predicted_s'] * 1e3:.1f} "
+                     f"({', '.join(f'{x * 1e3:.0f}' for x in r['predicted_all_s'])}) | "
                      f"{r['measured_s'] * 1e3:.1f} ({', '.join(f'{x * 1e3:.0f}' for x in r['measured_all_s'])}) | "
                      f"{100 * r['error']:+.1f} % | {'exact' if r['traffic_exact'] else 'different'} | "
                      f"{'exact' if r['bubble_exact'] else 'different'} | {r['bubble_sim']:.3f} / {r['bubble_measured']:.3f} |")
