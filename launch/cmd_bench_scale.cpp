@@ -256,23 +256,6 @@ int wiola_bench_scale(int argc, char** argv) {
   fs::create_directories(dir / "logs");
   const std::string wiola = fs::canonical("/proc/self/exe").string();
   const std::string src = WIOLA_SOURCE_DIR;
-  if (data.empty()) {
-    data = (dir / "shards" / "manifest.json").string();
-    if (!fs::exists(data)) {
-      const std::string txt = (dir / "brown.txt").string();
-      const std::string cmd = "xz -dc " + shell_quoted(src + "/data/brown/brown.txt.xz") + " > " + shell_quoted(txt) + " && " +
-                              shell_quoted(wiola) + " prep --no-progress --tokenizer " +
-                              shell_quoted(src + "/data/wiola360m/tokenizer.json") + " --output " +
-                              shell_quoted((dir / "shards").string()) + " " + shell_quoted(txt) + " > " +
-                              shell_quoted((dir / "logs" / "prep.log").string()) + " 2>&1";
-      std::printf("bench scale: preparing the Brown corpus shards in %s\n", (dir / "shards").c_str());
-      WIOLA_CHECK(std::system(cmd.c_str()) == 0, "bench scale: preparing the data failed (see ",
-                  (dir / "logs" / "prep.log").string(), "); give --data");
-    }
-  }
-  std::string common = "-q --set train.steps=" + std::to_string(steps) + " --set train.lr_max=1e-3 --set data.path=" +
-                       shell_quoted(data);
-  for (const auto& s : sets) common += " --set " + shell_quoted(s);
 
   const int cores = std::max(1, int(std::thread::hardware_concurrency()));
   std::vector<Config> configs;
@@ -296,6 +279,23 @@ int wiola_bench_scale(int argc, char** argv) {
             configs.push_back(c);
           }
   }
+  if (data.empty()) {
+    data = (dir / "shards" / "manifest.json").string();
+    if (!fs::exists(data)) {
+      const std::string txt = (dir / "brown.txt").string();
+      const std::string cmd = "xz -dc " + shell_quoted(src + "/data/brown/brown.txt.xz") + " > " + shell_quoted(txt) + " && " +
+                              shell_quoted(wiola) + " prep --no-progress --tokenizer " +
+                              shell_quoted(src + "/data/wiola360m/tokenizer.json") + " --output " +
+                              shell_quoted((dir / "shards").string()) + " " + shell_quoted(txt) + " > " +
+                              shell_quoted((dir / "logs" / "prep.log").string()) + " 2>&1";
+      std::printf("bench scale: preparing the Brown corpus shards in %s\n", (dir / "shards").c_str());
+      WIOLA_CHECK(std::system(cmd.c_str()) == 0, "bench scale: preparing the data failed (see ",
+                  (dir / "logs" / "prep.log").string(), "); give --data");
+    }
+  }
+  std::string common = "-q --set train.steps=" + std::to_string(steps) + " --set train.lr_max=1e-3 --set data.path=" +
+                       shell_quoted(data);
+  for (const auto& s : sets) common += " --set " + shell_quoted(s);
   std::printf("bench scale: %zu configurations, %d steps each, global batch %d, into %s\n", configs.size(), steps,
               global_batch, dir.c_str());
   std::vector<Row> rows;

@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dist/grid.h"
 #include "dist/mpi_comm.h"
 #include "kernels/ops.h"
 #include "launch/cli.h"
@@ -323,6 +324,15 @@ int wiola_cmd_plan(int argc, char** argv) {
   std::vector<Prediction> ps;
   if (!layout.empty()) {
     const Layout l = parse_layout(layout, global_batch, devices);
+    // The same rules as wiola train (and the search).
+    if (is_gpt) {
+      WIOLA_CHECK(g.H % l.tp == 0 && g.V % l.tp == 0, "--layout: tp ", l.tp, " must divide the GPT's H (", g.H,
+                  ") and V (", g.V, ")");
+      WIOLA_CHECK(l.pp <= g.L, "--layout: pp ", l.pp, " exceeds the GPT's ", g.L, " layers");
+    } else {
+      dist::validate_layout(dist::GridConfig{l.tp, l.pp, l.dp}, l.world(), c.L, c.Hkv, c.H, c.dA, c.dB, c.V,
+                            l.global_batch(), l.micro_batch, l.micro_batches);
+    }
     ps.push_back(predict(is_gpt ? gpt_workload(g, l) : wiola_workload(c, l, prec), cl, *cm));
   } else {
     WIOLA_CHECK(!cpu || ranks <= 4, "plan: a --cpu search times every stage shape here; give --layout for > 4 ranks");

@@ -6,6 +6,7 @@ ETA, and the three plots when matplotlib is there."""
 import argparse
 import csv
 import os
+import shutil
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ def main():
     ap.add_argument("--wiola", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
+    shutil.rmtree(a.work, ignore_errors=True)  # the data preparation runs too
     cmd = [a.wiola, "bench", "scale", "--out", a.work, "--models", "wiola-tiny", "--layouts", "single,dp2,tp4",
            "--micro-batches", "2", "--global-batch", "4", "--steps", "3", "--set", "model.vocab_size=32000"]
     p = subprocess.run(cmd, capture_output=True, text=True)
