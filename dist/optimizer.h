@@ -37,11 +37,15 @@ struct ParamSegment {
   bool in_norm = true;
 };
 
+// The default gradient bucket (fp32 bytes); the cost model (perf/) sizes
+// DP traffic and ZeRO padding with the same figure.
+inline constexpr size_t kDefaultBucketBytes = size_t(25) << 20;
+
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, clip = 1.0;
   bool zero = true;             // shard master weights + moments over DP
   bool nonfinite_fatal = false; // throw instead of skipping the step
-  size_t bucket_bytes = size_t(25) << 20;  // gradient bucket (fp32 bytes)
+  size_t bucket_bytes = kDefaultBucketBytes;  // gradient bucket (fp32 bytes)
 };
 
 struct StepResult {

@@ -259,11 +259,12 @@ int wiola_bench_scale(int argc, char** argv) {
 
   const int cores = std::max(1, int(std::thread::hardware_concurrency()));
   std::vector<Config> configs;
+  const auto zeros = split_list(zero);
   for (const auto& model : split_list(models)) {
     wiola::model_preset(model);  // unknown presets fail here, before any run
     for (const auto& lay : split_list(layouts))
       for (const auto& m : split_list(mbs))
-        for (const auto& z : split_list(zero))
+        for (const auto& z : zeros)
           for (const auto& rc : split_list(recompute)) {
             Config c;
             c.model = model;
@@ -272,7 +273,7 @@ int wiola_bench_scale(int argc, char** argv) {
             c.micro_batches = std::stoi(m);
             c.zero = on_off(z, "--zero");
             c.recompute = on_off(rc, "--recompute");
-            if (c.g.dp == 1 && !c.zero && split_list(zero).size() > 1) continue;  // ZeRO means nothing without DP
+            if (c.g.dp == 1 && !c.zero && zeros.size() > 1) continue;  // ZeRO means nothing without DP
             const int per = c.g.dp * c.micro_batches;
             c.micro_batch = global_batch % per == 0 ? global_batch / per : 0;
             c.threads = threads > 0 ? threads : std::max(1, cores / c.ranks());

@@ -110,17 +110,18 @@ Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Pre
   return r;
 }
 
-double stage_flops(const ModelConfig& c, const Layout& lay, int stage) {
+StageFlops stage_flops_split(const ModelConfig& c, const Layout& lay, int stage) {
   const ModelShard s = stage_shard(c, lay, stage);
-  double f = 0;
-  for (int l = s.layer_begin; l < s.end(c); ++l) f += layer_step_flops(c, lay.micro_batch, l);
-  if (s.last_stage(c)) f += head_step_flops(c, lay.micro_batch);
-  if (lay.recompute) {  // the backward reruns each layer's forward: + 1/3 of the layers' FLOPs
-    double layers = 0;
-    for (int l = s.layer_begin; l < s.end(c); ++l) layers += layer_step_flops(c, lay.micro_batch, l);
-    f += layers / 3.0;
-  }
-  return f / lay.tp;
+  double layers = 0;  // forward + backward (x 3 of the forward)
+  for (int l = s.layer_begin; l < s.end(c); ++l) layers += layer_step_flops(c, lay.micro_batch, l);
+  const double all = layers + (s.last_stage(c) ? head_step_flops(c, lay.micro_batch) : 0.0);
+  // Recompute: the backward reruns each layer's forward, 1/3 of its FLOPs.
+  return {all / 3.0 / lay.tp, (2.0 * all / 3.0 + (lay.recompute ? layers / 3.0 : 0.0)) / lay.tp};
+}
+
+double stage_flops(const ModelConfig& c, const Layout& lay, int stage) {
+  const StageFlops f = stage_flops_split(c, lay, stage);
+  return f.fwd + f.bwd;
 }
 
 }  // namespace wiola::perf

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "dist/optimizer.h"
 #include "dist/schedule.h"
 #include "kernels/ops.h"
 #include "model/config.h"
@@ -56,7 +57,7 @@ Traffic rank_traffic(const ModelConfig& c, const Layout& lay, const ModelShard& 
 // pads every bucket to a multiple of dp; dist/optimizer.h bucket_spans).
 size_t rank_params(const ModelConfig& c, const ModelShard& s);
 size_t params_reduced(const ModelConfig& c, const Layout& lay, const ModelShard& s,
-                      size_t bucket_bytes = size_t(25) << 20);
+                      size_t bucket_bytes = dist::kDefaultBucketBytes);
 
 // Memory of one rank by class, bytes.
 struct Memory {
@@ -69,11 +70,15 @@ struct Memory {
 // `prec` gives the storage types (a GPU in bf16 keeps a bf16 weight copy and
 // bf16 activations); nothing is allocated.
 Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Precision& prec,
-                   size_t bucket_bytes = size_t(25) << 20);
+                   size_t bucket_bytes = dist::kDefaultBucketBytes);
 
-// FLOPs of one micro-batch's forward + backward on one rank of `stage`
-// (model/flops.h's count, split over layers, head and TP), and the
-// attention part of it.
+// FLOPs of one micro-batch on one rank of `stage` (model/flops.h's count,
+// split over layers, head and TP): forward, and backward with the rerun
+// forward of recomputed layers; stage_flops is their sum.
+struct StageFlops {
+  double fwd = 0, bwd = 0;
+};
+StageFlops stage_flops_split(const ModelConfig& c, const Layout& lay, int stage);
 double stage_flops(const ModelConfig& c, const Layout& lay, int stage);
 
 }  // namespace wiola::perf

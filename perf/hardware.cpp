@@ -54,9 +54,10 @@ const Accelerator* find_accelerator(const std::string& key_or_device) {
 }
 
 const Interconnect& find_interconnect(const std::string& key) {
+  const std::string k = lower(key);
   std::string keys;
   for (const Interconnect& i : interconnects()) {
-    if (i.key == lower(key)) return i;
+    if (i.key == k) return i;
     keys += (keys.empty() ? "" : ", ") + i.key;
   }
   fail("unknown interconnect '", key, "' (known: ", keys, ")");

@@ -13,7 +13,7 @@ namespace wiola::perf {
 
 namespace {
 
-constexpr size_t kBucketBytes = size_t(25) << 20;  // dist/optimizer.h AdamWConfig::bucket_bytes
+constexpr size_t kBucketBytes = dist::kDefaultBucketBytes;
 
 // Ring collectives take 2(p-1) steps (all-reduce) or p-1 (reduce-scatter,
 // all-gather), each paying the link's latency once.
@@ -38,11 +38,9 @@ Workload wiola_workload(const ModelConfig& c, const Layout& lay, const Precision
   for (int s = 0; s < lay.pp; ++s) {
     const ModelShard sh = stage_shard(c, lay, s);
     StageWork sw;
-    double layers = 0;
-    for (int l = sh.layer_begin; l < sh.end(c); ++l) layers += layer_step_flops(c, lay.micro_batch, l);
-    const double head = sh.last_stage(c) ? head_step_flops(c, lay.micro_batch) : 0.0;
-    sw.fwd_flops = (layers + head) / 3.0 / lay.tp;
-    sw.bwd_flops = 2.0 * (layers + head) / 3.0 / lay.tp + (lay.recompute ? layers / 3.0 / lay.tp : 0.0);
+    const StageFlops f = stage_flops_split(c, lay, s);
+    sw.fwd_flops = f.fwd;
+    sw.bwd_flops = f.bwd;
     const size_t padded = params_reduced(c, lay, sh, kBucketBytes);
     sw.traffic = rank_traffic(c, lay, sh, double(padded), res);
     sw.tp_bytes = sw.traffic.tp / m;

@@ -8,16 +8,16 @@
 
 namespace wiola {
 
-void StepTimes::add(const StepTimes& o, double w) {
-  compute += w * o.compute;
-  comm += w * o.comm;
-  comm_hidden += w * o.comm_hidden;
-  bubble += w * o.bubble;
-  data += w * o.data;
-  optimizer += w * o.optimizer;
-  checkpoint += w * o.checkpoint;
-  other += w * o.other;
-  total += w * o.total;
+void StepTimes::add(const StepTimes& o) {
+  compute += o.compute;
+  comm += o.comm;
+  comm_hidden += o.comm_hidden;
+  bubble += o.bubble;
+  data += o.data;
+  optimizer += o.optimizer;
+  checkpoint += o.checkpoint;
+  other += o.other;
+  total += o.total;
 }
 
 WaitClock WaitClock::read(dist::Grid& grid) {
@@ -56,12 +56,6 @@ DevicePeak device_peak(const Ops<float>& ops, const RunConfig& rc) {
                 cpu_threads() == 1 ? "" : "s");
   p.source = buf;
   return p;
-}
-
-nlohmann::json MemoryUse::to_json_mib() const {
-  const auto mib = [](double b) { return b / 1048576.0; };
-  return {{"params", mib(params)}, {"grads", mib(grads)}, {"optimizer", mib(optimizer)},
-          {"activations", mib(activations)}, {"peak", mib(peak)}};
 }
 
 AtmSaving atm_saving(const std::vector<Model<float>::AtmStats>& stats, const ModelConfig& c, int micro_batch,

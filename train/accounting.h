@@ -11,8 +11,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "dist/grid.h"
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -39,7 +37,7 @@ struct StepTimes {
   std::array<double, 8> parts() const {
     return {compute, comm, comm_hidden, bubble, data, optimizer, checkpoint, other};
   }
-  void add(const StepTimes& o, double w = 1.0);
+  void add(const StepTimes& o);
   void set_other() { other = total - (compute + comm + bubble + data + optimizer + checkpoint); }
 };
 
@@ -66,7 +64,6 @@ DevicePeak device_peak(const Ops<float>& ops, const RunConfig& rc);
 // CPU, the allocator's peak on a device).
 struct MemoryUse {
   double params = 0, grads = 0, optimizer = 0, activations = 0, peak = 0;
-  nlohmann::json to_json_mib() const;
 };
 
 // ATM over this rank's layers in the last training forward: the summed mu

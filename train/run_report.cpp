@@ -72,7 +72,7 @@ void report_accounting(dist::Comm& world, const RunAccounting& a, nlohmann::json
       if (StepTimes::kNames[i] != std::string("comm_hidden"))
         std::printf(" %s %.1f", StepTimes::kNames[i], mean(per_part[i]) * 1e3);
     }
-    std::printf(" (hidden communication: %s)\n", "none over MPI, which progresses only inside its calls");
+    std::printf(" (hidden communication: none over MPI, which progresses only inside its calls)\n");
     mean_j["total"] = mean(step_s);
     for (int r = 0; r < n; ++r) ranks[size_t(r)]["total"] = step_s[size_t(r)];
     report["time_per_step_s"] = {{"mean", mean_j}, {"per_rank", ranks}};
