@@ -51,6 +51,7 @@ float exp_sub_sum(float* x, int n, float m) { return simd_exp_sub_sum(x, n, m); 
 void softmax_bwd_row(float* p, float* ds, int n, float L, float D) {
   simd_softmax_bwd_row(p, ds, n, L, D);
 }
+double dot_wide(const float* a, const float* b, int n) { return simd_dot_wide(a, b, n); }
 double row_max(const double* x, int n) {
   double m = kNegInf<double>;
   for (int j = 0; j < n; ++j) m = std::max(m, x[j]);
@@ -68,6 +69,11 @@ void softmax_bwd_row(double* p, double* ds, int n, double L, double D) {
     p[j] = std::exp(p[j] - L);
     ds[j] = p[j] * (ds[j] - D);
   }
+}
+double dot_wide(const double* a, const double* b, int n) {
+  double acc = 0;
+  for (int j = 0; j < n; ++j) acc += a[j] * b[j];
+  return acc;
 }
 
 template <class T>
@@ -304,10 +310,13 @@ struct AttnGrads {
   T *dq, *dk, *dv, *draw_k, *draw_v;
 };
 
+// first: the group's first block (its last positions, the longest prefix):
+// its dK, dV products overwrite (beta = 0) instead of adding.
 template <class T>
 void bwd_block(const Block& bk, const T* q, const T* k, const T* v,
                const T* raw_k, const T* raw_v, const T* o, const T* lse,
-               const T* dout, const AttnGrads<T>& gr, BwdBuffers<T>& w) {
+               const T* dout, const AttnGrads<T>& gr, BwdBuffers<T>& w,
+               bool first) {
   const AttnShape& s = bk.s;
   const int dh = s.dh, kv_ld = s.Hkv * s.dh;
   const T scale = T(1) / std::sqrt(T(dh));
@@ -319,12 +328,11 @@ void bwd_block(const Block& bk, const T* q, const T* k, const T* v,
   bk.pack(q, Q);
   bk.pack(dout, dO);
   for (int jr = 0; jr < bk.rows; ++jr) {
-    const size_t row = bk.q_row(jr);
-    double D = 0;  // D = dO . O, in double as the reference
-    for (int d = 0; d < dh; ++d) D += double(dout[row + d]) * double(o[row + d]);
-    w.D[jr] = T(D);
+    // D = dO . O in double, as the reference; dO from the packed copy.
+    w.D[jr] = T(dot_wide(dO + size_t(jr) * dh, o + bk.q_row(jr), dh));
     w.L[jr] = lse[bk.lse_at(jr)];
   }
+  const T acc = first ? T(0) : T(1);
 
   if (bk.kmax > 0) {
     const size_t k0 = bk.key0();
@@ -340,12 +348,12 @@ void bwd_block(const Block& bk, const T* q, const T* k, const T* v,
       std::fill(prow + lim, prow + bk.kmax, T(0));
       std::fill(dsrow + lim, dsrow + bk.kmax, T(0));
     }
-    gemm(true, false, bk.kmax, dh, bk.rows, T(1), P, bk.ld, dO, dh, T(1),
+    gemm(true, false, bk.kmax, dh, bk.rows, T(1), P, bk.ld, dO, dh, acc,
          gr.dv + k0, kv_ld);  // dV += P^T dO
-    gemm(true, false, bk.kmax, dh, bk.rows, scale, dS, bk.ld, Q, dh, T(1),
+    gemm(true, false, bk.kmax, dh, bk.rows, scale, dS, bk.ld, Q, dh, acc,
          gr.dk + k0, kv_ld);  // dK += scale dS^T Q
-    gemm(false, false, bk.rows, dh, bk.kmax, T(1), dS, bk.ld, k + k0, kv_ld,
-         T(0), dQ, dh);  // dQ = dS K (scaled below)
+    gemm(false, false, bk.rows, dh, bk.kmax, scale, dS, bk.ld, k + k0, kv_ld,
+         T(0), dQ, dh);  // dQ = scale dS K
   } else {
     std::fill_n(dQ, size_t(bk.rows) * dh, T(0));
   }
@@ -358,14 +366,14 @@ void bwd_block(const Block& bk, const T* q, const T* k, const T* v,
       const T* dor = dO + size_t(jr) * dh;
       const T p = std::exp(scale * dot(qr, raw_k + row, dh) - w.L[jr]);
       const T ds = p * (dot(dor, raw_v + row, dh) - w.D[jr]);
+      const T dss = ds * scale;
       for (int d = 0; d < dh; ++d) {
         gr.draw_v[row + d] += p * dor[d];
-        gr.draw_k[row + d] += ds * scale * qr[d];
-        dqr[d] += ds * raw_k[row + d];
+        gr.draw_k[row + d] += dss * qr[d];
+        dqr[d] += dss * raw_k[row + d];
       }
     }
-    T* dst = gr.dq + bk.q_row(jr);
-    for (int d = 0; d < dh; ++d) dst[d] = dqr[d] * scale;
+    std::memcpy(gr.dq + bk.q_row(jr), dqr, sizeof(T) * dh);
   }
 }
 
@@ -385,7 +393,11 @@ void bwd_impl(const AttnShape& s, const AttnKeys& keys, const T* q,
     for (long item = 0; item < n_items; ++item) {
       const int b = int(item / s.Hkv), g = int(item % s.Hkv);
       // This thread owns the rows (b, *, g) of dk, dv, draw_k, draw_v.
-      for (int j = 0; j < s.Tk; ++j) {
+      // Blocks run last to first: visible prefixes only grow with the
+      // position, so the first block's products cover key rows [0, kmax)
+      // and write them (beta = 0); the rows no query sees are zeroed here.
+      const int kmax = n_qt > 0 ? Block(s, keys, b, g, n_qt - 1, bq).kmax : 0;
+      for (int j = kmax; j < s.Tk; ++j) {
         const size_t row = (size_t(b) * s.Tk + j) * kv_ld + size_t(g) * s.dh;
         std::fill_n(gr.dk + row, s.dh, T(0));
         std::fill_n(gr.dv + row, s.dh, T(0));
@@ -396,9 +408,9 @@ void bwd_impl(const AttnShape& s, const AttnKeys& keys, const T* q,
           std::fill_n(gr.draw_k + row, s.dh, T(0));
           std::fill_n(gr.draw_v + row, s.dh, T(0));
         }
-      for (int qt = 0; qt < n_qt; ++qt)
+      for (int qt = n_qt - 1; qt >= 0; --qt)
         bwd_block(Block(s, keys, b, g, qt, bq), q, k, v, raw_k, raw_v, o, lse,
-                  dout, gr, w);
+                  dout, gr, w, qt == n_qt - 1);
     }
   }
 }

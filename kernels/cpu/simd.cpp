@@ -36,6 +36,17 @@ float ExpSubSum(float* x, int n, float m) {
   return hn::GetLane(hn::SumOfLanes(d, s));
 }
 
+double DotWide(const float* a, const float* b, int n) {
+  const DF d;
+  VD lo = hn::Zero(DD()), hi = hn::Zero(DD());
+  ForEach(d, size_t(n), [&](size_t i, auto t) HWY_ATTR {
+    const VF va = In(d, a + i, t), vb = In(d, b + i, t);  // padding: 0 * 0
+    lo = hn::MulAdd(PromoteLo(va), PromoteLo(vb), lo);      // exact products
+    hi = hn::MulAdd(PromoteHi(va), PromoteHi(vb), hi);
+  });
+  return SumLanes(hn::Add(lo, hi));
+}
+
 void SoftmaxBwdRow(float* p, float* ds, int n, float L, float D) {
   const DF d;
   const VF vl = hn::Set(d, L), vd = hn::Set(d, D);
@@ -76,6 +87,7 @@ HWY_EXPORT(TargetBit);
 HWY_EXPORT(RowMax);
 HWY_EXPORT(ExpSubSum);
 HWY_EXPORT(SoftmaxBwdRow);
+HWY_EXPORT(DotWide);
 
 // The attention kernel calls these per row: the dispatch is a load and an
 // indirect call once the target is chosen.
@@ -88,6 +100,10 @@ float simd_exp_sub_sum(float* x, int n, float m) {
 
 void simd_softmax_bwd_row(float* p, float* ds, int n, float L, float D) {
   (*WIOLA_DISPATCH(SoftmaxBwdRow))(p, ds, n, L, D);
+}
+
+double simd_dot_wide(const float* a, const float* b, int n) {
+  return (*WIOLA_DISPATCH(DotWide))(a, b, n);
 }
 
 namespace {

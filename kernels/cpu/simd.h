@@ -18,6 +18,9 @@ float simd_row_max(const float* x, int n);
 float simd_exp_sub_sum(float* x, int n, float m);
 // p[j] = exp(p[j] - L); ds[j] = p[j] * (ds[j] - D).
 void simd_softmax_bwd_row(float* p, float* ds, int n, float L, float D);
+// sum_j a[j] b[j], the products and their sum in double lanes (a fixed order
+// for a fixed target).
+double simd_dot_wide(const float* a, const float* b, int n);
 
 // ---- targets -------------------------------------------------------------------
 // Applies WIOLA_SIMD once (the CPU backend's constructor calls it): an unknown

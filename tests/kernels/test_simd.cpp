@@ -346,7 +346,18 @@ TEST_P(SimdTarget, AttentionPrimitives) {
       EXPECT_CLOSE(p[i], e, 4e-7 * e, "softmax_bwd p", i);
       EXPECT_CLOSE(ds[i], e * (double(ds0[i]) - D), 6e-7 * e * (std::abs(ds0[i]) + D), "softmax_bwd ds", i);
     }
+
+    // Exact products summed in double: within n ulp(double) of the double
+    // dot; exactly 0 for n = 0 (the padded lanes add nothing).
+    Buf a(n, 3, 64), b(n, 2, 65);
+    double dot = 0, mag = 0;
+    for (size_t i = 0; i < n; ++i) {
+      dot += double(a[i]) * double(b[i]);
+      mag += std::abs(double(a[i]) * double(b[i]));
+    }
+    EXPECT_NEAR(cpu::simd_dot_wide(a.p, b.p, int(n)), dot, (double(n) + 2) * 0x1p-52 * mag) << n;
   }
+  EXPECT_EQ(cpu::simd_dot_wide(nullptr, nullptr, 0), 0.0);
 }
 
 // exp_poly's edges: 0 below -87 and at -inf, +inf above 88, NaN stays NaN.
@@ -438,7 +449,8 @@ Outputs run_all() {
   cpu::adamw(p.data(), b.p, m.data(), v.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.5, 0.3);
   o.f.push_back(p), o.f.push_back(m), o.f.push_back(v);
   Fv row(a.p, a.p + 4099);
-  o.f.push_back({cpu::simd_row_max(row.data(), 4099), cpu::simd_exp_sub_sum(row.data(), 4099, 2.0f)});
+  o.f.push_back({cpu::simd_row_max(row.data(), 4099), cpu::simd_exp_sub_sum(row.data(), 4099, 2.0f),
+                 float(cpu::simd_dot_wide(a.p, b.p, 4099))});
   o.f.push_back(row);
   o.f.push_back(dg), o.f.push_back(dd);  // last two: see RepeatsAndThreadCounts
   return o;
