@@ -81,10 +81,13 @@ void wait_all(std::vector<Request>& reqs);
 // (all_reduce 2(p-1)/p·n, reduce_scatter and all_gather (p-1)·chunk,
 // broadcast n at the root, send n, receive 0), and the wall seconds this
 // rank spent blocked waiting for the group's operations to complete (the
-// exposed communication time; the main thread waits, nothing else does).
+// exposed communication time; the main thread waits, nothing else does),
+// and the seconds the transfers ran on a device stream (busy_s: NCCL, from
+// GPU events; 0 where the host itself waits, as over MPI). busy_s - wait_s
+// is the communication hidden behind compute.
 struct CommTraffic {
   uint64_t ops = 0, payload_bytes = 0, wire_bytes = 0;
-  double wait_s = 0;
+  double wait_s = 0, busy_s = 0;
 };
 
 class Comm {
@@ -147,6 +150,11 @@ class Comm {
     broadcast(buf, count, dtype_of<T>(), root);
   }
 
+  // Adds completed operations' exposed wait to traffic() where the waits
+  // happen on a device (NCCL: GPU events); a no-op where wait() blocks the
+  // host, which counts at once. Grid::traffic calls it.
+  virtual void settle_traffic() {}
+
   // Sub-groups: ranks with equal `color` form a group, ordered by (key, rank).
   // Collective over this group. `name` labels the new group in diagnostics.
   virtual std::unique_ptr<Comm> split(int color, int key,
@@ -158,6 +166,7 @@ class Comm {
   // Where an implementation's requests add the seconds they block in wait()
   // (valid while this communicator lives; requests never outlive it).
   double* wait_clock() { return &traffic_.wait_s; }
+  double* busy_clock() { return &traffic_.busy_s; }
 
  private:
   CommTraffic traffic_;

@@ -172,11 +172,13 @@ Comm& Grid::data(GroupKind k) {
 CommTraffic Grid::traffic(GroupKind k) {
   CommTraffic t = group(k).traffic();
   if (data_[int(k)]) {  // a data plane that counts its own traffic (NCCL)
+    data_[int(k)]->settle_traffic();
     const CommTraffic& d = data_[int(k)]->traffic();
     t.ops += d.ops;
     t.payload_bytes += d.payload_bytes;
     t.wire_bytes += d.wire_bytes;
     t.wait_s += d.wait_s;
+    t.busy_s += d.busy_s;
   }
   return t;
 }

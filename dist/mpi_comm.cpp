@@ -309,17 +309,7 @@ class MpiComm final : public Comm {
 
 // ---- diagnostics ------------------------------------------------------------------
 
-Diagnostics::Diagnostics() {
-  if (const char* s = std::getenv("WIOLA_COMM_TIMEOUT_S")) {
-    char* end = nullptr;
-    const double v = std::strtod(s, &end);
-    if (end != s && v > 0) timeout_s_ = v;
-  }
-}
-Diagnostics& Diagnostics::instance() {
-  static Diagnostics d;
-  return d;
-}
+// Diagnostics itself: dist/diagnostics.cpp (no MPI).
 
 int world_rank() {
   if (!mpi_active()) return 0;

@@ -3,6 +3,8 @@
 // never the communicator.
 #pragma once
 
+#include <memory>
+
 #include "dist/comm.h"
 #include "model/collectives.h"
 
@@ -13,6 +15,10 @@ class CommTpCollectives final : public TpCollectives {
   explicit CommTpCollectives(Comm& tp_data) : tp_(tp_data) {}
   void all_reduce_sum(Ptr x, size_t n) override {
     tp_.all_reduce(x.raw(), x.raw(), n, x.dtype(), ReduceOp::Sum);
+  }
+  TpInFlight start_sum(Ptr x, size_t n) override {
+    auto r = std::make_shared<Request>(tp_.iall_reduce(x.raw(), x.raw(), n, x.dtype(), ReduceOp::Sum));
+    return TpInFlight([r] { r->wait(); });
   }
   void all_reduce_max(Ptr x, size_t n) override {
     tp_.all_reduce(x.raw(), x.raw(), n, x.dtype(), ReduceOp::Max);

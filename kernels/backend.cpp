@@ -1,6 +1,7 @@
 // Backends by start-up name (train.backend, wiola bench --backend). The CUDA
 // names exist in builds with WIOLA_CUDA=ON; such a build still runs "cpu" on
 // a machine without a GPU, and "cuda" there fails with the reason.
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,21 @@ std::string known() {
 }
 }  // namespace
 
+#ifdef WIOLA_HAVE_CUDA
+// One GPU per rank: the launcher's local rank (Open MPI, Slurm, MPICH, or
+// torchrun-style LOCAL_RANK) modulo the visible devices; 0 when none is set.
+// Where Slurm binds one GPU per task, that GPU is the only one visible.
+int local_device() {
+  const int n = cuda_device_count();
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
+    if (const char* s = std::getenv(v)) {
+      const int r = std::atoi(s);
+      return n > 0 && r >= 0 ? r % n : 0;
+    }
+  return 0;
+}
+#endif
+
 template <class T>
 std::unique_ptr<Ops<T>> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_ops<T>(CpuMemory::Host);
@@ -35,7 +51,7 @@ std::unique_ptr<Ops<T>> make_backend(const std::string& name) {
 #ifdef WIOLA_HAVE_CUDA
   if (name == "cuda" || name == "cuda-fp32") {
     if constexpr (std::is_same_v<T, float>) {
-      return make_cuda_ops(name == "cuda" ? CudaPrecision::BF16 : CudaPrecision::FP32);
+      return make_cuda_ops(name == "cuda" ? CudaPrecision::BF16 : CudaPrecision::FP32, local_device());
     } else {
       fail("backend '", name, "' computes in float32 (double-precision checks run on cpu)");
     }

@@ -140,11 +140,12 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, co
   linear_fwd(ops, a.xn2, p.ua, N, d, dA, a.ua);
   ops.swiglu_fwd(a.ga, a.ua, size_t(N) * dA, a.ha);
   linear_fwd(ops, a.ha, p.da, N, dA, d, a.a);  // a (row-parallel)
+  TpInFlight a_sum = tp_start_sum(c.tp, a.a, size_t(N) * d);  // hidden behind stream B
   linear_fwd(ops, a.xn2, p.ub, N, d, dB, a.ub);
   ops.gelu_fwd(a.ub, size_t(N) * dB, a.hb);
   linear_fwd(ops, a.hb, p.db, N, dB, d, a.b);  // b (row-parallel)
-  tp_sum(c.tp, a.a, size_t(N) * d);
   tp_sum(c.tp, a.b, size_t(N) * d);
+  a_sum.finish();
   // Fusion gate on [a; b] with W_f [d, 2d] (a's columns first).
   ops.gemm(Trans::N, Trans::T, N, d, d, T(1), a.a, d, p.wf, 2 * d, T(0), a.fpre, d);
   ops.gemm(Trans::N, Trans::T, N, d, d, T(1), a.b, d, p.wf + d, 2 * d, T(1), a.fpre, d);
@@ -172,17 +173,20 @@ void layer_backward(const LayerCtx<T>& c, int l, const LayerParams& p, const Lay
   linear_bwd_w(ops, w.db, a.hb, N, dB, d, g.db);
   ops.gelu_bwd(a.ub, w.dhb, size_t(N) * dB, w.dub);
   linear_bwd_x(ops, w.dub, p.ub, N, d, dB, w.dxn);
-  linear_bwd_w(ops, w.dub, a.xn2, N, d, dB, g.ub);
   // stream A
   linear_bwd_x(ops, w.da, p.da, N, dA, d, w.dha);
   linear_bwd_w(ops, w.da, a.ha, N, dA, d, g.da);
   ops.swiglu_bwd(a.ga, a.ua, w.dha, size_t(N) * dA, w.dga, w.dua);
   linear_bwd_x(ops, w.dga, p.ga, N, d, dA, w.dxn, T(1));
-  linear_bwd_w(ops, w.dga, a.xn2, N, d, dA, g.ga);
   linear_bwd_x(ops, w.dua, p.ua, N, d, dA, w.dxn, T(1));
+  // The column-parallel input gradient's TP sum runs while the weight
+  // gradients of the up projections, which do not need it, are computed.
+  TpInFlight mlp_dxn_sum = tp_start_sum(c.tp, w.dxn, nd);
+  linear_bwd_w(ops, w.dub, a.xn2, N, d, dB, g.ub);
+  linear_bwd_w(ops, w.dga, a.xn2, N, d, dA, g.ga);
   linear_bwd_w(ops, w.dua, a.xn2, N, d, dA, g.ua);
-  tp_sum(c.tp, w.dxn, nd);  // column-parallel input gradient
   ops.copy(w.dxh.raw(), dx_out.raw(), nd * dtype_bytes(c.prec.residual));
+  mlp_dxn_sum.finish();
   ops.rmsnorm_bwd(a.xh, p.ln2_g, p.ln2_d, a.rstd2, w.dxn, N, d, w.dxh, g.ln2_g, g.ln2_d);
 
   // ---- GCLA backward; dA = dX-half ----
@@ -219,15 +223,16 @@ void layer_backward(const LayerCtx<T>& c, int l, const LayerParams& p, const Lay
   ops.srpe_apply(w.dq, c.B, c.T_, c.ld.H, dh, c.srpe, true);
   ops.srpe_apply(w.dk, c.B, c.T_, c.ld.Hkv, dh, c.srpe, true);
   linear_bwd_x(ops, w.dq, p.wq, N, d, hd, w.dxn);
-  linear_bwd_w(ops, w.dq, a.xn1, N, d, hd, g.wq);
   linear_bwd_x(ops, w.dk, p.wk, N, d, kvd, w.dxn, T(1));
-  linear_bwd_w(ops, w.dk, a.xn1, N, d, kvd, g.wk);
   linear_bwd_x(ops, w.dv, p.wv, N, d, kvd, w.dxn, T(1));
-  linear_bwd_w(ops, w.dv, a.xn1, N, d, kvd, g.wv);
   linear_bwd_x(ops, w.dgpre, p.wgate, N, d, hd, w.dxn, T(1));
+  TpInFlight attn_dxn_sum = tp_start_sum(c.tp, w.dxn, nd);  // hidden behind the weight gradients
+  linear_bwd_w(ops, w.dq, a.xn1, N, d, hd, g.wq);
+  linear_bwd_w(ops, w.dk, a.xn1, N, d, kvd, g.wk);
+  linear_bwd_w(ops, w.dv, a.xn1, N, d, kvd, g.wv);
   linear_bwd_w(ops, w.dgpre, a.xn1, N, d, hd, g.wgate);
-  tp_sum(c.tp, w.dxn, nd);
   ops.copy(dx.raw(), w.dxh.raw(), nd * dtype_bytes(c.prec.residual));  // residual
+  attn_dxn_sum.finish();
   ops.rmsnorm_bwd(x, p.ln1_g, p.ln1_d, a.rstd1, w.dxn, N, d, dx, g.ln1_g, g.ln1_d);
 }
 

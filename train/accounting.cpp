@@ -24,8 +24,9 @@ WaitClock WaitClock::read(dist::Grid& grid) {
   using dist::GroupKind;
   WaitClock w;
   for (auto k : {GroupKind::Tp, GroupKind::Pp, GroupKind::Dp, GroupKind::Embed, GroupKind::Mp, GroupKind::World}) {
-    const double s = grid.traffic(k).wait_s;
-    (k == GroupKind::Pp ? w.pp : w.other) += s;
+    const dist::CommTraffic t = grid.traffic(k);
+    (k == GroupKind::Pp ? w.pp : w.other) += t.wait_s;
+    w.busy += t.busy_s;
   }
   return w;
 }

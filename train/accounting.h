@@ -5,6 +5,7 @@
 // the log line's summary, and the run report's averages.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -23,8 +24,9 @@ namespace wiola {
 struct StepTimes {
   double compute = 0;     // forward/backward on this rank (its waits inside TP collectives taken out)
   double comm = 0;        // exposed communication: blocked in TP, DP, embedding, norm and loss collectives
-  double comm_hidden = 0; // transfers that progressed behind compute: 0 over MPI (Open MPI on the
-                          // CPU only progresses inside MPI calls), kept for transports that do
+  double comm_hidden = 0; // transfers that progressed behind compute: NCCL's stream time that no
+                          // wait exposed; 0 over MPI (Open MPI on the CPU only progresses inside
+                          // MPI calls)
   double bubble = 0;      // pipeline schedule time outside forward/backward: waiting for a
                           // neighbour's message (the transfer included) and draining sends
   double data = 0;        // waiting for the loader's next batch
@@ -43,10 +45,13 @@ struct StepTimes {
 
 // Seconds this rank has spent blocked on communication so far: in the
 // pipeline group (receives are waits for a neighbour) and everywhere else.
+// busy: seconds transfers ran on a device stream (NCCL), exposed or not.
 struct WaitClock {
-  double pp = 0, other = 0;
+  double pp = 0, other = 0, busy = 0;
   static WaitClock read(dist::Grid& grid);
-  WaitClock operator-(const WaitClock& o) const { return {pp - o.pp, other - o.other}; }
+  WaitClock operator-(const WaitClock& o) const { return {pp - o.pp, other - o.other, busy - o.busy}; }
+  // Device transfer time that no wait exposed (0 over MPI).
+  double hidden() const { return std::max(0.0, busy - pp - other); }
 };
 
 // The peak FLOP/s MFU is measured against, for this rank.

@@ -103,7 +103,8 @@ const std::vector<SectionDef>& schema() {
         WIOLA_KEY("zero", parallel.zero),
         WIOLA_KEY("schedule", parallel.schedule),
         WIOLA_KEY("overlap", parallel.overlap),
-        WIOLA_KEY("stage_balance", parallel.stage_balance)}},
+        WIOLA_KEY("stage_balance", parallel.stage_balance),
+        WIOLA_KEY("data_plane", parallel.data_plane)}},
       {"checkpoint",
        {WIOLA_KEY("dir", checkpoint.dir),
         WIOLA_KEY("every", checkpoint.every),
@@ -411,6 +412,8 @@ void check_run_config(const RunConfig& rc) {
   at_least(p.tp, 1, "parallel.tp");
   at_least(p.pp, 1, "parallel.pp");
   at_least(p.dp, 1, "parallel.dp");
+  WIOLA_CHECK(p.data_plane == "auto" || p.data_plane == "nccl" || p.data_plane == "staged",
+              "parallel.data_plane must be \"auto\", \"nccl\" or \"staged\" (got \"", p.data_plane, "\")");
   WIOLA_CHECK(p.stage_balance == "compute" || p.stage_balance == "layers",
               "parallel.stage_balance must be \"compute\" or \"layers\" (got \"", p.stage_balance, "\")");
   WIOLA_CHECK(p.schedule == "1f1b" || p.schedule == "gpipe",

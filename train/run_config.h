@@ -52,6 +52,7 @@ struct ParallelSection {
   std::string schedule = "1f1b";     // "1f1b" or "gpipe"
   bool overlap = true;               // start DP gradient reduction during the last backward
   std::string stage_balance = "compute";  // "compute" (FLOPs, head included) or "layers"
+  std::string data_plane = "auto";   // "auto", "nccl" or "staged" (docs/gpu.md)
 };
 
 struct CheckpointSection {

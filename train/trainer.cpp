@@ -26,6 +26,7 @@
 #include "train/accounting.h"
 #include "train/dump.h"
 #include "train/checkpointer.h"
+#include "train/data_plane.h"
 #include "train/gather.h"
 #include "train/run_report.h"
 #include "train/schedule.h"
@@ -132,6 +133,7 @@ struct Trainer::State {
   std::unique_ptr<TokenLoader> loader, val;
   LoaderState val_start{};
   std::unique_ptr<dist::Grid> grid;
+  std::string data_plane;  // what carries backend tensors: "nccl", "mpi", "mpi-staged"
   std::vector<std::pair<int, int>> stages;  // layer range of every stage
   int l0 = 0, l1 = 0;
   bool first = true, last = true;
@@ -287,8 +289,9 @@ void Trainer::State::check_and_open_data() {
 // memory), this rank's pipeline stage and its schedule.
 void Trainer::State::build_grid_and_schedule() {
   const auto& par = rc.parallel;
-  grid = std::make_unique<dist::Grid>(dist::GridConfig{par.tp, par.pp, par.dp}, world,
-                                      dist::data_plane_for(ops));
+  DataPlane plane = choose_data_plane(ops, par.data_plane, world.size());
+  data_plane = plane.name;
+  grid = std::make_unique<dist::Grid>(dist::GridConfig{par.tp, par.pp, par.dp}, world, plane.factory);
   // TP ranks compute the TP-replicated tensors (norm γ/δ, φ, W_f) each on
   // its own; OpenBLAS's results depend on the thread count, so replicas
   // stay bit-identical only when a TP group shares one (checkpoints write
@@ -523,9 +526,9 @@ void Trainer::print_banner() {
               cpu::simd_target_name(), compiled.c_str(), cpu::simd_build_march());
   if (s.world.size() > 1)
     std::printf("  layout: %d ranks = tp %d x pp %d x dp %d; ZeRO %s; schedule %s with %d micro-batches, "
-                "predicted bubble %.3f; DP overlap %s\n",
+                "predicted bubble %.3f; DP overlap %s; data plane %s\n",
                 s.world.size(), par.tp, par.pp, par.dp, s.zero ? "on" : "off", par.schedule.c_str(), s.m,
-                dist::bubble_fraction_predicted(par.pp, s.m), s.overlap ? "on" : "off");
+                dist::bubble_fraction_predicted(par.pp, s.m), s.overlap ? "on" : "off", s.data_plane.c_str());
   if (par.pp > 1) {
     std::printf("  pipeline stages (%s balance):", par.stage_balance.c_str());
     for (const auto& [a, b] : s.stages) std::printf(" [%d,%d)", a, b);
@@ -606,6 +609,7 @@ std::vector<uint8_t> Trainer::run_schedule(int64_t t, bool dumping, StepDump* du
   const WaitClock waited = WaitClock::read(*s.grid) - w0;
   s.cur.compute = busy - waited.other;
   s.cur.comm = waited.other;
+  s.cur.comm_hidden = waited.hidden();
   s.cur.bubble = sched - busy;
   std::vector<uint8_t> atm_flat;  // this rank's ATM layers in order
   for (auto& [l, v] : atm_local) atm_flat.insert(atm_flat.end(), v.begin(), v.end());
@@ -660,6 +664,7 @@ StepOutcome Trainer::step(int64_t t) {
   const WaitClock wadam = WaitClock::read(*s.grid) - wa;
   s.cur.optimizer = seconds_since(ta) - (wadam.pp + wadam.other);
   s.cur.comm += wadam.pp + wadam.other;
+  s.cur.comm_hidden += wadam.hidden();
   out.grad_norm = res.grad_norm;
   out.skipped = res.skipped;
   if (res.skipped) ++s.progress.skipped;

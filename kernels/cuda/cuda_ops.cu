@@ -244,6 +244,8 @@ class CudaOps final : public Ops<float> {
     cuda::adamw(ctx(), p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
   }
 
+  cudaStream_t stream() const { return stream_; }
+
  private:
   cuda::Ctx ctx() { return cuda::Ctx{stream_, mem_}; }
 
@@ -258,6 +260,11 @@ class CudaOps final : public Ops<float> {
 
 std::unique_ptr<Ops<float>> make_cuda_ops(CudaPrecision precision, int device) {
   return std::make_unique<CudaOps>(precision, device);
+}
+
+void* cuda_stream_of(Ops<float>& ops) {
+  auto* c = dynamic_cast<CudaOps*>(&ops);
+  return c ? static_cast<void*>(c->stream()) : nullptr;
 }
 
 }  // namespace wiola

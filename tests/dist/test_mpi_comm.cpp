@@ -3,11 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <vector>
 
 #include "dist/grid.h"
 #include "dist/mpi_comm.h"
+#ifdef WIOLA_HAVE_CUDA
+#include "dist/nccl/nccl_comm.h"
+#include "dist/nccl/nccl_lib.h"
+#include "kernels/cuda/cuda_ops.h"
+#endif
 #include "dist/staged_comm.h"
 #include "kernels/ops.h"
 #include "dist/tp_collectives.h"
@@ -214,16 +220,12 @@ TEST(MpiComm, TpCollectivesAdapter) {
   EXPECT_EQ(y[1], 0.5f);
 }
 
-// The data plane for memory the host cannot touch (cpu-opaque): every
-// collective and the point-to-point pair, staged through host buffers, give
-// exactly what MPI gives on host buffers, NCCL's in-place forms included.
-TEST(MpiComm, HostStagedDataPlaneOverOpaqueMemory) {
-  auto w = mpi_world_comm();
-  auto ops = wiola::make_cpu_ops<float>(wiola::CpuMemory::Opaque);
-  ASSERT_FALSE(ops->host_accessible());
-  const auto make = data_plane_for(*ops);
-  ASSERT_TRUE(bool(make));
-  auto data = make(*w);
+namespace {
+
+// The data-plane contract: every collective and the point-to-point ring on
+// `ops`'s buffers through `data` give exactly what MPI gives on host buffers
+// through `w`, NCCL's in-place forms included.
+void check_data_plane(Comm* w, wiola::Ops<float>* ops, Comm* data) {
   const int p = w->size(), r = w->rank();
   const size_t c = 5, n = c * size_t(p);
   std::vector<float> host(n);
@@ -279,4 +281,42 @@ TEST(MpiComm, HostStagedDataPlaneOverOpaqueMemory) {
     for (size_t i = 0; i < n; ++i) want[i] = float((r + p - 1) % p + 1) * 0.5f + float(i);
     EXPECT_EQ(got, want);
   }
+}
+
+}  // namespace
+
+// The data plane for memory the host cannot touch (cpu-opaque): staged
+// through host buffers.
+TEST(MpiComm, HostStagedDataPlaneOverOpaqueMemory) {
+  auto w = mpi_world_comm();
+  auto ops = wiola::make_cpu_ops<float>(wiola::CpuMemory::Opaque);
+  ASSERT_FALSE(ops->host_accessible());
+  const auto make = data_plane_for(*ops);
+  ASSERT_TRUE(bool(make));
+  auto data = make(*w);
+  check_data_plane(w.get(), ops.get(), data.get());
+}
+
+// The same contract on NCCL, one GPU per rank (the device at the local rank,
+// as wiola train picks it), with the point-to-point lanes. Runs on a node
+// with a GPU for every rank (tests/gpu/multi_gpu.sh); every rank skips,
+// together, anywhere else.
+TEST(MpiComm, NcclDataPlaneMatchesMpi) {
+  auto w = mpi_world_comm();
+#ifdef WIOLA_HAVE_CUDA
+  int local = 0;
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
+    if (const char* e = std::getenv(v)) { local = std::atoi(e); break; }
+  const int unusable = local < wiola::cuda_device_count() && nccl_available() ? 0 : 1;
+  if (w->all_reduce_value(unusable, ReduceOp::Max) != 0)
+    GTEST_SKIP() << "needs a GPU per rank and libnccl.so.2 on every rank (" << wiola::cuda_status() << ")";
+  auto ops = wiola::make_cuda_ops(wiola::CudaPrecision::FP32, local);
+  NcclOptions o;
+  o.compute_stream = wiola::cuda_stream_of(*ops);
+  o.p2p = true;
+  auto data = nccl_comm(*w, std::move(o));
+  check_data_plane(w.get(), ops.get(), data.get());
+#else
+  GTEST_SKIP() << "built without CUDA (WIOLA_CUDA=OFF)";
+#endif
 }

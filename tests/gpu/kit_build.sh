@@ -2,7 +2,7 @@
 # The GPU kit, step 0, run on THIS machine (no GPU needed): builds the
 # GPU-side programs with WIOLA_CUDA=ON (the portable default -march, docs/cpu.md), and packs
 # them with the shared libraries they need (OpenBLAS, libgomp, ... — not
-# cuBLAS, which the GPU machine provides) into .gpu-kit/ (git-ignored, about
+# cuBLAS and NCCL, which the GPU machine provides) into .gpu-kit/ (git-ignored, about
 # 60 MiB). Then, with the device tool, carry ".gpu-kit" and run one of
 #   bash tests/gpu/kit_tests.sh       (the gpu tests -> $OUT/gpu_tests.json)
 #   bash tests/gpu/kit_sanitizer.sh   (memcheck + racecheck -> $OUT/sanitizer.json)
@@ -12,9 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # -U: a build-gpu cache from before the portable default still says x86-64-v3.
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DWIOLA_CUDA=ON -UWIOLA_MARCH >/dev/null
-cmake --build build-gpu -j"$(nproc)" --target test_cuda_ops wiola_gpu_bench
+cmake --build build-gpu -j"$(nproc)" --target test_cuda_ops test_nccl_comm wiola_gpu_bench
 rm -rf .gpu-kit && mkdir -p .gpu-kit/bin .gpu-kit/lib
-cp build-gpu/tests/gpu/test_cuda_ops build-gpu/bench/wiola_gpu_bench .gpu-kit/bin/
+cp build-gpu/tests/gpu/test_cuda_ops build-gpu/tests/gpu/test_nccl_comm build-gpu/bench/wiola_gpu_bench \
+  .gpu-kit/bin/
 # Non-system shared libraries the programs load (the GPU machine has glibc
 # and the CUDA driver; cuBLAS comes from its PyTorch or CUDA installation).
 for b in .gpu-kit/bin/*; do

@@ -6,10 +6,10 @@ if [ ! -x "$kit/bin/test_cuda_ops" ]; then
   echo "kit: $kit/bin/test_cuda_ops not found: run tests/gpu/kit_build.sh here first and carry .gpu-kit" >&2
   exit 2
 fi
-cublas_dirs=$(find / \( -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' \) 2>/dev/null \
+cublas_dirs=$(find / \( -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' \) 2>/dev/null \
               -not -path '*/proc/*' | xargs -r -n1 dirname | sort -u | tr '\n' ':')
 export LD_LIBRARY_PATH="$kit/lib:${cublas_dirs}${LD_LIBRARY_PATH:-}"
 OUT=${OUT:-/tmp/wiola-out}
 mkdir -p "$OUT"
-echo "kit: cuBLAS from ${cublas_dirs:-NOT FOUND}"
+echo "kit: cuBLAS and NCCL from ${cublas_dirs:-NOT FOUND}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/kit: GPU /'

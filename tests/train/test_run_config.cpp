@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "train/data_plane.h"
 #include "train/run_config.h"
 #include "util/error.h"
 
@@ -254,6 +255,22 @@ TEST_F(RunConfigTest, WrongTypes) {
   EXPECT_CONTAINS(m, "<--set>");
   EXPECT_CONTAINS(m, "train.micro_batch");
   EXPECT_CONTAINS(m, "expected an integer");
+}
+
+// parallel.data_plane: three names; "nccl" needs a CUDA backend, and a
+// CPU backend says so when the trainer chooses (train/data_plane.cpp).
+TEST_F(RunConfigTest, DataPlane) {
+  EXPECT_EQ(load_run_config("", {}).parallel.data_plane, "auto");
+  EXPECT_EQ(load_run_config("", {"parallel.data_plane=staged"}).parallel.data_plane, "staged");
+  const std::string m = load_error("", {"parallel.data_plane=gloo"});
+  EXPECT_CONTAINS(m, "parallel.data_plane");
+  EXPECT_CONTAINS(m, "\"gloo\"");
+  auto cpu = make_backend<float>("cpu");
+  EXPECT_EQ(choose_data_plane(*cpu, "auto", 4).name, "mpi");
+  EXPECT_EQ(choose_data_plane(*cpu, "staged", 4).name, "mpi");
+  auto opaque = make_backend<float>("cpu-opaque");
+  EXPECT_EQ(choose_data_plane(*opaque, "auto", 4).name, "mpi-staged");
+  EXPECT_CONTAINS(error_of([&] { choose_data_plane(*cpu, "nccl", 2); }), "parallel.data_plane = \"nccl\"");
 }
 
 TEST_F(RunConfigTest, HeadsNotDivisibleByKvHeads) {

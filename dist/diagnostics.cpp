@@ -1,0 +1,22 @@
+// The process-wide diagnostics state (no MPI: the NCCL data plane and the
+// GPU kit use it too); world_rank and abort_job live in mpi_comm.cpp.
+#include "dist/diagnostics.h"
+
+#include <cstdlib>
+
+namespace wiola::dist {
+
+Diagnostics::Diagnostics() {
+  if (const char* s = std::getenv("WIOLA_COMM_TIMEOUT_S")) {
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    if (end != s && v > 0) timeout_s_ = v;
+  }
+}
+
+Diagnostics& Diagnostics::instance() {
+  static Diagnostics d;
+  return d;
+}
+
+}  // namespace wiola::dist
