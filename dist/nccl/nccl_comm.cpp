@@ -43,6 +43,15 @@ int launcher_rank() {
   return -1;
 }
 
+// "<error string> (<NCCL's last message>)"; either may be missing.
+std::string nccl_error(ncclResult_t r, ncclComm_t c) {
+  const char* s = nccl().get_error_string(r);
+  const char* last = nccl().get_last_error(c);
+  std::string m = s ? s : "unknown NCCL error";
+  if (last && *last) m += std::string(" (") + last + ")";
+  return m;
+}
+
 [[noreturn]] void default_fatal(const std::string& msg) {
   std::fprintf(stderr, "%s\n", msg.c_str());
   std::fflush(stderr);
@@ -242,8 +251,7 @@ class NcclComm final : public Comm {
         InFlight* first = nullptr;
         for (auto& e : inflight_)
           if (cudaEventQuery(e->done) != cudaSuccess) { first = e.get(); break; }
-        die(first, std::string("asynchronous NCCL error: ") + n.get_error_string(r) + " (" +
-                       n.get_last_error(lane.comm) + ")");
+        die(first, "asynchronous NCCL error: " + nccl_error(r, lane.comm));
       }
     }
     const double limit = Diagnostics::instance().timeout_s();
@@ -301,8 +309,7 @@ class NcclComm final : public Comm {
     cuda(cudaEventRecord(e->begin, L.stream), "cudaEventRecord", e.get());
     const ncclResult_t r = call(L.comm, L.stream);
     if (r != ncclSuccess && r != ncclInProgress)
-      die(e.get(), std::string("NCCL error: ") + nccl().get_error_string(r) + " (" +
-                       nccl().get_last_error(L.comm) + ")");
+      die(e.get(), "NCCL error: " + nccl_error(r, L.comm));
     cuda(cudaEventRecord(e->done, L.stream), "cudaEventRecord", e.get());
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -334,7 +341,7 @@ class NcclComm final : public Comm {
   }
 
   void nccl_check(ncclResult_t r, const char* what) {
-    if (r != ncclSuccess) die(nullptr, std::string(what) + " failed: " + nccl().get_error_string(r));
+    if (r != ncclSuccess) die(nullptr, std::string(what) + " failed: " + nccl_error(r, nullptr));
   }
   void cuda(cudaError_t r, const char* what, InFlight* e = nullptr) {
     if (r != cudaSuccess) die(e, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(r));
