@@ -218,6 +218,20 @@ TEST(MpiComm, TpCollectivesAdapter) {
   CommTpCollectives(*w).all_reduce_max(y.data(), 2);
   EXPECT_EQ(y[0], float(w->size() - 1));
   EXPECT_EQ(y[1], 0.5f);
+  // Split sums: two in flight at once, finished out of order, one by its
+  // destructor; a finished one finishes again as a no-op.
+  std::vector<float> a(3, 1.0f), b(3, 2.0f);
+  {
+    wiola::TpInFlight sa = tp.start_sum(a.data(), a.size());
+    wiola::TpInFlight sb = tp.start_sum(b.data(), b.size());
+    sb.finish();
+    sb.finish();
+    EXPECT_EQ(b, std::vector<float>(3, 2.0f * float(w->size())));
+    wiola::TpInFlight moved = std::move(sa);
+    sa.finish();  // moved from: nothing to finish
+  }
+  EXPECT_EQ(a, std::vector<float>(3, float(w->size())));
+  wiola::tp_start_sum(nullptr, a.data(), a.size()).finish();  // one TP rank: nothing to do
 }
 
 namespace {
