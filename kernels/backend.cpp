@@ -29,18 +29,19 @@ std::string known() {
 }
 }  // namespace
 
-#ifdef WIOLA_HAVE_CUDA
-// One GPU per rank: the launcher's local rank (Open MPI, Slurm, MPICH, or
-// torchrun-style LOCAL_RANK) modulo the visible devices; 0 when none is set.
-// Where Slurm binds one GPU per task, that GPU is the only one visible.
-int local_device() {
-  const int n = cuda_device_count();
+int launcher_local_rank() {
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
-    if (const char* s = std::getenv(v)) {
-      const int r = std::atoi(s);
-      return n > 0 && r >= 0 ? r % n : 0;
-    }
-  return 0;
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return -1;
+}
+
+#ifdef WIOLA_HAVE_CUDA
+// One GPU per rank: the launcher's local rank modulo the visible devices; 0
+// when none is set. Where Slurm binds one GPU per task, that GPU is the only
+// one visible.
+int local_device() {
+  const int n = cuda_device_count(), r = launcher_local_rank();
+  return n > 0 && r >= 0 ? r % n : 0;
 }
 #endif
 

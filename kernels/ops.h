@@ -276,6 +276,11 @@ template <class T>
 std::unique_ptr<Ops<T>> make_backend(const std::string& name);
 std::vector<std::string> backend_names();
 
+// This process's rank on its node as the launcher says (Open MPI, Slurm,
+// MPICH, or torchrun-style LOCAL_RANK); -1 when none of them is set. A GPU
+// backend drives the device at this index (modulo the visible devices).
+int launcher_local_rank();
+
 // Threads of the CPU backend (OpenMP loops and OpenBLAS); n <= 0 keeps the
 // runtime default. cpu_threads() reports the current count.
 void set_cpu_threads(int n);

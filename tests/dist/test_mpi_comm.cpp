@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <vector>
 
@@ -318,9 +317,7 @@ TEST(MpiComm, HostStagedDataPlaneOverOpaqueMemory) {
 TEST(MpiComm, NcclDataPlaneMatchesMpi) {
   auto w = mpi_world_comm();
 #ifdef WIOLA_HAVE_CUDA
-  int local = 0;
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
-    if (const char* e = std::getenv(v)) { local = std::atoi(e); break; }
+  const int local = std::max(0, wiola::launcher_local_rank());
   const int unusable = local < wiola::cuda_device_count() && nccl_available() ? 0 : 1;
   if (w->all_reduce_value(unusable, ReduceOp::Max) != 0)
     GTEST_SKIP() << "needs a GPU per rank and libnccl.so.2 on every rank (" << wiola::cuda_status() << ")";

@@ -61,21 +61,17 @@ struct Fixture {
     comm = dist::nccl_comm(ctrl, std::move(o));
   }
   float* dev(const std::vector<float>& h) {
-    float* p = static_cast<float*>(ops->alloc_bytes(h.size() * sizeof(float)));
-    ops->upload(p, h.data(), h.size() * sizeof(float));
-    owned.push_back(p);
-    return p;
+    bufs.emplace_back(*ops, h.size());
+    ops->upload(bufs.back().data(), h.data(), h.size() * sizeof(float));
+    return bufs.back().data();
   }
   std::vector<float> host(const float* p, size_t n) {
     std::vector<float> h(n);
     ops->download(h.data(), p, n * sizeof(float));  // orders after the compute stream
     return h;
   }
-  ~Fixture() {
-    ops->synchronize();
-    for (float* p : owned) ops->free_bytes(p);
-  }
-  std::vector<float*> owned;
+  ~Fixture() { ops->synchronize(); }  // before the buffers go
+  std::vector<Buffer<float>> bufs;
 };
 
 TEST(NcclComm, CollectivesFollowTheContractOnOneRank) {
@@ -150,14 +146,13 @@ TEST(NcclComm, DataPlaneFactory) {
   auto plane = dist::nccl_data_plane(cuda_stream_of(*ops));
   auto c = plane(pp);
   EXPECT_EQ(c->name(), "pp");
-  float* a = static_cast<float*>(ops->alloc_bytes(sizeof(float)));
+  Buffer<float> a(*ops, 1);
   const float one = 1.f;
-  ops->upload(a, &one, sizeof one);
-  c->all_reduce(a, a, 1, DType::F32, dist::ReduceOp::Sum);
+  ops->upload(a.data(), &one, sizeof one);
+  c->all_reduce(a.data(), a.data(), 1, DType::F32, dist::ReduceOp::Sum);
   float got = 0;
-  ops->download(&got, a, sizeof got);
+  ops->download(&got, a.data(), sizeof got);
   EXPECT_EQ(got, 1.f);
-  ops->free_bytes(a);
   EXPECT_EQ(cuda_stream_of(*make_backend<float>("cpu")), nullptr);
 }
 
