@@ -17,6 +17,7 @@
 
 #include "dist/optimizer.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/profiled_ops.h"
 #include "model/flops.h"
 #include "model/model.h"
 #include "util/error.h"
@@ -33,11 +34,17 @@ size_t device_used_bytes() {
 
 struct Result {
   double step_ms = 0, tokens_per_s = 0, tflops = 0, mfu = 0, loss = 0, peak_gib = 0;
+  wiola::OpProfile profile;  // one more step, each op between two events
+  double profiled_step_s = 0;
 };
 
 Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, int batch, bool recompute, int warmup,
              int steps, double peak_tflops) {
-  auto ops = wiola::make_cuda_ops(p);
+  auto cuda = wiola::make_cuda_ops(p);
+  // Timed steps run unprofiled (events around every op would add host
+  // work to a launch-bound step); one step after them is profiled.
+  wiola::ProfiledOps<float> prof(*cuda);
+  wiola::Ops<float>* ops = &prof;
   wiola::ModelOptions mo;
   mo.micro_batch = batch;
   mo.recompute = recompute;
@@ -54,7 +61,9 @@ Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, int batch, b
   std::vector<double> times;
   Result r;
   size_t peak = 0;
-  for (int s = 0; s < warmup + steps; ++s) {
+  for (int s = 0; s < warmup + steps + 1; ++s) {
+    const bool profiled = s == warmup + steps;
+    prof.enable(profiled);
     ops->synchronize();
     const auto t0 = Clock::now();
     model.zero_grads();
@@ -62,8 +71,12 @@ Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, int batch, b
     if (!adam.step(1e-4, adam.applied_steps() + 1).skipped) model.refresh_weights();
     ops->synchronize();
     peak = std::max(peak, device_used_bytes());
-    if (s >= warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (profiled) r.profiled_step_s = took;
+    else if (s >= warmup) times.push_back(took);
   }
+  prof.enable(false);
+  r.profile = prof.profile();
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
   r.step_ms = step_s * 1e3;
@@ -110,8 +123,16 @@ int main(int argc, char** argv) {
       const Result r = bench(p, cfg, batch, recompute, warmup, steps, peak);
       std::printf("  %s: step %.1f ms | %.0f tokens/s | %.1f TFLOP/s | MFU %.1f %% | peak memory %.2f GiB | loss %.4f\n",
                   name, r.step_ms, r.tokens_per_s, r.tflops, 100 * r.mfu, r.peak_gib, r.loss);
+      std::printf("    time per op class in one profiled step (%.1f ms; %% of it):\n%s", 1e3 * r.profiled_step_s,
+                  wiola::format_op_profile(r.profile, r.profiled_step_s, 1, "      ").c_str());
+      nlohmann::json classes = nlohmann::json::object(), top = nlohmann::json::array();
+      for (const auto& c : r.profile.classes) classes[c.name] = 1e3 * c.seconds;
+      for (size_t i = 0; i < std::min<size_t>(r.profile.ops.size(), 12); ++i)
+        top.push_back({{"op", r.profile.ops[i].name}, {"ms", 1e3 * r.profile.ops[i].seconds},
+                       {"calls", r.profile.ops[i].calls}});
       out[name] = {{"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"tflops", r.tflops},
-                   {"mfu", r.mfu},         {"peak_gib", r.peak_gib},         {"loss", r.loss}};
+                   {"mfu", r.mfu},         {"peak_gib", r.peak_gib},         {"loss", r.loss},
+                   {"profiled_step_ms", 1e3 * r.profiled_step_s}, {"op_class_ms", classes}, {"top_ops", top}};
     }
     if (!json_out.empty()) {
       FILE* f = std::fopen(json_out.c_str(), "w");

@@ -75,6 +75,20 @@ struct Precision {
   bool separate_weights = false;
 };
 
+// Time marks in a backend's order of execution, for op profiles
+// (kernels/profiled_ops.h). mark() returns the new mark's index; seconds()
+// is the time between two marks, valid once the backend has synchronised.
+// The host clock serves backends whose ops finish before they return (the
+// CPU); a GPU records events on its stream instead.
+class OpTimeline {
+ public:
+  virtual ~OpTimeline() = default;
+  virtual int mark() = 0;
+  virtual double seconds(int from, int to) = 0;
+  virtual void clear() = 0;  // forget every mark
+};
+std::unique_ptr<OpTimeline> make_host_timeline();
+
 template <class T>
 class Ops {
  public:
@@ -101,8 +115,15 @@ class Ops {
   virtual Precision precision() const {
     return {dtype_of<T>(), dtype_of<T>(), dtype_of<T>(), false};
   }
+  // Marks for profiling this backend's ops (see OpTimeline).
+  virtual std::unique_ptr<OpTimeline> make_timeline() { return make_host_timeline(); }
   // dst[i] = src[i] between storage types (master weights -> weight copy).
   virtual void convert(CPtr src, Ptr dst, size_t n) = 0;
+  // dst[r, 0:cols] = src[r, 0:cols] for r < rows: a block of columns of
+  // row-major matrices whose rows are ld_dst and ld_src elements apart, one
+  // storage type. Splits the fused Q|K|V|gate projection's output into its
+  // four tensors and joins their gradients back (model/layer.cpp).
+  virtual void copy_block(Ptr dst, int ld_dst, CPtr src, int ld_src, int rows, int cols) = 0;
 
   // ---- BLAS ----------------------------------------------------------------
   // C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C (accumulated in T or

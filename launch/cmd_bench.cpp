@@ -17,6 +17,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/ops.h"
+#include "kernels/profiled_ops.h"
 #include "model/flops.h"
 #include "model/model.h"
 #include "train/trainer.h"
@@ -51,6 +52,17 @@ struct ShapeRate {
   double seconds = 0;  // per call, best of the repeats
   double flops() const { return 2.0 * shape.m * double(shape.n) * shape.k; }
 };
+
+void print_op_profile(const wiola::OpProfile& p, double wall_s, int steps) {
+  std::printf("  time per op class, per step (%% of the step):\n%s",
+              wiola::format_op_profile(p, wall_s, steps, "    ").c_str());
+}
+
+nlohmann::json op_classes_json(const wiola::OpProfile& p, int steps) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& c : p.classes) j[c.name] = 1e3 * c.seconds / steps;
+  return j;
+}
 
 std::vector<ShapeRate> time_gemm_shapes(wiola::Ops<float>& ops, const std::vector<wiola::GemmShape>& log) {
   std::vector<ShapeRate> rows;
@@ -126,39 +138,40 @@ int wiola_cmd_bench(int argc, char** argv) {
   if (no_atm) cfg.atm = false;
   cfg.validate();
   wiola::set_cpu_threads(threads);
-  auto ops = wiola::make_backend<float>(backend);
+  auto backend_ops = wiola::make_backend<float>(backend);
+  wiola::ProfiledOps<float> ops(*backend_ops);  // op times over the timed steps
 
   std::printf("wiola bench step: %s (d=%d L=%d H=%d H_kv=%d d_A=%d d_B=%d V=%d T=%d), %d sequences, "
               "%d threads, ATM %s%s, backend %s\n  CPU %s, SIMD %s\n", preset.c_str(), cfg.d, cfg.L, cfg.H,
               cfg.Hkv, cfg.dA, cfg.dB, cfg.V, cfg.T, batch, threads, cfg.atm ? "on" : "off",
-              recompute ? ", recompute" : "", ops->name(), wiola::cpu::cpu_model_name().c_str(),
+              recompute ? ", recompute" : "", ops.name(), wiola::cpu::cpu_model_name().c_str(),
               wiola::cpu::simd_target_name());
   double sgemm = wiola::openblas_sgemm_gflops(1024, 10);
 
   wiola::ModelOptions mo;
   mo.micro_batch = batch;
   mo.recompute = recompute;
-  wiola::Model<float> model(*ops, cfg, wiola::ModelShard{}, nullptr, mo);
+  wiola::Model<float> model(ops, cfg, wiola::ModelShard{}, nullptr, mo);
   model.init(1);
   wiola::dist::AdamWConfig ac;
   ac.zero = false;
-  wiola::dist::DistAdamW adam(*ops, model.params(), model.grads(), model.n_params(),
+  wiola::dist::DistAdamW adam(ops, model.params(), model.grads(), model.n_params(),
                                  wiola::optimizer_segments(model.layout()), ac, nullptr, nullptr);
   const auto tokens = bench_tokens(batch, cfg.T, cfg.V, 7);
   const double scale = 1.0 / (double(batch) * cfg.T);
   std::vector<double> times;
   double loss = 0;
-  auto* cpu_ops = dynamic_cast<wiola::CpuOps<float>*>(ops.get());
-  double attn_s = 0;  // attention's wall time over the timed steps (CPU backend)
+  auto* cpu_ops = dynamic_cast<wiola::CpuOps<float>*>(backend_ops.get());
   for (int s = 0; s < warmup + steps; ++s) {
-    if (cpu_ops && s == warmup) cpu_ops->time_attention(&attn_s);
+    if (s == warmup) ops.enable(true);
     const auto t0 = Clock::now();
     model.zero_grads();
     loss = model.train_micro_step(tokens.data(), scale) * scale;
     if (!adam.step(1e-4, adam.applied_steps() + 1).skipped) model.refresh_weights();
     if (s >= warmup) times.push_back(since(t0));
   }
-  if (cpu_ops) cpu_ops->time_attention(nullptr);
+  ops.enable(false);
+  const wiola::OpProfile profile = ops.profile();
   std::sort(times.begin(), times.end());
   sgemm = std::max(sgemm, wiola::openblas_sgemm_gflops(1024, 10));  // warm machine too
 
@@ -174,7 +187,7 @@ int wiola_cmd_bench(int argc, char** argv) {
     model.zero_grads();
     model.train_micro_step(tokens.data(), scale);
     cpu->record_gemm_shapes(nullptr);
-    shapes = time_gemm_shapes(*ops, log);
+    shapes = time_gemm_shapes(*backend_ops, log);
     for (const auto& r : shapes) {
       gemm_flops += r.calls * r.flops();
       gemm_s += r.calls * r.seconds;
@@ -203,16 +216,14 @@ int wiola_cmd_bench(int argc, char** argv) {
                   r.flops() / r.seconds / 1e9, r.calls * r.seconds * 1e3);
     }
   }
-  double attn_share = 0, attn_flop_share = 0;
-  if (cpu_ops) {
-    double total = 0;
-    for (double t : times) total += t;
-    attn_share = attn_s / total;
-    attn_flop_share = wiola::attention_step_flops(cfg, batch) / wiola::train_step_flops(cfg, batch);
-    std::printf("  attention       %.1f ms per step = %.1f %% of the step time for %.1f %% of its FLOPs (%.2fx)\n",
-                1e3 * attn_s / double(times.size()), 100.0 * attn_share, 100.0 * attn_flop_share,
-                attn_share / attn_flop_share);
-  }
+  double total = 0;
+  for (double t : times) total += t;
+  print_op_profile(profile, total, steps);
+  const double attn_share = profile.class_seconds("attention") / total;
+  const double attn_flop_share = wiola::attention_step_flops(cfg, batch) / wiola::train_step_flops(cfg, batch);
+  std::printf("  attention       %.1f ms per step = %.1f %% of the step time for %.1f %% of its FLOPs (%.2fx)\n",
+              1e3 * profile.class_seconds("attention") / steps, 100.0 * attn_share, 100.0 * attn_flop_share,
+              attn_share / attn_flop_share);
   std::printf("  activations     %.1f MiB, params+grads %.1f MiB, peak RSS %.1f MiB\n",
               double(model.activation_bytes()) / 1048576.0, double(model.param_bytes()) / 1048576.0, rss);
   for (const auto& st : model.atm_stats())
@@ -225,7 +236,8 @@ int wiola_cmd_bench(int argc, char** argv) {
                         {"attention_time_share", attn_share}, {"attention_flop_share", attn_flop_share},
                         {"step_shapes_fraction", shape_gflops > 0 ? gflops / shape_gflops : 0.0},
                         {"peak_rss_mib", rss}, {"activation_mib", double(model.activation_bytes()) / 1048576.0},
-                        {"cpu", wiola::cpu::cpu_model_name()}, {"simd", wiola::cpu::simd_target_name()}};
+                        {"cpu", wiola::cpu::cpu_model_name()}, {"simd", wiola::cpu::simd_target_name()},
+                        {"op_class_ms_per_step", op_classes_json(profile, steps)}};
 
   if (!no_torch) {
     const std::string script = std::string(WIOLA_SOURCE_DIR) + "/bench/torch_step.py";

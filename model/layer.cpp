@@ -1,9 +1,11 @@
 #include "model/layer.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "model/linear.h"
+#include "util/error.h"
 
 namespace wiola {
 
@@ -52,6 +54,7 @@ void LayerWork<T>::reserve(const LayerCtx<T>& c) {
   r.reserve(&dha, act, N * dA); r.reserve(&dhb, act, N * dB);
   r.reserve(&dga, act, N * dA); r.reserve(&dua, act, N * dA); r.reserve(&dub, act, N * dB);
   r.reserve(&dxh, res, N * d);
+  r.reserve(&proj, act, N * size_t(qkvg_width(c.ld)));
   r.reserve(&dphi, 1);
 }
 
@@ -63,6 +66,46 @@ template <class T>
 void atm_decide(const LayerCtx<T>& c, LayerActs<T>& a) {
   c.ops.atm_similarity(a.xn1, c.B, c.T_, c.cfg.d, a.rho);
   c.ops.atm_plan(a.rho, c.B, c.T_, c.cfg.tau, a.open, a.group_first, a.key_end, a.n_groups);
+}
+
+// The fused input projection (docs/model.md §3): q, k, v and the gate's
+// input are column blocks [H dh | Hkv dh | Hkv dh | H dh] of one
+// [N, qkvg_width] product in the proj scratch. The later ops read each as a
+// whole tensor, so the blocks are copied out (forward) and their gradients
+// copied back in (backward) around the one GEMM of each direction.
+template <class T>
+void qkvg_blocks(const LayerCtx<T>& c, const std::array<Ptr, 4>& parts, bool into_proj) {
+  const int N = c.N(), hd = c.ld.H * c.ld.dh, kvd = c.ld.Hkv * c.ld.dh, width = qkvg_width(c.ld);
+  const int widths[4] = {hd, kvd, kvd, hd};
+  size_t col = 0;
+  for (int i = 0; i < 4; ++i) {
+    const Ptr block = c.proj + col;
+    if (into_proj) c.ops.copy_block(block, width, parts[size_t(i)], widths[i], N, widths[i]);
+    else c.ops.copy_block(parts[size_t(i)], widths[i], block, width, N, widths[i]);
+    col += size_t(widths[i]);
+  }
+}
+
+// [q | k | v | gate] = X-tilde [wq; wk; wv; wgate]^T, one GEMM.
+template <class T>
+void qkvg_fwd(const LayerCtx<T>& c, const LayerParams& p, LayerActs<T>& a) {
+  WIOLA_CHECK(c.proj, "layer forward: no fused-projection scratch in the layer context");
+  linear_fwd(c.ops, a.xn1, p.wqkvg, c.N(), c.cfg.d, qkvg_width(c.ld), c.proj);
+  qkvg_blocks(c, {a.q, a.k, a.v, a.gpre}, false);
+}
+
+// dX-tilde (overwritten) and the four weight gradients (accumulated) from
+// dq, dk, dv, dgate: one GEMM each. The TP sum of dX-tilde starts between
+// them, hidden behind the weight gradients.
+template <class T>
+TpInFlight qkvg_bwd(const LayerCtx<T>& c, const LayerParams& p, const LayerParams& g, const LayerActs<T>& a,
+                    const LayerWork<T>& w) {
+  const int N = c.N(), d = c.cfg.d, width = qkvg_width(c.ld);
+  qkvg_blocks(c, {w.dq, w.dk, w.dv, w.dgpre}, true);
+  linear_bwd_x(c.ops, c.proj, p.wqkvg, N, d, width, w.dxn);
+  TpInFlight sum = tp_start_sum(c.tp, w.dxn, size_t(N) * d);
+  linear_bwd_w(c.ops, c.proj, a.xn1, N, d, width, g.wqkvg);
+  return sum;
 }
 
 template <class T>
@@ -85,10 +128,7 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, co
 
   // ---- GCLA (docs/model.md §2) ----
   ops.rmsnorm_fwd(x, p.ln1_g, p.ln1_d, N, d, c.cfg.eps, a.xn1, a.rstd1);
-  linear_fwd(ops, a.xn1, p.wq, N, d, hd, a.q);
-  linear_fwd(ops, a.xn1, p.wk, N, d, kvd, a.k);
-  linear_fwd(ops, a.xn1, p.wv, N, d, kvd, a.v);
-  linear_fwd(ops, a.xn1, p.wgate, N, d, hd, a.gpre);
+  qkvg_fwd(c, p, a);
   ops.srpe_apply(a.q, c.B, c.T_, c.ld.H, dh, c.srpe, false);
   ops.srpe_apply(a.k, c.B, c.T_, c.ld.Hkv, dh, c.srpe, false);
 
@@ -222,15 +262,7 @@ void layer_backward(const LayerCtx<T>& c, int l, const LayerParams& p, const Lay
   // Undo SRPE (transpose rotation), then the input projections.
   ops.srpe_apply(w.dq, c.B, c.T_, c.ld.H, dh, c.srpe, true);
   ops.srpe_apply(w.dk, c.B, c.T_, c.ld.Hkv, dh, c.srpe, true);
-  linear_bwd_x(ops, w.dq, p.wq, N, d, hd, w.dxn);
-  linear_bwd_x(ops, w.dk, p.wk, N, d, kvd, w.dxn, T(1));
-  linear_bwd_x(ops, w.dv, p.wv, N, d, kvd, w.dxn, T(1));
-  linear_bwd_x(ops, w.dgpre, p.wgate, N, d, hd, w.dxn, T(1));
-  TpInFlight attn_dxn_sum = tp_start_sum(c.tp, w.dxn, nd);  // hidden behind the weight gradients
-  linear_bwd_w(ops, w.dq, a.xn1, N, d, hd, g.wq);
-  linear_bwd_w(ops, w.dk, a.xn1, N, d, kvd, g.wk);
-  linear_bwd_w(ops, w.dv, a.xn1, N, d, kvd, g.wv);
-  linear_bwd_w(ops, w.dgpre, a.xn1, N, d, hd, g.wgate);
+  TpInFlight attn_dxn_sum = qkvg_bwd(c, p, g, a, w);
   ops.copy(dx.raw(), w.dxh.raw(), nd * dtype_bytes(c.prec.residual));  // residual
   attn_dxn_sum.finish();
   ops.rmsnorm_bwd(x, p.ln1_g, p.ln1_d, a.rstd1, w.dxn, N, d, dx, g.ln1_g, g.ln1_d);

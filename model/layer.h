@@ -27,8 +27,15 @@ struct LayerCtx {
   int B, T_;             // micro-batch sequences, positions per sequence
   CPtr srpe;             // SRPE table [T_, dh/2, 2] in backend memory
   Precision prec;        // storage types (ops.precision())
+  // Scratch [N, qkvg_width] shared by all layers: the fused Q|K|V|gate
+  // projection's output in the forward, its gradient in the backward
+  // (LayerWork::proj where the model owns one).
+  Ptr proj;
   int N() const { return B * T_; }
 };
+
+// Columns of the fused input projection: H dh (q) + 2 Hkv dh (k, v) + H dh (gate).
+inline int qkvg_width(const LocalDims& ld) { return 2 * ld.H * ld.dh + 2 * ld.Hkv * ld.dh; }
 
 // Saved activations of one layer for one micro-batch.
 template <class T>
@@ -60,6 +67,7 @@ template <class T>
 struct LayerWork {
   Ptr dxn, dq, dk, dv, dgpre, dkg, dvg, dog, d_o, do_self, do_ctx;
   Ptr dkc, dvc, dfpre, da, db, dha, dhb, dga, dua, dub, dxh;
+  Ptr proj;                   // [N, qkvg_width] the LayerCtx::proj scratch
   double* dphi;               // [1] this call's dL/dφ (TP-partial until summed)
   Arena<T> arena;
   void allocate(const LayerCtx<T>& c) { reserve(c); arena.commit(c.ops); }

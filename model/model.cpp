@@ -52,7 +52,7 @@ struct Model<T>::Impl {
   Buffer<T, double> loss_sum;       // [1] CE sum since take_loss_sum()
   LayerCtx<T> ctx(Ops<T>& ops, const ModelConfig& cfg, const LocalDims& ld, TpCollectives* tp,
                   int n, CPtr table, const Precision& prec) const {
-    return LayerCtx<T>{ops, cfg, ld, tp, B, n, table, prec};
+    return LayerCtx<T>{ops, cfg, ld, tp, B, n, table, prec, work.proj};
   }
 };
 
@@ -260,7 +260,7 @@ typename Model<T>::Memory Model<T>::plan_memory(Ops<T>& ops, const ModelConfig& 
   Memory r;
   r.master = r.grads = n * sizeof(T);
   if (prec.separate_weights || prec.weight != dtype_of<T>()) r.weights = n * dtype_bytes(prec.weight);
-  const LayerCtx<T> c{ops, cfg, ld, nullptr, opt.micro_batch, cfg.T, CPtr{}, prec};
+  const LayerCtx<T> c{ops, cfg, ld, nullptr, opt.micro_batch, cfg.T, CPtr{}, prec, Ptr{}};
   const int l0 = shard.layer_begin, l1 = shard.end(cfg), nl = l1 - l0;
   const int n_summ = l1 - std::max(0, l0 + 1 - cfg.Lambda);
   const bool last = shard.last_stage(cfg);

@@ -82,12 +82,15 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& s) {
     auto n = [&](const char* suffix) { return layer_param_name(l, suffix); };
     add(vec(n("input_layernorm.weight"), InitKind::Ones, 0, false));
     add(vec(n("input_layernorm.offset"), InitKind::Zeros, 0, false));
+    // q, k, v and gate read the same input and sit next to each other, so
+    // the four are one [H dh + 2 Hkv dh + H dh, d] matrix for one GEMM
+    // (LayerParams::wqkvg).
     add(mat(n("self_attn.q_proj.weight"), lhd, d, hd, d, qrows, {}, false));
     add(mat(n("self_attn.k_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false));
     add(mat(n("self_attn.v_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false));
+    add(mat(n("self_attn.gate_proj.weight"), lhd, d, hd, d, qrows, {}, false));
     add(mat(n("self_attn.ctx_k_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false));
     add(mat(n("self_attn.ctx_v_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false));
-    add(mat(n("self_attn.gate_proj.weight"), lhd, d, hd, d, qrows, {}, false));
     add(mat(n("self_attn.o_proj.weight"), d, lhd, d, hd, {}, qrows, false));
     {
       ParamEntry phi;
@@ -148,6 +151,16 @@ ModelParams ModelParams::bind_forward(const ParamLayout& layout, Ptr weights, Pt
     lp.wkc = n("self_attn.ctx_k_proj.weight");
     lp.wvc = n("self_attn.ctx_v_proj.weight");
     lp.wgate = n("self_attn.gate_proj.weight");
+    {
+      const ParamEntry& q = layout.find(layer_param_name(l, "self_attn.q_proj.weight"));
+      const ParamEntry& k = layout.find(layer_param_name(l, "self_attn.k_proj.weight"));
+      const ParamEntry& v = layout.find(layer_param_name(l, "self_attn.v_proj.weight"));
+      const ParamEntry& g = layout.find(layer_param_name(l, "self_attn.gate_proj.weight"));
+      WIOLA_CHECK(k.offset == q.offset + q.size() && v.offset == k.offset + k.size() &&
+                      g.offset == v.offset + v.size(),
+                  "layer ", l, ": q, k, v and gate projections are not adjacent in the parameter layout");
+      lp.wqkvg = lp.wq;
+    }
     lp.wo = n("self_attn.o_proj.weight");
     lp.phi = n("self_attn.ctx_gate_logit");
     lp.ln2_g = n("post_attention_layernorm.weight");

@@ -61,6 +61,7 @@ struct LayerParams {
   Ptr ln1_g, ln1_d;                 // input_layernorm [d]
   Ptr wq, wk, wv, wkc, wvc;         // [H dh, d], [Hkv dh, d] x4
   Ptr wgate, wo, phi;               // [H dh, d], [d, H dh], [1]
+  Ptr wqkvg;                        // wq, wk, wv, wgate as one [2 H dh + 2 Hkv dh, d] (adjacent)
   Ptr ln2_g, ln2_d;                 // post_attention_layernorm [d]
   Ptr ga, ua, da;                   // [dA, d], [dA, d], [d, dA]
   Ptr ub, db, wf;                   // [dB, d], [d, dB], [d, 2d]

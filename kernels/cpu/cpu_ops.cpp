@@ -9,7 +9,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -74,23 +73,6 @@ void parallel_gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A,
     }
   }
 }
-
-// Adds the wall time of its scope to *sum (when sum is set).
-class AttnTimer {
- public:
-  explicit AttnTimer(double* sum) : sum_(sum) {
-    if (sum_) t0_ = std::chrono::steady_clock::now();
-  }
-  AttnTimer(const AttnTimer&) = delete;
-  AttnTimer& operator=(const AttnTimer&) = delete;
-  ~AttnTimer() {
-    if (sum_) *sum_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
-
- private:
-  double* sum_;
-  std::chrono::steady_clock::time_point t0_;
-};
 
 // The typed pointers of an op, checked against the backend's compute type.
 template <class T>
@@ -171,6 +153,19 @@ void CpuOps<T>::convert(CPtr src, Ptr dst, size_t n) {
   const T* s = I(src);
   T* d = O(dst);
   if (n && d != s) std::memmove(d, s, n * sizeof(T));
+}
+
+template <class T>
+void CpuOps<T>::copy_block(Ptr dst, int ld_dst, CPtr src, int ld_src, int rows, int cols) {
+  OPEN;
+  if (rows <= 0 || cols <= 0) return;
+  WIOLA_CHECK(ld_dst >= cols && ld_src >= cols, "copy_block: ", cols, " columns in rows of ", ld_dst, " and ",
+              ld_src);
+  const T* s = I(src);
+  T* d = O(dst);
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(d + size_t(r) * ld_dst, s + size_t(r) * ld_src, size_t(cols) * sizeof(T));
 }
 
 // ---- BLAS ------------------------------------------------------------------
@@ -273,7 +268,6 @@ void CpuOps<T>::attention_fwd(const AttnShape& s, const AttnKeys& keys,
                               CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                               Ptr o, Ptr lse) {
   OPEN;
-  const AttnTimer timer(attn_seconds_);
   cpu::attention_fwd(s, keys, I(q), I(k), I(v), I(raw_k), I(raw_v), O(o), O(lse));
 }
 template <class T>
@@ -282,7 +276,6 @@ void CpuOps<T>::attention_bwd(const AttnShape& s, const AttnKeys& keys,
                               CPtr o, CPtr lse, CPtr dout, Ptr dq, Ptr dk,
                               Ptr dv, Ptr draw_k, Ptr draw_v) {
   OPEN;
-  const AttnTimer timer(attn_seconds_);
   cpu::attention_bwd(s, keys, I(q), I(k), I(v), I(raw_k), I(raw_v), I(o), I(lse), I(dout), O(dq),
                      O(dk), O(dv), O(draw_k), O(draw_v));
 }

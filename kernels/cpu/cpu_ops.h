@@ -36,9 +36,6 @@ class CpuOps final : public Ops<T> {
   // replays one step's shapes to measure the BLAS rate on exactly them);
   // null stops recording.
   void record_gemm_shapes(std::vector<GemmShape>* log) { gemm_log_ = log; }
-  // While set, the wall time of every attention_fwd/attention_bwd call is
-  // added here, in seconds (wiola bench step: attention's share of a step).
-  void time_attention(double* seconds) { attn_seconds_ = seconds; }
 
   explicit CpuOps(CpuMemory memory = CpuMemory::Host);
   ~CpuOps() override;
@@ -52,6 +49,7 @@ class CpuOps final : public Ops<T> {
   bool host_accessible() const override;
   Precision precision() const override;
   void convert(CPtr src, Ptr dst, size_t n) override;
+  void copy_block(Ptr dst, int ld_dst, CPtr src, int ld_src, int rows, int cols) override;
   void gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, CPtr A, int lda, CPtr B, int ldb, T beta, Ptr C, int ldc) override;
   void gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k, T alpha, CPtr A, int lda, long sA, CPtr B, int ldb, long sB, T beta, Ptr C, int ldc, long sC, int batch) override;
   void add(CPtr a, CPtr b, Ptr out, size_t n) override;
@@ -95,7 +93,6 @@ class CpuOps final : public Ops<T> {
  private:
   std::unique_ptr<cpu::OpaqueMemory> mem_;  // null: host memory
   std::vector<GemmShape>* gemm_log_ = nullptr;
-  double* attn_seconds_ = nullptr;
   cpu::OpaqueMemory* opaque() { return mem_.get(); }
 };
 

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_lib.cuh"
@@ -38,6 +39,37 @@ size_t span(Trans t, int rows, int cols, int ld) {
   const int r = t == Trans::N ? rows : cols, c = t == Trans::N ? cols : rows;
   return r > 0 && c > 0 ? size_t(r - 1) * size_t(ld) + size_t(c) : 0;
 }
+
+// Profiling marks (kernels/profiled_ops.h): events recorded on the backend's
+// stream, so an op's time is its time on the device, not its launch's.
+// Events are kept and re-recorded after clear().
+class CudaTimeline final : public OpTimeline {
+ public:
+  explicit CudaTimeline(cudaStream_t stream) : stream_(stream) {}
+  ~CudaTimeline() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  int mark() override {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      check(cudaEventCreate(&e), "profile event");
+      events_.push_back(e);
+    }
+    check(cudaEventRecord(events_[used_], stream_), "profile event");
+    return int(used_++);
+  }
+  double seconds(int from, int to) override {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, events_[size_t(from)], events_[size_t(to)]), "profile event time");
+    return 1e-3 * ms;
+  }
+  void clear() override { used_ = 0; }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+};
 
 class CudaOps final : public Ops<float> {
  public:
@@ -84,12 +116,24 @@ class CudaOps final : public Ops<float> {
     if (bytes) check(cudaMemsetAsync(p, 0, bytes, stream_), "zero");
   }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "synchronize"); }
+  std::unique_ptr<OpTimeline> make_timeline() override { return std::make_unique<CudaTimeline>(stream_); }
   bool host_accessible() const override { return false; }
   Precision precision() const override {
     if (prec_ == CudaPrecision::BF16) return {DType::BF16, DType::F32, DType::BF16, true};
     return {DType::F32, DType::F32, DType::F32, false};
   }
   void convert(CPtr src, Ptr dst, size_t n) override { cuda::convert(ctx(), src, dst, n); }
+  void copy_block(Ptr dst, int ld_dst, CPtr src, int ld_src, int rows, int cols) override {
+    if (rows <= 0 || cols <= 0) return;
+    WIOLA_CHECK(dst.dtype() == src.dtype(), "cuda copy_block: ", dtype_name(src.dtype()), " into ",
+                dtype_name(dst.dtype()));
+    WIOLA_CHECK(ld_dst >= cols && ld_src >= cols, "cuda copy_block: ", cols, " columns in rows of ", ld_dst,
+                " and ", ld_src);
+    const size_t es = dtype_bytes(src.dtype());
+    check(cudaMemcpy2DAsync(dst.raw(), size_t(ld_dst) * es, src.raw(), size_t(ld_src) * es, size_t(cols) * es,
+                            size_t(rows), cudaMemcpyDeviceToDevice, stream_),
+          "copy_block");
+  }
 
   // ---- BLAS ----
   void gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, CPtr A, int lda, CPtr B, int ldb, float beta,

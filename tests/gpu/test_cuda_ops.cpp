@@ -310,6 +310,13 @@ TEST(CudaOps, GemmAndConvert) {
         o.gemm(ta, tb, m, n, k, 0.7f, A, lda, B, ldb, 0.3f, C, n);
         return std::vector<Vec>{r.out(C, c0.size())};
       });
+  // A column block between row lengths (the fused projection's split and join): exact.
+  same_on_gpu("copy_block", 1e-30, [&](Ops<float>& o) {
+    OnBackend r(o);
+    float *A = r.in(a), *C = r.in(c0);
+    o.copy_block(Ptr(C) + 3, n, CPtr(A) + 2, k, m, 20);
+    return std::vector<Vec>{r.out(C, c0.size())};
+  });
   // fp32 -> bf16 -> fp32 rounds to 8 significant bits.
   auto gpu = make_cuda_ops(CudaPrecision::BF16);
   Buffer<float> src(*gpu, a.size()), back(*gpu, a.size());

@@ -159,11 +159,12 @@ struct LayerHarness {
         model(*ops, c, ModelShard{}, nullptr, ModelOptions{batch, false, false}) {
     model.init(seed);
     srpe = up(*ops, srpe_table<double>(cfg, 0, Tn));
+    proj = Buffer<double>(*ops, size_t(B) * Tn * size_t(qkvg_width(ld)));
   }
   // A LayerCtx with possibly different tau / atm flag (the model's
   // parameters do not depend on them).
   LayerCtx<double> ctx(const ModelConfig& c) const {
-    return LayerCtx<double>{*ops, c, ld, nullptr, B, Tn, srpe.data(), ops->precision()};
+    return LayerCtx<double>{*ops, c, ld, nullptr, B, Tn, srpe.data(), ops->precision(), proj.data()};
   }
   size_t Nd() const { return size_t(B) * Tn * cfg.d; }
   const LayerParams& lp(int l) const { return model.p().layers[size_t(l)]; }
@@ -174,6 +175,7 @@ struct LayerHarness {
   LocalDims ld;
   Model<double> model;
   Buffer<double> srpe;
+  mutable Buffer<double> proj;  // LayerCtx::proj (scratch, written through a const harness)
 };
 
 // Runs layer l; checks that nothing past the [N, d] output is written.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/ops/test_util.h"
+#include "util/error.h"
 
 namespace wiola::test {
 namespace {
@@ -50,6 +51,26 @@ TEST(Memory, AlignedZeroedCopies) {
   for (float v : back) ASSERT_EQ(v, 0.0f);
   Buffer<float, int32_t> ids(*ops, 3);
   EXPECT_EQ(ids.bytes(), 12u);
+}
+
+// A column block between matrices of different row lengths, nothing else
+// touched (the fused Q|K|V|gate projection's split and join).
+TEST(Memory, CopyBlockMovesOnlyTheBlock) {
+  auto ops = make_cpu_ops<float>();
+  const int rows = 37, ld_src = 23, ld_dst = 11, cols = 7, off = 5;
+  std::vector<float> src(size_t(rows) * ld_src), dst(size_t(rows) * ld_dst, -1.0f);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = float(i);
+  Buffer<float> s(*ops, src.size()), d(*ops, dst.size());
+  ops->upload(s.data(), src.data(), s.bytes());
+  ops->upload(d.data(), dst.data(), d.bytes());
+  ops->copy_block(Ptr(d.data()) + 2, ld_dst, CPtr(s.data()) + off, ld_src, rows, cols);
+  ops->download(dst.data(), d.data(), d.bytes());
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < ld_dst; ++c) {
+      const bool in = c >= 2 && c < 2 + cols;
+      ASSERT_EQ(dst[size_t(r) * ld_dst + c], in ? src[size_t(r) * ld_src + off + c - 2] : -1.0f) << r << "," << c;
+    }
+  EXPECT_THROW(ops->copy_block(d.data(), 3, s.data(), ld_src, rows, cols), Error);  // rows shorter than the block
 }
 
 // Naive C = alpha op(A) op(B) + beta C with leading dimensions.
