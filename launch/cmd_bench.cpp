@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -18,6 +19,10 @@
 #include "kernels/cpu/simd.h"
 #include "kernels/ops.h"
 #include "kernels/profiled_ops.h"
+#ifdef WIOLA_HAVE_CUDA
+#include "bench/gpu_step_run.h"
+#include "kernels/cuda/cuda_ops.h"
+#endif
 #include "model/flops.h"
 #include "model/model.h"
 #include "train/trainer.h"
@@ -101,6 +106,91 @@ std::vector<ShapeRate> time_gemm_shapes(wiola::Ops<float>& ops, const std::vecto
 
 std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
 
+// Runs a PyTorch baseline script (bench/torch_step.py, bench/torch_gpu_step.py)
+// and returns the JSON of its last {...} line; null (with its output
+// printed) when it failed.
+nlohmann::json run_torch_baseline(const std::string& python, const std::string& script, const std::string& args) {
+  const std::string path = std::string(WIOLA_SOURCE_DIR) + "/bench/" + script;
+  const std::string cmd = python + " " + shell_quote(path) + " " + args + " 2>&1";
+  std::printf("  running the PyTorch baseline (bench/%s) ...\n", script.c_str());
+  std::fflush(stdout);
+  FILE* p = popen(cmd.c_str(), "r");
+  WIOLA_CHECK(p, "cannot run ", cmd);
+  std::string text, last_json;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) {
+    text += buf;
+    if (buf[0] == '{') last_json = buf;
+  }
+  const int rc = pclose(p);
+  if (rc != 0 || last_json.empty()) {
+    std::printf("  PyTorch baseline failed (exit %d):\n%s\n", rc, text.c_str());
+    return nullptr;
+  }
+  return nlohmann::json::parse(last_json);
+}
+
+// The model's shape as both baseline scripts take it.
+std::string torch_model_args(const wiola::ModelConfig& cfg, int batch, int steps, int warmup) {
+  char a[512];
+  std::snprintf(a, sizeof a, "--d %d --L %d --H %d --Hkv %d --dA %d --dB %d --V %d --T %d --B %d --tau %.17g "
+                "--steps %d --warmup %d%s", cfg.d, cfg.L, cfg.H, cfg.Hkv, cfg.dA, cfg.dB, cfg.V, cfg.T, batch,
+                cfg.tau, steps, warmup, cfg.atm ? "" : " --no-atm");
+  return a;
+}
+
+void write_json(const std::string& path, const nlohmann::json& out) {
+  if (path.empty()) return;
+  FILE* f = std::fopen(path.c_str(), "w");
+  WIOLA_CHECK(f, "cannot write '", path, "'");
+  std::fprintf(f, "%s\n", out.dump(2).c_str());
+  std::fclose(f);
+}
+
+// wiola bench step --device cuda: the GPU step benchmark (bench/gpu_step_run.h,
+// as wiola_gpu_bench runs it), then PyTorch's bf16 step of the same model on
+// the same GPU (bench/torch_gpu_step.py; eager, and torch.compile on request)
+// with the python in $WIOLA_PYTHON or on the PATH.
+int bench_step_cuda(const std::string& preset, int batch, int seq_len, int steps, int warmup, bool recompute,
+                    const std::string& precision, double peak_tflops, bool no_torch, bool torch_compile,
+                    const std::string& json_out) {
+#ifdef WIOLA_HAVE_CUDA
+  WIOLA_CHECK(wiola::cuda_device_count() > 0, "bench step --device cuda: ", wiola::cuda_status());
+  wiola::GpuStepOptions o;
+  o.preset = preset; o.batch = batch; o.seq_len = seq_len; o.steps = steps; o.warmup = warmup;
+  o.recompute = recompute; o.precision = precision; o.peak_tflops = peak_tflops;
+  nlohmann::json out = wiola::run_gpu_step_bench(o);
+  if (!no_torch) {
+    wiola::ModelConfig cfg = wiola::model_preset(preset);
+    if (seq_len > 0) cfg.T = seq_len;
+    const char* py = std::getenv("WIOLA_PYTHON");
+    const std::string python = py && *py ? py : "python3";
+    const std::string args = "--device cuda --dtype bf16 " + torch_model_args(cfg, batch, steps, warmup);
+    const double w = out.contains("bf16") ? out["bf16"]["tokens_per_s"].get<double>() : 0.0;
+    for (bool compile : {false, true}) {
+      if (compile && !torch_compile) continue;
+      const char* key = compile ? "torch_compile" : "torch_eager";
+      const nlohmann::json t = run_torch_baseline(python, "torch_gpu_step.py", args + (compile ? " --compile" : ""));
+      if (t.is_null()) continue;
+      const double tps = t.at("tokens_per_s").get<double>();
+      std::printf("  PyTorch %-8s %.0f tokens/s (%.1f ms/step, torch %s)", compile ? "compile" : "eager", tps,
+                  t.at("step_ms").get<double>(), t.at("torch").get<std::string>().c_str());
+      if (w > 0) std::printf("  -> wiola bf16 / PyTorch = %.2fx", w / tps);
+      std::printf("\n");
+      out[key] = t;
+      if (w > 0) out[std::string("ratio_vs_") + key] = w / tps;
+    }
+  }
+  write_json(json_out, out);
+  return 0;
+#else
+  (void)preset, (void)batch, (void)seq_len, (void)steps, (void)warmup, (void)recompute, (void)precision;
+  (void)peak_tflops, (void)no_torch, (void)torch_compile, (void)json_out;
+  wiola::fail("bench step --device cuda: this wiola was built without the CUDA backend "
+              "(configure with -DWIOLA_CUDA=ON; scripts/build.sh does when nvcc is present)");
+#endif
+}
+
 }  // namespace
 
 int wiola_bench_scale(int argc, char** argv);  // launch/cmd_bench_scale.cpp
@@ -122,7 +212,17 @@ int wiola_cmd_bench(int argc, char** argv) {
   step->add_option("--threads", threads, "CPU threads (both sides)")->capture_default_str();
   step->add_option("--steps", steps, "timed steps (median reported)")->capture_default_str();
   step->add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
-  step->add_option("--backend", backend, "op backend (cpu, cpu-opaque)")->capture_default_str();
+  step->add_option("--backend", backend, "op backend on the CPU (cpu, cpu-opaque)")->capture_default_str();
+  std::string device = "cpu", precision = "both";
+  double peak_tflops = 989.0;
+  bool torch_compile = false;
+  step->add_option("--device", device, "cpu, or cuda: the GPU step benchmark (wiola-360m at T=2048, batch 4 "
+                   "by default there)")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  step->add_option("--precision", precision, "cuda: bf16, fp32 or both")->check(CLI::IsMember({"bf16", "fp32", "both"}))
+      ->capture_default_str();
+  step->add_option("--peak-tflops", peak_tflops, "cuda: bf16 dense peak for MFU (H100/H200 SXM: 989)")
+      ->capture_default_str();
+  step->add_flag("--torch-compile", torch_compile, "cuda: also time PyTorch with torch.compile");
   step->add_flag("--no-torch", no_torch, "skip the PyTorch reference");
   step->add_flag("--recompute", recompute, "activation recompute");
   step->add_flag("--no-atm", no_atm, "ATM off");
@@ -133,6 +233,15 @@ int wiola_cmd_bench(int argc, char** argv) {
     return app.exit(e);
   }
   WIOLA_CHECK(batch >= 1 && steps >= 1 && warmup >= 0 && threads >= 1, "bench: batch, steps, threads must be positive");
+  if (device == "cuda") {
+    // The GPU defaults (docs/gpu.md) where the CPU ones were left as they are.
+    if (step->count("--preset") == 0) preset = "wiola-360m";
+    if (step->count("--batch") == 0) batch = 4;
+    if (step->count("--steps") == 0) steps = 10;
+    if (step->count("--warmup") == 0) warmup = 3;
+    return bench_step_cuda(preset, batch, seq_len, steps, warmup, recompute, precision, peak_tflops, no_torch,
+                           torch_compile, json_out);
+  }
   wiola::ModelConfig cfg = wiola::model_preset(preset);
   if (seq_len > 0) cfg.T = seq_len;
   if (no_atm) cfg.atm = false;
@@ -240,28 +349,10 @@ int wiola_cmd_bench(int argc, char** argv) {
                         {"op_class_ms_per_step", op_classes_json(profile, steps)}};
 
   if (!no_torch) {
-    const std::string script = std::string(WIOLA_SOURCE_DIR) + "/bench/torch_step.py";
-    char cmd[2048];
-    std::snprintf(cmd, sizeof cmd,
-                  "/usr/bin/python3 %s --threads %d --d %d --L %d --H %d --Hkv %d --dA %d --dB %d "
-                  "--V %d --T %d --B %d --tau %.17g --steps %d --warmup %d%s 2>&1",
-                  shell_quote(script).c_str(), threads, cfg.d, cfg.L, cfg.H, cfg.Hkv, cfg.dA, cfg.dB,
-                  cfg.V, cfg.T, batch, cfg.tau, steps, warmup, cfg.atm ? "" : " --no-atm");
-    std::printf("  running the PyTorch reference (bench/torch_step.py) ...\n");
-    std::fflush(stdout);
-    FILE* p = popen(cmd, "r");
-    WIOLA_CHECK(p, "cannot run ", cmd);
-    std::string text, last_json;
-    char buf[4096];
-    while (std::fgets(buf, sizeof buf, p)) {
-      text += buf;
-      if (buf[0] == '{') last_json = buf;
-    }
-    const int rc = pclose(p);
-    if (rc != 0 || last_json.empty()) {
-      std::printf("  PyTorch reference failed (exit %d):\n%s\n", rc, text.c_str());
-    } else {
-      const auto tj = nlohmann::json::parse(last_json);
+    const nlohmann::json tj = run_torch_baseline(
+        "/usr/bin/python3", "torch_step.py",
+        "--threads " + std::to_string(threads) + " " + torch_model_args(cfg, batch, steps, warmup));
+    if (!tj.is_null()) {
       const double ttps = tj.at("tokens_per_s").get<double>();
       std::printf("  PyTorch         %.0f tokens/s (%.1f ms/step, torch %s, %d threads)\n", ttps,
                   tj.at("step_ms").get<double>(), tj.at("torch").get<std::string>().c_str(),
@@ -271,11 +362,6 @@ int wiola_cmd_bench(int argc, char** argv) {
       out["ratio_vs_torch"] = tps / ttps;
     }
   }
-  if (!json_out.empty()) {
-    FILE* f = std::fopen(json_out.c_str(), "w");
-    WIOLA_CHECK(f, "cannot write '", json_out, "'");
-    std::fprintf(f, "%s\n", out.dump().c_str());
-    std::fclose(f);
-  }
+  write_json(json_out, out);
   return 0;
 }

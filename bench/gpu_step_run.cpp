@@ -1,0 +1,121 @@
+// The GPU training-step benchmark (bench/gpu_step_run.h).
+#include "bench/gpu_step_run.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dist/optimizer.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/profiled_ops.h"
+#include "model/flops.h"
+#include "model/model.h"
+#include "util/error.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+size_t device_used_bytes() {
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  return total_b - free_b;
+}
+
+struct Result {
+  double step_ms = 0, tokens_per_s = 0, tflops = 0, mfu = 0, loss = 0, peak_gib = 0;
+  wiola::OpProfile profile;  // one more step, each op between two events
+  double profiled_step_s = 0;
+};
+
+Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, int batch, bool recompute, int warmup,
+             int steps, double peak_tflops) {
+  auto cuda = wiola::make_cuda_ops(p);
+  // Timed steps run unprofiled (events around every op would add host
+  // work to a launch-bound step); one step after them is profiled.
+  wiola::ProfiledOps<float> prof(*cuda);
+  wiola::Ops<float>* ops = &prof;
+  wiola::ModelOptions mo;
+  mo.micro_batch = batch;
+  mo.recompute = recompute;
+  wiola::Model<float> model(*ops, cfg, wiola::ModelShard{}, nullptr, mo);
+  model.init(1);
+  std::vector<wiola::dist::ParamSegment> segs;
+  for (const auto& e : model.layout().entries()) segs.push_back({e.offset, e.size(), e.decay, true});
+  wiola::dist::DistAdamW adam(*ops, model.params(), model.grads(), model.n_params(), segs,
+                              wiola::dist::AdamWConfig{}, nullptr, nullptr);
+  std::mt19937_64 rng(7);
+  std::vector<int32_t> tok(size_t(batch) * (cfg.T + 1));
+  for (size_t i = 0; i < tok.size(); ++i) tok[i] = (i > 0 && rng() % 5 == 0) ? tok[i - 1] : int32_t(rng() % cfg.V);
+  const double scale = 1.0 / (double(batch) * cfg.T);
+  std::vector<double> times;
+  Result r;
+  size_t peak = 0;
+  for (int s = 0; s < warmup + steps + 1; ++s) {
+    const bool profiled = s == warmup + steps;
+    prof.enable(profiled);
+    ops->synchronize();
+    const auto t0 = Clock::now();
+    model.zero_grads();
+    r.loss = model.train_micro_step(tok.data(), scale) * scale;
+    if (!adam.step(1e-4, adam.applied_steps() + 1).skipped) model.refresh_weights();
+    ops->synchronize();
+    peak = std::max(peak, device_used_bytes());
+    const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (profiled) r.profiled_step_s = took;
+    else if (s >= warmup) times.push_back(took);
+  }
+  prof.enable(false);
+  r.profile = prof.profile();
+  std::sort(times.begin(), times.end());
+  const double step_s = times[times.size() / 2];
+  r.step_ms = step_s * 1e3;
+  r.tokens_per_s = double(batch) * cfg.T / step_s;
+  r.tflops = wiola::train_step_flops(cfg, batch) / step_s / 1e12;
+  r.mfu = r.tflops / peak_tflops;
+  r.peak_gib = double(peak) / double(1u << 30);
+  return r;
+}
+
+}  // namespace
+
+nlohmann::json wiola::run_gpu_step_bench(const GpuStepOptions& o) {
+  if (cuda_device_count() == 0) {
+    std::printf("GPU step benchmark: skipped: %s\n", cuda_status());
+    return {{"skipped", cuda_status()}};
+  }
+  WIOLA_CHECK(o.precision == "bf16" || o.precision == "fp32" || o.precision == "both",
+              "GPU step benchmark: precision must be bf16, fp32 or both (got '", o.precision, "')");
+  WIOLA_CHECK(o.batch >= 1 && o.steps >= 1 && o.warmup >= 0, "GPU step benchmark: batch and steps must be positive");
+  ModelConfig cfg = model_preset(o.preset);
+  if (o.seq_len > 0) cfg.T = o.seq_len;
+  cfg.validate();
+  std::printf("GPU step benchmark: %s (%lld parameters, T=%d), batch %d, %s%s\n  %s\n", o.preset.c_str(),
+              (long long)cfg.param_count(), cfg.T, o.batch, o.precision.c_str(), o.recompute ? ", recompute" : "",
+              cuda_status());
+  nlohmann::json out = {{"preset", o.preset}, {"T", cfg.T}, {"batch", o.batch}, {"recompute", o.recompute},
+                        {"device", cuda_status()}, {"peak_tflops", o.peak_tflops},
+                        {"flops_per_step", train_step_flops(cfg, o.batch)}};
+  for (auto [name, p] : {std::pair{"bf16", CudaPrecision::BF16}, std::pair{"fp32", CudaPrecision::FP32}}) {
+    if (o.precision != "both" && o.precision != name) continue;
+    const Result r = bench(p, cfg, o.batch, o.recompute, o.warmup, o.steps, o.peak_tflops);
+    std::printf("  %s: step %.1f ms | %.0f tokens/s | %.1f TFLOP/s | MFU %.1f %% | peak memory %.2f GiB | loss %.4f\n",
+                name, r.step_ms, r.tokens_per_s, r.tflops, 100 * r.mfu, r.peak_gib, r.loss);
+    std::printf("    time per op class in one profiled step (%.1f ms; %% of it):\n%s", 1e3 * r.profiled_step_s,
+                format_op_profile(r.profile, r.profiled_step_s, 1, "      ").c_str());
+    nlohmann::json classes = nlohmann::json::object(), top = nlohmann::json::array();
+    for (const auto& c : r.profile.classes) classes[c.name] = 1e3 * c.seconds;
+    for (size_t i = 0; i < std::min<size_t>(r.profile.ops.size(), 12); ++i)
+      top.push_back({{"op", r.profile.ops[i].name}, {"ms", 1e3 * r.profile.ops[i].seconds},
+                     {"calls", r.profile.ops[i].calls}});
+    out[name] = {{"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"tflops", r.tflops},
+                 {"mfu", r.mfu},         {"peak_gib", r.peak_gib},         {"loss", r.loss},
+                 {"profiled_step_ms", 1e3 * r.profiled_step_s}, {"op_class_ms", classes}, {"top_ops", top}};
+  }
+  return out;
+}
