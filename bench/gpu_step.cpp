@@ -21,8 +21,11 @@ int main(int argc, char** argv) {
   app.add_option("--precision", o.precision, "bf16, fp32 or both")->capture_default_str();
   app.add_option("--peak-tflops", o.peak_tflops, "bf16 dense peak for MFU (H100/H200 SXM: 989)")->capture_default_str();
   app.add_flag("--recompute", o.recompute, "activation recompute");
+  bool no_atm = false;
+  app.add_flag("--no-atm", no_atm, "ATM off");
   app.add_option("--json", json_out, "write the figures as JSON here");
   CLI11_PARSE(app, argc, argv);
+  o.atm = !no_atm;
   try {
     const nlohmann::json out = wiola::run_gpu_step_bench(o);
     if (!json_out.empty()) {

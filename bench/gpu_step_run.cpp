@@ -94,11 +94,12 @@ nlohmann::json wiola::run_gpu_step_bench(const GpuStepOptions& o) {
   WIOLA_CHECK(o.batch >= 1 && o.steps >= 1 && o.warmup >= 0, "GPU step benchmark: batch and steps must be positive");
   ModelConfig cfg = model_preset(o.preset);
   if (o.seq_len > 0) cfg.T = o.seq_len;
+  if (!o.atm) cfg.atm = false;
   cfg.validate();
-  std::printf("GPU step benchmark: %s (%lld parameters, T=%d), batch %d, %s%s\n  %s\n", o.preset.c_str(),
+  std::printf("GPU step benchmark: %s (%lld parameters, T=%d), batch %d, %s%s%s\n  %s\n", o.preset.c_str(),
               (long long)cfg.param_count(), cfg.T, o.batch, o.precision.c_str(), o.recompute ? ", recompute" : "",
-              cuda_status());
-  nlohmann::json out = {{"preset", o.preset}, {"T", cfg.T}, {"batch", o.batch}, {"recompute", o.recompute},
+              cfg.atm ? "" : ", ATM off", cuda_status());
+  nlohmann::json out = {{"preset", o.preset}, {"T", cfg.T}, {"batch", o.batch}, {"recompute", o.recompute}, {"atm", cfg.atm},
                         {"device", cuda_status()}, {"peak_tflops", o.peak_tflops},
                         {"flops_per_step", train_step_flops(cfg, o.batch)}};
   for (auto [name, p] : {std::pair{"bf16", CudaPrecision::BF16}, std::pair{"fp32", CudaPrecision::FP32}}) {

@@ -18,6 +18,7 @@ struct GpuStepOptions {
   std::string precision = "both";  // bf16, fp32 or both
   double peak_tflops = 989.0;      // H100/H200 SXM dense bf16
   bool recompute = false;
+  bool atm = true;                 // false: ATM off in every layer
 };
 
 // Prints the figures as it goes and returns them (tokens_per_s etc. under

@@ -152,17 +152,18 @@ void write_json(const std::string& path, const nlohmann::json& out) {
 // the same GPU (bench/torch_gpu_step.py; eager, and torch.compile on request)
 // with the python in $WIOLA_PYTHON or on the PATH.
 int bench_step_cuda(const std::string& preset, int batch, int seq_len, int steps, int warmup, bool recompute,
-                    const std::string& precision, double peak_tflops, bool no_torch, bool torch_compile,
+                    bool no_atm, const std::string& precision, double peak_tflops, bool no_torch, bool torch_compile,
                     const std::string& json_out) {
 #ifdef WIOLA_HAVE_CUDA
   WIOLA_CHECK(wiola::cuda_device_count() > 0, "bench step --device cuda: ", wiola::cuda_status());
   wiola::GpuStepOptions o;
   o.preset = preset; o.batch = batch; o.seq_len = seq_len; o.steps = steps; o.warmup = warmup;
-  o.recompute = recompute; o.precision = precision; o.peak_tflops = peak_tflops;
+  o.recompute = recompute; o.atm = !no_atm; o.precision = precision; o.peak_tflops = peak_tflops;
   nlohmann::json out = wiola::run_gpu_step_bench(o);
   if (!no_torch) {
     wiola::ModelConfig cfg = wiola::model_preset(preset);
     if (seq_len > 0) cfg.T = seq_len;
+    if (no_atm) cfg.atm = false;
     const char* py = std::getenv("WIOLA_PYTHON");
     const std::string python = py && *py ? py : "python3";
     const std::string args = "--device cuda --dtype bf16 " + torch_model_args(cfg, batch, steps, warmup);
@@ -184,7 +185,7 @@ int bench_step_cuda(const std::string& preset, int batch, int seq_len, int steps
   write_json(json_out, out);
   return 0;
 #else
-  (void)preset, (void)batch, (void)seq_len, (void)steps, (void)warmup, (void)recompute, (void)precision;
+  (void)preset, (void)batch, (void)seq_len, (void)steps, (void)warmup, (void)recompute, (void)no_atm, (void)precision;
   (void)peak_tflops, (void)no_torch, (void)torch_compile, (void)json_out;
   wiola::fail("bench step --device cuda: this wiola was built without the CUDA backend "
               "(configure with -DWIOLA_CUDA=ON; scripts/build.sh does when nvcc is present)");
@@ -239,7 +240,7 @@ int wiola_cmd_bench(int argc, char** argv) {
     if (step->count("--batch") == 0) batch = 4;
     if (step->count("--steps") == 0) steps = 10;
     if (step->count("--warmup") == 0) warmup = 3;
-    return bench_step_cuda(preset, batch, seq_len, steps, warmup, recompute, precision, peak_tflops, no_torch,
+    return bench_step_cuda(preset, batch, seq_len, steps, warmup, recompute, no_atm, precision, peak_tflops, no_torch,
                            torch_compile, json_out);
   }
   wiola::ModelConfig cfg = wiola::model_preset(preset);
