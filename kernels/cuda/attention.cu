@@ -3,8 +3,9 @@
 // softmax: no [B, H, Tq, Tk] buffer. This first version favours being right
 // and deterministic over speed: one warp per query row (forward, dq) or per
 // key row (dk, dv), lanes split the head dimension, keys or queries visited
-// in order; every output row has exactly one writer, so no atomics. A tiled
-// tensor-core kernel is the next step (docs/gpu.md).
+// in order; every output row has exactly one writer, so no atomics. In bf16
+// the forward runs on tensor cores instead (attention_tc.cu); the backward's
+// tiled tensor-core version is the next step (docs/gpu.md).
 //
 // Visibility: key row j of sequence b is visible to the query at position
 // p = q_pos0 + i iff j < n_keys[b] and key_end[b, j] <= p (key_end null: j <=
@@ -251,6 +252,10 @@ void attention_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr
                    CPtr raw_v, Ptr o, Ptr lse) {
   check_shape(s, "attention_fwd");
   WIOLA_CHECK(!keys.self_open || (raw_k && raw_v), "attention: self_open given without raw keys/values");
+  if (attention_fwd_tc(c, s, keys, q, k, v, raw_k, raw_v, o, lse)) {
+    after_launch("attention_fwd (tensor cores)");
+    return;
+  }
   const KeysDev kd{keys.key_end, keys.n_keys, keys.self_open};
   dispatch(q.dtype(), "attention_fwd", [&](auto e) {
     using A = decltype(e);

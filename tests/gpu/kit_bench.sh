@@ -10,13 +10,17 @@ cd "$(dirname "$0")/../.."
 . tests/gpu/kit_env.sh
 "$kit/bin/wiola_gpu_bench" --json "$OUT/wiola_bench.json" "$@" 2>&1 | tee "$OUT/bench.log"
 rc=${PIPESTATUS[0]}
+# bf16 again with the row attention kernel instead of the tensor-core forward.
+echo "wiola bf16 with WIOLA_CUDA_ATTENTION=rows:" | tee -a "$OUT/bench.log"
+WIOLA_CUDA_ATTENTION=rows timeout 120 "$kit/bin/wiola_gpu_bench" --precision bf16 --json "$OUT/wiola_bench_rows.json" \
+  "$@" 2>&1 | tee -a "$OUT/bench.log"
 py=$(command -v python3)
 args=(--device cuda --dtype bf16 --d 1024 --L 16 --H 16 --Hkv 4 --dA 1024 --dB 4096 --V 32000 --T 2048 --B 4)
 echo "PyTorch baseline (eager):" | tee -a "$OUT/bench.log"
-timeout 240 "$py" bench/torch_gpu_step.py "${args[@]}" 2>>"$OUT/bench.log" | tail -1 > "$OUT/torch_eager.json"
+timeout 180 "$py" bench/torch_gpu_step.py "${args[@]}" 2>>"$OUT/bench.log" | tail -1 > "$OUT/torch_eager.json"
 cat "$OUT/torch_eager.json" | tee -a "$OUT/bench.log"
 echo "PyTorch baseline (torch.compile):" | tee -a "$OUT/bench.log"
-timeout 300 "$py" bench/torch_gpu_step.py "${args[@]}" --compile 2>>"$OUT/bench.log" | tail -1 > "$OUT/torch_compile.json"
+timeout 240 "$py" bench/torch_gpu_step.py "${args[@]}" --compile 2>>"$OUT/bench.log" | tail -1 > "$OUT/torch_compile.json"
 cat "$OUT/torch_compile.json" | tee -a "$OUT/bench.log"
 "$py" - "$OUT" <<'PY' | tee -a "$OUT/bench.log"
 import json, os, sys
@@ -27,7 +31,8 @@ def load(name):
             return json.loads(f.read().strip() or "null")
     except Exception as e:  # a run that failed or timed out
         return {"error": str(e)}
-r = {"wiola": load("wiola_bench.json"), "torch_eager": load("torch_eager.json"),
+r = {"wiola": load("wiola_bench.json"), "wiola_rows_attention": load("wiola_bench_rows.json"),
+     "torch_eager": load("torch_eager.json"),
      "torch_compile": load("torch_compile.json")}
 w = (r["wiola"] or {}).get("bf16", {}).get("tokens_per_s")
 for k in ("torch_eager", "torch_compile"):
