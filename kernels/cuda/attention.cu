@@ -4,8 +4,8 @@
 // and deterministic over speed: one warp per query row (forward, dq) or per
 // key row (dk, dv), lanes split the head dimension, keys or queries visited
 // in order; every output row has exactly one writer, so no atomics. In bf16
-// the forward runs on tensor cores instead (attention_tc.cu); the backward's
-// tiled tensor-core version is the next step (docs/gpu.md).
+// the forward and backward run on tensor cores instead (attention_tc.cu),
+// except for head dims it does not take; these kernels stay the fp32 path.
 //
 // Visibility: key row j of sequence b is visible to the query at position
 // p = q_pos0 + i iff j < n_keys[b] and key_end[b, j] <= p (key_end null: j <=
@@ -271,11 +271,18 @@ void attention_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr
   WIOLA_CHECK(!keys.self_open || (draw_k && draw_v), "attention_bwd: self_open given without draw_k/draw_v");
   const KeysDev kd{keys.key_end, keys.n_keys, keys.self_open};
   DeviceTemp D(c.mem, size_t(s.B) * s.H * s.Tq * sizeof(float), "attention_bwd row terms");
+  const int threads = 32 * kWarpsPerBlock;
   dispatch(q.dtype(), "attention_bwd", [&](auto e) {
     using A = decltype(e);
-    const int threads = 32 * kWarpsPerBlock;
     k_attn_rowdot<A><<<blocks_of_warps(size_t(s.B) * s.H * s.Tq), threads, 0, c.s>>>(s, dev<A>(o), dev<A>(dout),
                                                                                     D.as<float>());
+  });
+  if (attention_bwd_tc(c, s, keys, q, k, v, raw_k, raw_v, lse, D.as<float>(), dout, dq, dk, dv, draw_k, draw_v)) {
+    after_launch("attention_bwd (tensor cores)");
+    return;
+  }
+  dispatch(q.dtype(), "attention_bwd", [&](auto e) {
+    using A = decltype(e);
     k_attn_dq<A><<<blocks_of_warps(size_t(s.B) * s.Tq * s.Hkv), threads, 0, c.s>>>(
         s, kd, dev<A>(q), dev<A>(k), dev<A>(v), dev<A>(raw_k), dev<A>(raw_v), dev<float>(lse), D.as<float>(),
         dev<A>(dout), dev<A>(dq), dev<A>(draw_k), dev<A>(draw_v));

@@ -1,21 +1,22 @@
-// Self-attention forward on tensor cores, for bf16 activations (the training
-// default): flash-style tiles, online softmax, the same visibility rule and
-// outputs (o, lse) as the row kernel of attention.cu, which fp32 mode and
-// head dims outside {32, 64, 96, 128} keep using. WIOLA_CUDA_ATTENTION=rows
-// selects the row kernel in bf16 too (docs/gpu.md).
+// Self-attention on tensor cores, forward and backward, for bf16 activations
+// (the training default): flash-style tiles, the same visibility rule and
+// outputs as the row kernels of attention.cu, which fp32 mode and head dims
+// outside {32, 64, 96, 128} keep using. WIOLA_CUDA_ATTENTION=rows selects the
+// row kernels in bf16 too (docs/gpu.md).
 //
-// One block per (64 query rows, head h, sequence b); four warps, 16 query
-// rows each. Per tile of 64 key rows (up to the prefix the block's last query
-// sees): S = Q K^T by warp-level bf16 MMA (fp32 accumulate) into shared
+// Forward: one block per (64 query rows, head h, sequence b); four warps, 16
+// query rows each. Per tile of 64 key rows (up to the prefix the block's last
+// query sees): S = Q K^T by warp-level bf16 MMA (fp32 accumulate) into shared
 // memory; each warp updates its rows' running max m and sum l, writes P =
 // exp(S - m) as bf16 and rescales its O rows; then O += P V by MMA with O
 // held in shared memory in fp32. A query whose position opens a merged pair
-// adds its own raw key/value after the tiles, as the row kernel does. No
-// atomics: each output row has one writer.
+// adds its own raw key/value after the tiles, as the row kernel does.
+// Backward: below. No atomics anywhere: each output row has one writer.
 #include <mma.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.cuh"
@@ -54,6 +55,45 @@ __device__ int visible_prefix(const TcKeys& keys, int b, int Tk, int nk, int p) 
   return lo;
 }
 
+__device__ __forceinline__ bool key_visible(const TcKeys& keys, int b, int Tk, int j, int p) {
+  return keys.key_end ? keys.key_end[size_t(b) * Tk + j] <= p : j <= p;
+}
+
+// Loads rows [r0, r0 + 64) of the D-wide block at src + row0_off of a
+// row-major bf16 matrix (rows ld apart) into a [64][D] tile; rows at or past
+// `valid` are zero.
+template <int D>
+__device__ void load_tile(bf16_t* dst, const bf16_t* src, size_t row0_off, size_t ld, int r0, int valid) {
+  const bf16_t zero = __float2bfloat16(0.f);
+  for (int idx = threadIdx.x; idx < 64 * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D;
+    dst[idx] = r0 + r < valid ? src[row0_off + size_t(r0 + r) * ld + c] : zero;
+  }
+}
+
+// C[16 rows of warp w][n] (+)= A[16 x K] B[K x n] for the warp's rows, with
+// A row-major (lda) or column-major (A^T stored row-major), B row-major or
+// column-major (B^T stored row-major); C fp32 in shared memory (ldc).
+template <class ALayout, class BLayout, int K, int N>
+__device__ void warp_mma(float* C, int ldc, const bf16_t* A, int lda, const bf16_t* B, int ldb, bool accumulate) {
+  using namespace nvcuda;
+  const bool a_row = std::is_same_v<ALayout, wmma::row_major>, b_row = std::is_same_v<BLayout, wmma::row_major>;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16_t, ALayout> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, BLayout> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+  for (int n = 0; n < N / 16; ++n) {
+    if (accumulate) wmma::load_matrix_sync(fc, C + n * 16, ldc, wmma::mem_row_major);
+    else wmma::fill_fragment(fc, 0.f);
+    for (int kk = 0; kk < K / 16; ++kk) {
+      // A: rows 0..15, columns kk*16..; B: rows kk*16.., columns n*16..
+      wmma::load_matrix_sync(fa, a_row ? A + kk * 16 : A + size_t(kk) * 16 * lda, lda);
+      wmma::load_matrix_sync(fb, b_row ? B + size_t(kk) * 16 * ldb + n * 16 : B + size_t(n) * 16 * ldb + kk * 16, ldb);
+      wmma::mma_sync(fc, fa, fb, fc);
+    }
+    wmma::store_matrix_sync(C + n * 16, fc, ldc, wmma::mem_row_major);
+  }
+}
+
 template <int D>
 __global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys keys, const bf16_t* q,
                                                               const bf16_t* k, const bf16_t* v, const bf16_t* raw_k,
@@ -73,13 +113,8 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys
   const int i0 = blockIdx.x * kTileQ, h = blockIdx.y, b = blockIdx.z, g = h % s.Hkv;
   const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D;
   const float scale = rsqrtf(float(D));
-  const bf16_t zero = __float2bfloat16(0.f);
-
-  for (int idx = tid; idx < kTileQ * D; idx += blockDim.x) {
-    const int r = idx / D, c = idx % D, i = i0 + r;
-    Qs[idx] = i < s.Tq ? q[(size_t(b) * s.Tq + i) * q_ld + size_t(h) * D + c] : zero;
-    Os[idx] = 0.f;
-  }
+  load_tile<D>(Qs, q, size_t(b) * s.Tq * q_ld + size_t(h) * D, q_ld, i0, s.Tq);
+  for (int idx = tid; idx < kTileQ * D; idx += blockDim.x) Os[idx] = 0.f;
   if (tid < kTileQ) {
     ms[tid] = -INFINITY;
     ls[tid] = 0.f;
@@ -90,29 +125,13 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys
   __syncthreads();
 
   for (int j0 = 0; j0 < kmax; j0 += kTileK) {
-    for (int idx = tid; idx < kTileK * D; idx += blockDim.x) {
-      const int r = idx / D, c = idx % D, j = j0 + r;
-      const size_t at = (size_t(b) * s.Tk + j) * kv_ld + size_t(g) * D + c;
-      Ks[idx] = j < kmax ? k[at] : zero;
-      Vs[idx] = j < kmax ? v[at] : zero;
-    }
+    load_tile<D>(Ks, k, size_t(b) * s.Tk * kv_ld + size_t(g) * D, kv_ld, j0, kmax);
+    load_tile<D>(Vs, v, size_t(b) * s.Tk * kv_ld + size_t(g) * D, kv_ld, j0, kmax);
     __syncthreads();
 
     // S[16 rows of this warp][kTileK] = Q K^T.
-    {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16_t, wmma::row_major> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::col_major> fb;  // K^T
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
-      for (int n = 0; n < kTileK / 16; ++n) {
-        wmma::fill_fragment(fc, 0.f);
-        for (int kk = 0; kk < D / 16; ++kk) {
-          wmma::load_matrix_sync(fa, Qs + warp * 16 * D + kk * 16, D);
-          wmma::load_matrix_sync(fb, Ks + n * 16 * D + kk * 16, D);
-          wmma::mma_sync(fc, fa, fb, fc);
-        }
-        wmma::store_matrix_sync(Ss + warp * 16 * kTileK + n * 16, fc, kTileK, wmma::mem_row_major);
-      }
-    }
+    warp_mma<wmma::row_major, wmma::col_major, D, kTileK>(Ss + warp * 16 * kTileK, kTileK, Qs + warp * 16 * D, D, Ks,
+                                                          D, false);
     __syncwarp();
 
     // Online softmax of this warp's rows; lanes hold columns lane, lane + 32.
@@ -122,8 +141,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys
 #pragma unroll
       for (int t = 0; t < kTileK / 32; ++t) {
         const int c = lane + 32 * t, j = j0 + c;
-        const bool vis = i < s.Tq && j < kmax &&
-                         (keys.key_end ? keys.key_end[size_t(b) * s.Tk + j] <= p : j <= p);
+        const bool vis = i < s.Tq && j < kmax && key_visible(keys, b, s.Tk, j, p);
         sv[t] = vis ? Ss[r * kTileK + c] * scale : -INFINITY;
         mx = fmaxf(mx, sv[t]);
       }
@@ -148,20 +166,8 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys
     }
 
     // O[16 rows][D] += P V.
-    {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16_t, wmma::row_major> pa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::row_major> vb;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> oc;
-      for (int n = 0; n < D / 16; ++n) {
-        wmma::load_matrix_sync(oc, Os + warp * 16 * D + n * 16, D, wmma::mem_row_major);
-        for (int kk = 0; kk < kTileK / 16; ++kk) {
-          wmma::load_matrix_sync(pa, Ps + warp * 16 * kTileK + kk * 16, kTileK);
-          wmma::load_matrix_sync(vb, Vs + kk * 16 * D + n * 16, D);
-          wmma::mma_sync(oc, pa, vb, oc);
-        }
-        wmma::store_matrix_sync(Os + warp * 16 * D + n * 16, oc, D, wmma::mem_row_major);
-      }
-    }
+    warp_mma<wmma::row_major, wmma::row_major, kTileK, D>(Os + warp * 16 * D, D, Ps + warp * 16 * kTileK, kTileK, Vs,
+                                                          D, true);
     __syncthreads();  // the next tile overwrites K and V
   }
 
@@ -197,6 +203,264 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys
     const float l = ls[tid];
     lse[(size_t(b) * s.H + h) * s.Tq + i0 + tid] = l > 0.f ? ms[tid] + logf(l) : -INFINITY;
   }
+}
+
+// ---- backward -------------------------------------------------------------------------
+// Deterministic without atomics, FA2-style: one kernel owns key tiles (dK, dV
+// summed over the group's heads and the queries that see them), another owns
+// query tiles of a KV group (dQ of each head, and the raw self-key gradients
+// summed over the heads). Both recompute P = exp(S - lse) from the forward's
+// log-sum-exp and use D = rowsum(dO * O) (attention.cu's row kernel).
+
+// Shared memory of the dK/dV kernel: K, V, Q, dO tiles (bf16), S or dP
+// (fp32), P and dS (bf16), dK and dV accumulators (fp32), lse and D.
+constexpr size_t tc_dkv_smem_bytes(int D) {
+  return size_t(4 * 64 * D) * 2 + size_t(64 * 64) * 4 + size_t(2 * 64 * 64) * 2 + size_t(2 * 64 * D) * 4 +
+         size_t(2 * 64) * 4;
+}
+// The dQ kernel: Q, dO, K, V tiles, S or dP, P and dS, the dQ accumulator, lse and D.
+constexpr size_t tc_dq_smem_bytes(int D) {
+  return size_t(4 * 64 * D) * 2 + size_t(64 * 64) * 4 + size_t(2 * 64 * 64) * 2 + size_t(64 * D) * 4 +
+         size_t(2 * 64) * 4;
+}
+
+// For the warp's 16 query rows of a (query tile, key tile) pair: P = exp(S*scale
+// - lse) where visible (Ss holds S on entry) into Ps, then, with dP = dO V^T
+// computed into Ss by the caller in between, dS = P (dP - D) * scale into dSs.
+template <int D>
+__device__ void probs_rows(const float* Ss, bf16_t* Ps, const float* lse_s, const TcKeys& keys, const AttnShape& s,
+                           int b, int i0, int j0, int jmax, float scale) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = warp * 16 + rr, i = i0 + r, p = s.q_pos0 + i;
+    for (int c = lane; c < 64; c += 32) {
+      const int j = j0 + c;
+      const bool vis = i < s.Tq && j < jmax && key_visible(keys, b, s.Tk, j, p);
+      Ps[r * 64 + c] = __float2bfloat16(vis ? __expf(Ss[r * 64 + c] * scale - lse_s[r]) : 0.f);
+    }
+  }
+}
+__device__ void dscores_rows(const float* dPs, const bf16_t* Ps, bf16_t* dSs, const float* D_s, float scale) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = warp * 16 + rr;
+    for (int c = lane; c < 64; c += 32) {
+      const float pj = __bfloat162float(Ps[r * 64 + c]);
+      dSs[r * 64 + c] = __float2bfloat16(pj * (dPs[r * 64 + c] - D_s[r]) * scale);
+    }
+  }
+}
+
+// dK, dV of key rows [j0, j0 + 64) of group g in sequence b.
+template <int D>
+__global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc(AttnShape s, TcKeys keys, const bf16_t* q,
+                                                              const bf16_t* k, const bf16_t* v, const float* lse,
+                                                              const float* Dterm, const bf16_t* dout, bf16_t* dk,
+                                                              bf16_t* dv) {
+  using namespace nvcuda;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16_t* Ks = reinterpret_cast<bf16_t*>(smem);
+  bf16_t* Vs = Ks + 64 * D;
+  bf16_t* Qs = Vs + 64 * D;
+  bf16_t* dOs = Qs + 64 * D;
+  bf16_t* Ps = dOs + 64 * D;
+  bf16_t* dSs = Ps + 64 * 64;
+  float* Ss = reinterpret_cast<float*>(dSs + 64 * 64);
+  float* dKs = Ss + 64 * 64;
+  float* dVs = dKs + 64 * D;
+  float* lse_s = dVs + 64 * D;
+  float* D_s = lse_s + 64;
+
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int j0 = blockIdx.x * 64, g = blockIdx.y, b = blockIdx.z;
+  const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D;
+  const float scale = rsqrtf(float(D));
+  const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
+  const size_t kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
+  load_tile<D>(Ks, k, kv_off, kv_ld, j0, nk);
+  load_tile<D>(Vs, v, kv_off, kv_ld, j0, nk);
+  for (int idx = tid; idx < 64 * D; idx += blockDim.x) dKs[idx] = dVs[idx] = 0.f;
+  // The first query that sees any row of the tile (rows sorted by key_end).
+  const int i_start = j0 < nk ? max(0, (keys.key_end ? keys.key_end[size_t(b) * s.Tk + j0] : j0) - s.q_pos0) : s.Tq;
+  __syncthreads();
+
+  for (int h = g; h < s.H; h += s.Hkv) {
+    for (int i0 = (i_start / 64) * 64; i0 < s.Tq; i0 += 64) {
+      const size_t q_off = size_t(b) * s.Tq * q_ld + size_t(h) * D;
+      load_tile<D>(Qs, q, q_off, q_ld, i0, s.Tq);
+      load_tile<D>(dOs, dout, q_off, q_ld, i0, s.Tq);
+      if (tid < 64) {
+        const int i = i0 + tid;
+        const size_t at = (size_t(b) * s.H + h) * s.Tq + i;
+        lse_s[tid] = i < s.Tq ? lse[at] : 0.f;
+        D_s[tid] = i < s.Tq ? Dterm[at] : 0.f;
+      }
+      __syncthreads();
+      // Per warp, its 16 query rows: S = Q K^T, P; dP = dO V^T, dS.
+      warp_mma<wmma::row_major, wmma::col_major, D, 64>(Ss + warp * 16 * 64, 64, Qs + warp * 16 * D, D, Ks, D, false);
+      __syncwarp();
+      probs_rows<D>(Ss, Ps, lse_s, keys, s, b, i0, j0, nk, scale);
+      __syncwarp();
+      warp_mma<wmma::row_major, wmma::col_major, D, 64>(Ss + warp * 16 * 64, 64, dOs + warp * 16 * D, D, Vs, D, false);
+      __syncwarp();
+      dscores_rows(Ss, Ps, dSs, D_s, scale);
+      __syncthreads();
+      // Per warp, its 16 key rows: dV += P^T dO, dK += dS^T Q.
+      warp_mma<wmma::col_major, wmma::row_major, 64, D>(dVs + warp * 16 * D, D, Ps + warp * 16, 64, dOs, D, true);
+      warp_mma<wmma::col_major, wmma::row_major, 64, D>(dKs + warp * 16 * D, D, dSs + warp * 16, 64, Qs, D, true);
+      __syncthreads();
+    }
+  }
+  for (int idx = tid; idx < 64 * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D, j = j0 + r;
+    if (j >= s.Tk) continue;
+    const size_t at = kv_off + size_t(j) * kv_ld + c;
+    dk[at] = __float2bfloat16(j < nk ? dKs[idx] : 0.f);
+    dv[at] = __float2bfloat16(j < nk ? dVs[idx] : 0.f);
+  }
+}
+
+// dQ of query rows [i0, i0 + 64) for every head of group g, then the raw
+// self-key gradients of those rows (summed over the group's heads).
+template <int D>
+__global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys keys, const bf16_t* q,
+                                                             const bf16_t* k, const bf16_t* v, const bf16_t* raw_k,
+                                                             const bf16_t* raw_v, const float* lse, const float* Dterm,
+                                                             const bf16_t* dout, bf16_t* dq, bf16_t* draw_k,
+                                                             bf16_t* draw_v) {
+  using namespace nvcuda;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);
+  bf16_t* dOs = Qs + 64 * D;
+  bf16_t* Ks = dOs + 64 * D;
+  bf16_t* Vs = Ks + 64 * D;
+  bf16_t* Ps = Vs + 64 * D;
+  bf16_t* dSs = Ps + 64 * 64;
+  float* Ss = reinterpret_cast<float*>(dSs + 64 * 64);
+  float* dQs = Ss + 64 * 64;
+  float* lse_s = dQs + 64 * D;
+  float* D_s = lse_s + 64;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int i0 = blockIdx.x * 64, g = blockIdx.y, b = blockIdx.z;
+  const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D;
+  const float scale = rsqrtf(float(D));
+  const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
+  const int kmax = visible_prefix(keys, b, s.Tk, nk, s.q_pos0 + min(i0 + 64, s.Tq) - 1);
+  const size_t kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
+
+  for (int h = g; h < s.H; h += s.Hkv) {
+    const size_t q_off = size_t(b) * s.Tq * q_ld + size_t(h) * D;
+    load_tile<D>(Qs, q, q_off, q_ld, i0, s.Tq);
+    load_tile<D>(dOs, dout, q_off, q_ld, i0, s.Tq);
+    for (int idx = tid; idx < 64 * D; idx += blockDim.x) dQs[idx] = 0.f;
+    if (tid < 64) {
+      const int i = i0 + tid;
+      const size_t at = (size_t(b) * s.H + h) * s.Tq + i;
+      lse_s[tid] = i < s.Tq ? lse[at] : 0.f;
+      D_s[tid] = i < s.Tq ? Dterm[at] : 0.f;
+    }
+    __syncthreads();
+    for (int j0 = 0; j0 < kmax; j0 += 64) {
+      __syncthreads();  // the previous tile's K and V are no longer read
+      load_tile<D>(Ks, k, kv_off, kv_ld, j0, kmax);
+      load_tile<D>(Vs, v, kv_off, kv_ld, j0, kmax);
+      __syncthreads();
+      warp_mma<wmma::row_major, wmma::col_major, D, 64>(Ss + warp * 16 * 64, 64, Qs + warp * 16 * D, D, Ks, D, false);
+      __syncwarp();
+      probs_rows<D>(Ss, Ps, lse_s, keys, s, b, i0, j0, kmax, scale);
+      __syncwarp();
+      warp_mma<wmma::row_major, wmma::col_major, D, 64>(Ss + warp * 16 * 64, 64, dOs + warp * 16 * D, D, Vs, D, false);
+      __syncwarp();
+      dscores_rows(Ss, Ps, dSs, D_s, scale);
+      __syncwarp();
+      // dQ[16 rows][D] += dS K.
+      warp_mma<wmma::row_major, wmma::row_major, 64, D>(dQs + warp * 16 * D, D, dSs + warp * 16 * 64, 64, Ks, D, true);
+    }
+    __syncwarp();
+    // The raw self key of a row that opens a merged pair: its share of dq.
+    if (keys.self_open) {
+      for (int rr = 0; rr < 16; ++rr) {
+        const int r = warp * 16 + rr, i = i0 + r;
+        if (i >= s.Tq || !keys.self_open[size_t(b) * s.Tq + i]) continue;
+        const size_t row = (size_t(b) * s.Tq + i) * kv_ld + size_t(g) * D;
+        float sq = 0.f, sd = 0.f;
+        for (int c = lane; c < D; c += 32) {
+          sq += __bfloat162float(Qs[r * D + c]) * ld(raw_k + row + c);
+          sd += __bfloat162float(dOs[r * D + c]) * ld(raw_v + row + c);
+        }
+        const float pj = __expf(warp_sum(sq) * scale - lse_s[r]);
+        const float ds = pj * (warp_sum(sd) - D_s[r]) * scale;
+        for (int c = lane; c < D; c += 32) dQs[r * D + c] += ds * ld(raw_k + row + c);
+      }
+    }
+    __syncthreads();
+    for (int idx = tid; idx < 64 * D; idx += blockDim.x) {
+      const int r = idx / D, c = idx % D, i = i0 + r;
+      if (i < s.Tq) dq[q_off + size_t(i) * q_ld + c] = __float2bfloat16(dQs[idx]);
+    }
+    __syncthreads();  // the next head reloads Q, dO and clears dQ
+  }
+  // draw_k, draw_v: per row, the group's heads in order (from global memory).
+  if (draw_k) {
+    for (int rr = 0; rr < 16; ++rr) {
+      const int r = warp * 16 + rr, i = i0 + r;
+      if (i >= s.Tq) continue;
+      const size_t row = (size_t(b) * s.Tq + i) * kv_ld + size_t(g) * D;
+      const bool self = keys.self_open && keys.self_open[size_t(b) * s.Tq + i];
+      float ak[D / 32 > 0 ? D / 32 : 1], av[D / 32 > 0 ? D / 32 : 1];
+#pragma unroll
+      for (int e = 0; e < D / 32; ++e) ak[e] = av[e] = 0.f;
+      for (int h = g; self && h < s.H; h += s.Hkv) {
+        const size_t qrow = (size_t(b) * s.Tq + i) * q_ld + size_t(h) * D;
+        const size_t at = (size_t(b) * s.H + h) * s.Tq + i;
+        float sq = 0.f, sd = 0.f;
+#pragma unroll
+        for (int e = 0; e < D / 32; ++e) {
+          const int c = lane + 32 * e;
+          sq += ld(q + qrow + c) * ld(raw_k + row + c);
+          sd += ld(dout + qrow + c) * ld(raw_v + row + c);
+        }
+        const float pj = __expf(warp_sum(sq) * scale - lse[at]);
+        const float ds = pj * (warp_sum(sd) - Dterm[at]) * scale;
+#pragma unroll
+        for (int e = 0; e < D / 32; ++e) {
+          const int c = lane + 32 * e;
+          ak[e] += ds * ld(q + qrow + c);
+          av[e] += pj * ld(dout + qrow + c);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < D / 32; ++e) {
+        const int c = lane + 32 * e;
+        draw_k[row + c] = __float2bfloat16(ak[e]);
+        draw_v[row + c] = __float2bfloat16(av[e]);
+      }
+    }
+  }
+}
+
+template <int D>
+void launch_tc_bwd(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                   CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
+  const size_t smem_kv = tc_dkv_smem_bytes(D), smem_q = tc_dq_smem_bytes(D);
+  static const bool attr_set = [&] {
+    check(cudaFuncSetAttribute(k_attn_dkv_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)),
+          "attention_bwd (tensor cores): shared memory size");
+    check(cudaFuncSetAttribute(k_attn_dq_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)),
+          "attention_bwd (tensor cores): shared memory size");
+    return true;
+  }();
+  (void)attr_set;
+  const dim3 grid_kv(unsigned((s.Tk + 63) / 64), unsigned(s.Hkv), unsigned(s.B));
+  k_attn_dkv_tc<D><<<grid_kv, 32 * kWarps, smem_kv, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
+                                                           dev<float>(lse), Dterm, dev<bf16_t>(dout),
+                                                           dev<bf16_t>(dk), dev<bf16_t>(dv));
+  const dim3 grid_q(unsigned((s.Tq + 63) / 64), unsigned(s.Hkv), unsigned(s.B));
+  k_attn_dq_tc<D><<<grid_q, 32 * kWarps, smem_q, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
+                                                        dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse),
+                                                        Dterm, dev<bf16_t>(dout), dev<bf16_t>(dq),
+                                                        dev<bf16_t>(draw_k), dev<bf16_t>(draw_v));
 }
 
 template <int D>
@@ -236,6 +500,23 @@ bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, C
     case 64: launch_tc<64>(c, s, tk, q, k, v, raw_k, raw_v, o, lse); return true;
     case 96: launch_tc<96>(c, s, tk, q, k, v, raw_k, raw_v, o, lse); return true;
     case 128: launch_tc<128>(c, s, tk, q, k, v, raw_k, raw_v, o, lse); return true;
+    default: return false;
+  }
+}
+
+bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
+                      CPtr raw_v, CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k,
+                      Ptr draw_v) {
+  if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || dout.dtype() != DType::BF16 ||
+      dq.dtype() != DType::BF16 || !attention_tc_enabled() || s.q_pos0 != 0)
+    return false;
+  if (s.B <= 0 || s.H <= 0 || (s.Tq <= 0 && s.Tk <= 0)) return true;
+  const TcKeys tk{keys.key_end, keys.n_keys, keys.self_open};
+  switch (s.dh) {
+    case 32: launch_tc_bwd<32>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
+    case 64: launch_tc_bwd<64>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
+    case 96: launch_tc_bwd<96>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
+    case 128: launch_tc_bwd<128>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
     default: return false;
   }
 }

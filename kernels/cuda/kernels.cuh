@@ -73,12 +73,17 @@ void atm_merge_rows_bwd(Ctx c, CPtr dout, int B, int Tn, int w, const int32_t* g
                         const int32_t* key_end, const int32_t* n_groups, Ptr dx);
 
 // ---- attention.cu --------------------------------------------------------------------
-// attention_tc.cu: the tensor-core forward for bf16 (head dims 32, 64, 96,
-// 128). Returns false, launching nothing, where it does not apply (fp32, other
+// attention_tc.cu: the tensor-core forward and backward for bf16 (head dims
+// 32, 64, 96, 128). Returns false, launching nothing, where it does not apply (fp32, other
 // head dims, WIOLA_CUDA_ATTENTION=rows); attention_fwd then runs the row kernel.
 bool attention_tc_enabled();
 bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
                       CPtr raw_v, Ptr o, Ptr lse);
+// The backward's dq, dk, dv and raw-key gradients from D = rowsum(dO * O)
+// (float [B, H, Tq], device memory); false where it does not apply.
+bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
+                      CPtr raw_v, CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k,
+                      Ptr draw_v);
 void attention_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
                    CPtr raw_v, Ptr o, Ptr lse);
 void attention_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,

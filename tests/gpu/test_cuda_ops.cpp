@@ -298,12 +298,14 @@ TEST(CudaOps, AttentionPlainAndAtm) {
   }
 }
 
-// The bf16 forward on tensor cores (kernels/cuda/attention_tc.cu) against the
-// CPU on exactly the GPU's bf16 inputs: plain causal and ATM keys with
-// self-open raw keys, two full 64-row tiles and a partial one, every head dim
-// it takes; then the same call with WIOLA_CUDA_ATTENTION=rows (the row kernel).
-// Tolerance: P enters the PV product as bf16, and o is stored in bf16.
-TEST(CudaOps, AttentionForwardTensorCoresBf16) {
+// The bf16 attention on tensor cores (kernels/cuda/attention_tc.cu), forward
+// and backward, against the CPU on exactly the GPU's bf16 inputs: plain causal
+// and ATM keys with self-open raw keys, two full 64-row tiles and a partial
+// one, every head dim it takes; then the same calls with
+// WIOLA_CUDA_ATTENTION=rows (the row kernels). Tolerances (max abs diff / max
+// abs of the CPU result): P and dS enter the products as bf16 and every
+// output is stored in bf16.
+TEST(CudaOps, AttentionTensorCoresBf16) {
   REQUIRE_GPU();
   auto gpu = make_cuda_ops(CudaPrecision::BF16);
   auto cpu = make_backend<float>("cpu");
@@ -329,14 +331,16 @@ TEST(CudaOps, AttentionForwardTensorCoresBf16) {
     s.B = 2; s.Tq = s.Tk = 150; s.H = 4; s.Hkv = 2; s.dh = dh;
     const size_t nq = size_t(s.B) * s.Tq * s.H * dh, nk = size_t(s.B) * s.Tk * s.Hkv * dh;
     const size_t nl = size_t(s.B) * s.H * s.Tq;
-    DynBuffer<float> gq(*gpu, DType::BF16, nq), gk(*gpu, DType::BF16, nk), gv(*gpu, DType::BF16, nk);
-    const Vec q = to_bf16(randn(nq, 40), gq), k = to_bf16(randn(nk, 41), gk), v = to_bf16(randn(nk, 42), gv);
+    DynBuffer<float> gq(*gpu, DType::BF16, nq), gk(*gpu, DType::BF16, nk), gv(*gpu, DType::BF16, nk),
+        gdo(*gpu, DType::BF16, nq);
+    const Vec q = to_bf16(randn(nq, 40), gq), k = to_bf16(randn(nk, 41), gk), v = to_bf16(randn(nk, 42), gv),
+              dout = to_bf16(randn(nq, 43), gdo);
     std::vector<uint8_t> open(size_t(s.B) * s.Tq, 0);
     for (int b = 0; b < s.B; ++b)
       for (int t = 1 + b; t + 1 < s.Tq; t += 5) open[size_t(b) * s.Tq + t] = 1;
     const AtmLayout lay = atm_layout(open, s.B, s.Tq);
     for (bool with_atm : {false, true}) {
-      // The GPU: merged rows (ATM) in bf16, then the forward, tensor cores and rows.
+      // The GPU: merged rows (ATM) in bf16, then forward and backward.
       Buffer<float, int32_t> ke(*gpu, lay.key_end.size()), ng(*gpu, lay.n_groups.size()),
           gf(*gpu, lay.group_first.size());
       Buffer<float, uint8_t> so(*gpu, open.size());
@@ -344,34 +348,45 @@ TEST(CudaOps, AttentionForwardTensorCoresBf16) {
       gpu->upload(ng.data(), lay.n_groups.data(), ng.bytes());
       gpu->upload(gf.data(), lay.group_first.data(), gf.bytes());
       gpu->upload(so.data(), open.data(), so.bytes());
-      DynBuffer<float> mk(*gpu, DType::BF16, nk), mv(*gpu, DType::BF16, nk), go(*gpu, DType::BF16, nq);
+      DynBuffer<float> mk(*gpu, DType::BF16, nk), mv(*gpu, DType::BF16, nk), go(*gpu, DType::BF16, nq),
+          gdq(*gpu, DType::BF16, nq), gdk(*gpu, DType::BF16, nk), gdv(*gpu, DType::BF16, nk),
+          gdrk(*gpu, DType::BF16, nk), gdrv(*gpu, DType::BF16, nk);
       Buffer<float> glse(*gpu, nl);
-      CPtr keys_k = gk.data(), keys_v = gv.data();
+      CPtr keys_k = gk.data(), keys_v = gv.data(), raw_k, raw_v;
+      Ptr draw_k, draw_v;
       AttnKeys gkeys{};
       if (with_atm) {
         gpu->atm_merge_rows(gk.data(), s.B, s.Tq, s.Hkv * dh, gf.data(), ke.data(), ng.data(), mk.data());
         gpu->atm_merge_rows(gv.data(), s.B, s.Tq, s.Hkv * dh, gf.data(), ke.data(), ng.data(), mv.data());
-        keys_k = mk.data();
-        keys_v = mv.data();
+        keys_k = mk.data(); keys_v = mv.data(); raw_k = gk.data(); raw_v = gv.data();
+        draw_k = gdrk.data(); draw_v = gdrv.data();
         gkeys = AttnKeys{ke.data(), ng.data(), so.data()};
       }
       auto run_gpu = [&] {
-        gpu->attention_fwd(s, gkeys, gq.data(), keys_k, keys_v, with_atm ? CPtr(gk.data()) : CPtr(),
-                           with_atm ? CPtr(gv.data()) : CPtr(), go.data(), glse.data());
+        gpu->attention_fwd(s, gkeys, gq.data(), keys_k, keys_v, raw_k, raw_v, go.data(), glse.data());
+        gpu->attention_bwd(s, gkeys, gq.data(), keys_k, keys_v, raw_k, raw_v, go.data(), glse.data(), gdo.data(),
+                           gdq.data(), gdk.data(), gdv.data(), draw_k, draw_v);
         Vec l(nl);
         gpu->download(l.data(), glse.data(), glse.bytes());
-        return std::pair{from_bf16(go.data(), nq), l};
+        std::vector<Vec> out{from_bf16(go.data(), nq), l, from_bf16(gdq.data(), nq), from_bf16(gdk.data(), nk),
+                             from_bf16(gdv.data(), nk)};
+        if (with_atm) {
+          out.push_back(from_bf16(gdrk.data(), nk));
+          out.push_back(from_bf16(gdrv.data(), nk));
+        }
+        return out;
       };
       const auto tc = run_gpu();
       setenv("WIOLA_CUDA_ATTENTION", "rows", 1);
       const auto rows = run_gpu();
       unsetenv("WIOLA_CUDA_ATTENTION");
 
-      // The CPU on the same (bf16-valued) keys and values.
+      // The CPU on the same (bf16-valued) inputs.
       const Vec mkh = with_atm ? from_bf16(mk.data(), nk) : k, mvh = with_atm ? from_bf16(mv.data(), nk) : v;
       OnBackend r(*cpu);
-      float *cq = r.in(q), *ck = r.in(mkh), *cv = r.in(mvh), *crk = r.in(k), *crv = r.in(v);
-      float *co = r.in(Vec(nq)), *clse = r.in(Vec(nl));
+      float *cq = r.in(q), *ck = r.in(mkh), *cv = r.in(mvh), *crk = r.in(k), *crv = r.in(v), *cdo = r.in(dout);
+      float *co = r.in(Vec(nq)), *clse = r.in(Vec(nl)), *cdq = r.in(Vec(nq)), *cdk = r.in(Vec(nk)),
+            *cdv = r.in(Vec(nk)), *cdrk = r.in(Vec(nk)), *cdrv = r.in(Vec(nk));
       Buffer<float, int32_t> cke(*cpu, lay.key_end.size()), cng(*cpu, lay.n_groups.size());
       Buffer<float, uint8_t> cso(*cpu, open.size());
       cpu->upload(cke.data(), lay.key_end.data(), cke.bytes());
@@ -379,15 +394,25 @@ TEST(CudaOps, AttentionForwardTensorCoresBf16) {
       cpu->upload(cso.data(), open.data(), cso.bytes());
       const AttnKeys ckeys = with_atm ? AttnKeys{cke.data(), cng.data(), cso.data()} : AttnKeys{};
       cpu->attention_fwd(s, ckeys, cq, ck, cv, with_atm ? crk : nullptr, with_atm ? crv : nullptr, co, clse);
-      const Vec ref_o = r.out(co, nq), ref_lse = r.out(clse, nl);
+      cpu->attention_bwd(s, ckeys, cq, ck, cv, with_atm ? crk : nullptr, with_atm ? crv : nullptr, co, clse, cdo, cdq,
+                         cdk, cdv, with_atm ? cdrk : nullptr, with_atm ? cdrv : nullptr);
+      std::vector<Vec> ref{r.out(co, nq), r.out(clse, nl), r.out(cdq, nq), r.out(cdk, nk), r.out(cdv, nk)};
+      if (with_atm) {
+        ref.push_back(r.out(cdrk, nk));
+        ref.push_back(r.out(cdrv, nk));
+      }
 
+      const char* names[] = {"o", "lse", "dq", "dk", "dv", "draw_k", "draw_v"};
+      const double tols[] = {2e-2, 1e-3, 3e-2, 3e-2, 3e-2, 3e-2, 3e-2};
       const std::string name = "dh=" + std::to_string(dh) + (with_atm ? " ATM" : "");
       for (const auto& [kernel, got] : {std::pair{"tensor cores", tc}, std::pair{"rows", rows}}) {
-        const double eo = rel(ref_o, got.first), el = rel(ref_lse, got.second);
-        std::printf("  attention fwd bf16 %-10s %-12s o max rel %.2e, lse max rel %.2e\n", name.c_str(), kernel, eo,
-                    el);
-        EXPECT_LT(eo, 2e-2) << name << " " << kernel;
-        EXPECT_LT(el, 1e-3) << name << " " << kernel;
+        ASSERT_EQ(got.size(), ref.size());
+        for (size_t t = 0; t < ref.size(); ++t) {
+          const double e = rel(ref[t], got[t]);
+          std::printf("  attention bf16 %-10s %-12s %-7s max rel %.2e (tol %.0e)\n", name.c_str(), kernel, names[t], e,
+                      tols[t]);
+          EXPECT_LT(e, tols[t]) << name << " " << kernel << " " << names[t];
+        }
       }
     }
   }
