@@ -520,6 +520,9 @@ TEST(CudaModel, CachedDecodingMatchesFullForward) {
 TEST(CudaModel, Bf16TrainingTracksFp32) {
   REQUIRE_GPU();
   ModelConfig c = model_preset("wiola-tiny");
+  // Head dim 32 and T = 96: the bf16 run takes the tensor-core attention over
+  // a full and a partial 64-row tile (the fp32 run, the row kernels).
+  c.d = 128; c.dA = 128; c.dB = 512; c.T = 96;
   const int B = 4, steps = 30;
   std::mt19937_64 rg(9);
   std::vector<int32_t> tok(size_t(B) * (c.T + 1) * steps);
