@@ -14,6 +14,7 @@
 // Backward: below. No atomics anywhere: each output row has one writer.
 #include <mma.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -479,6 +480,15 @@ void launch_tc(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k, CP
                                                      dev<float>(lse));
 }
 
+// Whether this device grants a block `bytes` of shared memory (A100 and H100
+// do for every head dim here; smaller parts fall back to the row kernels).
+bool fits_smem(size_t bytes) {
+  int dev = 0, max_optin = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "cudaDeviceGetAttribute");
+  return bytes <= size_t(max_optin);
+}
+
 }  // namespace
 
 bool attention_tc_enabled() {
@@ -493,6 +503,7 @@ bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, C
                       CPtr raw_v, Ptr o, Ptr lse) {
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || o.dtype() != DType::BF16 || !attention_tc_enabled())
     return false;
+  if (s.dh % 32 != 0 || s.dh > 128 || !fits_smem(tc_smem_bytes(s.dh))) return false;
   if (s.Tq <= 0 || s.B <= 0 || s.H <= 0) return true;  // nothing to do
   const TcKeys tk{keys.key_end, keys.n_keys, keys.self_open};
   switch (s.dh) {
@@ -509,6 +520,8 @@ bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, C
                       Ptr draw_v) {
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || dout.dtype() != DType::BF16 ||
       dq.dtype() != DType::BF16 || !attention_tc_enabled() || s.q_pos0 != 0)
+    return false;
+  if (s.dh % 32 != 0 || s.dh > 128 || !fits_smem(std::max(tc_dkv_smem_bytes(s.dh), tc_dq_smem_bytes(s.dh))))
     return false;
   if (s.B <= 0 || s.H <= 0 || (s.Tq <= 0 && s.Tk <= 0)) return true;
   const TcKeys tk{keys.key_end, keys.n_keys, keys.self_open};
