@@ -517,6 +517,45 @@ TEST(CudaModel, CachedDecodingMatchesFullForward) {
 }
 
 // A short bf16 run tracks the fp32 one: same data, same init, 30 steps.
+// ATM's merge decisions in bf16 against fp32 from the same parameters and
+// tokens (docs/gpu.md: they may flip for neighbours near tau, so the rate is
+// reported; the bound only catches a broken bf16 path).
+TEST(CudaModel, Bf16AtmFlipRate) {
+  REQUIRE_GPU();
+  ModelConfig c = model_preset("wiola-tiny");
+  c.d = 128; c.dA = 128; c.dB = 512; c.T = 96;
+  c.tau = 0.5;  // merges in the ATM layers
+  const int B = 4;
+  std::mt19937_64 rg(11);
+  std::vector<int32_t> tok(size_t(B) * (c.T + 1));
+  for (auto& t : tok) t = int32_t(rg() % 64);
+  auto decisions = [&](CudaPrecision p) {
+    auto ops = make_cuda_ops(p);
+    Model<float> m(*ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
+    m.init(3);
+    m.zero_grads();
+    m.train_micro_step(tok.data(), 1.0 / (B * c.T));
+    std::vector<std::vector<uint8_t>> d;
+    for (int l = 0; l < c.L; ++l) d.push_back(m.atm_open(l));
+    return d;
+  };
+  const auto f = decisions(CudaPrecision::FP32), h = decisions(CudaPrecision::BF16);
+  size_t flips = 0, total = 0, merges = 0;
+  for (int l = 0; l < c.L; ++l) {
+    ASSERT_EQ(f[size_t(l)].size(), h[size_t(l)].size()) << "layer " << l;
+    for (size_t i = 0; i < f[size_t(l)].size(); ++i) {
+      flips += f[size_t(l)][i] != h[size_t(l)][i];
+      merges += f[size_t(l)][i] != 0;
+      ++total;
+    }
+  }
+  std::printf("  ATM decisions bf16 vs fp32: %zu of %zu flipped (%.3f %%); fp32 opened %zu merges\n", flips, total,
+              total ? 100.0 * double(flips) / double(total) : 0.0, merges);
+  EXPECT_GT(total, 0u);
+  EXPECT_GT(merges, 0u);  // tau = 0.5 merges something, or the comparison says nothing
+  EXPECT_LT(double(flips), 0.1 * double(total));
+}
+
 TEST(CudaModel, Bf16TrainingTracksFp32) {
   REQUIRE_GPU();
   ModelConfig c = model_preset("wiola-tiny");
