@@ -225,13 +225,20 @@ constexpr size_t tc_dq_smem_bytes(int D) {
          size_t(2 * 64) * 4;
 }
 
-// For the warp's 16 query rows of a (query tile, key tile) pair: P = exp(S*scale
-// - lse) where visible (Ss holds S on entry) into Ps, then, with dP = dO V^T
-// computed into Ss by the caller in between, dS = P (dP - D) * scale into dSs.
+// The warp's 16 query rows of a (query tile, key tile) pair, tiles [64][D]
+// in shared memory: S = Q K^T into Ss; P = exp(S*scale - lse) where visible
+// (keys below jmax that the row's position sees) into Ps as bf16; dP = dO V^T
+// into Ss; dS = P (dP - D) * scale into dSs as bf16.
 template <int D>
-__device__ void probs_rows(const float* Ss, bf16_t* Ps, const float* lse_s, const TcKeys& keys, const AttnShape& s,
-                           int b, int i0, int j0, int jmax, float scale) {
+__device__ void warp_probs_dscores(const bf16_t* Qs, const bf16_t* dOs, const bf16_t* Ks, const bf16_t* Vs,
+                                   const float* lse_s, const float* D_s, float* Ss, bf16_t* Ps, bf16_t* dSs,
+                                   const TcKeys& keys, const AttnShape& s, int b, int i0, int j0, int jmax,
+                                   float scale) {
+  using namespace nvcuda;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float* S = Ss + warp * 16 * 64;
+  warp_mma<wmma::row_major, wmma::col_major, D, 64>(S, 64, Qs + warp * 16 * D, D, Ks, D, false);
+  __syncwarp();
   for (int rr = 0; rr < 16; ++rr) {
     const int r = warp * 16 + rr, i = i0 + r, p = s.q_pos0 + i;
     for (int c = lane; c < 64; c += 32) {
@@ -240,14 +247,14 @@ __device__ void probs_rows(const float* Ss, bf16_t* Ps, const float* lse_s, cons
       Ps[r * 64 + c] = __float2bfloat16(vis ? __expf(Ss[r * 64 + c] * scale - lse_s[r]) : 0.f);
     }
   }
-}
-__device__ void dscores_rows(const float* dPs, const bf16_t* Ps, bf16_t* dSs, const float* D_s, float scale) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncwarp();
+  warp_mma<wmma::row_major, wmma::col_major, D, 64>(S, 64, dOs + warp * 16 * D, D, Vs, D, false);
+  __syncwarp();
   for (int rr = 0; rr < 16; ++rr) {
     const int r = warp * 16 + rr;
     for (int c = lane; c < 64; c += 32) {
       const float pj = __bfloat162float(Ps[r * 64 + c]);
-      dSs[r * 64 + c] = __float2bfloat16(pj * (dPs[r * 64 + c] - D_s[r]) * scale);
+      dSs[r * 64 + c] = __float2bfloat16(pj * (Ss[r * 64 + c] - D_s[r]) * scale);
     }
   }
 }
@@ -297,14 +304,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc(AttnShape s, TcKeys
         D_s[tid] = i < s.Tq ? Dterm[at] : 0.f;
       }
       __syncthreads();
-      // Per warp, its 16 query rows: S = Q K^T, P; dP = dO V^T, dS.
-      warp_mma<wmma::row_major, wmma::col_major, D, 64>(Ss + warp * 16 * 64, 64, Qs + warp * 16 * D, D, Ks, D, false);
-      __syncwarp();
-      probs_rows<D>(Ss, Ps, lse_s, keys, s, b, i0, j0, nk, scale);
-      __syncwarp();
-      warp_mma<wmma::row_major, wmma::col_major, D, 64>(Ss + warp * 16 * 64, 64, dOs + warp * 16 * D, D, Vs, D, false);
-      __syncwarp();
-      dscores_rows(Ss, Ps, dSs, D_s, scale);
+      warp_probs_dscores<D>(Qs, dOs, Ks, Vs, lse_s, D_s, Ss, Ps, dSs, keys, s, b, i0, j0, nk, scale);
       __syncthreads();
       // Per warp, its 16 key rows: dV += P^T dO, dK += dS^T Q.
       warp_mma<wmma::col_major, wmma::row_major, 64, D>(dVs + warp * 16 * D, D, Ps + warp * 16, 64, dOs, D, true);
@@ -367,13 +367,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys 
       load_tile<D>(Ks, k, kv_off, kv_ld, j0, kmax);
       load_tile<D>(Vs, v, kv_off, kv_ld, j0, kmax);
       __syncthreads();
-      warp_mma<wmma::row_major, wmma::col_major, D, 64>(Ss + warp * 16 * 64, 64, Qs + warp * 16 * D, D, Ks, D, false);
-      __syncwarp();
-      probs_rows<D>(Ss, Ps, lse_s, keys, s, b, i0, j0, kmax, scale);
-      __syncwarp();
-      warp_mma<wmma::row_major, wmma::col_major, D, 64>(Ss + warp * 16 * 64, 64, dOs + warp * 16 * D, D, Vs, D, false);
-      __syncwarp();
-      dscores_rows(Ss, Ps, dSs, D_s, scale);
+      warp_probs_dscores<D>(Qs, dOs, Ks, Vs, lse_s, D_s, Ss, Ps, dSs, keys, s, b, i0, j0, kmax, scale);
       __syncwarp();
       // dQ[16 rows][D] += dS K.
       warp_mma<wmma::row_major, wmma::row_major, 64, D>(dQs + warp * 16 * D, D, dSs + warp * 16 * 64, 64, Ks, D, true);
