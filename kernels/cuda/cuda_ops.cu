@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/memory.cuh"
+#include "kernels/profiled_ops.h"
 #include "util/error.h"
 
 namespace wiola {
@@ -307,6 +308,8 @@ std::unique_ptr<Ops<float>> make_cuda_ops(CudaPrecision precision, int device) {
 }
 
 void* cuda_stream_of(Ops<float>& ops) {
+  // A profiled backend (kernels/profiled_ops.h) runs on its inner one's stream.
+  if (auto* p = dynamic_cast<ProfiledOps<float>*>(&ops)) return cuda_stream_of(p->inner());
   auto* c = dynamic_cast<CudaOps*>(&ops);
   return c ? static_cast<void*>(c->stream()) : nullptr;
 }

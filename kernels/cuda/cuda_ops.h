@@ -30,7 +30,8 @@ const char* cuda_status();
 std::unique_ptr<Ops<float>> make_cuda_ops(CudaPrecision precision, int device = 0);
 
 // The cudaStream_t every op of a CUDA backend runs on (the data plane orders
-// its communication against it); nullptr for any other backend.
+// its communication against it), also through a ProfiledOps around it;
+// nullptr for any other backend.
 void* cuda_stream_of(Ops<float>& ops);
 
 }  // namespace wiola

@@ -12,6 +12,7 @@
 #include "dist/nccl/nccl_comm.h"
 #include "dist/nccl/nccl_lib.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/profiled_ops.h"
 #include "kernels/ops.h"
 #include "util/error.h"
 
@@ -154,6 +155,9 @@ TEST(NcclComm, DataPlaneFactory) {
   ops->download(&got, a.data(), sizeof got);
   EXPECT_EQ(got, 1.f);
   EXPECT_EQ(cuda_stream_of(*make_backend<float>("cpu")), nullptr);
+  ProfiledOps<float> profiled(*ops);  // a profiled backend keeps its stream
+  EXPECT_NE(cuda_stream_of(profiled), nullptr);
+  EXPECT_EQ(cuda_stream_of(profiled), cuda_stream_of(*ops));
 }
 
 }  // namespace
