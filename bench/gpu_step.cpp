@@ -7,7 +7,7 @@
 #include <string>
 
 #include "bench/gpu_step_run.h"
-#include "util/error.h"
+#include "util/files.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"One training step of a Wiola model on the GPU (bf16 and fp32)", "wiola_gpu_bench"};
@@ -28,12 +28,7 @@ int main(int argc, char** argv) {
   o.atm = !no_atm;
   try {
     const nlohmann::json out = wiola::run_gpu_step_bench(o);
-    if (!json_out.empty()) {
-      FILE* f = std::fopen(json_out.c_str(), "w");
-      WIOLA_CHECK(f, "cannot write '", json_out, "'");
-      std::fprintf(f, "%s\n", out.dump(2).c_str());
-      std::fclose(f);
-    }
+    if (!json_out.empty()) wiola::write_text_atomic(json_out, out.dump(2) + "\n");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wiola_gpu_bench: error: %s\n", e.what());

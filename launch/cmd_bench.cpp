@@ -140,11 +140,7 @@ std::string torch_model_args(const wiola::ModelConfig& cfg, int batch, int steps
 }
 
 void write_json(const std::string& path, const nlohmann::json& out) {
-  if (path.empty()) return;
-  FILE* f = std::fopen(path.c_str(), "w");
-  WIOLA_CHECK(f, "cannot write '", path, "'");
-  std::fprintf(f, "%s\n", out.dump(2).c_str());
-  std::fclose(f);
+  if (!path.empty()) wiola::write_text_atomic(path, out.dump(2) + "\n");
 }
 
 // wiola bench step --device cuda: the GPU step benchmark (bench/gpu_step_run.h,

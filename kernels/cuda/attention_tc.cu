@@ -14,7 +14,6 @@
 // Backward: below. No atomics anywhere: each output row has one writer.
 #include <mma.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -213,16 +212,32 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys
 // summed over the heads). Both recompute P = exp(S - lse) from the forward's
 // log-sum-exp and use D = rowsum(dO * O) (attention.cu's row kernel).
 
-// Shared memory of the dK/dV kernel: K, V, Q, dO tiles (bf16), S or dP
-// (fp32), P and dS (bf16), dK and dV accumulators (fp32), lse and D.
-constexpr size_t tc_dkv_smem_bytes(int D) {
-  return size_t(4 * 64 * D) * 2 + size_t(64 * 64) * 4 + size_t(2 * 64 * 64) * 2 + size_t(2 * 64 * D) * 4 +
+// Shared memory of a backward kernel: four [64][D] bf16 tiles (K, V, Q, dO
+// in some order), P and dS (bf16), S or dP (fp32), n_acc [64][D] fp32
+// accumulators (dK and dV, or dQ), and the rows' lse and D.
+constexpr size_t tc_bwd_smem_bytes(int D, int n_acc) {
+  return size_t(4 * 64 * D) * 2 + size_t(2 * 64 * 64) * 2 + size_t(64 * 64) * 4 + size_t(n_acc * 64 * D) * 4 +
          size_t(2 * 64) * 4;
 }
-// The dQ kernel: Q, dO, K, V tiles, S or dP, P and dS, the dQ accumulator, lse and D.
-constexpr size_t tc_dq_smem_bytes(int D) {
-  return size_t(4 * 64 * D) * 2 + size_t(64 * 64) * 4 + size_t(2 * 64 * 64) * 2 + size_t(64 * D) * 4 +
-         size_t(2 * 64) * 4;
+struct BwdSmem {
+  bf16_t* tile[4];
+  bf16_t *Ps, *dSs;
+  float *Ss, *acc[2], *lse_s, *D_s;
+};
+template <int D>
+__device__ BwdSmem carve_bwd_smem(unsigned char* smem, int n_acc) {
+  BwdSmem m;
+  bf16_t* h = reinterpret_cast<bf16_t*>(smem);
+  for (int t = 0; t < 4; ++t) m.tile[t] = h + t * 64 * D;
+  m.Ps = h + 4 * 64 * D;
+  m.dSs = m.Ps + 64 * 64;
+  float* f = reinterpret_cast<float*>(m.dSs + 64 * 64);
+  m.Ss = f;
+  f += 64 * 64;
+  for (int a = 0; a < 2; ++a) m.acc[a] = a < n_acc ? f + a * 64 * D : nullptr;
+  m.lse_s = f + n_acc * 64 * D;
+  m.D_s = m.lse_s + 64;
+  return m;
 }
 
 // The warp's 16 query rows of a (query tile, key tile) pair, tiles [64][D]
@@ -267,17 +282,9 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc(AttnShape s, TcKeys
                                                               bf16_t* dv) {
   using namespace nvcuda;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16_t* Ks = reinterpret_cast<bf16_t*>(smem);
-  bf16_t* Vs = Ks + 64 * D;
-  bf16_t* Qs = Vs + 64 * D;
-  bf16_t* dOs = Qs + 64 * D;
-  bf16_t* Ps = dOs + 64 * D;
-  bf16_t* dSs = Ps + 64 * 64;
-  float* Ss = reinterpret_cast<float*>(dSs + 64 * 64);
-  float* dKs = Ss + 64 * 64;
-  float* dVs = dKs + 64 * D;
-  float* lse_s = dVs + 64 * D;
-  float* D_s = lse_s + 64;
+  const BwdSmem m = carve_bwd_smem<D>(smem, 2);
+  bf16_t *Ks = m.tile[0], *Vs = m.tile[1], *Qs = m.tile[2], *dOs = m.tile[3], *Ps = m.Ps, *dSs = m.dSs;
+  float *Ss = m.Ss, *dKs = m.acc[0], *dVs = m.acc[1], *lse_s = m.lse_s, *D_s = m.D_s;
 
   const int tid = threadIdx.x, warp = tid >> 5;
   const int j0 = blockIdx.x * 64, g = blockIdx.y, b = blockIdx.z;
@@ -331,16 +338,9 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys 
                                                              bf16_t* draw_v) {
   using namespace nvcuda;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);
-  bf16_t* dOs = Qs + 64 * D;
-  bf16_t* Ks = dOs + 64 * D;
-  bf16_t* Vs = Ks + 64 * D;
-  bf16_t* Ps = Vs + 64 * D;
-  bf16_t* dSs = Ps + 64 * 64;
-  float* Ss = reinterpret_cast<float*>(dSs + 64 * 64);
-  float* dQs = Ss + 64 * 64;
-  float* lse_s = dQs + 64 * D;
-  float* D_s = lse_s + 64;
+  const BwdSmem m = carve_bwd_smem<D>(smem, 1);
+  bf16_t *Qs = m.tile[0], *dOs = m.tile[1], *Ks = m.tile[2], *Vs = m.tile[3], *Ps = m.Ps, *dSs = m.dSs;
+  float *Ss = m.Ss, *dQs = m.acc[0], *lse_s = m.lse_s, *D_s = m.D_s;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int i0 = blockIdx.x * 64, g = blockIdx.y, b = blockIdx.z;
@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys 
 template <int D>
 void launch_tc_bwd(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                    CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
-  const size_t smem_kv = tc_dkv_smem_bytes(D), smem_q = tc_dq_smem_bytes(D);
+  const size_t smem_kv = tc_bwd_smem_bytes(D, 2), smem_q = tc_bwd_smem_bytes(D, 1);
   static const bool attr_set = [&] {
     check(cudaFuncSetAttribute(k_attn_dkv_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)),
           "attention_bwd (tensor cores): shared memory size");
@@ -476,10 +476,14 @@ void launch_tc(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k, CP
 
 // Whether this device grants a block `bytes` of shared memory (A100 and H100
 // do for every head dim here; smaller parts fall back to the row kernels).
+// The limit is read once per process: one device per rank.
 bool fits_smem(size_t bytes) {
-  int dev = 0, max_optin = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "cudaDeviceGetAttribute");
+  static const int max_optin = [] {
+    int dev = 0, v = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "cudaDeviceGetAttribute");
+    return v;
+  }();
   return bytes <= size_t(max_optin);
 }
 
@@ -515,7 +519,7 @@ bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, C
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || dout.dtype() != DType::BF16 ||
       dq.dtype() != DType::BF16 || !attention_tc_enabled() || s.q_pos0 != 0)
     return false;
-  if (s.dh % 32 != 0 || s.dh > 128 || !fits_smem(std::max(tc_dkv_smem_bytes(s.dh), tc_dq_smem_bytes(s.dh))))
+  if (s.dh % 32 != 0 || s.dh > 128 || !fits_smem(tc_bwd_smem_bytes(s.dh, 2)))
     return false;
   if (s.B <= 0 || s.H <= 0 || (s.Tq <= 0 && s.Tk <= 0)) return true;
   const TcKeys tk{keys.key_end, keys.n_keys, keys.self_open};
