@@ -160,9 +160,17 @@ class Ops {
   // rstd[N] saved for backward.
   virtual void rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d,
                            double eps, Ptr y, Ptr rstd) = 0;
-  // dx ACCUMULATES (x is the residual stream); dgamma, ddelta accumulate.
+  // The residual add fused with the norm that follows it: s = a + b (the
+  // residual stream after a sub-layer; s may be a or b), then the norm of s
+  // as rmsnorm_fwd. The same results as add, then rmsnorm_fwd, in one pass.
+  virtual void add_rmsnorm_fwd(CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta,
+                               int N, int d, double eps, Ptr y, Ptr rstd) = 0;
+  // dx = dres + dz: the residual branch's gradient dres joins the norm's
+  // (dres may be dx itself: accumulate; or null: dx = dz); dgamma, ddelta
+  // accumulate.
   virtual void rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy,
-                           int N, int d, Ptr dx, Ptr dgamma, Ptr ddelta) = 0;
+                           int N, int d, CPtr dres, Ptr dx, Ptr dgamma,
+                           Ptr ddelta) = 0;
 
   // ---- SRPE: rotate-half pairs of each head, in place ------------------------
   // x[B, Tn, nh, dh]; table[Tn, dh/2, 2] = (c, s) for positions of rows
@@ -248,8 +256,10 @@ class Ops {
   // y = GELU(x) (exact erf form)
   virtual void gelu_fwd(CPtr x, size_t n, Ptr y) = 0;
   virtual void gelu_bwd(CPtr x, CPtr dy, size_t n, Ptr dx) = 0;
-  // out = alpha*a + (1-alpha)*b, alpha = sigmoid(pre)
-  virtual void fusion_fwd(CPtr pre, CPtr a, CPtr b, size_t n, Ptr out) = 0;
+  // out = res + alpha*a + (1-alpha)*b, alpha = sigmoid(pre): the fusion gate
+  // with the residual add after it (res may be null: no residual).
+  virtual void fusion_fwd(CPtr pre, CPtr a, CPtr b, CPtr res, size_t n,
+                          Ptr out) = 0;
   virtual void fusion_bwd(CPtr pre, CPtr a, CPtr b, CPtr dout, size_t n,
                           Ptr dpre, Ptr da, Ptr db) = 0;
 

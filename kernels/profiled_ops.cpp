@@ -47,7 +47,7 @@ const char* op_class_of(const std::string& op) {
       {"prefix_mean_fwd", "context attention"}, {"prefix_mean_bwd", "context attention"},
       {"prefix_mean_carry_fwd", "context attention"},
       {"atm_similarity", "ATM"}, {"atm_plan", "ATM"}, {"atm_merge_rows", "ATM"}, {"atm_merge_rows_bwd", "ATM"},
-      {"rmsnorm_fwd", "norm"}, {"rmsnorm_bwd", "norm"},
+      {"rmsnorm_fwd", "norm"}, {"add_rmsnorm_fwd", "norm"}, {"rmsnorm_bwd", "norm"},
       {"ce_row_max", "cross-entropy"}, {"ce_sumexp_target", "cross-entropy"}, {"ce_loss_grad", "cross-entropy"},
       {"ce_loss", "cross-entropy"},
       {"adamw", "optimizer"}, {"sum_squares", "optimizer"}, {"sum", "optimizer"}, {"accumulate", "optimizer"},
@@ -218,9 +218,17 @@ void ProfiledOps<T>::rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d, d
 }
 
 template <class T>
-void ProfiledOps<T>::rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, Ptr dx, Ptr dgamma, Ptr ddelta) {
+void ProfiledOps<T>::add_rmsnorm_fwd(CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N, int d, double eps,
+                                     Ptr y, Ptr rstd) {
+  const Timed t(*this, "add_rmsnorm_fwd");
+  inner_.add_rmsnorm_fwd(a, b, s, gamma, delta, N, d, eps, y, rstd);
+}
+
+template <class T>
+void ProfiledOps<T>::rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres,
+                                 Ptr dx, Ptr dgamma, Ptr ddelta) {
   const Timed t(*this, "rmsnorm_bwd");
-  inner_.rmsnorm_bwd(x, gamma, delta, rstd, dy, N, d, dx, dgamma, ddelta);
+  inner_.rmsnorm_bwd(x, gamma, delta, rstd, dy, N, d, dres, dx, dgamma, ddelta);
 }
 
 template <class T>
@@ -344,9 +352,9 @@ void ProfiledOps<T>::gelu_bwd(CPtr x, CPtr dy, size_t n, Ptr dx) {
 }
 
 template <class T>
-void ProfiledOps<T>::fusion_fwd(CPtr pre, CPtr a, CPtr b, size_t n, Ptr out) {
+void ProfiledOps<T>::fusion_fwd(CPtr pre, CPtr a, CPtr b, CPtr res, size_t n, Ptr out) {
   const Timed t(*this, "fusion_fwd");
-  inner_.fusion_fwd(pre, a, b, n, out);
+  inner_.fusion_fwd(pre, a, b, res, n, out);
 }
 
 template <class T>

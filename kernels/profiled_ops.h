@@ -85,8 +85,10 @@ class ProfiledOps final : public Ops<T> {
   void embedding_fwd(const int32_t* ids, int N, CPtr E, int v0, int V_local, int d, Ptr out) override;
   void embedding_bwd(const int32_t* ids, int N, CPtr dout, int v0, int V_local, int d, Ptr dE) override;
   void rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd) override;
-  void rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, Ptr dx, Ptr dgamma,
-                   Ptr ddelta) override;
+  void add_rmsnorm_fwd(CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y,
+                       Ptr rstd) override;
+  void rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres, Ptr dx,
+                   Ptr dgamma, Ptr ddelta) override;
   void srpe_apply(Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool inverse) override;
   void attention_fwd(const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                      Ptr o, Ptr lse) override;
@@ -115,7 +117,7 @@ class ProfiledOps final : public Ops<T> {
   void swiglu_bwd(CPtr g, CPtr u, CPtr dh, size_t n, Ptr dg, Ptr du) override;
   void gelu_fwd(CPtr x, size_t n, Ptr y) override;
   void gelu_bwd(CPtr x, CPtr dy, size_t n, Ptr dx) override;
-  void fusion_fwd(CPtr pre, CPtr a, CPtr b, size_t n, Ptr out) override;
+  void fusion_fwd(CPtr pre, CPtr a, CPtr b, CPtr res, size_t n, Ptr out) override;
   void fusion_bwd(CPtr pre, CPtr a, CPtr b, CPtr dout, size_t n, Ptr dpre, Ptr da, Ptr db) override;
   void ce_row_max(CPtr logits, int N, int V_local, Ptr row_max) override;
   void ce_sumexp_target(CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max,

@@ -171,10 +171,9 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, co
   ops.sigmoid_gate_fwd(a.gpre, a.o, nhd, a.og);
   linear_fwd(ops, a.og, p.wo, N, hd, d, a.xh);  // A (row-parallel)
   tp_sum(c.tp, a.xh, size_t(N) * d);
-  ops.add(x, a.xh, a.xh, size_t(N) * d);        // X-half = X + A
 
-  // ---- DSFF (docs/model.md §2) ----
-  ops.rmsnorm_fwd(a.xh, p.ln2_g, p.ln2_d, N, d, c.cfg.eps, a.xn2, a.rstd2);
+  // ---- DSFF (docs/model.md §2); X-half = X + A, normed in the same pass ----
+  ops.add_rmsnorm_fwd(x, a.xh, a.xh, p.ln2_g, p.ln2_d, N, d, c.cfg.eps, a.xn2, a.rstd2);
   const int dA = c.ld.dA, dB = c.ld.dB;
   linear_fwd(ops, a.xn2, p.ga, N, d, dA, a.ga);
   linear_fwd(ops, a.xn2, p.ua, N, d, dA, a.ua);
@@ -189,8 +188,7 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, co
   // Fusion gate on [a; b] with W_f [d, 2d] (a's columns first).
   ops.gemm(Trans::N, Trans::T, N, d, d, T(1), a.a, d, p.wf, 2 * d, T(0), a.fpre, d);
   ops.gemm(Trans::N, Trans::T, N, d, d, T(1), a.b, d, p.wf + d, 2 * d, T(1), a.fpre, d);
-  ops.fusion_fwd(a.fpre, a.a, a.b, size_t(N) * d, x_out);
-  ops.add(a.xh, x_out, x_out, size_t(N) * d);  // X' = X-half + F
+  ops.fusion_fwd(a.fpre, a.a, a.b, a.xh, size_t(N) * d, x_out);  // X' = X-half + F
 }
 
 template <class T>
@@ -225,9 +223,9 @@ void layer_backward(const LayerCtx<T>& c, int l, const LayerParams& p, const Lay
   linear_bwd_w(ops, w.dub, a.xn2, N, d, dB, g.ub);
   linear_bwd_w(ops, w.dga, a.xn2, N, d, dA, g.ga);
   linear_bwd_w(ops, w.dua, a.xn2, N, d, dA, g.ua);
-  ops.copy(w.dxh.raw(), dx_out.raw(), nd * dtype_bytes(c.prec.residual));
   mlp_dxn_sum.finish();
-  ops.rmsnorm_bwd(a.xh, p.ln2_g, p.ln2_d, a.rstd2, w.dxn, N, d, w.dxh, g.ln2_g, g.ln2_d);
+  // dX-half = dX' (the residual) + the norm's input gradient.
+  ops.rmsnorm_bwd(a.xh, p.ln2_g, p.ln2_d, a.rstd2, w.dxn, N, d, dx_out, w.dxh, g.ln2_g, g.ln2_d);
 
   // ---- GCLA backward; dA = dX-half ----
   linear_bwd_x(ops, w.dxh, p.wo, N, hd, d, w.dog);
@@ -263,9 +261,8 @@ void layer_backward(const LayerCtx<T>& c, int l, const LayerParams& p, const Lay
   ops.srpe_apply(w.dq, c.B, c.T_, c.ld.H, dh, c.srpe, true);
   ops.srpe_apply(w.dk, c.B, c.T_, c.ld.Hkv, dh, c.srpe, true);
   TpInFlight attn_dxn_sum = qkvg_bwd(c, p, g, a, w);
-  ops.copy(dx.raw(), w.dxh.raw(), nd * dtype_bytes(c.prec.residual));  // residual
   attn_dxn_sum.finish();
-  ops.rmsnorm_bwd(x, p.ln1_g, p.ln1_d, a.rstd1, w.dxn, N, d, dx, g.ln1_g, g.ln1_d);
+  ops.rmsnorm_bwd(x, p.ln1_g, p.ln1_d, a.rstd1, w.dxn, N, d, w.dxh, dx, g.ln1_g, g.ln1_d);  // dX = dX-half + ...
 }
 
 #define WIOLA_INSTANTIATE_LAYER(T)                                                          \

@@ -432,9 +432,8 @@ void Model<T>::head_loss(Slot& sl, const int32_t* targets_host, double loss_scal
   tp_sum(tp_, m.dxf.data(), nd);
   ops_.gemm(Trans::T, Trans::N, Vl, d, N, T(1), m.logits.data(), Vl, m.xf.data(), d,
             T(1), g_.embed, d);
-  ops_.zero(sl.dx_top.data().raw(), sl.dx_top.bytes());
   ops_.rmsnorm_bwd(sl.X[size_t(m.nl)].data(), w_.norm_g, w_.norm_d, sl.rstd_f.data(),
-                   m.dxf.data(), N, d, sl.dx_top.data(), g_.norm_g, g_.norm_d);
+                   m.dxf.data(), N, d, nullptr, sl.dx_top.data(), g_.norm_g, g_.norm_d);
 }
 
 // ---- backward ----------------------------------------------------------------

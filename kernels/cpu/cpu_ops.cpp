@@ -248,11 +248,18 @@ void CpuOps<T>::rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d,
   cpu::rmsnorm_fwd(I(x), I(gamma), I(delta), N, d, eps, O(y), O(rstd));
 }
 template <class T>
+void CpuOps<T>::add_rmsnorm_fwd(CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N,
+                                int d, double eps, Ptr y, Ptr rstd) {
+  OPEN;
+  cpu::add_rmsnorm_fwd(I(a), I(b), O(s), I(gamma), I(delta), N, d, eps, O(y), O(rstd));
+}
+template <class T>
 void CpuOps<T>::rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd,
-                            CPtr dy, int N, int d, Ptr dx, Ptr dgamma,
+                            CPtr dy, int N, int d, CPtr dres, Ptr dx, Ptr dgamma,
                             Ptr ddelta) {
   OPEN;
-  cpu::rmsnorm_bwd(I(x), I(gamma), I(delta), I(rstd), I(dy), N, d, O(dx), O(dgamma), O(ddelta));
+  cpu::rmsnorm_bwd(I(x), I(gamma), I(delta), I(rstd), I(dy), N, d, I(dres), O(dx), O(dgamma),
+                   O(ddelta));
 }
 template <class T>
 void CpuOps<T>::srpe_apply(Ptr x, int B, int Tn, int nh, int dh, CPtr table,
@@ -390,9 +397,9 @@ void CpuOps<T>::gelu_bwd(CPtr x, CPtr dy, size_t n, Ptr dx) {
   cpu::gelu_bwd(I(x), I(dy), n, O(dx));
 }
 template <class T>
-void CpuOps<T>::fusion_fwd(CPtr pre, CPtr a, CPtr b, size_t n, Ptr o) {
+void CpuOps<T>::fusion_fwd(CPtr pre, CPtr a, CPtr b, CPtr res, size_t n, Ptr o) {
   OPEN;
-  cpu::fusion_fwd(I(pre), I(a), I(b), n, O(o));
+  cpu::fusion_fwd(I(pre), I(a), I(b), I(res), n, O(o));
 }
 template <class T>
 void CpuOps<T>::fusion_bwd(CPtr pre, CPtr a, CPtr b, CPtr dout, size_t n,

@@ -54,13 +54,19 @@ void GeluBwdF(const float* x, const float* dy, size_t n, float* dx) {
   });
 }
 
-void FusionFwdF(const float* pre, const float* a, const float* b, size_t n, float* out) {
+// res null: no residual (two loops, so the common case tests nothing per vector).
+void FusionFwdF(const float* pre, const float* a, const float* b, const float* res, size_t n,
+                float* out) {
   const DF d;
-  ForEach(d, n, [&](size_t i, auto t) HWY_ATTR {
+  const auto fused = [&](size_t i, auto t) HWY_ATTR {
     VF s, c;
     Sigmoid2(d, In(d, pre + i, t), s, c);
-    Out(d, hn::Add(hn::Mul(s, In(d, a + i, t)), hn::Mul(c, In(d, b + i, t))), out + i, t);
-  });
+    return hn::Add(hn::Mul(s, In(d, a + i, t)), hn::Mul(c, In(d, b + i, t)));
+  };
+  if (res)
+    ForEach(d, n, [&](size_t i, auto t) HWY_ATTR { Out(d, hn::Add(In(d, res + i, t), fused(i, t)), out + i, t); });
+  else
+    ForEach(d, n, [&](size_t i, auto t) HWY_ATTR { Out(d, fused(i, t), out + i, t); });
 }
 
 void FusionBwdF(const float* pre, const float* a, const float* b, const float* dout, size_t n,
@@ -159,20 +165,24 @@ void gelu_bwd<float>(const float* x, const float* dy, size_t n, float* dx) {
   parallel_ranges(n, [&](size_t i0, size_t i1) { fn(x + i0, dy + i0, i1 - i0, dx + i0); });
 }
 
-// out = alpha a + (1 - alpha) b, alpha = sigma(pre)
+// out = res + alpha a + (1 - alpha) b, alpha = sigma(pre); res may be null
 template <class T>
-void fusion_fwd(const T* pre, const T* a, const T* b, size_t n, T* out) {
+void fusion_fwd(const T* pre, const T* a, const T* b, const T* res, size_t n, T* out) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (size_t i = 0; i < n; ++i) {
     T s, c;
     sigmoid2(pre[i], s, c);
-    out[i] = s * a[i] + c * b[i];
+    const T f = s * a[i] + c * b[i];
+    out[i] = res ? res[i] + f : f;
   }
 }
 template <>
-void fusion_fwd<float>(const float* pre, const float* a, const float* b, size_t n, float* out) {
+void fusion_fwd<float>(const float* pre, const float* a, const float* b, const float* res,
+                       size_t n, float* out) {
   const auto fn = WIOLA_DISPATCH(FusionFwdF);
-  parallel_ranges(n, [&](size_t i0, size_t i1) { fn(pre + i0, a + i0, b + i0, i1 - i0, out + i0); });
+  parallel_ranges(n, [&](size_t i0, size_t i1) {
+    fn(pre + i0, a + i0, b + i0, res ? res + i0 : nullptr, i1 - i0, out + i0);
+  });
 }
 
 template <class T>
@@ -201,7 +211,8 @@ template void swiglu_bwd<double>(const double*, const double*, const double*, si
                                  double*);
 template void gelu_fwd<double>(const double*, size_t, double*);
 template void gelu_bwd<double>(const double*, const double*, size_t, double*);
-template void fusion_fwd<double>(const double*, const double*, const double*, size_t, double*);
+template void fusion_fwd<double>(const double*, const double*, const double*, const double*,
+                                 size_t, double*);
 template void fusion_bwd<double>(const double*, const double*, const double*, const double*,
                                  size_t, double*, double*, double*);
 

@@ -43,9 +43,14 @@ void ce_loss(const T* logits, const int32_t* targets, int N, int V_local,
 template <class T>
 void rmsnorm_fwd(const T* x, const T* gamma, const T* delta, int N, int d,
                  double eps, T* y, T* rstd);
+// s = a + b (s may be a or b), then rmsnorm_fwd of s.
+template <class T>
+void add_rmsnorm_fwd(const T* a, const T* b, T* s, const T* gamma, const T* delta, int N,
+                     int d, double eps, T* y, T* rstd);
+// dx = dres + dz (dres may be dx, or null: dx = dz).
 template <class T>
 void rmsnorm_bwd(const T* x, const T* gamma, const T* delta, const T* rstd,
-                 const T* dy, int N, int d, T* dx, T* dgamma, T* ddelta);
+                 const T* dy, int N, int d, const T* dres, T* dx, T* dgamma, T* ddelta);
 
 // ---- srpe.cpp: SRPE rotation -------------------------------------------------
 template <class T>
@@ -96,8 +101,9 @@ template <class T>
 void swiglu_bwd(const T* g, const T* u, const T* dh, size_t n, T* dg, T* du);
 template <class T> void gelu_fwd(const T* x, size_t n, T* y);
 template <class T> void gelu_bwd(const T* x, const T* dy, size_t n, T* dx);
+// out = res + sigma(pre) a + (1 - sigma(pre)) b; res may be null.
 template <class T>
-void fusion_fwd(const T* pre, const T* a, const T* b, size_t n, T* out);
+void fusion_fwd(const T* pre, const T* a, const T* b, const T* res, size_t n, T* out);
 template <class T>
 void fusion_bwd(const T* pre, const T* a, const T* b, const T* dout, size_t n,
                 T* dpre, T* da, T* db);

@@ -1,7 +1,9 @@
 // WiolaRMSNorm (docs/model.md §2): z = x + delta; y = gamma * z * rstd,
 // rstd = 1 / sqrt(mean(z^2) + eps). Backward per row:
 //   dz = rstd * (gamma*dy - z * rstd^2 * mean(gamma*dy*z)),
-//   dgamma += sum_n dy*z*rstd, ddelta += sum_n dz, dx += dz.
+//   dgamma += sum_n dy*z*rstd, ddelta += sum_n dz, dx = dres + dz
+//   (dres null: dx = dz).
+// add_rmsnorm_fwd first adds the residual branch: x = a + b, written out.
 // float: Highway, dispatched at run time (row sums in double); double: the
 // scalar templates.
 #include <cstddef>
@@ -28,6 +30,21 @@ double RowSumSqF(const float* x, const float* delta, size_t d) {
   return SumLanes(hn::Add(lo, hi));
 }
 
+// s = a + b of one row (s may be a or b), then RowSumSqF(s, delta): the same
+// vectors, so the same bits as an add followed by the norm.
+double AddRowSumSqF(const float* a, const float* b, float* s, const float* delta, size_t d) {
+  const DF df;
+  VD lo = hn::Zero(DD()), hi = lo;
+  ForEach(df, d, [&](size_t j, auto t) HWY_ATTR {
+    const VF xv = hn::Add(In(df, a + j, t), In(df, b + j, t)), dv = In(df, delta + j, t);
+    Out(df, xv, s + j, t);
+    const VD p = hn::Add(PromoteLo(xv), PromoteLo(dv)), q = hn::Add(PromoteHi(xv), PromoteHi(dv));
+    lo = hn::MulAdd(p, p, lo);
+    hi = hn::MulAdd(q, q, hi);
+  });
+  return SumLanes(hn::Add(lo, hi));
+}
+
 // y = gamma * ((x + delta) * r) of one row.
 void RowScaleF(const float* x, const float* gamma, const float* delta, float r, size_t d,
                float* y) {
@@ -42,11 +59,13 @@ void RowScaleF(const float* x, const float* gamma, const float* delta, float r, 
 // Rows [i0, i1) of the backward; parameter gradients into this thread's
 // double partials pg (gamma) and pd (delta).
 void BwdRowsF(const float* x, const float* gamma, const float* delta, const float* rstd,
-              const float* dy, int i0, int i1, size_t d, float* dx, double* pg, double* pd) {
+              const float* dy, int i0, int i1, size_t d, const float* dres, float* dx,
+              double* pg, double* pd) {
   const DF df;
   for (int i = i0; i < i1; ++i) {
     const float* xi = x + size_t(i) * d;
     const float* gi = dy + size_t(i) * d;
+    const float* ri = dres ? dres + size_t(i) * d : nullptr;
     float* dxi = dx + size_t(i) * d;
     // c = sum_j double(gamma*dy) * double(x + delta)
     VD lo = hn::Zero(DD()), hi = lo;
@@ -64,7 +83,7 @@ void BwdRowsF(const float* x, const float* gamma, const float* delta, const floa
       const VF g = In(df, gi + j, t);
       const VF z = hn::Add(In(df, xi + j, t), In(df, delta + j, t));
       const VF dz = hn::Mul(rt, hn::Sub(hn::Mul(In(df, gamma + j, t), g), hn::Mul(z, cr)));
-      Out(df, hn::Add(In(df, dxi + j, t), dz), dxi + j, t);
+      Out(df, ri ? hn::Add(In(df, ri + j, t), dz) : dz, dxi + j, t);
       AddWideTo(pg + j, hn::Mul(hn::Mul(g, z), rt), t);
       AddWideTo(pd + j, dz, t);
     });
@@ -82,16 +101,25 @@ HWY_AFTER_NAMESPACE();
 namespace wiola::cpu {
 
 HWY_EXPORT(RowSumSqF);
+HWY_EXPORT(AddRowSumSqF);
 HWY_EXPORT(RowScaleF);
 HWY_EXPORT(BwdRowsF);
 
+// The norm of rows x (b null) or of s = a + b (a in x), row by row: the sum
+// is written and normed while its row is in cache.
 template <class T>
-void rmsnorm_fwd(const T* x, const T* gamma, const T* delta, int N, int d,
-                 double eps, T* y, T* rstd) {
+void rmsnorm_rows(const T* x, const T* b, T* s, const T* gamma, const T* delta, int N, int d,
+                  double eps, T* y, T* rstd) {
 #pragma omp parallel for schedule(static) if (size_t(N) * d >= kParallelMin)
   for (int i = 0; i < N; ++i) {
-    const T* xi = x + size_t(i) * d;
-    T* yi = y + size_t(i) * d;
+    const size_t o = size_t(i) * d;
+    const T* xi = x + o;
+    if (b) {
+#pragma omp simd
+      for (int j = 0; j < d; ++j) s[o + j] = x[o + j] + b[o + j];
+      xi = s + o;
+    }
+    T* yi = y + o;
     const double ss = lane_sum(0, size_t(d), [xi, delta](size_t j) {
       const double z = double(xi[j]) + double(delta[j]);
       return z * z;
@@ -103,17 +131,31 @@ void rmsnorm_fwd(const T* x, const T* gamma, const T* delta, int N, int d,
   }
 }
 template <>
-void rmsnorm_fwd<float>(const float* x, const float* gamma, const float* delta, int N, int d,
-                        double eps, float* y, float* rstd) {
+void rmsnorm_rows<float>(const float* x, const float* b, float* s, const float* gamma,
+                         const float* delta, int N, int d, double eps, float* y, float* rstd) {
   const auto sumsq = WIOLA_DISPATCH(RowSumSqF);
+  const auto add_sumsq = WIOLA_DISPATCH(AddRowSumSqF);
   const auto apply = WIOLA_DISPATCH(RowScaleF);
 #pragma omp parallel for schedule(static) if (size_t(N) * d >= kParallelMin)
   for (int i = 0; i < N; ++i) {
     const size_t o = size_t(i) * d;
-    const float r = float(1.0 / std::sqrt(sumsq(x + o, delta, size_t(d)) / d + eps));
+    const double ss = b ? add_sumsq(x + o, b + o, s + o, delta, size_t(d))
+                        : sumsq(x + o, delta, size_t(d));
+    const float r = float(1.0 / std::sqrt(ss / d + eps));
     rstd[i] = r;
-    apply(x + o, gamma, delta, r, size_t(d), y + o);
+    apply((b ? s : x) + o, gamma, delta, r, size_t(d), y + o);
   }
+}
+
+template <class T>
+void rmsnorm_fwd(const T* x, const T* gamma, const T* delta, int N, int d,
+                 double eps, T* y, T* rstd) {
+  rmsnorm_rows<T>(x, nullptr, nullptr, gamma, delta, N, d, eps, y, rstd);
+}
+template <class T>
+void add_rmsnorm_fwd(const T* a, const T* b, T* s, const T* gamma, const T* delta, int N,
+                     int d, double eps, T* y, T* rstd) {
+  rmsnorm_rows<T>(a, b, s, gamma, delta, N, d, eps, y, rstd);
 }
 
 // Parameter gradients: each thread sums its rows (rows(i0, i1, pg, pd)) into
@@ -147,11 +189,12 @@ void rmsnorm_bwd_partials(int N, int d, T* dgamma, T* ddelta, Rows rows) {
 
 template <class T>
 void rmsnorm_bwd(const T* x, const T* gamma, const T* delta, const T* rstd,
-                 const T* dy, int N, int d, T* dx, T* dgamma, T* ddelta) {
+                 const T* dy, int N, int d, const T* dres, T* dx, T* dgamma, T* ddelta) {
   rmsnorm_bwd_partials(N, d, dgamma, ddelta, [&](int i0, int i1, double* pg, double* pd) {
     for (int i = i0; i < i1; ++i) {
       const T* xi = x + size_t(i) * d;
       const T* gi = dy + size_t(i) * d;
+      const T* ri = dres ? dres + size_t(i) * d : nullptr;
       T* dxi = dx + size_t(i) * d;
       const double r = double(rstd[i]);
       const double c = lane_sum(0, size_t(d), [=](size_t j) {
@@ -163,7 +206,7 @@ void rmsnorm_bwd(const T* x, const T* gamma, const T* delta, const T* rstd,
       for (int j = 0; j < d; ++j) {
         const T z = xi[j] + delta[j];
         const T dz = rt * (gamma[j] * gi[j] - z * cr);
-        dxi[j] += dz;
+        dxi[j] = ri ? ri[j] + dz : dz;
         pg[j] += double(gi[j] * z * rt);
         pd[j] += double(dz);
       }
@@ -172,18 +215,25 @@ void rmsnorm_bwd(const T* x, const T* gamma, const T* delta, const T* rstd,
 }
 template <>
 void rmsnorm_bwd<float>(const float* x, const float* gamma, const float* delta,
-                        const float* rstd, const float* dy, int N, int d, float* dx,
-                        float* dgamma, float* ddelta) {
+                        const float* rstd, const float* dy, int N, int d, const float* dres,
+                        float* dx, float* dgamma, float* ddelta) {
   const auto fn = WIOLA_DISPATCH(BwdRowsF);
   rmsnorm_bwd_partials(N, d, dgamma, ddelta, [&](int i0, int i1, double* pg, double* pd) {
-    fn(x, gamma, delta, rstd, dy, i0, i1, size_t(d), dx, pg, pd);
+    fn(x, gamma, delta, rstd, dy, i0, i1, size_t(d), dres, dx, pg, pd);
   });
 }
 
+template void rmsnorm_fwd<float>(const float*, const float*, const float*, int, int, double,
+                                 float*, float*);
 template void rmsnorm_fwd<double>(const double*, const double*, const double*, int, int, double,
                                   double*, double*);
+template void add_rmsnorm_fwd<float>(const float*, const float*, float*, const float*,
+                                     const float*, int, int, double, float*, float*);
+template void add_rmsnorm_fwd<double>(const double*, const double*, double*, const double*,
+                                      const double*, int, int, double, double*, double*);
 template void rmsnorm_bwd<double>(const double*, const double*, const double*, const double*,
-                                  const double*, int, int, double*, double*, double*);
+                                  const double*, int, int, const double*, double*, double*,
+                                  double*);
 
 }  // namespace wiola::cpu
 #endif  // HWY_ONCE

@@ -190,9 +190,13 @@ class CudaOps final : public Ops<float> {
   void rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd) override {
     cuda::rmsnorm_fwd(ctx(), x, gamma, delta, N, d, eps, y, rstd);
   }
-  void rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, Ptr dx, Ptr dgamma,
-                   Ptr ddelta) override {
-    cuda::rmsnorm_bwd(ctx(), x, gamma, delta, rstd, dy, N, d, dx, dgamma, ddelta);
+  void add_rmsnorm_fwd(CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y,
+                       Ptr rstd) override {
+    cuda::add_rmsnorm_fwd(ctx(), a, b, s, gamma, delta, N, d, eps, y, rstd);
+  }
+  void rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres, Ptr dx,
+                   Ptr dgamma, Ptr ddelta) override {
+    cuda::rmsnorm_bwd(ctx(), x, gamma, delta, rstd, dy, N, d, dres, dx, dgamma, ddelta);
   }
   void srpe_apply(Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool inverse) override {
     WIOLA_CHECK(dh % 2 == 0, "srpe_apply: head dim ", dh, " is odd");
@@ -261,7 +265,9 @@ class CudaOps final : public Ops<float> {
   }
   void gelu_fwd(CPtr x, size_t n, Ptr y) override { cuda::gelu_fwd(ctx(), x, n, y); }
   void gelu_bwd(CPtr x, CPtr dy, size_t n, Ptr dx) override { cuda::gelu_bwd(ctx(), x, dy, n, dx); }
-  void fusion_fwd(CPtr pre, CPtr a, CPtr b, size_t n, Ptr out) override { cuda::fusion_fwd(ctx(), pre, a, b, n, out); }
+  void fusion_fwd(CPtr pre, CPtr a, CPtr b, CPtr res, size_t n, Ptr out) override {
+    cuda::fusion_fwd(ctx(), pre, a, b, res, n, out);
+  }
   void fusion_bwd(CPtr pre, CPtr a, CPtr b, CPtr dout, size_t n, Ptr dpre, Ptr da, Ptr db) override {
     cuda::fusion_bwd(ctx(), pre, a, b, dout, n, dpre, da, db);
   }

@@ -115,11 +115,13 @@ __global__ void k_gelu_bwd(const E* x, const E* dy, size_t n, E* dx) {
     st(dx + i, ld(dy + i) * d);
   }
 }
+// out = res + F (res null: F), added in fp32 before out's one rounding.
 template <class A, class R>
-__global__ void k_fusion_fwd(const A* pre, const A* a, const A* b, size_t n, R* out) {
+__global__ void k_fusion_fwd(const A* pre, const A* a, const A* b, const R* res, size_t n, R* out) {
   GRID_LOOP(i, n) {
     const float s = sigm(ld(pre + i));
-    st(out + i, s * ld(a + i) + (1.f - s) * ld(b + i));
+    const float f = s * ld(a + i) + (1.f - s) * ld(b + i);
+    st(out + i, res ? ld(res + i) + f : f);
   }
 }
 template <class A, class R>
@@ -263,12 +265,13 @@ void blend_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout, size_t n, Pt
   k_blend_finish<<<1, kThreads, 0, c.s>>>(part.as<double>(), nb, dev<float>(phi), dphi);
   after_launch("blend_bwd");
 }
-void fusion_fwd(Ctx c, CPtr pre, CPtr a, CPtr b, size_t n, Ptr out) {
+void fusion_fwd(Ctx c, CPtr pre, CPtr a, CPtr b, CPtr res, size_t n, Ptr out) {
   dispatch(a.dtype(), "fusion_fwd", [&](auto ea) {
     dispatch(out.dtype(), "fusion_fwd", [&](auto er) {
       using A = decltype(ea);
       using R = decltype(er);
-      k_fusion_fwd<A, R><<<grid_for(n), kThreads, 0, c.s>>>(dev<A>(pre), dev<A>(a), dev<A>(b), n, dev<R>(out));
+      k_fusion_fwd<A, R><<<grid_for(n), kThreads, 0, c.s>>>(dev<A>(pre), dev<A>(a), dev<A>(b), dev<R>(res), n,
+                                                            dev<R>(out));
     });
   });
   after_launch("fusion_fwd");

@@ -33,7 +33,7 @@ void swiglu_fwd(Ctx c, CPtr g, CPtr u, size_t n, Ptr h);
 void swiglu_bwd(Ctx c, CPtr g, CPtr u, CPtr dh, size_t n, Ptr dg, Ptr du);
 void gelu_fwd(Ctx c, CPtr x, size_t n, Ptr y);
 void gelu_bwd(Ctx c, CPtr x, CPtr dy, size_t n, Ptr dx);
-void fusion_fwd(Ctx c, CPtr pre, CPtr a, CPtr b, size_t n, Ptr out);
+void fusion_fwd(Ctx c, CPtr pre, CPtr a, CPtr b, CPtr res, size_t n, Ptr out);
 void fusion_bwd(Ctx c, CPtr pre, CPtr a, CPtr b, CPtr dout, size_t n, Ptr dpre, Ptr da, Ptr db);
 void sigmoid_gate_fwd(Ctx c, CPtr pre, CPtr x, size_t n, Ptr out);
 void sigmoid_gate_bwd(Ctx c, CPtr pre, CPtr x, CPtr dout, size_t n, Ptr dpre, Ptr dx);
@@ -43,7 +43,10 @@ void blend_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout, size_t n, Pt
 
 // ---- rows.cu: norm, embedding, cross-entropy -----------------------------------
 void rmsnorm_fwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd);
-void rmsnorm_bwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, Ptr dx,
+// s = a + b, then the norm of s (b null: the norm of a; s unused).
+void add_rmsnorm_fwd(Ctx c, CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y,
+                     Ptr rstd);
+void rmsnorm_bwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres, Ptr dx,
                  Ptr dgamma, Ptr ddelta);
 void embedding_fwd(Ctx c, const int32_t* ids, int N, CPtr E, int v0, int V_local, int d, Ptr out);
 void embedding_bwd(Ctx c, const int32_t* ids, int N, CPtr dout, int v0, int V_local, int d, Ptr dE);

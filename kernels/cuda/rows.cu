@@ -11,11 +11,18 @@ namespace wiola::cuda {
 namespace {
 
 // ---- WiolaRMSNorm ----------------------------------------------------------------
+// b null: the norm of x. Otherwise first the residual add sum = x + b (sum
+// may be x or b: each element is read and written by one thread), written
+// out as the add op would, and the norm of what was written.
 template <class R, class A>
-__global__ void k_rms_fwd(const R* x, const float* gamma, const float* delta, int d, double eps, A* y,
-                          float* rstd) {
+__global__ void k_rms_fwd(const R* x, const R* b, R* sum, const float* gamma, const float* delta, int d,
+                          double eps, A* y, float* rstd) {
   const size_t row = blockIdx.x;
   const R* xr = x + row * d;
+  if (b) {
+    for (int j = threadIdx.x; j < d; j += blockDim.x) st(sum + row * d + j, ld(xr + j) + ld(b + row * d + j));
+    xr = sum + row * d;
+  }
   double s = 0;
   for (int j = threadIdx.x; j < d; j += blockDim.x) {
     const double z = double(ld(xr + j)) + double(delta[j]);
@@ -28,11 +35,11 @@ __global__ void k_rms_fwd(const R* x, const float* gamma, const float* delta, in
     st(y + row * d + j, float(double(gamma[j]) * (double(ld(xr + j)) + double(delta[j])) * r));
 }
 
-// dz_j = r γ_j dy_j - c z_j with c = (r³/d) Σ_k γ_k dy_k z_k; dx += dz. The
-// row constant c goes to crow for the column reduction.
+// dz_j = r γ_j dy_j - c z_j with c = (r³/d) Σ_k γ_k dy_k z_k; dx = dres + dz
+// (dres may be dx, or null: dx = dz). The row constant c goes to crow for the column reduction.
 template <class R, class A>
 __global__ void k_rms_bwd_dx(const R* x, const float* gamma, const float* delta, const float* rstd,
-                             const A* dy, int d, R* dx, float* crow) {
+                             const A* dy, int d, const R* dres, R* dx, float* crow) {
   const size_t row = blockIdx.x;
   const double r = rstd[row];
   double s = 0;
@@ -46,7 +53,7 @@ __global__ void k_rms_bwd_dx(const R* x, const float* gamma, const float* delta,
   for (int j = threadIdx.x; j < d; j += blockDim.x) {
     const double z = double(ld(x + row * d + j)) + double(delta[j]);
     const double dz = r * double(gamma[j]) * double(ld(dy + row * d + j)) - cc * z;
-    st(dx + row * d + j, float(double(ld(dx + row * d + j)) + dz));
+    st(dx + row * d + j, float(dres ? double(ld(dres + row * d + j)) + dz : dz));
   }
 }
 // Partial column sums over a chunk of rows: dgamma (dy z r) and ddelta (dz).
@@ -156,21 +163,28 @@ __global__ void k_ce_loss(A* logits, const int32_t* targets, int V, int v0, cons
 
 }  // namespace
 
-void rmsnorm_fwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd) {
+void add_rmsnorm_fwd(Ctx c, CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y,
+                     Ptr rstd) {
   if (N <= 0) return;
-  dispatch(x.dtype(), "rmsnorm_fwd", [&](auto er) {
-    dispatch(y.dtype(), "rmsnorm_fwd", [&](auto ea) {
+  const char* op = b ? "add_rmsnorm_fwd" : "rmsnorm_fwd";
+  dispatch(a.dtype(), op, [&](auto er) {
+    dispatch(y.dtype(), op, [&](auto ea) {
       using R = decltype(er);
       using A = decltype(ea);
-      k_rms_fwd<R, A><<<N, kThreads, 0, c.s>>>(dev<R>(x), dev<float>(gamma), dev<float>(delta), d, eps, dev<A>(y),
+      k_rms_fwd<R, A><<<N, kThreads, 0, c.s>>>(dev<R>(a), dev<R>(b), dev<R>(s),
+                                               dev<float>(gamma), dev<float>(delta), d, eps, dev<A>(y),
                                                dev<float>(rstd));
     });
   });
-  after_launch("rmsnorm_fwd");
+  after_launch(op);
 }
 
-void rmsnorm_bwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, Ptr dx, Ptr dgamma,
-                 Ptr ddelta) {
+void rmsnorm_fwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd) {
+  add_rmsnorm_fwd(c, x, nullptr, nullptr, gamma, delta, N, d, eps, y, rstd);
+}
+
+void rmsnorm_bwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres, Ptr dx,
+                 Ptr dgamma, Ptr ddelta) {
   if (N <= 0) return;
   const int chunks = (N + kRowChunk - 1) / kRowChunk;
   DeviceTemp crow(c.mem, size_t(N) * sizeof(float), "rmsnorm_bwd row constants");
@@ -181,7 +195,8 @@ void rmsnorm_bwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int 
       using R = decltype(er);
       using A = decltype(ea);
       k_rms_bwd_dx<R, A><<<N, kThreads, 0, c.s>>>(dev<R>(x), dev<float>(gamma), dev<float>(delta),
-                                                  dev<float>(rstd), dev<A>(dy), d, dev<R>(dx), crow.as<float>());
+                                                  dev<float>(rstd), dev<A>(dy), d, dev<R>(dres), dev<R>(dx),
+                                                  crow.as<float>());
       const dim3 grid((d + 127) / 128, chunks);
       k_rms_bwd_cols<R, A><<<grid, 128, 0, c.s>>>(dev<R>(x), dev<float>(gamma), dev<float>(delta),
                                                   dev<float>(rstd), dev<A>(dy), crow.as<float>(), N, d,

@@ -108,11 +108,12 @@ TEST(CudaOps, ElementwiseForwardBackward) {
   same_on_gpu("fusion + gate + blend", 2e-6, [&](Ops<float>& o) {
     OnBackend r(o);
     float *pre = r.in(a), *x = r.in(b), *y = r.in(c), *dout = r.in(d), *phi = r.in(Vec{-0.7f});
-    float *f = r.in(Vec(n)), *dp = r.in(Vec(n)), *da = r.in(Vec(n)), *db = r.in(Vec(n));
+    float *f = r.in(Vec(n)), *fr = r.in(Vec(n)), *dp = r.in(Vec(n)), *da = r.in(Vec(n)), *db = r.in(Vec(n));
     float *g = r.in(Vec(n)), *gp = r.in(Vec(n)), *gx = r.in(Vec(n));
     float *bl = r.in(Vec(n)), *bs = r.in(Vec(n)), *bc = r.in(Vec(n));
     Buffer<float, double> dphi(o, 1);
-    o.fusion_fwd(pre, x, y, n, f);
+    o.fusion_fwd(pre, x, y, nullptr, n, f);
+    o.fusion_fwd(pre, x, y, dout, n, fr);  // with the residual add
     o.fusion_bwd(pre, x, y, dout, n, dp, da, db);
     o.sigmoid_gate_fwd(pre, x, n, g);
     o.sigmoid_gate_bwd(pre, x, dout, n, gp, gx);
@@ -120,7 +121,7 @@ TEST(CudaOps, ElementwiseForwardBackward) {
     o.blend_bwd(x, y, phi, dout, n, bs, bc, dphi.data());
     double dph = 0;
     o.download(&dph, dphi.data(), sizeof dph);
-    return std::vector<Vec>{r.out(f, n), r.out(dp, n), r.out(da, n), r.out(db, n), r.out(g, n),
+    return std::vector<Vec>{r.out(f, n), r.out(fr, n), r.out(dp, n), r.out(da, n), r.out(db, n), r.out(g, n),
                             r.out(gp, n),  r.out(gx, n), r.out(bl, n), r.out(bs, n), r.out(bc, n),
                             Vec{float(dph)}};
   });
@@ -152,8 +153,21 @@ TEST(CudaOps, NormEmbeddingCrossEntropy) {
     float *bx = r.in(x), *g = r.in(gam), *de = r.in(del), *bdy = r.in(dy), *y = r.in(Vec(x.size()));
     float *rs = r.in(Vec(N)), *dx = r.in(Vec(x.size(), 0.5f)), *dg = r.in(Vec(d)), *dd = r.in(Vec(d));
     o.rmsnorm_fwd(bx, g, de, N, d, 1e-6, y, rs);
-    o.rmsnorm_bwd(bx, g, de, rs, bdy, N, d, dx, dg, dd);
+    o.rmsnorm_bwd(bx, g, de, rs, bdy, N, d, dx, dx, dg, dd);
     return std::vector<Vec>{r.out(y, x.size()), r.out(rs, N), r.out(dx, x.size()), r.out(dg, d), r.out(dd, d)};
+  });
+  // The residual add fused with the norm (in place, as the model calls it),
+  // and the backward with a separate residual gradient and with none.
+  same_on_gpu("add_rmsnorm", 2e-5, [&](Ops<float>& o) {
+    OnBackend r(o);
+    float *bx = r.in(x), *s = r.in(dy), *g = r.in(gam), *de = r.in(del), *bdy = r.in(x), *y = r.in(Vec(x.size()));
+    float *rs = r.in(Vec(N)), *dres = r.in(dy), *dx = r.in(Vec(x.size(), 0.5f)), *dz = r.in(Vec(x.size(), 0.5f));
+    float *dg = r.in(Vec(d)), *dd = r.in(Vec(d));
+    o.add_rmsnorm_fwd(bx, s, s, g, de, N, d, 1e-6, y, rs);
+    o.rmsnorm_bwd(s, g, de, rs, bdy, N, d, dres, dx, dg, dd);
+    o.rmsnorm_bwd(s, g, de, rs, bdy, N, d, nullptr, dz, dg, dd);
+    return std::vector<Vec>{r.out(s, x.size()), r.out(y, x.size()), r.out(rs, N), r.out(dx, x.size()),
+                            r.out(dz, x.size()), r.out(dg, d), r.out(dd, d)};
   });
   same_on_gpu("embedding", 1e-6, [&](Ops<float>& o) {
     OnBackend r(o);

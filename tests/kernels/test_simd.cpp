@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -25,6 +26,8 @@ namespace {
 using Fv = std::vector<float>;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 const size_t kLengths[] = {1, 3, 17, 1000, 4099};
+
+uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 
 std::string joined(const std::vector<std::string>& v) {
   std::string s;
@@ -169,11 +172,16 @@ TEST_P(SimdTarget, Activations) {
       EXPECT_CLOSE(h[i], x * cdf, 1e-6 * (1 + std::abs(x)), "gelu_fwd", i);
       EXPECT_CLOSE(dg[i], dy[i] * (cdf + x * pdf), 1e-6 * std::abs(dy[i]) * (1 + std::abs(x)), "gelu_bwd", i);
     }
-    cpu::fusion_fwd(g.p, a.p, b.p, n, o.p);
+    cpu::fusion_fwd(g.p, a.p, b.p, static_cast<const float*>(nullptr), n, o.p);
     for (size_t i = 0; i < n; ++i) {
       const double s = sig(g[i]);
       EXPECT_CLOSE(o[i], s * a[i] + (1 - s) * b[i], 2e-6 * (std::abs(a[i]) + std::abs(b[i])), "fusion_fwd", i);
     }
+    // With the residual: exactly the add op after the gate.
+    Buf res(n, 1, 23), fused(n, 0, 24), sum(n, 0, 25);
+    cpu::fusion_fwd(g.p, a.p, b.p, res.p, n, fused.p);
+    cpu::add(res.p, o.p, sum.p, n);
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(bits(fused[i]), bits(sum[i])) << "fusion_fwd + residual " << i;
     Buf dpre(n, 0, 20), da(n, 0, 21), db(n, 0, 22);
     cpu::fusion_bwd(g.p, a.p, b.p, dy.p, n, dpre.p, da.p, db.p);
     for (size_t i = 0; i < n; ++i) {
@@ -220,7 +228,7 @@ TEST_P(SimdTarget, RmsNorm) {
     for (int j = 0; j < d; ++j) g[j] += 1.0f;
     cpu::rmsnorm_fwd(x.p, g.p, dl.p, N, d, 1e-6, y.p, r.p);
     Fv dx(n, 0.5f), dgam(d, 0.25f), ddel(d, -0.25f);
-    cpu::rmsnorm_bwd(x.p, g.p, dl.p, r.p, dy.p, N, d, dx.data(), dgam.data(), ddel.data());
+    cpu::rmsnorm_bwd(x.p, g.p, dl.p, r.p, dy.p, N, d, dx.data(), dx.data(), dgam.data(), ddel.data());
     std::vector<double> wg(d, 0.25), wd(d, -0.25);
     for (int i = 0; i < N; ++i) {
       const size_t o = size_t(i) * d;
@@ -246,6 +254,39 @@ TEST_P(SimdTarget, RmsNorm) {
     for (int j = 0; j < d; ++j) {
       EXPECT_NEAR(dgam[j], wg[j], 1e-5 * (1 + std::abs(wg[j]))) << "dgamma " << j << " d " << d;
       EXPECT_NEAR(ddel[j], wd[j], 1e-5 * (1 + std::abs(wd[j]))) << "ddelta " << j << " d " << d;
+    }
+  }
+}
+
+// The fused forms are the unfused ops' bits: add_rmsnorm_fwd (in place, as
+// the model calls it) = add, then rmsnorm_fwd; rmsnorm_bwd with a separate
+// dres = copy, then accumulate; with no dres = zero, then accumulate.
+TEST_P(SimdTarget, RmsNormFusedWithResidual) {
+  for (int d : {1, 17, 1000, 4099}) {
+    const int N = 5;
+    const size_t n = size_t(N) * d;
+    Buf x(n, 1, 51), br(n, 1, 52), g(d, 0.3f, 53), dl(d, 0.5f, 54), dy(n, 1, 55), dres(n, 1, 56);
+    Fv s_ref(n), y_ref(n), r_ref(N), y(n), r(N);
+    cpu::add(x.p, br.p, s_ref.data(), n);
+    cpu::rmsnorm_fwd(s_ref.data(), g.p, dl.p, N, d, 1e-6, y_ref.data(), r_ref.data());
+    Fv s(br.p, br.p + n);
+    cpu::add_rmsnorm_fwd(x.p, s.data(), s.data(), g.p, dl.p, N, d, 1e-6, y.data(), r.data());
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(bits(s[i]), bits(s_ref[i])) << "sum " << i << " d " << d;
+      ASSERT_EQ(bits(y[i]), bits(y_ref[i])) << "y " << i << " d " << d;
+    }
+    for (int i = 0; i < N; ++i) ASSERT_EQ(bits(r[i]), bits(r_ref[i])) << "rstd " << i << " d " << d;
+
+    Fv dx_ref(dres.p, dres.p + n), dx(n, 7.0f), dz_ref(n, 0.0f), dz(n, 7.0f);
+    Fv dg(d, 0.0f), dd(d, 0.0f);
+    cpu::rmsnorm_bwd(s.data(), g.p, dl.p, r.data(), dy.p, N, d, dx_ref.data(), dx_ref.data(), dg.data(), dd.data());
+    cpu::rmsnorm_bwd(s.data(), g.p, dl.p, r.data(), dy.p, N, d, dres.p, dx.data(), dg.data(), dd.data());
+    cpu::rmsnorm_bwd(s.data(), g.p, dl.p, r.data(), dy.p, N, d, dz_ref.data(), dz_ref.data(), dg.data(), dd.data());
+    cpu::rmsnorm_bwd(s.data(), g.p, dl.p, r.data(), dy.p, N, d, static_cast<const float*>(nullptr), dz.data(),
+                     dg.data(), dd.data());
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(bits(dx[i]), bits(dx_ref[i])) << "dx = dres + dz, " << i << " d " << d;
+      ASSERT_EQ(dz[i], dz_ref[i]) << "dx = dz, " << i << " d " << d;  // 0 + (-0) aside
     }
   }
 }
@@ -419,7 +460,7 @@ Outputs run_all() {
   o.f.push_back(r);
   cpu::gelu_bwd(a.p, c.p, n, r.data());
   o.f.push_back(r);
-  cpu::fusion_fwd(a.p, b.p, c.p, n, r.data());
+  cpu::fusion_fwd(a.p, b.p, c.p, static_cast<const float*>(nullptr), n, r.data());
   o.f.push_back(r);
   Fv r4 = out();
   cpu::fusion_bwd(a.p, b.p, c.p, b.p, n, r2.data(), r3.data(), r4.data());
@@ -435,7 +476,7 @@ Outputs run_all() {
   Fv y(size_t(N) * d), rs(N), dx(size_t(N) * d, 0.0f), dg(d, 0.0f), dd(d, 0.0f);
   cpu::rmsnorm_fwd(a.p, g.p, dl.p, N, d, 1e-6, y.data(), rs.data());
   o.f.push_back(y), o.f.push_back(rs);
-  cpu::rmsnorm_bwd(a.p, g.p, dl.p, rs.data(), b.p, N, d, dx.data(), dg.data(), dd.data());
+  cpu::rmsnorm_bwd(a.p, g.p, dl.p, rs.data(), b.p, N, d, dx.data(), dx.data(), dg.data(), dd.data());
   o.f.push_back(dx);  // dgamma, ddelta: partials per thread (compared apart)
   std::vector<int32_t> tg(N);
   for (int i = 0; i < N; ++i) tg[i] = (i * 31) % V;

@@ -266,19 +266,38 @@ TEST_F(ThreeThreads, RowOpsMatchRowByRowCalls) {
   Vec y(x.size()), r(N), dx(x.size(), 0), dg(d, 0), dd(d, 0);
   D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, 1e-6, y.data(), r.data());
   D.rmsnorm_bwd(x.data(), g.data(), dl.data(), r.data(), dy.data(), N, d,
-                dx.data(), dg.data(), dd.data());
+                dx.data(), dx.data(), dg.data(), dd.data());
   Vec y1(x.size()), r1(N), dx1(x.size(), 0), dg1(d, 0), dd1(d, 0);
   for (int i = 0; i < N; ++i) {
     const size_t o = size_t(i) * d;
     D.rmsnorm_fwd(x.data() + o, g.data(), dl.data(), 1, d, 1e-6, y1.data() + o,
                   r1.data() + i);
     D.rmsnorm_bwd(x.data() + o, g.data(), dl.data(), r1.data() + i,
-                  dy.data() + o, 1, d, dx1.data() + o, dg1.data(), dd1.data());
+                  dy.data() + o, 1, d, dx1.data() + o, dx1.data() + o, dg1.data(), dd1.data());
   }
   EXPECT_EQ(y, y1);
   EXPECT_EQ(dx, dx1);
   EXPECT_LT(rel_err(dg, dg1), 1e-13);
   EXPECT_LT(rel_err(dd, dd1), 1e-13);
+
+  // The residual add fused with the norm: the sum and the norm of the
+  // unfused ops; the backward with a separate residual gradient (and with
+  // none) = copy (zero), then accumulate.
+  const Vec br = randn(x.size());
+  Vec s(x.size()), ys(x.size()), rs(N), s2 = br, y2(x.size()), r2(N);
+  D.add(x.data(), br.data(), s.data(), x.size());
+  D.rmsnorm_fwd(s.data(), g.data(), dl.data(), N, d, 1e-6, ys.data(), rs.data());
+  D.add_rmsnorm_fwd(x.data(), s2.data(), s2.data(), g.data(), dl.data(), N, d, 1e-6, y2.data(), r2.data());
+  EXPECT_EQ(s2, s);
+  EXPECT_EQ(y2, ys);
+  EXPECT_EQ(r2, rs);
+  Vec dxa = dy, dxb(x.size(), 3.0), dz(x.size(), 3.0), dza(x.size(), 0.0);
+  D.rmsnorm_bwd(s.data(), g.data(), dl.data(), rs.data(), x.data(), N, d, dxa.data(), dxa.data(), dg.data(), dd.data());
+  D.rmsnorm_bwd(s.data(), g.data(), dl.data(), rs.data(), x.data(), N, d, dy.data(), dxb.data(), dg.data(), dd.data());
+  D.rmsnorm_bwd(s.data(), g.data(), dl.data(), rs.data(), x.data(), N, d, dza.data(), dza.data(), dg.data(), dd.data());
+  D.rmsnorm_bwd(s.data(), g.data(), dl.data(), rs.data(), x.data(), N, d, nullptr, dz.data(), dg.data(), dd.data());
+  EXPECT_EQ(dxb, dxa);
+  EXPECT_EQ(dz, dza);
 
   // Embedding backward with many repeated ids.
   const int V = 37;
@@ -413,7 +432,7 @@ TEST(Determinism, RepeatedCallsAreBitIdentical) {
     r.dd.assign(d, 0);
     r.dx.assign(n, 0);
     F.rmsnorm_bwd(x.data(), g.data(), dl.data(), rs.data(), y.data(), N, d,
-                  r.dx.data(), r.dg.data(), r.dd.data());
+                  r.dx.data(), r.dx.data(), r.dg.data(), r.dd.data());
     r.dE.assign(size_t(100) * d, 0);
     F.embedding_bwd(ids.data(), N, y.data(), 0, 100, d, r.dE.data());
     return r;

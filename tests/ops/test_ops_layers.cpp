@@ -69,7 +69,7 @@ TEST(RmsNorm, BackwardFiniteDifferences) {
     const Vec dx0 = randn(x.size()), dg0 = randn(d), dd0 = randn(d);
     Vec dx = dx0, dg = dg0, dd = dd0;
     D.rmsnorm_bwd(x.data(), g.data(), dl.data(), rstd.data(), w.data(), N, d,
-                  dx.data(), dg.data(), dd.data());
+                  dx.data(), dx.data(), dg.data(), dd.data());
     fd_check("rmsnorm dx", x, minus(dx, dx0), L);
     fd_check("rmsnorm dgamma", g, minus(dg, dg0), L);
     fd_check("rmsnorm ddelta", dl, minus(dd, dd0), L);
@@ -472,7 +472,7 @@ TEST(Fusion, ForwardAndFiniteDifferences) {
   const size_t n = 50;
   Vec pre = randn(n, 3.0), a = randn(n), b = randn(n);
   Vec out(n);
-  D.fusion_fwd(pre.data(), a.data(), b.data(), n, out.data());
+  D.fusion_fwd(pre.data(), a.data(), b.data(), nullptr, n, out.data());
   for (size_t i = 0; i < n; ++i) {
     const double al = 1 / (1 + std::exp(-pre[i]));
     EXPECT_NEAR(out[i], al * a[i] + (1 - al) * b[i], 1e-15);
@@ -480,7 +480,7 @@ TEST(Fusion, ForwardAndFiniteDifferences) {
   const Vec w = randn(n);
   auto L = [&] {
     Vec o(n);
-    D.fusion_fwd(pre.data(), a.data(), b.data(), n, o.data());
+    D.fusion_fwd(pre.data(), a.data(), b.data(), nullptr, n, o.data());
     return dot(w, o);
   };
   Vec dpre(n), da(n), db(n);

@@ -23,7 +23,7 @@ TEST(ScalarReference, ActivationsAndGates) {
   D.swiglu_bwd(g.data(), u.data(), dy.data(), n, dg.data(), du.data());
   D.gelu_fwd(g.data(), n, y.data());
   D.gelu_bwd(g.data(), dy.data(), n, dx.data());
-  D.fusion_fwd(pre.data(), a.data(), b.data(), n, f.data());
+  D.fusion_fwd(pre.data(), a.data(), b.data(), nullptr, n, f.data());
   for (size_t i = 0; i < n; ++i) {
     EXPECT_NEAR(h[i], ref::swiglu(g[i], u[i]), 1e-13 * (1 + std::abs(h[i])));
     EXPECT_NEAR(dg[i], dy[i] * ref::swiglu_dg(g[i], u[i]), 1e-12 * (1 + std::abs(dg[i])));
