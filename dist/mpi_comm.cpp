@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -35,12 +36,42 @@ MPI_Datatype mpi_type(DType t) {
     case DType::I32: return MPI_INT32_T;
     case DType::I64: return MPI_INT64_T;
     case DType::U8: return MPI_UINT8_T;
-    case DType::BF16: return MPI_UINT16_T;  // moved, never reduced (MPI has no bf16)
+    case DType::BF16: return MPI_UINT16_T;  // bits; reduced by the ops below
   }
   return MPI_DATATYPE_NULL;
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
+// MPI has no bfloat16: its sum and max are user-defined ops on the bits.
+// Each pairwise sum is taken in fp32 and rounded to nearest even, as NCCL's
+// bf16 sum does; the order of the pairs is MPI's, fixed for a layout.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = bf16_round(bf16_widen(a[i]) + bf16_widen(b[i]));
+}
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i)
+    if (bf16_widen(a[i]) > bf16_widen(b[i]) || std::isnan(bf16_widen(a[i]))) b[i] = a[i];
+}
+
+MPI_Op mpi_op(ReduceOp op, DType t) {
+  if (t != DType::BF16) return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
+  // Made once, after MPI_Init (every caller holds a communicator); freed by
+  // MPI_Finalize.
+  static const MPI_Op sum = [] {
+    MPI_Op o;
+    MPI_Op_create(bf16_sum, 1, &o);
+    return o;
+  }();
+  static const MPI_Op max = [] {
+    MPI_Op o;
+    MPI_Op_create(bf16_max, 1, &o);
+    return o;
+  }();
+  return op == ReduceOp::Sum ? sum : max;
+}
 
 // Every communicator returns MPI errors to the caller (MPI_ERRORS_RETURN),
 // so the job ends with this message, naming the operation and the group,
@@ -160,7 +191,6 @@ class MpiComm final : public Comm {
 
   Request iall_reduce(const void* send, void* recv, size_t count, DType t,
                       ReduceOp op) override {
-    WIOLA_CHECK(t != DType::BF16, "dist: MPI cannot reduce bfloat16 buffers (group '", name_, "')");
     auto r = make("all_reduce", count, t);
     const size_t eb = dtype_bytes(t);
     for (size_t off = 0; off < count || (count == 0 && off == 0);
@@ -170,7 +200,7 @@ class MpiComm final : public Comm {
       const void* sb = send == recv ? MPI_IN_PLACE
                                     : static_cast<const char*>(send) + off * eb;
       r->reqs.emplace_back();
-      check(MPI_Iallreduce(sb, rb, int(c), mpi_type(t), mpi_op(op), comm_,
+      check(MPI_Iallreduce(sb, rb, int(c), mpi_type(t), mpi_op(op, t), comm_,
                                &r->reqs.back()),
                 "MPI_Iallreduce");
       if (count == 0) break;
@@ -181,7 +211,6 @@ class MpiComm final : public Comm {
   Request ireduce_scatter_sum(const void* send, void* recv, size_t recv_count,
                               DType t) override {
     const int c = to_int_count(recv_count, "reduce_scatter");
-    WIOLA_CHECK(t != DType::BF16, "dist: MPI cannot reduce bfloat16 buffers (group '", name_, "')");
     auto r = make("reduce_scatter_sum", recv_count, t);
     const size_t eb = dtype_bytes(t);
     const char* s = static_cast<const char*>(send);
@@ -192,12 +221,12 @@ class MpiComm final : public Comm {
       // buffer; move it to this rank's chunk when done.
       char* base = const_cast<char*>(s);
       check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, base, c, mpi_type(t),
-                                          MPI_SUM, comm_, &r->reqs.back()),
+                                          mpi_op(ReduceOp::Sum, t), comm_, &r->reqs.back()),
                 "MPI_Ireduce_scatter_block");
       if (rank_ != 0)
         r->on_done = [base, d, n = recv_count * eb] { std::memmove(d, base, n); };
     } else {
-      check(MPI_Ireduce_scatter_block(s, d, c, mpi_type(t), MPI_SUM, comm_,
+      check(MPI_Ireduce_scatter_block(s, d, c, mpi_type(t), mpi_op(ReduceOp::Sum, t), comm_,
                                           &r->reqs.back()),
                 "MPI_Ireduce_scatter_block");
     }

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/dtype.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -38,20 +39,9 @@ int64_t TensorInfo::numel() const {
   return n;
 }
 
-uint16_t to_bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if (std::isnan(x)) return uint16_t((u >> 16) | 0x40);  // quiet NaN, sign kept
-  u += 0x7FFF + ((u >> 16) & 1);                          // round to nearest even
-  return uint16_t(u >> 16);
-}
+uint16_t to_bf16(float x) { return bf16_round(x); }
 
-float from_bf16(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+float from_bf16(uint16_t b) { return bf16_widen(b); }
 
 float from_f16(uint16_t h) {
   const uint32_t sign = uint32_t(h >> 15) << 31, e = (h >> 10) & 0x1F, m = h & 0x3FF;

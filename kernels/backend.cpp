@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/bf16_storage_ops.h"
 #include "kernels/ops.h"
 #include "util/error.h"
 #ifdef WIOLA_HAVE_CUDA
@@ -14,7 +15,7 @@
 namespace wiola {
 
 std::vector<std::string> backend_names() {
-  std::vector<std::string> n = {"cpu", "cpu-opaque"};
+  std::vector<std::string> n = {"cpu", "cpu-opaque", "cpu-bf16"};
 #ifdef WIOLA_HAVE_CUDA
   n.insert(n.end(), {"cuda", "cuda-fp32"});
 #endif
@@ -49,6 +50,10 @@ template <class T>
 std::unique_ptr<Ops<T>> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_ops<T>(CpuMemory::Host);
   if (name == "cpu-opaque") return make_cpu_ops<T>(CpuMemory::Opaque);
+  if (name == "cpu-bf16") {
+    if constexpr (std::is_same_v<T, float>) return make_cpu_bf16_ops();
+    else fail("backend 'cpu-bf16' computes in float32 (double-precision checks run on cpu)");
+  }
 #ifdef WIOLA_HAVE_CUDA
   if (name == "cuda" || name == "cuda-fp32") {
     if constexpr (std::is_same_v<T, float>) {

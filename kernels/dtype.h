@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace wiola {
@@ -41,6 +42,23 @@ constexpr const char* dtype_name(DType t) {
 struct bf16 {
   uint16_t bits;
 };
+
+// float -> bfloat16 bits, rounded to nearest even (the GPU's conversion and
+// torch's); NaN stays a (quiet) NaN with its sign.
+inline uint16_t bf16_round(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((u >> 16) | 0x40);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+// bfloat16 bits -> float (exact).
+inline float bf16_widen(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
 
 template <class E>
 struct DTypeOf;

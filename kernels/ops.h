@@ -300,9 +300,10 @@ enum class CpuMemory { Host, Opaque };
 template <class T>
 std::unique_ptr<Ops<T>> make_cpu_ops(CpuMemory memory = CpuMemory::Host);
 
-// A backend by its start-up name: "cpu", "cpu-opaque" (add
-// "+separate-weights" to keep GEMM weights in a refreshed copy). Throws
-// wiola::Error naming the known backends.
+// A backend by its start-up name: "cpu", "cpu-opaque", "cpu-bf16" (the CPU
+// kernels behind the GPU's bf16 storage types, for tests:
+// kernels/cpu/bf16_storage_ops.h), and in CUDA builds "cuda" (bf16) and
+// "cuda-fp32". Throws wiola::Error naming the known backends.
 template <class T>
 std::unique_ptr<Ops<T>> make_backend(const std::string& name);
 std::vector<std::string> backend_names();

@@ -118,6 +118,45 @@ TEST(MpiComm, CollectivesAllTypes) {
   check_all<uint8_t>(*w);
 }
 
+// bfloat16 (MPI has none: the communicator's own sum and max on the bits).
+// Small integers, so every order of the sums is exact; plus one rounding.
+TEST(MpiComm, Bf16SumAndMax) {
+  auto w = mpi_world_comm();
+  const int p = w->size(), r = w->rank();
+  const size_t n = 37;
+  auto bits = [](float f) { return wiola::bf16_round(f); };
+  for (bool in_place : {false, true})
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+      std::vector<uint16_t> x(n), y(n, 0xFFFF);
+      for (size_t i = 0; i < n; ++i) x[i] = bits(val<float>(r, i) - 11.0f);
+      w->all_reduce(x.data(), in_place ? x.data() : y.data(), n, DType::BF16, op);
+      const std::vector<uint16_t>& got = in_place ? x : y;
+      for (size_t i = 0; i < n; ++i) {
+        float want = val<float>(0, i) - 11.0f;
+        for (int q = 1; q < p; ++q)
+          want = op == ReduceOp::Sum ? want + (val<float>(q, i) - 11.0f) : std::max(want, val<float>(q, i) - 11.0f);
+        ASSERT_EQ(got[i], bits(want)) << (op == ReduceOp::Sum ? "sum" : "max") << " element " << i;
+      }
+    }
+  const size_t c = 5;
+  std::vector<uint16_t> send(c * size_t(p)), recv(c);
+  for (size_t i = 0; i < send.size(); ++i) send[i] = bits(val<float>(r, i));
+  w->reduce_scatter_sum(send.data(), recv.data(), c, DType::BF16);
+  for (size_t j = 0; j < c; ++j) {
+    float want = 0;
+    for (int q = 0; q < p; ++q) want += val<float>(q, size_t(r) * c + j);
+    ASSERT_EQ(recv[j], bits(want)) << "reduce-scatter element " << j;
+  }
+  // A sum that rounds: 1 + 3·2^-9 lies 3/4 of the way from 1 to the next
+  // bfloat16 (1 + 2^-7): rounded to nearest it is 1 + 2^-7 (truncation
+  // would give 1).
+  if (p == 2) {
+    uint16_t a = bits(r == 0 ? 1.0f : 3.0f / 512.0f), got = 0;
+    w->all_reduce(&a, &got, 1, DType::BF16, ReduceOp::Sum);
+    EXPECT_EQ(got, bits(1.0f + 1.0f / 128.0f));
+  }
+}
+
 TEST(MpiComm, ZeroCountAndBarrier) {
   auto w = mpi_world_comm();
   float dummy = 0;

@@ -19,6 +19,7 @@
 #include "kernels/ops.h"
 #include "kernels/scalar.h"
 #include "model/model.h"
+#include "tests/model/precision_checks.h"
 
 namespace wiola {
 namespace {
@@ -38,12 +39,7 @@ Vec randn(size_t n, uint64_t seed, float sd = 1.f) {
   return v;
 }
 
-// AdamW segments (decay as docs/model.md §4), every tensor in the norm.
-std::vector<dist::ParamSegment> segments(const ParamLayout& layout) {
-  std::vector<dist::ParamSegment> s;
-  for (const ParamEntry& e : layout.entries()) s.push_back({e.offset, e.size(), e.decay, true});
-  return s;
-}
+using checks::segments;
 
 // Uploads host inputs into backend buffers, runs `op` on the backend,
 // downloads the buffers named as outputs.
@@ -509,28 +505,12 @@ TEST(CudaModel, StepMatchesCpu) {
 // Cached decoding in chunks equals the full forward (fp32: < 1e-4).
 TEST(CudaModel, CachedDecodingMatchesFullForward) {
   REQUIRE_GPU();
-  ModelConfig c = model_preset("wiola-tiny");
   auto gpu = make_cuda_ops(CudaPrecision::FP32);
-  Model<float> m(*gpu, c, ModelShard{}, nullptr, ModelOptions{1, false, false});
-  m.init(2);
-  std::vector<int32_t> ids(c.T);
-  for (int t = 0; t < c.T; ++t) ids[t] = (t * 37 + 5) % c.V;
-  const auto full = m.forward_logits(ids.data(), false);
-  auto cache = m.make_cache(c.T);
-  std::vector<float> inc;
-  for (int t = 0; t < c.T;) {
-    const int n = std::min(5, c.T - t);
-    const auto part = m.forward_cached(ids.data() + t, n, cache);
-    inc.insert(inc.end(), part.begin(), part.end());
-    t += n;
-  }
-  double d = 0;
-  for (size_t i = 0; i < full.size(); ++i) d = std::max(d, std::abs(double(full[i]) - double(inc[i])));
+  const double d = checks::cached_decoding_diff(*gpu, model_preset("wiola-tiny"), nullptr);
   std::printf("  cached decoding: max |logit diff| %.2e\n", d);
   EXPECT_LT(d, 1e-4);
 }
 
-// A short bf16 run tracks the fp32 one: same data, same init, 30 steps.
 // ATM's merge decisions in bf16 against fp32 from the same parameters and
 // tokens (docs/gpu.md: they may flip for neighbours near tau, so the rate is
 // reported; the bound only catches a broken bf16 path).
@@ -543,33 +523,18 @@ TEST(CudaModel, Bf16AtmFlipRate) {
   std::mt19937_64 rg(11);
   std::vector<int32_t> tok(size_t(B) * (c.T + 1));
   for (auto& t : tok) t = int32_t(rg() % 64);
-  auto decisions = [&](CudaPrecision p) {
-    auto ops = make_cuda_ops(p);
-    Model<float> m(*ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
-    m.init(3);
-    m.zero_grads();
-    m.train_micro_step(tok.data(), 1.0 / (B * c.T));
-    std::vector<std::vector<uint8_t>> d;
-    for (int l = 0; l < c.L; ++l) d.push_back(m.atm_open(l));
-    return d;
-  };
-  const auto f = decisions(CudaPrecision::FP32), h = decisions(CudaPrecision::BF16);
-  size_t flips = 0, total = 0, merges = 0;
-  for (int l = 0; l < c.L; ++l) {
-    ASSERT_EQ(f[size_t(l)].size(), h[size_t(l)].size()) << "layer " << l;
-    for (size_t i = 0; i < f[size_t(l)].size(); ++i) {
-      flips += f[size_t(l)][i] != h[size_t(l)][i];
-      merges += f[size_t(l)][i] != 0;
-      ++total;
-    }
-  }
-  std::printf("  ATM decisions bf16 vs fp32: %zu of %zu flipped (%.3f %%); fp32 opened %zu merges\n", flips, total,
-              total ? 100.0 * double(flips) / double(total) : 0.0, merges);
-  EXPECT_GT(total, 0u);
-  EXPECT_GT(merges, 0u);  // tau = 0.5 merges something, or the comparison says nothing
-  EXPECT_LT(double(flips), 0.1 * double(total));
+  const checks::Flips r =
+      checks::count_flips(checks::atm_decisions([] { return make_cuda_ops(CudaPrecision::FP32); }, c, B, tok),
+                          checks::atm_decisions([] { return make_cuda_ops(CudaPrecision::BF16); }, c, B, tok));
+  std::printf("  ATM decisions bf16 vs fp32: %zu of %zu flipped (%.3f %%); fp32 opened %zu merges\n", r.flips,
+              r.total, r.total ? 100.0 * double(r.flips) / double(r.total) : 0.0, r.merges);
+  ASSERT_TRUE(r.same_shape);
+  EXPECT_GT(r.total, 0u);
+  EXPECT_GT(r.merges, 0u);  // tau = 0.5 merges something, or the comparison says nothing
+  EXPECT_LT(double(r.flips), 0.1 * double(r.total));
 }
 
+// A short bf16 run tracks the fp32 one: same data, same init, 30 steps.
 TEST(CudaModel, Bf16TrainingTracksFp32) {
   REQUIRE_GPU();
   ModelConfig c = model_preset("wiola-tiny");
@@ -580,21 +545,8 @@ TEST(CudaModel, Bf16TrainingTracksFp32) {
   std::mt19937_64 rg(9);
   std::vector<int32_t> tok(size_t(B) * (c.T + 1) * steps);
   for (auto& t : tok) t = int32_t(rg() % 64);  // a small vocabulary is learnable in 30 steps
-  auto run = [&](CudaPrecision p) {
-    auto ops = make_cuda_ops(p);
-    Model<float> m(*ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
-    m.init(1);
-    dist::DistAdamW adam(*ops, m.params(), m.grads(), m.n_params(), segments(m.layout()),
-                         dist::AdamWConfig{}, nullptr, nullptr);
-    std::vector<double> losses;
-    for (int s = 0; s < steps; ++s) {
-      m.zero_grads();
-      losses.push_back(m.train_micro_step(tok.data() + size_t(s) * B * (c.T + 1), 1.0 / (B * c.T)) / (B * c.T));
-      if (!adam.step(3e-3, adam.applied_steps() + 1).skipped) m.refresh_weights();
-    }
-    return losses;
-  };
-  const auto f = run(CudaPrecision::FP32), h = run(CudaPrecision::BF16);
+  const auto f = checks::training_losses([] { return make_cuda_ops(CudaPrecision::FP32); }, c, B, steps, tok);
+  const auto h = checks::training_losses([] { return make_cuda_ops(CudaPrecision::BF16); }, c, B, steps, tok);
   double worst = 0;
   for (int s = 0; s < steps; ++s) worst = std::max(worst, std::abs(f[s] - h[s]) / f[s]);
   std::printf("  loss fp32 %.4f -> %.4f, bf16 %.4f -> %.4f; worst step rel diff %.3f\n", f.front(), f.back(),
