@@ -7,7 +7,7 @@
 //   ProfiledOps<float> ops(*cuda);      // the model and optimizer use `ops`
 //   ops.enable(true); <one step>; OpProfile p = ops.profile();
 //
-// While disabled it only forwards (one virtual call more per op). Enabled, it
+// While disabled it only forwards (a few virtual calls more per op). Enabled, it
 // takes two marks per op: on a GPU those are two event records per launch,
 // so a profiled step is measured apart from the timed ones. Time between ops
 // (host work, launch gaps, waits for other streams) belongs to no op; the

@@ -209,7 +209,7 @@ int wiola_cmd_bench(int argc, char** argv) {
   step->add_option("--threads", threads, "CPU threads (both sides)")->capture_default_str();
   step->add_option("--steps", steps, "timed steps (median reported)")->capture_default_str();
   step->add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
-  step->add_option("--backend", backend, "op backend on the CPU (cpu, cpu-opaque, cpu-bf16)")->capture_default_str();
+  step->add_option("--backend", backend, "op backend on the CPU (cpu, cpu-opaque, cpu-bf16); for a GPU, --device cuda")->capture_default_str();
   std::string device = "cpu", precision = "both";
   double peak_tflops = 989.0;
   bool torch_compile = false;

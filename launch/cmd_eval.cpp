@@ -142,7 +142,7 @@ int wiola_cmd_eval(int argc, char** argv) {
   app.add_option("--save-ids", a.ids_out, "--text: the first window's token ids as int32 .npy [n]");
   app.add_option("--tokenizer", a.tokenizer, "tokenizer.json to use instead of the checkpoint's (--text)");
   app.add_flag("--any-tokenizer", a.any_tokenizer, "accept data or a tokenizer other than the training data's");
-  app.add_option("--backend", a.backend, "cpu or cuda")->capture_default_str();
+  app.add_option("--backend", a.backend, "op backend: cpu, cpu-opaque, cpu-bf16; cuda, cuda-fp32 in CUDA builds")->capture_default_str();
   app.add_option("--threads", a.threads, "CPU threads (0: OpenMP default)");
   app.add_flag("--json", a.as_json, "print the result as one JSON line");
   if (int rc = wiola::cli::parse(app, argc, argv, "eval"); rc >= 0) return rc;

@@ -180,7 +180,7 @@ int wiola_cmd_generate(int argc, char** argv) {
   app.add_option("--batch", a.batch, "prompts decoded together (--prompts)")->capture_default_str();
   app.add_option("--tokenizer", a.tokenizer, "tokenizer.json to use instead of the checkpoint's");
   app.add_flag("--any-tokenizer", a.any_tokenizer, "accept a --tokenizer other than the training data's");
-  app.add_option("--backend", a.backend, "cpu or cuda")->capture_default_str();
+  app.add_option("--backend", a.backend, "op backend: cpu, cpu-opaque, cpu-bf16; cuda, cuda-fp32 in CUDA builds")->capture_default_str();
   app.add_option("--threads", a.threads, "CPU threads (0: OpenMP default)");
   app.add_flag("--check-greedy", a.check,
                "greedy only: compare every token with the argmax of the full forward; exit 1 on a difference");

@@ -10,7 +10,9 @@
      decodes in batches, one JSON line per prompt, each equal to the same
      prompt decoded alone; --check-greedy passes; sampling repeats with a
      seed;
-  5. bad input is one error line and exit 1: an empty prompt (argument and
+  5. on cpu-bf16, eval stays within 1e-3 of cpu and greedy decoding passes
+     --check-greedy;
+  6. bad input is one error line and exit 1: an empty prompt (argument and
      file line), a prompt longer than the context, a tokenizer that is not
      the training data's or whose vocabulary is not the model's, a
      checkpoint without a tokenizer, one that does not exist.
@@ -85,6 +87,22 @@ def check_generate(a, work, ck):
     print(f"sampling repeats with its seed: OK ({a1.strip()!r})")
 
 
+def check_bf16(a, shards, ck):
+    """The same checkpoint on cpu-bf16 (the GPU's bf16 storage types on the
+    CPU kernels): eval within bf16 noise of cpu's, greedy decoding with a bf16
+    KV cache equal to the full bf16 forward's argmax."""
+    e = [a.wiola, "eval", "--checkpoint", ck, "--data", shards, "--json"]
+    f32 = json.loads(run(e).stdout)["loss"]
+    b16 = json.loads(run(e + ["--backend", "cpu-bf16"]).stdout)["loss"]
+    if not abs(b16 - f32) < 1e-3 * abs(f32):
+        fail(f"eval on cpu-bf16: loss {b16!r} vs cpu {f32!r}")
+    r = run([a.wiola, "generate", "--checkpoint", ck, "--max-new-tokens", "16", "--threads", "2", "--prompt",
+             "The jury said", "--greedy", "--check-greedy", "--backend", "cpu-bf16"])
+    if "0 differ" not in r.stderr:
+        fail(f"generate on cpu-bf16, --check-greedy: {r.stderr}")
+    print(f"cpu-bf16: eval loss {b16:.6f} vs cpu {f32:.6f}, greedy = full-forward argmax: OK")
+
+
 def check_bad_input(a, work, ck):
     g = [a.wiola, "generate", "--checkpoint", ck, "--max-new-tokens", "4"]
     expect_error(g + ["--prompt", ""], "empty prompt")
@@ -122,6 +140,7 @@ def main():
     check_tokenizer_stored(a, ck)
     check_eval(a, a.work, shards, ck)
     check_generate(a, a.work, ck)
+    check_bf16(a, shards, ck)
     check_bad_input(a, a.work, ck)
     print("infer_cli: all checks passed")
 
