@@ -21,6 +21,9 @@ namespace {
 
 constexpr int BQ_MAX = std::max(kAttnBlockQ, kAttnBlockQLong);
 
+// Score rows are this long: a multiple of kRowRoom (simd.h).
+constexpr int round_up_room(int n) { return (n + kRowRoom - 1) / kRowRoom * kRowRoom; }
+
 // Block height of the backward pass for keys of length Tk.
 int bwd_block_q(int Tk) { return Tk >= kAttnLongKeys ? kAttnBlockQLong : kAttnBlockQ; }
 
@@ -45,11 +48,13 @@ inline void gemm(bool ta, bool tb, int m, int n, int k, double alpha,
 }
 
 // Row softmax pieces: the dispatched SIMD primitives (simd.h) for float,
-// plain loops for double (the float64 test backend).
-float row_max(const float* x, int n) { return simd_row_max(x, n); }
-float exp_sub_sum(float* x, int n, float m) { return simd_exp_sub_sum(x, n, m); }
+// plain loops for double (the float64 test backend). Score rows have room up
+// to their leading dimension, a multiple of kRowRoom (Block::ld), so the
+// padded primitives may touch the lanes past a row's visible prefix.
+float row_max(const float* x, int n) { return simd_row_max_padded(x, n); }
+float exp_sub_sum(float* x, int n, float m) { return simd_exp_sub_sum_padded(x, n, m); }
 void softmax_bwd_row(float* p, float* ds, int n, float L, float D) {
-  simd_softmax_bwd_row(p, ds, n, L, D);
+  simd_softmax_bwd_row_padded(p, ds, n, L, D);
 }
 double dot_wide(const float* a, const float* b, int n) { return simd_dot_wide(a, b, n); }
 double row_max(const double* x, int n) {
@@ -168,7 +173,7 @@ struct Block {
       nvis[r] = ke ? int(std::upper_bound(ke, ke + nk, p) - ke) : std::min(p + 1, nk);
       kmax = std::max(kmax, nvis[r]);
     }
-    ld = (kmax + 15) / 16 * 16;
+    ld = round_up_room(kmax);
   }
   int head(int jr) const { return g + (jr / nq) * s.Hkv; }
   int pos(int jr) const { return i0 + jr % nq; }  // query index within Tq
@@ -203,7 +208,7 @@ struct FwdBuffers {
   std::vector<T> m, l, p_self;  // per stacked row
   FwdBuffers(const AttnShape& s, int rep, int bq)
       : q(size_t(rep) * bq * s.dh), o(size_t(rep) * bq * s.dh),
-        scores(size_t(rep) * bq * ((s.Tk + 15) / 16 * 16)),
+        scores(size_t(rep) * bq * round_up_room(s.Tk)),
         m(size_t(rep) * bq), l(size_t(rep) * bq), p_self(size_t(rep) * bq) {}
 };
 
@@ -299,8 +304,8 @@ struct BwdBuffers {
   BwdBuffers(const AttnShape& s, int rep, int bq)
       : q(size_t(rep) * bq * s.dh), dout(size_t(rep) * bq * s.dh),
         dq(size_t(rep) * bq * s.dh),
-        p(size_t(rep) * bq * ((s.Tk + 15) / 16 * 16)),
-        ds(size_t(rep) * bq * ((s.Tk + 15) / 16 * 16)),
+        p(size_t(rep) * bq * round_up_room(s.Tk)),
+        ds(size_t(rep) * bq * round_up_room(s.Tk)),
         L(size_t(rep) * bq), D(size_t(rep) * bq) {}
 };
 

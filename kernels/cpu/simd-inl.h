@@ -71,6 +71,42 @@ HWY_INLINE void ForEach(D d, size_t n, const Body& body) {
   if (i < n) body(i, Part{n - i});
 }
 
+// The last partial vector of a row that has room up to the next whole vector:
+// loaded and stored in place, the lanes past the row's end masked (loads give
+// `pad`, stores write 0). Lane for lane the same values as Part, without the
+// copies through a buffer.
+template <class M>
+struct Masked {
+  M m;
+};
+template <class D, class M, class T = hn::TFromD<D>>
+HWY_INLINE hn::Vec<D> In(D d, const T* p, Masked<M> t, T pad = T(0)) {
+  return hn::IfThenElse(t.m, hn::LoadU(d, p), hn::Set(d, pad));
+}
+template <class D, class M, class T = hn::TFromD<D>>
+HWY_INLINE void Out(D d, hn::Vec<D> v, T* p, Masked<M> t) {
+  hn::StoreU(hn::IfThenElseZero(t.m, v), d, p);
+}
+
+// ForEach over such a row: reads and writes whole vectors up to the next
+// multiple of Lanes(d) past n.
+template <class D, class Body>
+HWY_INLINE void ForEachPadded(D d, size_t n, const Body& body) {
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) body(i, Full());
+  if (i < n) body(i, Masked<hn::Mask<D>>{hn::FirstN(d, n - i)});
+}
+
+// ForEach, or ForEachPadded where the caller promises the room.
+template <bool kPadded, class D, class Body>
+HWY_INLINE void ForEachRow(D d, size_t n, const Body& body) {
+  if constexpr (kPadded)
+    ForEachPadded(d, n, body);
+  else
+    ForEach(d, n, body);
+}
+
 // ---- double accumulation of float vectors -----------------------------------
 HWY_INLINE VD PromoteLo(VF v) { return hn::PromoteTo(DD(), hn::LowerHalf(DH(), v)); }
 HWY_INLINE VD PromoteHi(VF v) { return hn::PromoteTo(DD(), hn::UpperHalf(DH(), v)); }

@@ -15,26 +15,33 @@ namespace wiola::cpu::HWY_NAMESPACE {
 
 int64_t TargetBit() { return HWY_TARGET; }
 
-float RowMax(const float* x, int n) {
+// kPadded: the row has room up to the next whole vector (simd.h, kRowRoom).
+template <bool kPadded>
+float RowMaxT(const float* x, int n) {
   const DF d;
   const float ninf = -std::numeric_limits<float>::infinity();
   VF m = hn::Set(d, ninf);
-  ForEach(d, size_t(n), [&](size_t i, auto t) HWY_ATTR { m = hn::Max(m, In(d, x + i, t, ninf)); });
+  ForEachRow<kPadded>(d, size_t(n), [&](size_t i, auto t) HWY_ATTR { m = hn::Max(m, In(d, x + i, t, ninf)); });
   return hn::GetLane(hn::MaxOfLanes(d, m));
 }
+float RowMax(const float* x, int n) { return RowMaxT<false>(x, n); }
+float RowMaxPadded(const float* x, int n) { return RowMaxT<true>(x, n); }
 
-float ExpSubSum(float* x, int n, float m) {
+template <bool kPadded>
+float ExpSubSumT(float* x, int n, float m) {
   const DF d;
   const float ninf = -std::numeric_limits<float>::infinity();
   const VF vm = hn::Set(d, m);
   VF s = hn::Zero(d);
-  ForEach(d, size_t(n), [&](size_t i, auto t) HWY_ATTR {
+  ForEachRow<kPadded>(d, size_t(n), [&](size_t i, auto t) HWY_ATTR {
     const VF e = Exp(d, hn::Sub(In(d, x + i, t, ninf), vm));  // padding: exp(-inf) = 0
     Out(d, e, x + i, t);
     s = hn::Add(s, e);
   });
   return hn::GetLane(hn::SumOfLanes(d, s));
 }
+float ExpSubSum(float* x, int n, float m) { return ExpSubSumT<false>(x, n, m); }
+float ExpSubSumPadded(float* x, int n, float m) { return ExpSubSumT<true>(x, n, m); }
 
 double DotWide(const float* a, const float* b, int n) {
   const DF d;
@@ -47,16 +54,19 @@ double DotWide(const float* a, const float* b, int n) {
   return SumLanes(hn::Add(lo, hi));
 }
 
-void SoftmaxBwdRow(float* p, float* ds, int n, float L, float D) {
+template <bool kPadded>
+void SoftmaxBwdRowT(float* p, float* ds, int n, float L, float D) {
   const DF d;
   const VF vl = hn::Set(d, L), vd = hn::Set(d, D);
-  ForEach(d, size_t(n), [&](size_t i, auto t) HWY_ATTR {
+  ForEachRow<kPadded>(d, size_t(n), [&](size_t i, auto t) HWY_ATTR {
     const VF e = Exp(d, hn::Sub(In(d, p + i, t), vl));
     const VF g = hn::Mul(e, hn::Sub(In(d, ds + i, t), vd));
     Out(d, e, p + i, t);
     Out(d, g, ds + i, t);
   });
 }
+void SoftmaxBwdRow(float* p, float* ds, int n, float L, float D) { SoftmaxBwdRowT<false>(p, ds, n, L, D); }
+void SoftmaxBwdRowPadded(float* p, float* ds, int n, float L, float D) { SoftmaxBwdRowT<true>(p, ds, n, L, D); }
 
 }  // namespace wiola::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -87,6 +97,10 @@ HWY_EXPORT(TargetBit);
 HWY_EXPORT(RowMax);
 HWY_EXPORT(ExpSubSum);
 HWY_EXPORT(SoftmaxBwdRow);
+HWY_EXPORT(RowMaxPadded);
+static_assert(HWY_MAX_BYTES / sizeof(float) <= size_t(kRowRoom), "a row's room must hold a whole vector");
+HWY_EXPORT(ExpSubSumPadded);
+HWY_EXPORT(SoftmaxBwdRowPadded);
 HWY_EXPORT(DotWide);
 
 // The attention kernel calls these per row: the dispatch is a load and an
@@ -100,6 +114,17 @@ float simd_exp_sub_sum(float* x, int n, float m) {
 
 void simd_softmax_bwd_row(float* p, float* ds, int n, float L, float D) {
   (*WIOLA_DISPATCH(SoftmaxBwdRow))(p, ds, n, L, D);
+}
+
+float simd_row_max_padded(const float* x, int n) { return (*WIOLA_DISPATCH(RowMaxPadded))(x, n); }
+
+float simd_exp_sub_sum_padded(float* x, int n, float m) {
+  if (m == -std::numeric_limits<float>::infinity()) m = 0.0f;
+  return (*WIOLA_DISPATCH(ExpSubSumPadded))(x, n, m);
+}
+
+void simd_softmax_bwd_row_padded(float* p, float* ds, int n, float L, float D) {
+  (*WIOLA_DISPATCH(SoftmaxBwdRowPadded))(p, ds, n, L, D);
 }
 
 double simd_dot_wide(const float* a, const float* b, int n) {

@@ -18,6 +18,16 @@ float simd_row_max(const float* x, int n);
 float simd_exp_sub_sum(float* x, int n, float m);
 // p[j] = exp(p[j] - L); ds[j] = p[j] * (ds[j] - D).
 void simd_softmax_bwd_row(float* p, float* ds, int n, float L, float D);
+// The same three for rows with room: x (p, ds) may be read and written up to
+// the next multiple of kRowRoom elements past n. Lanes past n are ignored
+// (max) or set to 0 (the others). The results are those of the functions
+// above, bit for bit; the last partial vector is masked instead of copied
+// through a buffer (the attention kernel's score rows, whose leading
+// dimension is a multiple of kRowRoom).
+inline constexpr int kRowRoom = 16;
+float simd_row_max_padded(const float* x, int n);
+float simd_exp_sub_sum_padded(float* x, int n, float m);
+void simd_softmax_bwd_row_padded(float* p, float* ds, int n, float L, float D);
 // sum_j a[j] b[j], the products and their sum in double lanes (a fixed order
 // for a fixed target).
 double simd_dot_wide(const float* a, const float* b, int n);

@@ -401,6 +401,48 @@ TEST_P(SimdTarget, AttentionPrimitives) {
   EXPECT_EQ(cpu::simd_dot_wide(nullptr, nullptr, 0), 0.0);
 }
 
+// The padded forms (rows with room to the next multiple of kRowRoom): the
+// unpadded forms' bits, lanes past n ignored (max: NaN and +inf there change
+// nothing) or set to 0, nothing written past the room.
+TEST_P(SimdTarget, AttentionPrimitivesPadded) {
+  for (size_t n : {size_t(0), size_t(1), size_t(3), size_t(15), size_t(16), size_t(17), size_t(1000), size_t(4099)}) {
+    const size_t room = (n + cpu::kRowRoom - 1) / cpu::kRowRoom * cpu::kRowRoom;
+    Buf x(room + 4, 4, 71), p(room + 4, 2, 72), ds(room + 4, 1, 73);
+    for (size_t i = 4; i < n; i += 5) x[i] = -kInf;
+    for (size_t i = n; i < room; ++i) x[i] = (i % 2) ? kInf : std::nanf("");  // garbage past n
+    const Fv x0 = x.vec(), p0 = p.vec(), ds0 = ds.vec();
+    Fv xu(x0.begin(), x0.begin() + long(n)), pu(p0.begin(), p0.begin() + long(n)), du(ds0.begin(), ds0.begin() + long(n));
+    const float m = cpu::simd_row_max(xu.data(), int(n));
+    EXPECT_EQ(bits(cpu::simd_row_max_padded(x.p, int(n))), bits(m)) << n;
+    const float su = cpu::simd_exp_sub_sum(xu.data(), int(n), m);
+    EXPECT_EQ(bits(cpu::simd_exp_sub_sum_padded(x.p, int(n), m)), bits(su)) << n;
+    cpu::simd_softmax_bwd_row(pu.data(), du.data(), int(n), 1.5f, 0.25f);
+    cpu::simd_softmax_bwd_row_padded(p.p, ds.p, int(n), 1.5f, 0.25f);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(bits(x[i]), bits(xu[i])) << "exp " << i << " of " << n;
+      ASSERT_EQ(bits(p[i]), bits(pu[i])) << "softmax_bwd p " << i << " of " << n;
+      ASSERT_EQ(bits(ds[i]), bits(du[i])) << "softmax_bwd ds " << i << " of " << n;
+    }
+    for (size_t i = n; i < room + 4; ++i) {
+      const bool in_room = i < room;
+      // Past n: 0 within the written vector, untouched beyond it.
+      if (x[i] != 0.0f) {
+        ASSERT_EQ(bits(x[i]), bits(x0[i])) << "exp wrote past its vector, " << i << " of " << n;
+      }
+      if (p[i] != 0.0f) {
+        ASSERT_EQ(bits(p[i]), bits(p0[i])) << "softmax_bwd p past its vector, " << i;
+      }
+      if (ds[i] != 0.0f) {
+        ASSERT_EQ(bits(ds[i]), bits(ds0[i])) << "softmax_bwd ds past its vector, " << i;
+      }
+      if (!in_room) {
+        ASSERT_EQ(bits(x[i]), bits(x0[i])) << "exp wrote past the room, " << i << " of " << n;
+        ASSERT_EQ(bits(p[i]), bits(p0[i])) << "softmax_bwd wrote past the room, " << i;
+      }
+    }
+  }
+}
+
 // exp_poly's edges: 0 below -87 and at -inf, +inf above 88, NaN stays NaN.
 TEST_P(SimdTarget, ExpEdges) {
   Fv x = {-kInf, -1000.0f, -87.5f, -86.9f, 0.0f, 88.5f, kInf, std::nanf(""), 1.0f};
