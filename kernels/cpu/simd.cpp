@@ -27,11 +27,12 @@ float RowMaxT(const float* x, int n) {
 float RowMax(const float* x, int n) { return RowMaxT<false>(x, n); }
 float RowMaxPadded(const float* x, int n) { return RowMaxT<true>(x, n); }
 
+// m = -inf (a row with nothing visible) counts as 0: the row becomes zeros.
 template <bool kPadded>
 float ExpSubSumT(float* x, int n, float m) {
   const DF d;
   const float ninf = -std::numeric_limits<float>::infinity();
-  const VF vm = hn::Set(d, m);
+  const VF vm = hn::Set(d, m == ninf ? 0.0f : m);
   VF s = hn::Zero(d);
   ForEachRow<kPadded>(d, size_t(n), [&](size_t i, auto t) HWY_ATTR {
     const VF e = Exp(d, hn::Sub(In(d, x + i, t, ninf), vm));  // padding: exp(-inf) = 0
@@ -98,19 +99,18 @@ HWY_EXPORT(RowMax);
 HWY_EXPORT(ExpSubSum);
 HWY_EXPORT(SoftmaxBwdRow);
 HWY_EXPORT(RowMaxPadded);
-static_assert(HWY_MAX_BYTES / sizeof(float) <= size_t(kRowRoom), "a row's room must hold a whole vector");
 HWY_EXPORT(ExpSubSumPadded);
 HWY_EXPORT(SoftmaxBwdRowPadded);
 HWY_EXPORT(DotWide);
+
+// The padded forms touch whole vectors up to the row's room.
+static_assert(HWY_MAX_BYTES / sizeof(float) <= size_t(kRowRoom), "a row's room must hold a whole vector");
 
 // The attention kernel calls these per row: the dispatch is a load and an
 // indirect call once the target is chosen.
 float simd_row_max(const float* x, int n) { return (*WIOLA_DISPATCH(RowMax))(x, n); }
 
-float simd_exp_sub_sum(float* x, int n, float m) {
-  if (m == -std::numeric_limits<float>::infinity()) m = 0.0f;
-  return (*WIOLA_DISPATCH(ExpSubSum))(x, n, m);
-}
+float simd_exp_sub_sum(float* x, int n, float m) { return (*WIOLA_DISPATCH(ExpSubSum))(x, n, m); }
 
 void simd_softmax_bwd_row(float* p, float* ds, int n, float L, float D) {
   (*WIOLA_DISPATCH(SoftmaxBwdRow))(p, ds, n, L, D);
@@ -118,10 +118,7 @@ void simd_softmax_bwd_row(float* p, float* ds, int n, float L, float D) {
 
 float simd_row_max_padded(const float* x, int n) { return (*WIOLA_DISPATCH(RowMaxPadded))(x, n); }
 
-float simd_exp_sub_sum_padded(float* x, int n, float m) {
-  if (m == -std::numeric_limits<float>::infinity()) m = 0.0f;
-  return (*WIOLA_DISPATCH(ExpSubSumPadded))(x, n, m);
-}
+float simd_exp_sub_sum_padded(float* x, int n, float m) { return (*WIOLA_DISPATCH(ExpSubSumPadded))(x, n, m); }
 
 void simd_softmax_bwd_row_padded(float* p, float* ds, int n, float L, float D) {
   (*WIOLA_DISPATCH(SoftmaxBwdRowPadded))(p, ds, n, L, D);

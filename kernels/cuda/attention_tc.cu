@@ -274,6 +274,23 @@ __device__ void warp_probs_dscores(const bf16_t* Qs, const bf16_t* dOs, const bf
   }
 }
 
+// Query rows [i0, i0 + 64) of head h in sequence b as both backward kernels
+// read them: the Q and dO tiles, and each row's lse and D (0 past Tq).
+template <int D>
+__device__ void load_query_rows(const AttnShape& s, int b, int h, int i0, const bf16_t* q, const bf16_t* dout,
+                                const float* lse, const float* Dterm, bf16_t* Qs, bf16_t* dOs, float* lse_s,
+                                float* D_s) {
+  const size_t q_ld = size_t(s.H) * D, q_off = size_t(b) * s.Tq * q_ld + size_t(h) * D;
+  load_tile<D>(Qs, q, q_off, q_ld, i0, s.Tq);
+  load_tile<D>(dOs, dout, q_off, q_ld, i0, s.Tq);
+  if (threadIdx.x < 64) {
+    const int i = i0 + threadIdx.x;
+    const size_t at = (size_t(b) * s.H + h) * s.Tq + i;
+    lse_s[threadIdx.x] = i < s.Tq ? lse[at] : 0.f;
+    D_s[threadIdx.x] = i < s.Tq ? Dterm[at] : 0.f;
+  }
+}
+
 // dK, dV of key rows [j0, j0 + 64) of group g in sequence b.
 template <int D>
 __global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc(AttnShape s, TcKeys keys, const bf16_t* q,
@@ -288,7 +305,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc(AttnShape s, TcKeys
 
   const int tid = threadIdx.x, warp = tid >> 5;
   const int j0 = blockIdx.x * 64, g = blockIdx.y, b = blockIdx.z;
-  const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D;
+  const size_t kv_ld = size_t(s.Hkv) * D;
   const float scale = rsqrtf(float(D));
   const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
   const size_t kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
@@ -301,15 +318,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc(AttnShape s, TcKeys
 
   for (int h = g; h < s.H; h += s.Hkv) {
     for (int i0 = (i_start / 64) * 64; i0 < s.Tq; i0 += 64) {
-      const size_t q_off = size_t(b) * s.Tq * q_ld + size_t(h) * D;
-      load_tile<D>(Qs, q, q_off, q_ld, i0, s.Tq);
-      load_tile<D>(dOs, dout, q_off, q_ld, i0, s.Tq);
-      if (tid < 64) {
-        const int i = i0 + tid;
-        const size_t at = (size_t(b) * s.H + h) * s.Tq + i;
-        lse_s[tid] = i < s.Tq ? lse[at] : 0.f;
-        D_s[tid] = i < s.Tq ? Dterm[at] : 0.f;
-      }
+      load_query_rows<D>(s, b, h, i0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
       __syncthreads();
       warp_probs_dscores<D>(Qs, dOs, Ks, Vs, lse_s, D_s, Ss, Ps, dSs, keys, s, b, i0, j0, nk, scale);
       __syncthreads();
@@ -352,15 +361,8 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys 
 
   for (int h = g; h < s.H; h += s.Hkv) {
     const size_t q_off = size_t(b) * s.Tq * q_ld + size_t(h) * D;
-    load_tile<D>(Qs, q, q_off, q_ld, i0, s.Tq);
-    load_tile<D>(dOs, dout, q_off, q_ld, i0, s.Tq);
+    load_query_rows<D>(s, b, h, i0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
     for (int idx = tid; idx < 64 * D; idx += blockDim.x) dQs[idx] = 0.f;
-    if (tid < 64) {
-      const int i = i0 + tid;
-      const size_t at = (size_t(b) * s.H + h) * s.Tq + i;
-      lse_s[tid] = i < s.Tq ? lse[at] : 0.f;
-      D_s[tid] = i < s.Tq ? Dterm[at] : 0.f;
-    }
     __syncthreads();
     for (int j0 = 0; j0 < kmax; j0 += 64) {
       __syncthreads();  // the previous tile's K and V are no longer read
