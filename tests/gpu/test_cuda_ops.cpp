@@ -534,14 +534,20 @@ TEST(CudaModel, Bf16AtmFlipRate) {
   EXPECT_LT(double(r.flips), 0.1 * double(r.total));
 }
 
-// A short bf16 run tracks the fp32 one: same data, same init, 30 steps.
+// A short bf16 run tracks the fp32 one: same data, same init, 30 steps (10
+// steps of 2 sequences under the CPU emulator, tests/cuda_emu, which runs
+// every GPU thread on one core).
 TEST(CudaModel, Bf16TrainingTracksFp32) {
   REQUIRE_GPU();
   ModelConfig c = model_preset("wiola-tiny");
   // Head dim 32 and T = 96: the bf16 run takes the tensor-core attention over
   // a full and a partial 64-row tile (the fp32 run, the row kernels).
   c.d = 128; c.dA = 128; c.dB = 512; c.T = 96;
+#ifdef WIOLA_CUDA_EMU
+  const int B = 2, steps = 10;
+#else
   const int B = 4, steps = 30;
+#endif
   std::mt19937_64 rg(9);
   std::vector<int32_t> tok(size_t(B) * (c.T + 1) * steps);
   for (auto& t : tok) t = int32_t(rg() % 64);  // a small vocabulary is learnable in 30 steps

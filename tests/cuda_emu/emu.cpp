@@ -1,0 +1,576 @@
+// The CUDA emulator's runtime (tests/cuda_emu/emu.h): launches run their
+// blocks one after another on the calling thread, each block's threads as
+// fibers that switch only at barriers, warp operations and exit (a stack
+// switch of the callee-saved registers: ucontext's signal-mask system calls
+// made the tests ten times slower);
+// "device" memory is tracked host memory; streams and events are host-side
+// bookkeeping. Errors found while running a kernel are reported by the next
+// cudaGetLastError or synchronisation, with a message naming the kernel,
+// block and threads.
+#include "tests/cuda_emu/emu.h"
+
+#include <cuda_runtime.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+// wiola_emu_switch(save, to): saves the callee-saved registers and the stack
+// pointer into *save, then resumes the context whose stack pointer is `to`
+// (System V x86-64). The SSE and x87 control words are not switched: every
+// fiber runs in the thread's floating-point environment (saving them cost
+// half of the emulator's time).
+extern "C" void wiola_emu_switch(void** save, void* to);
+asm(R"(
+.text
+.globl wiola_emu_switch
+.type wiola_emu_switch,@function
+wiola_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size wiola_emu_switch, .-wiola_emu_switch
+)");
+
+namespace wiola_emu {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr size_t kStackBytes = 128 << 10;
+constexpr size_t kDefaultSmem = 48 << 10;     // dynamic shared memory without the opt-in
+constexpr size_t kOptinSmem = 227 << 10;      // H100's opt-in limit per block
+constexpr size_t kDeviceBytes = size_t(80) << 30;
+
+// ---- errors ----------------------------------------------------------------------
+// The pending error and its message: returned (and cleared) by the next
+// cudaGetLastError or synchronisation, as an asynchronous fault would be.
+thread_local cudaError_t t_pending = cudaSuccess;
+thread_local std::string t_detail;
+
+cudaError_t raise(cudaError_t e, std::string msg) {
+  std::fprintf(stderr, "cuda-emu: %s\n", msg.c_str());
+  if (t_pending == cudaSuccess) {
+    t_pending = e;
+    t_detail = std::move(msg);
+  }
+  return e;
+}
+
+cudaError_t take_pending() {
+  const cudaError_t e = t_pending;
+  t_pending = cudaSuccess;
+  return e;
+}
+
+// ---- device memory (the emulator is used from one thread at a time) --------------------
+std::map<const char*, size_t>& allocations() {
+  static std::map<const char*, size_t> m;  // base -> bytes
+  return m;
+}
+size_t g_in_use = 0;
+
+// ---- fibers -------------------------------------------------------------------------------
+enum class State { Ready, AtBlockBarrier, AtWarpBarrier, Done };
+
+struct Fiber {
+  void* sp;  // saved stack pointer while switched out
+  ThreadCoords c;
+  int index, lane, warp;
+  State st;
+  unsigned shuffles;  // shuffles done: picks the slot buffer
+};
+
+struct BlockRun {
+  const char* kernel;
+  const std::function<void()>* body;
+  std::vector<Fiber> fibers;
+  void* sched_sp;
+  std::vector<uint64_t> slots[2];  // one per thread, two buffers: shuffle values
+  std::vector<unsigned> slot_gen[2];  // which shuffle of its thread wrote each slot
+  unsigned char* smem;
+  std::string error;  // the block's first error
+};
+
+thread_local BlockRun* t_run = nullptr;
+thread_local Fiber* t_fiber = nullptr;
+
+// Fiber stacks, kept between launches; a guard page below each turns an
+// overflow into a fault instead of corruption.
+struct Stack {
+  void* base = nullptr;
+  size_t bytes = 0;
+  Stack() {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    bytes = kStackBytes + page;
+    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+      std::perror("cuda-emu: fiber stack");
+      std::abort();
+    }
+    mprotect(base, page, PROT_NONE);
+  }
+  ~Stack() { munmap(base, bytes); }
+  Stack(const Stack&) = delete;
+  Stack& operator=(const Stack&) = delete;
+};
+thread_local std::vector<std::unique_ptr<Stack>> t_stacks;
+
+void fiber_error(std::string msg) {
+  if (t_run->error.empty()) t_run->error = std::move(msg);
+}
+
+void fiber_main() {
+  try {
+    (*t_run->body)();
+  } catch (const std::exception& e) {
+    fiber_error(std::string("exception in device code: ") + e.what());
+  }
+  t_fiber->st = State::Done;
+  wiola_emu_switch(&t_fiber->sp, t_run->sched_sp);  // never resumed
+}
+
+void wait(State s) {
+  t_fiber->st = s;
+  wiola_emu_switch(&t_fiber->sp, t_run->sched_sp);
+}
+
+// A new fiber's stack, as wiola_emu_switch leaves one: six registers, then
+// the return address fiber_main, entered with the stack aligned as after a
+// call.
+void* initial_stack(void* top_of_stack) {
+  auto top = reinterpret_cast<uintptr_t>(top_of_stack) & ~uintptr_t(15);
+  auto* sp = reinterpret_cast<uint64_t*>(top - 64);
+  for (int i = 0; i < 6; ++i) sp[i] = 0;
+  sp[6] = reinterpret_cast<uint64_t>(&fiber_main);
+  sp[7] = 0;  // fiber_main never returns
+  return sp;
+}
+
+Fiber& current() {
+  if (!t_fiber) {
+    std::fprintf(stderr, "cuda-emu: a device builtin was used outside a kernel\n");
+    std::abort();
+  }
+  return *t_fiber;
+}
+
+// "(x,y,z)" (snprintf: GCC 12 warns wrongly on "(" + std::string).
+std::string xyz(unsigned x, unsigned y, unsigned z) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "(%u,%u,%u)", x, y, z);
+  return buf;
+}
+std::string coords_str(uint3 v) { return xyz(v.x, v.y, v.z); }
+std::string dims(dim3 d) { return xyz(d.x, d.y, d.z); }
+
+const char* state_name(State s) {
+  switch (s) {
+    case State::Ready: return "running";
+    case State::AtBlockBarrier: return "__syncthreads";
+    case State::AtWarpBarrier: return "a warp operation";
+    case State::Done: return "exited";
+  }
+  return "?";
+}
+
+// Runs warp [w0, w1) until each of its live threads has exited or waits at
+// __syncthreads (warp barriers are released as soon as the whole warp is
+// there, so a warp's shuffles stay on a few hot stacks), or until it is stuck.
+void run_warp(BlockRun& r, int w0, int w1) {
+  for (;;) {
+    for (int i = w0; i < w1; ++i) {
+      Fiber& f = r.fibers[size_t(i)];
+      if (f.st != State::Ready) continue;
+      t_fiber = &f;
+      wiola_emu_switch(&r.sched_sp, f.sp);
+      t_fiber = nullptr;
+    }
+    if (!r.error.empty()) return;
+    int live = 0, at = 0;
+    for (int i = w0; i < w1; ++i) {
+      live += r.fibers[size_t(i)].st != State::Done;
+      at += r.fibers[size_t(i)].st == State::AtWarpBarrier;
+    }
+    if (live == 0 || at != live) return;  // done, at __syncthreads, or stuck
+    for (int i = w0; i < w1; ++i)
+      if (r.fibers[size_t(i)].st == State::AtWarpBarrier) r.fibers[size_t(i)].st = State::Ready;
+  }
+}
+
+std::string stuck_message(const BlockRun& r) {
+  std::string m = "threads wait at different barriers:";
+  State prev = State::Ready;
+  int from = -1;
+  auto flush = [&](int to) {
+    if (from >= 0)
+      m += " threads " + std::to_string(from) + ".." + std::to_string(to) + " at " + state_name(prev) + ";";
+  };
+  for (const Fiber& f : r.fibers) {
+    if (f.index == 0 || f.st != prev) {
+      flush(f.index - 1);
+      from = f.index;
+      prev = f.st;
+    }
+  }
+  flush(int(r.fibers.size()) - 1);
+  return m;
+}
+
+// Runs one block to completion; false (with r.error set) on an error.
+bool run_block(BlockRun& r, dim3 grid, dim3 block, uint3 bid) {
+  const int n = int(block.x * block.y * block.z);
+  while (t_stacks.size() < size_t(n)) t_stacks.push_back(std::make_unique<Stack>());
+  const size_t guard = size_t(sysconf(_SC_PAGESIZE));
+  r.fibers.assign(size_t(n), Fiber{});
+  r.slots[0].assign(size_t(n), 0);
+  r.slots[1].assign(size_t(n), 0);
+  r.slot_gen[0].assign(size_t(n), ~0u);
+  r.slot_gen[1].assign(size_t(n), ~0u);
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = r.fibers[size_t(i)];
+    f.index = i;
+    f.lane = i % kWarp;
+    f.warp = i / kWarp;
+    f.st = State::Ready;
+    f.shuffles = 0;
+    f.c.tid = uint3{unsigned(i) % block.x, unsigned(i) / block.x % block.y, unsigned(i) / (block.x * block.y)};
+    f.c.bid = bid;
+    f.c.bdim = block;
+    f.c.gdim = grid;
+    // Stack tops staggered by 64 bytes a fiber: at one page offset they would
+    // all share an L1 set, and every switch would miss.
+    f.sp = initial_stack(static_cast<char*>(t_stacks[size_t(i)]->base) + guard + kStackBytes - 64 * size_t(i % 64));
+  }
+  for (;;) {
+    for (int w0 = 0; w0 < n; w0 += kWarp) {
+      run_warp(r, w0, std::min(n, w0 + kWarp));
+      if (!r.error.empty()) return false;
+    }
+    int live = 0, at = 0;
+    for (const Fiber& f : r.fibers) {
+      live += f.st != State::Done;
+      at += f.st == State::AtBlockBarrier;
+    }
+    if (live == 0) return true;
+    if (at != live) {  // some thread waits at a warp barrier its warp does not reach
+      r.error = stuck_message(r);
+      return false;
+    }
+    for (Fiber& f : r.fibers)
+      if (f.st == State::AtBlockBarrier) f.st = State::Ready;
+  }
+}
+
+std::map<const void*, size_t>& max_smem() {
+  static std::map<const void*, size_t> m;
+  return m;
+}
+
+
+}  // namespace
+
+const ThreadCoords& coords() { return current().c; }
+int lane_id() { return current().lane; }
+unsigned char* dynamic_smem() {
+  current();
+  return t_run->smem;
+}
+
+void syncthreads() {
+  current();
+  wait(State::AtBlockBarrier);
+}
+
+void syncwarp(unsigned mask) {
+  Fiber& f = current();
+  const int n = int(t_run->fibers.size());
+  const int lanes = std::min(kWarp, n - f.warp * kWarp);
+  const unsigned full = lanes == kWarp ? 0xffffffffu : ((1u << lanes) - 1u);
+  if ((mask & full) != full) fiber_error("warp operation with the partial mask " + std::to_string(mask) +
+                                          " (not emulated; the kernels use full warps)");
+  wait(State::AtWarpBarrier);
+}
+
+// One barrier per shuffle: consecutive shuffles alternate between two slot
+// buffers, and a lane cannot write a buffer again before every lane has
+// passed the next barrier, after its read.
+uint64_t shuffle(unsigned mask, uint64_t in, int src_lane) {
+  Fiber& f = current();
+  BlockRun& r = *t_run;
+  const unsigned gen = f.shuffles++;
+  std::vector<uint64_t>& slots = r.slots[gen & 1u];
+  std::vector<unsigned>& gens = r.slot_gen[gen & 1u];
+  slots[size_t(f.index)] = in;
+  gens[size_t(f.index)] = gen;
+  syncwarp(mask);
+  const int src = f.warp * kWarp + src_lane;
+  if (src_lane < 0 || src_lane >= kWarp || src >= int(r.fibers.size())) {
+    fiber_error("thread " + std::to_string(f.index) + " shuffles from lane " + std::to_string(src_lane) +
+                ", outside the block");
+    return in;
+  } else if (gens[size_t(src)] != gen) {
+    fiber_error("thread " + std::to_string(f.index) + " shuffles from thread " + std::to_string(src) +
+                ", which did not take part in this shuffle: it has exited (undefined on the GPU)");
+    return in;
+  }
+  return slots[size_t(src)];
+}
+
+void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem,
+            const std::function<void()>& body) {
+  if (t_run) {
+    raise(cudaErrorLaunchFailure, std::string(name) + ": launched from device code (not emulated)");
+    return;
+  }
+  const size_t threads = size_t(block.x) * block.y * block.z;
+  if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
+      grid.z > 65535 || block.z > 64) {
+    raise(cudaErrorInvalidConfiguration,
+          std::string("invalid launch of ") + name + ": grid " + dims(grid) + ", block " + dims(block));
+    return;
+  }
+  auto it = max_smem().find(fn);
+  const size_t limit = it == max_smem().end() ? kDefaultSmem : it->second;
+  if (smem > limit) {
+    raise(cudaErrorInvalidValue, std::string("launch of ") + name + " asks " + std::to_string(smem) +
+                                     " bytes of dynamic shared memory; its limit is " + std::to_string(limit) +
+                                     (it == max_smem().end() ? " (no cudaFuncSetAttribute opt-in)" : ""));
+    return;
+  }
+  // Dynamic shared memory starts as NaN bytes in every block: a read before
+  // any write shows up in the results.
+  std::unique_ptr<unsigned char, decltype(&std::free)> sm(
+      static_cast<unsigned char*>(std::aligned_alloc(128, std::max<size_t>(128, (smem + 127) / 128 * 128))),
+      &std::free);
+  BlockRun r;
+  r.kernel = name;
+  r.body = &body;
+  r.smem = sm.get();
+  t_run = &r;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        std::memset(r.smem, 0xff, smem);
+        if (!run_block(r, grid, block, uint3{x, y, z})) {
+          t_run = nullptr;
+          raise(cudaErrorLaunchFailure, std::string("kernel ") + name + ", block " + coords_str(uint3{x, y, z}) +
+                                            " of grid " + dims(grid) + ", block size " + dims(block) + ": " +
+                                            r.error);
+          return;  // the block's fibers are abandoned (their stacks are reused)
+        }
+      }
+  t_run = nullptr;
+}
+
+cudaError_t set_max_dynamic_smem(const void* fn, int bytes) {
+  if (bytes < 0 || size_t(bytes) > kOptinSmem)
+    return raise(cudaErrorInvalidValue, "cudaFuncSetAttribute: " + std::to_string(bytes) +
+                                            " bytes of dynamic shared memory, above the opt-in limit " +
+                                            std::to_string(kOptinSmem));
+  max_smem()[fn] = size_t(bytes);
+  return cudaSuccess;
+}
+
+bool in_device_memory(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  auto& m = allocations();
+  auto it = m.upper_bound(c);
+  if (it == m.begin()) return false;
+  --it;
+  return size_t(c - it->first) + bytes <= it->second;
+}
+
+}  // namespace wiola_emu
+
+using wiola_emu::raise;
+
+// ---- the runtime API ------------------------------------------------------------------------
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  }
+  return "cudaErrorUnknown";
+}
+// The emulator's own message for the error it last raised.
+const char* cudaGetErrorString(cudaError_t e) {
+  if (e == cudaSuccess) return "no error";
+  if (!wiola_emu::t_detail.empty()) return wiola_emu::t_detail.c_str();
+  return cudaGetErrorName(e);
+}
+cudaError_t cudaGetLastError() { return wiola_emu::take_pending(); }
+cudaError_t cudaPeekAtLastError() { return wiola_emu::t_pending; }
+cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  if (device != 0) return raise(cudaErrorInvalidDevice, "cudaGetDeviceProperties: device " + std::to_string(device));
+  *p = cudaDeviceProp{};
+  std::snprintf(p->name, sizeof p->name, "%s", "CUDA emulator on the CPU (tests/cuda_emu)");
+  p->totalGlobalMem = wiola_emu::kDeviceBytes;
+  p->sharedMemPerBlock = wiola_emu::kDefaultSmem;
+  p->sharedMemPerBlockOptin = wiola_emu::kOptinSmem;
+  p->major = 9;
+  p->minor = 0;
+  p->multiProcessorCount = 132;
+  p->maxThreadsPerBlock = 1024;
+  p->warpSize = 32;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int device) {
+  if (device != 0) return raise(cudaErrorInvalidDevice, "cudaDeviceGetAttribute: device " + std::to_string(device));
+  if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) return raise(cudaErrorInvalidValue, "cudaDeviceGetAttribute");
+  *v = int(wiola_emu::kOptinSmem);
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : raise(cudaErrorInvalidDevice, "cudaSetDevice: device " + std::to_string(device));
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return wiola_emu::take_pending(); }
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = nullptr;
+  if (wiola_emu::g_in_use + bytes > wiola_emu::kDeviceBytes) return cudaErrorMemoryAllocation;
+  const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
+  void* q = std::aligned_alloc(256, rounded);
+  if (!q) return cudaErrorMemoryAllocation;
+  std::memset(q, 0xff, rounded);  // uninitialised device memory reads as NaN
+  wiola_emu::allocations()[static_cast<const char*>(q)] = bytes;
+  wiola_emu::g_in_use += bytes;
+  *p = q;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  auto& m = wiola_emu::allocations();
+  auto it = m.find(static_cast<const char*>(p));
+  if (it == m.end()) return raise(cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return");
+  wiola_emu::g_in_use -= it->second;
+  m.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  *total_bytes = wiola_emu::kDeviceBytes;
+  *free_bytes = wiola_emu::kDeviceBytes - wiola_emu::g_in_use;
+  return cudaSuccess;
+}
+
+namespace {
+
+// The device-side ranges of a copy must each lie inside one allocation.
+cudaError_t check_ranges(const char* what, const void* dst, size_t dst_span, const void* src, size_t src_span,
+                         cudaMemcpyKind kind) {
+  const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (dst_dev && !wiola_emu::in_device_memory(dst, dst_span))
+    return raise(cudaErrorInvalidValue, std::string(what) + ": the destination's " + std::to_string(dst_span) +
+                                            " bytes are not inside one device allocation");
+  if (src_dev && !wiola_emu::in_device_memory(src, src_span))
+    return raise(cudaErrorInvalidValue, std::string(what) + ": the source's " + std::to_string(src_span) +
+                                            " bytes are not inside one device allocation");
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return e;
+  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  if (!bytes) return cudaSuccess;
+  if (const cudaError_t e = check_ranges("cudaMemcpyAsync", dst, bytes, src, bytes, kind); e != cudaSuccess) return e;
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                              size_t height, cudaMemcpyKind kind, cudaStream_t) {
+  if (!width || !height) return cudaSuccess;
+  if (width > dpitch || width > spitch) return raise(cudaErrorInvalidValue, "cudaMemcpy2DAsync: width above a pitch");
+  const size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
+  if (const cudaError_t e = check_ranges("cudaMemcpy2DAsync", dst, dspan, src, sspan, kind); e != cudaSuccess)
+    return e;
+  for (size_t r = 0; r < height; ++r)
+    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+  if (!bytes) return cudaSuccess;
+  if (!wiola_emu::in_device_memory(p, bytes))
+    return raise(cudaErrorInvalidValue,
+                 "cudaMemsetAsync: " + std::to_string(bytes) + " bytes not inside one device allocation");
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+namespace {
+struct EmuStream {
+  int id;
+};
+struct EmuEvent {
+  std::chrono::steady_clock::time_point t;
+  bool recorded = false;
+};
+}  // namespace
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = reinterpret_cast<cudaStream_t>(new EmuStream{1});
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete reinterpret_cast<EmuStream*>(s);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return wiola_emu::take_pending(); }
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = reinterpret_cast<cudaEvent_t>(new EmuEvent{});
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete reinterpret_cast<EmuEvent*>(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  auto* ev = reinterpret_cast<EmuEvent*>(e);
+  ev->t = std::chrono::steady_clock::now();
+  ev->recorded = true;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return wiola_emu::take_pending(); }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t from, cudaEvent_t to) {
+  auto *a = reinterpret_cast<EmuEvent*>(from), *b = reinterpret_cast<EmuEvent*>(to);
+  if (!a->recorded || !b->recorded) return raise(cudaErrorInvalidValue, "cudaEventElapsedTime: event not recorded");
+  *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }

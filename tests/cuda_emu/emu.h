@@ -1,0 +1,150 @@
+// The CUDA emulator: runs the CUDA backend's own kernel sources
+// (kernels/cuda/*.cu) on the CPU, so that their index math, masking, shared
+// memory, barriers and warp exchanges are tested on machines without a GPU
+// (docs/gpu.md, "The CUDA emulator"). It is a test tool, not a backend: one
+// CPU thread runs the blocks of a launch one after another, and the threads of
+// a block as fibers that switch only at __syncthreads, warp operations and
+// exit. A launch is checked as the hardware would (block size, dynamic shared
+// memory against its opt-in limit); a block whose threads wait at different
+// barriers, a shuffle that reads an exited lane, and a read of dynamic shared
+// memory the block never wrote (it starts as NaN bytes) show up as errors or
+// NaNs instead of passing silently.
+//
+// The build (WIOLA_CUDA_EMU=ON) compiles each .cu file as C++ with this
+// header forced in first and tests/cuda_emu/include ahead of the toolkit, after
+// rewriting its launches `k<<<grid, block, smem, stream>>>(args)` into
+// `::wiola_emu::Launch("k", grid, block, smem, stream).run(k)(args)` and its
+// `extern __shared__` array into a pointer to the block's dynamic shared
+// memory (kernels/cuda/CMakeLists.txt).
+//
+// What it cannot tell: timing, memory coalescing, bank conflicts, register
+// pressure, races between warps that the barriers would order the same way on
+// every schedule, and the tensor cores' own rounding (wmma accumulates here in
+// fp32 in a fixed order).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+// ---- qualifiers ----------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+// Blocks run one at a time, so a function-local static is the block's shared
+// memory. (Static shared arrays keep their contents between blocks; dynamic
+// shared memory is poisoned per block.)
+#define __shared__ static
+
+struct uint3 {
+  unsigned x, y, z;
+};
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+
+namespace wiola_emu {
+
+// The running thread's coordinates.
+struct ThreadCoords {
+  uint3 tid, bid;    // threadIdx, blockIdx
+  dim3 bdim, gdim;   // blockDim, gridDim
+};
+const ThreadCoords& coords();
+
+void syncthreads();
+void syncwarp(unsigned mask);
+// The warp's lanes exchange a 64-bit word: returns lane src_lane's.
+uint64_t shuffle(unsigned mask, uint64_t in, int src_lane);
+template <class T>
+T shuffle_as(unsigned mask, T v, int src_lane) {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
+  uint64_t w = 0;
+  std::memcpy(&w, &v, sizeof(T));
+  w = shuffle(mask, w, src_lane);
+  std::memcpy(&v, &w, sizeof(T));
+  return v;
+}
+int lane_id();
+unsigned char* dynamic_smem();
+// True if [p, p + bytes) lies inside one live cudaMalloc allocation.
+bool in_device_memory(const void* p, size_t bytes);
+
+// The launch `name<<<grid, block, smem, stream>>>(args...)`.
+void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem,
+            const std::function<void()>& body);
+
+// Launch(name, grid, block, smem, stream).run(kernel)(args...) is the
+// rewritten `kernel<<<grid, block, smem, stream>>>(args...)`.
+class Launch {
+ public:
+  Launch(const char* name, dim3 grid, dim3 block, size_t smem = 0, cudaStream_t = nullptr)
+      : name_(name), grid_(grid), block_(block), smem_(smem) {}
+  template <class... P>
+  auto run(void (*kernel)(P...)) const {
+    return [l = *this, kernel](auto&&... args) {
+      static_assert(sizeof...(P) == sizeof...(args), "kernel launched with the wrong number of arguments");
+      // Arguments converted to the parameter types once, as a launch copies them.
+      auto params = std::tuple<std::decay_t<P>...>(std::forward<decltype(args)>(args)...);
+      launch(l.name_, reinterpret_cast<const void*>(kernel), l.grid_, l.block_, l.smem_,
+             [&] { std::apply(kernel, params); });
+    };
+  }
+
+ private:
+  const char* name_;
+  dim3 grid_, block_;
+  size_t smem_;
+};
+
+}  // namespace wiola_emu
+
+#define threadIdx (::wiola_emu::coords().tid)
+#define blockIdx (::wiola_emu::coords().bid)
+#define blockDim (::wiola_emu::coords().bdim)
+#define gridDim (::wiola_emu::coords().gdim)
+
+inline void __syncthreads() { ::wiola_emu::syncthreads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { ::wiola_emu::syncwarp(mask); }
+
+template <class T>
+T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+  const int lane = ::wiola_emu::lane_id();
+  return ::wiola_emu::shuffle_as(mask, v, lane / width * width + src % width);
+}
+template <class T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  const int lane = ::wiola_emu::lane_id(), src = lane ^ lane_mask;
+  // A source outside the lane's segment of `width` lanes returns its own value.
+  return ::wiola_emu::shuffle_as(mask, v, src / width == lane / width ? src : lane);
+}
+
+// ---- device math (the fast intrinsics as their accurate forms) ---------------------
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+
+// Device min/max take mixed integer types; the result is their common type.
+template <class A, class B>
+constexpr std::common_type_t<A, B> min(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return C(b) < C(a) ? C(b) : C(a);
+}
+template <class A, class B>
+constexpr std::common_type_t<A, B> max(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return C(a) < C(b) ? C(b) : C(a);
+}
