@@ -38,13 +38,18 @@ size_t round_size(size_t b) {
 double mib(size_t b) { return double(b) / 1048576.0; }
 }  // namespace
 
+CachingAllocator::CachingAllocator() {
+  const char* v = std::getenv("WIOLA_CUDA_NO_CACHE");
+  cache_ = !(v && *v && std::string(v) != "0");
+}
+
 CachingAllocator::~CachingAllocator() {
   release_cache();
   for (auto& [p, s] : live_) cudaFree(p);  // leaked buffers: give them back anyway
 }
 
 void* CachingAllocator::alloc(size_t bytes, const char* what) {
-  const size_t size = round_size(bytes);
+  const size_t size = cache_ ? round_size(bytes) : std::max<size_t>(bytes, 1);
   auto it = free_.lower_bound(size);
   if (it != free_.end() && it->first <= 2 * size) {
     void* p = it->second;
@@ -85,6 +90,10 @@ void CachingAllocator::free(void* p) {
   const size_t s = it->second;
   live_.erase(it);
   in_use_ -= s;
+  if (!cache_) {
+    check(cudaFree(p), "cudaFree");
+    return;
+  }
   free_.emplace(s, p);
   cached_ += s;
 }

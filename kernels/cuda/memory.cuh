@@ -3,6 +3,10 @@
 // by size and reused (best fit within 2x); on out-of-memory the cache is
 // released and the allocation retried once, then the error says what was
 // being allocated and how much is in use and cached.
+// WIOLA_CUDA_NO_CACHE=1 turns the cache off: every buffer is a cudaMalloc of
+// its exact size, freed at once, so a memory checker (compute-sanitizer's
+// memcheck, or AddressSanitizer under the CUDA emulator) sees each buffer's
+// own bounds instead of a rounded, reused block.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +17,7 @@ namespace wiola::cuda {
 
 class CachingAllocator {
  public:
-  CachingAllocator() = default;
+  CachingAllocator();
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -30,6 +34,7 @@ class CachingAllocator {
   std::multimap<size_t, void*> free_;         // cached blocks by size
   std::unordered_map<void*, size_t> live_;    // block -> size
   size_t in_use_ = 0, cached_ = 0, peak_ = 0, mallocs_ = 0;
+  bool cache_;  // false under WIOLA_CUDA_NO_CACHE=1
 };
 
 // A temporary device buffer for the duration of one op (stream-ordered

@@ -13,6 +13,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define WIOLA_EMU_ASAN 1
+#endif
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -91,7 +96,8 @@ size_t g_in_use = 0;
 enum class State { Ready, AtBlockBarrier, AtWarpBarrier, Done };
 
 struct Fiber {
-  void* sp;  // saved stack pointer while switched out
+  void* sp;            // saved stack pointer while switched out
+  char* stack_bottom;  // its stack: [stack_bottom, stack_bottom + kStackBytes)
   ThreadCoords c;
   int index, lane, warp;
   State st;
@@ -137,19 +143,42 @@ void fiber_error(std::string msg) {
   if (t_run->error.empty()) t_run->error = std::move(msg);
 }
 
+// AddressSanitizer must be told of each stack switch (the scheduler's stack
+// bounds are learnt when the first fiber starts); no-ops otherwise.
+#ifdef WIOLA_EMU_ASAN
+thread_local const void* t_sched_bottom = nullptr;
+thread_local size_t t_sched_size = 0;
+#endif
+
+// From a fiber back to the scheduler; `dying`: the fiber never resumes.
+void to_scheduler(bool dying) {
+#ifdef WIOLA_EMU_ASAN
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(dying ? nullptr : &fake, t_sched_bottom, t_sched_size);
+  wiola_emu_switch(&t_fiber->sp, t_run->sched_sp);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+  (void)dying;
+  wiola_emu_switch(&t_fiber->sp, t_run->sched_sp);
+#endif
+}
+
 void fiber_main() {
+#ifdef WIOLA_EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &t_sched_bottom, &t_sched_size);
+#endif
   try {
     (*t_run->body)();
   } catch (const std::exception& e) {
     fiber_error(std::string("exception in device code: ") + e.what());
   }
   t_fiber->st = State::Done;
-  wiola_emu_switch(&t_fiber->sp, t_run->sched_sp);  // never resumed
+  to_scheduler(true);  // never resumed
 }
 
 void wait(State s) {
   t_fiber->st = s;
-  wiola_emu_switch(&t_fiber->sp, t_run->sched_sp);
+  to_scheduler(false);
 }
 
 // A new fiber's stack, as wiola_emu_switch leaves one: six registers, then
@@ -191,6 +220,18 @@ const char* state_name(State s) {
   return "?";
 }
 
+// From the scheduler into fiber f.
+void to_fiber(BlockRun& r, Fiber& f) {
+#ifdef WIOLA_EMU_ASAN
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, f.stack_bottom, kStackBytes);
+  wiola_emu_switch(&r.sched_sp, f.sp);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+  wiola_emu_switch(&r.sched_sp, f.sp);
+#endif
+}
+
 // Runs warp [w0, w1) until each of its live threads has exited or waits at
 // __syncthreads (warp barriers are released as soon as the whole warp is
 // there, so a warp's shuffles stay on a few hot stacks), or until it is stuck.
@@ -200,7 +241,7 @@ void run_warp(BlockRun& r, int w0, int w1) {
       Fiber& f = r.fibers[size_t(i)];
       if (f.st != State::Ready) continue;
       t_fiber = &f;
-      wiola_emu_switch(&r.sched_sp, f.sp);
+      to_fiber(r, f);
       t_fiber = nullptr;
     }
     if (!r.error.empty()) return;
@@ -257,7 +298,8 @@ bool run_block(BlockRun& r, dim3 grid, dim3 block, uint3 bid) {
     f.c.gdim = grid;
     // Stack tops staggered by 64 bytes a fiber: at one page offset they would
     // all share an L1 set, and every switch would miss.
-    f.sp = initial_stack(static_cast<char*>(t_stacks[size_t(i)]->base) + guard + kStackBytes - 64 * size_t(i % 64));
+    f.stack_bottom = static_cast<char*>(t_stacks[size_t(i)]->base) + guard;
+    f.sp = initial_stack(f.stack_bottom + kStackBytes - 64 * size_t(i % 64));
   }
   for (;;) {
     for (int w0 = 0; w0 < n; w0 += kWarp) {
@@ -357,9 +399,13 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
   }
   // Dynamic shared memory starts as NaN bytes in every block: a read before
   // any write shows up in the results.
-  std::unique_ptr<unsigned char, decltype(&std::free)> sm(
-      static_cast<unsigned char*>(std::aligned_alloc(128, std::max<size_t>(128, (smem + 127) / 128 * 128))),
-      &std::free);
+  // Its exact size too, for AddressSanitizer.
+  void* smem_block = nullptr;
+  if (posix_memalign(&smem_block, 128, std::max<size_t>(smem, 1)) != 0) {
+    raise(cudaErrorMemoryAllocation, std::string("launch of ") + name + ": no host memory for shared memory");
+    return;
+  }
+  std::unique_ptr<unsigned char, decltype(&std::free)> sm(static_cast<unsigned char*>(smem_block), &std::free);
   BlockRun r;
   r.kernel = name;
   r.body = &body;
@@ -459,10 +505,11 @@ cudaError_t cudaDeviceSynchronize() { return wiola_emu::take_pending(); }
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = nullptr;
   if (wiola_emu::g_in_use + bytes > wiola_emu::kDeviceBytes) return cudaErrorMemoryAllocation;
-  const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
-  void* q = std::aligned_alloc(256, rounded);
-  if (!q) return cudaErrorMemoryAllocation;
-  std::memset(q, 0xff, rounded);  // uninitialised device memory reads as NaN
+  // The exact size (256-byte aligned, as cudaMalloc's): under
+  // AddressSanitizer a kernel reading past a buffer's end is caught.
+  void* q = nullptr;
+  if (posix_memalign(&q, 256, std::max<size_t>(bytes, 1)) != 0) return cudaErrorMemoryAllocation;
+  std::memset(q, 0xff, bytes);  // uninitialised device memory reads as NaN
   wiola_emu::allocations()[static_cast<const char*>(q)] = bytes;
   wiola_emu::g_in_use += bytes;
   *p = q;

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU kit (2), on the GPU machine: compute-sanitizer memcheck and racecheck
-# over the op tests (not the model tests: too slow under the sanitizer).
+# over the op tests (not the model tests: too slow under the sanitizer), with
+# the allocator's cache off (WIOLA_CUDA_NO_CACHE=1): each buffer is its own
+# exact-size cudaMalloc, so memcheck sees its bounds.
 # Writes $OUT/sanitizer.json: per tool, exit status and error count.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -10,7 +12,7 @@ san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 
 rc_all=0
 json='{'
 for tool in memcheck racecheck; do
-  "$san" --tool "$tool" --error-exitcode 9 "$kit/bin/test_cuda_ops" --gtest_filter='CudaOps.*' \
+  WIOLA_CUDA_NO_CACHE=1 "$san" --tool "$tool" --error-exitcode 9 "$kit/bin/test_cuda_ops" --gtest_filter='CudaOps.*' \
     > "$OUT/sanitizer_$tool.log" 2>&1
   rc=$?
   errs=$(grep -cE '^========= (Invalid|Error|Race|.*hazard)' "$OUT/sanitizer_$tool.log" || true)
