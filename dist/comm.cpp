@@ -41,7 +41,7 @@ void Comm::count_traffic(const char* op, size_t count, DType t, int root) {
   double payload = n, wire = 0;
   if (is("all_reduce")) wire = p > 1 ? 2.0 * (p - 1) / p * n : 0;
   else if (is("reduce_scatter_sum") || is("all_gather")) { payload = n * p; wire = (p - 1) * n; }
-  else if (is("broadcast")) wire = rank() == root ? n : 0;
+  else if (is("broadcast")) wire = rank() == root && p > 1 ? n : 0;  // one rank sends nothing
   else if (is("isend")) wire = n;
   else if (is("irecv")) payload = 0;
   ++traffic_.ops;

@@ -457,6 +457,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
   }
   return "cudaErrorUnknown";
@@ -594,6 +595,12 @@ cudaError_t cudaStreamCreate(cudaStream_t* s) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned, int) { return cudaStreamCreate(s); }
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  *least = 0;  // as an H100: 0 (lowest) to -5 (highest)
+  *greatest = -5;
+  return cudaSuccess;
+}
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   delete reinterpret_cast<EmuStream*>(s);
   return cudaSuccess;
@@ -614,6 +621,8 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return wiola_emu::take_pending(); }
+// Work completes when it is issued: every event has been reached.
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t from, cudaEvent_t to) {
   auto *a = reinterpret_cast<EmuEvent*>(from), *b = reinterpret_cast<EmuEvent*>(to);
   if (!a->recorded || !b->recorded) return raise(cudaErrorInvalidValue, "cudaEventElapsedTime: event not recorded");

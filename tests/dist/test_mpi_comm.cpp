@@ -166,6 +166,26 @@ TEST(MpiComm, ZeroCountAndBarrier) {
   SUCCEED();
 }
 
+// Traffic as the scaling report counts it (dist/comm.cpp): payload and wire
+// bytes per operation for p ranks; one rank puts nothing on the wire (the
+// emulated NCCL run of the same contract found a one-rank broadcast counted).
+TEST(MpiComm, TrafficCounts) {
+  auto w = mpi_world_comm();
+  const uint64_t p = uint64_t(w->size()), n = 8, b = n * sizeof(float);
+  std::vector<float> x(n * p, 1.f), y(n * p, 0.f);
+  w->all_reduce(x.data(), y.data(), n, DType::F32, ReduceOp::Sum);
+  w->reduce_scatter_sum(x.data(), y.data(), n, DType::F32);
+  w->all_gather(x.data(), y.data(), n, DType::F32);
+  w->broadcast(x.data(), n, DType::F32, 0);
+  w->barrier();
+  const wiola::dist::CommTraffic& t = w->traffic();
+  EXPECT_EQ(t.ops, 5u);
+  EXPECT_EQ(t.payload_bytes, b + 2 * b * p + b);
+  const uint64_t all_reduce_wire = p > 1 ? uint64_t(2.0 * double(p - 1) / double(p) * double(b)) : 0;
+  const uint64_t broadcast_wire = p > 1 && w->rank() == 0 ? b : 0;
+  EXPECT_EQ(t.wire_bytes, all_reduce_wire + 2 * (p - 1) * b + broadcast_wire);
+}
+
 TEST(MpiComm, NonBlockingOverlapOfSeveralCollectives) {
   auto w = mpi_world_comm();
   const size_t n = 1000;
