@@ -235,10 +235,24 @@ void to_fiber(BlockRun& r, Fiber& f) {
 // Runs warp [w0, w1) until each of its live threads has exited or waits at
 // __syncthreads (warp barriers are released as soon as the whole warp is
 // there, so a warp's shuffles stay on a few hot stacks), or until it is stuck.
+// WIOLA_EMU_ORDER=reverse runs the warps of a block, and the lanes of a warp,
+// last to first. A kernel whose threads read shared data without the barrier
+// that orders it gets what the other order gives: running the tests in both
+// orders catches a missing barrier whichever side of it the reader is.
+int g_reverse = -1;  // -1: not yet read from the environment
+bool reverse_order() {
+  if (g_reverse < 0) {
+    const char* v = std::getenv("WIOLA_EMU_ORDER");
+    g_reverse = v && std::string(v) == "reverse";
+  }
+  return g_reverse == 1;
+}
+
 void run_warp(BlockRun& r, int w0, int w1) {
+  const bool rev = reverse_order();
   for (;;) {
-    for (int i = w0; i < w1; ++i) {
-      Fiber& f = r.fibers[size_t(i)];
+    for (int k = w0; k < w1; ++k) {
+      Fiber& f = r.fibers[size_t(rev ? w0 + w1 - 1 - k : k)];
       if (f.st != State::Ready) continue;
       t_fiber = &f;
       to_fiber(r, f);
@@ -302,7 +316,9 @@ bool run_block(BlockRun& r, dim3 grid, dim3 block, uint3 bid) {
     f.sp = initial_stack(f.stack_bottom + kStackBytes - 64 * size_t(i % 64));
   }
   for (;;) {
-    for (int w0 = 0; w0 < n; w0 += kWarp) {
+    const int warps = (n + kWarp - 1) / kWarp;
+    for (int k = 0; k < warps; ++k) {
+      const int w0 = (reverse_order() ? warps - 1 - k : k) * kWarp;
       run_warp(r, w0, std::min(n, w0 + kWarp));
       if (!r.error.empty()) return false;
     }
@@ -328,6 +344,8 @@ std::map<const void*, size_t>& max_smem() {
 
 
 }  // namespace
+
+void set_reverse_order(bool reverse) { g_reverse = reverse; }
 
 const ThreadCoords& coords() { return current().c; }
 int lane_id() { return current().lane; }

@@ -79,6 +79,9 @@ T shuffle_as(unsigned mask, T v, int src_lane) {
 }
 int lane_id();
 unsigned char* dynamic_smem();
+// Warps of a block and lanes of a warp run last to first (the emulator's own
+// tests; WIOLA_EMU_ORDER=reverse sets it for a whole run).
+void set_reverse_order(bool reverse);
 // True if [p, p + bytes) lies inside one live cudaMalloc allocation.
 bool in_device_memory(const void* p, size_t bytes);
 

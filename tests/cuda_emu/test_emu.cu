@@ -73,6 +73,13 @@ __global__ void k_shuffle_exited(float* out) {
   out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.f, 16);
 }
 
+// A bug: thread 0 publishes v and the others read it with no barrier between.
+__global__ void k_missing_barrier(float value, float* out) {
+  __shared__ float v;
+  if (threadIdx.x == 0) v = value;
+  out[threadIdx.x] = v;
+}
+
 // Reads dynamic shared memory that nothing wrote.
 __global__ void k_read_unwritten_smem(float* out) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -235,7 +242,27 @@ TEST(CudaEmu, ShuffleFromAnExitedLane) {
   float* d = device(std::vector<float>(32, 0.f));
   k_shuffle_exited<<<1, 32>>>(d);
   const std::string e = last_error();
-  EXPECT_NE(e.find("shuffles from thread 16, which did not take part"), std::string::npos) << e;
+  // The first reader names its source: lane 0 reads 16 (lane 15 reads 31 in reverse order).
+  EXPECT_NE(e.find("which did not take part in this shuffle: it has exited"), std::string::npos) << e;
+  cudaFree(d);
+}
+
+// Why the GPU tests run in both orders: in one, the reader runs after the
+// writer and the missing barrier goes unseen; in the other it reads the
+// value of the launch before.
+TEST(CudaEmu, MissingBarrierShowsInOneOrder) {
+  float* d = device(std::vector<float>(64, 0.f));
+  wiola_emu::set_reverse_order(false);
+  k_missing_barrier<<<1, 64>>>(1.f, d);
+  ASSERT_EQ(last_error(), "");
+  for (float v : host(d, 64)) EXPECT_EQ(v, 1.f);  // warp 0 wrote before warp 1 read: unseen
+  wiola_emu::set_reverse_order(true);
+  k_missing_barrier<<<1, 64>>>(2.f, d);
+  ASSERT_EQ(last_error(), "");
+  const auto h = host(d, 64);
+  for (int i = 32; i < 64; ++i) EXPECT_EQ(h[size_t(i)], 1.f) << i;  // warp 1 ran first: the old value
+  EXPECT_EQ(h[0], 2.f);                                              // the writer itself
+  wiola_emu::set_reverse_order(false);
   cudaFree(d);
 }
 
