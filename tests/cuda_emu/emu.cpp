@@ -105,7 +105,6 @@ struct Fiber {
 };
 
 struct BlockRun {
-  const char* kernel;
   const std::function<void()>* body;
   std::vector<Fiber> fibers;
   void* sched_sp;
@@ -232,9 +231,6 @@ void to_fiber(BlockRun& r, Fiber& f) {
 #endif
 }
 
-// Runs warp [w0, w1) until each of its live threads has exited or waits at
-// __syncthreads (warp barriers are released as soon as the whole warp is
-// there, so a warp's shuffles stay on a few hot stacks), or until it is stuck.
 // WIOLA_EMU_ORDER=reverse runs the warps of a block, and the lanes of a warp,
 // last to first. A kernel whose threads read shared data without the barrier
 // that orders it gets what the other order gives: running the tests in both
@@ -248,6 +244,9 @@ bool reverse_order() {
   return g_reverse == 1;
 }
 
+// Runs warp [w0, w1) until each of its live threads has exited or waits at
+// __syncthreads (warp barriers are released as soon as the whole warp is
+// there, so a warp's shuffles stay on a few hot stacks), or until it is stuck.
 void run_warp(BlockRun& r, int w0, int w1) {
   const bool rev = reverse_order();
   for (;;) {
@@ -425,7 +424,6 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
   }
   std::unique_ptr<unsigned char, decltype(&std::free)> sm(static_cast<unsigned char*>(smem_block), &std::free);
   BlockRun r;
-  r.kernel = name;
   r.body = &body;
   r.smem = sm.get();
   t_run = &r;
