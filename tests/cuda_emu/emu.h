@@ -15,12 +15,12 @@
 // rewriting its launches `k<<<grid, block, smem, stream>>>(args)` into
 // `::wiola_emu::Launch("k", grid, block, smem, stream).run(k)(args)` and its
 // `extern __shared__` array into a pointer to the block's dynamic shared
-// memory (kernels/cuda/CMakeLists.txt).
+// memory (tests/cuda_emu/CMakeLists.txt). The tests run it in two thread
+// orders (WIOLA_EMU_ORDER=reverse) and once more under AddressSanitizer.
 //
 // What it cannot tell: timing, memory coalescing, bank conflicts, register
-// pressure, races between warps that the barriers would order the same way on
-// every schedule, and the tensor cores' own rounding (wmma accumulates here in
-// fp32 in a fixed order).
+// pressure, races that neither thread order exposes, and the tensor cores'
+// own rounding (wmma accumulates here in fp32 in a fixed order).
 #pragma once
 
 #include <cmath>
