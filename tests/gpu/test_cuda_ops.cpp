@@ -534,7 +534,7 @@ TEST(CudaModel, Bf16AtmFlipRate) {
   EXPECT_LT(double(r.flips), 0.1 * double(r.total));
 }
 
-// A short bf16 run tracks the fp32 one: same data, same init, 30 steps (10
+// A short bf16 run tracks the fp32 one: same data, same init, 30 steps (6
 // steps of 2 sequences under the CPU emulator, tests/cuda_emu, which runs
 // every GPU thread on one core).
 TEST(CudaModel, Bf16TrainingTracksFp32) {
@@ -544,7 +544,7 @@ TEST(CudaModel, Bf16TrainingTracksFp32) {
   // a full and a partial 64-row tile (the fp32 run, the row kernels).
   c.d = 128; c.dA = 128; c.dB = 512; c.T = 96;
 #ifdef WIOLA_CUDA_EMU
-  const int B = 2, steps = 10;
+  const int B = 2, steps = 6;
 #else
   const int B = 4, steps = 30;
 #endif
