@@ -39,11 +39,12 @@ void Comm::count_traffic(const char* op, size_t count, DType t, int root) {
   const auto is = [op](const char* name) { return std::strcmp(op, name) == 0; };
   const double n = double(count * dtype_bytes(t)), p = double(size());
   double payload = n, wire = 0;
-  if (is("all_reduce")) wire = p > 1 ? 2.0 * (p - 1) / p * n : 0;
+  if (is("all_reduce")) wire = 2.0 * (p - 1) / p * n;
   else if (is("reduce_scatter_sum") || is("all_gather")) { payload = n * p; wire = (p - 1) * n; }
-  else if (is("broadcast")) wire = rank() == root && p > 1 ? n : 0;  // one rank sends nothing
+  else if (is("broadcast")) wire = rank() == root ? n : 0;
   else if (is("isend")) wire = n;
   else if (is("irecv")) payload = 0;
+  if (p == 1) wire = 0;  // one rank puts nothing on the wire, whatever the operation
   ++traffic_.ops;
   traffic_.payload_bytes += uint64_t(payload);
   traffic_.wire_bytes += uint64_t(wire);

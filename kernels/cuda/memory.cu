@@ -12,16 +12,21 @@
 namespace wiola {
 namespace cuda {
 
+namespace {
+// An on/off environment switch: set, non-empty and not "0".
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+}  // namespace
+
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
 }
 
 void after_launch(const char* op) {
   check(cudaGetLastError(), op);
-  static const bool sync = [] {
-    const char* v = std::getenv("WIOLA_CUDA_SYNC");
-    return v && *v && std::string(v) != "0";
-  }();
+  static const bool sync = env_flag("WIOLA_CUDA_SYNC");
   if (sync) check(cudaDeviceSynchronize(), op);
 }
 
@@ -38,10 +43,7 @@ size_t round_size(size_t b) {
 double mib(size_t b) { return double(b) / 1048576.0; }
 }  // namespace
 
-CachingAllocator::CachingAllocator() {
-  const char* v = std::getenv("WIOLA_CUDA_NO_CACHE");
-  cache_ = !(v && *v && std::string(v) != "0");
-}
+CachingAllocator::CachingAllocator() : cache_(!env_flag("WIOLA_CUDA_NO_CACHE")) {}
 
 CachingAllocator::~CachingAllocator() {
   release_cache();

@@ -108,8 +108,11 @@ struct BlockRun {
   const std::function<void()>* body;
   std::vector<Fiber> fibers;
   void* sched_sp;
-  std::vector<uint64_t> slots[2];  // one per thread, two buffers: shuffle values
-  std::vector<unsigned> slot_gen[2];  // which shuffle of its thread wrote each slot
+  struct Slot {
+    uint64_t value;
+    unsigned gen;  // which shuffle of its thread wrote it
+  };
+  std::vector<Slot> slots[2];  // one per thread, two buffers: shuffle values
   unsigned char* smem;
   std::string error;  // the block's first error
 };
@@ -120,19 +123,19 @@ thread_local Fiber* t_fiber = nullptr;
 // Fiber stacks, kept between launches; a guard page below each turns an
 // overflow into a fault instead of corruption.
 struct Stack {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
   void* base = nullptr;
-  size_t bytes = 0;
   Stack() {
-    const size_t page = size_t(sysconf(_SC_PAGESIZE));
-    bytes = kStackBytes + page;
-    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    base = mmap(nullptr, page + kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) {
       std::perror("cuda-emu: fiber stack");
       std::abort();
     }
     mprotect(base, page, PROT_NONE);
   }
-  ~Stack() { munmap(base, bytes); }
+  ~Stack() { munmap(base, page + kStackBytes); }
+  // The usable stack, [bottom(), bottom() + kStackBytes), above the guard page.
+  char* bottom() const { return static_cast<char*>(base) + page; }
   Stack(const Stack&) = delete;
   Stack& operator=(const Stack&) = delete;
 };
@@ -292,12 +295,9 @@ std::string stuck_message(const BlockRun& r) {
 bool run_block(BlockRun& r, dim3 grid, dim3 block, uint3 bid) {
   const int n = int(block.x * block.y * block.z);
   while (t_stacks.size() < size_t(n)) t_stacks.push_back(std::make_unique<Stack>());
-  const size_t guard = size_t(sysconf(_SC_PAGESIZE));
   r.fibers.assign(size_t(n), Fiber{});
-  r.slots[0].assign(size_t(n), 0);
-  r.slots[1].assign(size_t(n), 0);
-  r.slot_gen[0].assign(size_t(n), ~0u);
-  r.slot_gen[1].assign(size_t(n), ~0u);
+  r.slots[0].assign(size_t(n), {0, ~0u});
+  r.slots[1].assign(size_t(n), {0, ~0u});
   for (int i = 0; i < n; ++i) {
     Fiber& f = r.fibers[size_t(i)];
     f.index = i;
@@ -311,7 +311,7 @@ bool run_block(BlockRun& r, dim3 grid, dim3 block, uint3 bid) {
     f.c.gdim = grid;
     // Stack tops staggered by 64 bytes a fiber: at one page offset they would
     // all share an L1 set, and every switch would miss.
-    f.stack_bottom = static_cast<char*>(t_stacks[size_t(i)]->base) + guard;
+    f.stack_bottom = t_stacks[size_t(i)]->bottom();
     f.sp = initial_stack(f.stack_bottom + kStackBytes - 64 * size_t(i % 64));
   }
   for (;;) {
@@ -375,22 +375,20 @@ uint64_t shuffle(unsigned mask, uint64_t in, int src_lane) {
   Fiber& f = current();
   BlockRun& r = *t_run;
   const unsigned gen = f.shuffles++;
-  std::vector<uint64_t>& slots = r.slots[gen & 1u];
-  std::vector<unsigned>& gens = r.slot_gen[gen & 1u];
-  slots[size_t(f.index)] = in;
-  gens[size_t(f.index)] = gen;
+  std::vector<BlockRun::Slot>& slots = r.slots[gen & 1u];
+  slots[size_t(f.index)] = {in, gen};
   syncwarp(mask);
   const int src = f.warp * kWarp + src_lane;
   if (src_lane < 0 || src_lane >= kWarp || src >= int(r.fibers.size())) {
     fiber_error("thread " + std::to_string(f.index) + " shuffles from lane " + std::to_string(src_lane) +
                 ", outside the block");
     return in;
-  } else if (gens[size_t(src)] != gen) {
+  } else if (slots[size_t(src)].gen != gen) {
     fiber_error("thread " + std::to_string(f.index) + " shuffles from thread " + std::to_string(src) +
                 ", which did not take part in this shuffle: it has exited (undefined on the GPU)");
     return in;
   }
-  return slots[size_t(src)];
+  return slots[size_t(src)].value;
 }
 
 void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem,
