@@ -4,7 +4,8 @@
 // therefore crashes at the faulting instruction instead of reading silently,
 // which is what a GPU's device memory would do to it. Fresh allocations are
 // filled with 0xFF bytes (NaN as float/double, -1 as int) so code that relied
-// on zero-filled allocation shows NaN in its results.
+// on zero-filled allocation shows NaN in its results. Freed blocks are kept
+// for reuse, not returned to the system.
 #pragma once
 
 #include <atomic>
@@ -28,7 +29,11 @@ class OpaqueMemory {
   void close();
 
  private:
-  char* base_ = nullptr;
+  size_t span() const;  // the bytes open() and close() change: [base, base+span)
+
+  char* map_ = nullptr;            // the mapping, and its size
+  size_t map_bytes_ = 0;
+  char* base_ = nullptr;           // its first 2 MiB boundary
   size_t reserved_ = 0, top_ = 0;  // bytes handed out so far: [base, base+top)
   int depth_ = 0;
   std::map<void*, size_t> live_;            // allocation -> rounded size

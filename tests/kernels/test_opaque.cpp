@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -35,6 +36,24 @@ TEST_F(OpaqueDeath, HostWriteOfABackendBufferCrashes) {
   auto ops = make_backend<float>("cpu-opaque");
   Buffer<float> b(*ops, 16);
   EXPECT_DEATH({ b.data()[0] = 1.0f; }, "");
+}
+
+// The memory is mapped in 2 MiB pages (cheap protection switches): a buffer
+// that ends inside a partly used huge page, and one after a freed block, are
+// still out of the host's reach.
+TEST_F(OpaqueDeath, EveryHugePageIsProtected) {
+  auto ops = make_backend<float>("cpu-opaque");
+  auto big = std::make_unique<Buffer<float>>(*ops, size_t(3) << 18);  // 3 MiB
+  Buffer<float> small(*ops, 16);
+  ops->zero(small.data(), small.bytes());
+  EXPECT_DEATH({ big->data()[(size_t(3) << 18) - 1] = 1.0f; }, "");
+  EXPECT_DEATH({ small.data()[15] = 1.0f; }, "");
+  big.reset();
+  Buffer<float> reused(*ops, size_t(3) << 18);
+  EXPECT_DEATH({ reused.data()[0] = 1.0f; }, "");
+  std::vector<float> h(16);
+  ops->download(h.data(), reused.data(), h.size() * sizeof(float));
+  for (float v : h) EXPECT_TRUE(std::isnan(v));  // a reused block is filled afresh
 }
 
 TEST(Opaque, FreshAllocationsAreNaNNotZero) {
