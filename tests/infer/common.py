@@ -1,5 +1,7 @@
 """Shared by the CLI tests of tests/infer: running wiola, expecting one error
-line, and a small trained checkpoint of the Brown corpus."""
+line, and a small trained checkpoint of the Brown corpus (made once by
+trained_checkpoint.py, the ctest fixture infer_checkpoint, and read by every
+test)."""
 import argparse
 import os
 import shutil
@@ -10,7 +12,7 @@ import sys
 def parse_args():
     """The arguments every CLI test of tests/infer takes; a fresh --work folder."""
     ap = argparse.ArgumentParser()
-    for k in ("wiola", "text", "tokenizer", "config", "work"):
+    for k in ("wiola", "text", "tokenizer", "config", "work", "trained"):
         ap.add_argument("--" + k, required=True)
     a = ap.parse_args()
     shutil.rmtree(a.work, ignore_errors=True)
@@ -38,6 +40,15 @@ def expect_error(cmd, needle):
     if len(errs) != 1 or needle not in p.stderr:
         fail(f"{' '.join(cmd)}: expected one error line with {needle!r}, got:\n{p.stderr}")
     print(f"  refused: {errs[0][:160]}")
+
+
+def trained(a):
+    """The fixture's (text, shards, checkpoint dir), from --trained; read only."""
+    paths = tuple(os.path.join(a.trained, n) for n in ("brown.txt", "shards", "ck"))
+    if not all(os.path.exists(p) for p in paths):
+        fail(f"{a.trained} holds no trained checkpoint: run the fixture first "
+             "(ctest -R infer_checkpoint, or tests/infer/trained_checkpoint.py)")
+    return paths
 
 
 def train(a, work, eval_every=15):

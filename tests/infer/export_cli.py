@@ -2,7 +2,8 @@
 """`wiola export --format hf` and `wiola import` on a real trained checkpoint,
 read by someone else's readers (safetensors, h5py, torch):
 
-  1. trains a small model (checkpoints at steps 15 and 30);
+  1. takes the small model of the fixture (trained_checkpoint.py; checkpoints
+     at steps 15 and 30);
   2. the fp32 export holds every tensor of `wiola ckpt consolidate` bit for
      bit, under the names of the model contract, no lm_head; its config.json
      has the published Wiola-360M keys plus auto_map; the tokenizer files and
@@ -19,14 +20,14 @@ read by someone else's readers (safetensors, h5py, torch):
      vocabulary is not the model's, another model_type, export into a
      non-empty folder, an unknown format or dtype, a missing checkpoint.
 
-usage: export_cli.py --wiola BIN --text BROWN.txt --tokenizer tokenizer.json --config brown-small.toml --work DIR"""
+usage: export_cli.py --wiola BIN --text BROWN.txt --tokenizer tokenizer.json --config brown-small.toml --work DIR --trained DIR"""
 import json
 import os
 import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import parse_args, expect_error, fail, run, train  # noqa: E402
+from common import parse_args, expect_error, fail, run, trained  # noqa: E402
 
 try:
     import h5py
@@ -140,7 +141,7 @@ def rewrite(src, dst, conf=None, tensors=None, tokenizer=None):
     return dst
 
 
-def check_bad_input(a, work, out, ref, text):
+def check_bad_input(a, work, ck, out, ref, text):
     conf = json.load(open(os.path.join(out, "config.json")))
     imp = [a.wiola, "import", "--output", os.path.join(work, "bad-import")]
     expect_error(imp + [rewrite(out, os.path.join(work, "b1"), conf=dict(conf, hidden_size=256))],
@@ -159,7 +160,6 @@ def check_bad_input(a, work, out, ref, text):
     del c["num_hidden_layers"]
     expect_error(imp + [rewrite(out, os.path.join(work, "b6"), conf=c)], "needs the integer num_hidden_layers")
     expect_error(imp + [os.path.join(work, "nowhere")], "config.json")
-    ck = os.path.join(work, "ck")
     expect_error([a.wiola, "export", "--checkpoint", ck, "--format", "hf", out], "not empty")
     expect_error([a.wiola, "export", "--checkpoint", ck, "--format", "onnx", out + "-x"], "only hf")
     expect_error([a.wiola, "export", "--checkpoint", ck, "--format", "hf", out + "-x", "--dtype", "fp16"], "fp32 or bf16")
@@ -172,11 +172,11 @@ def check_bad_input(a, work, out, ref, text):
 
 def main():
     a = parse_args()
-    text, shards, ck = train(a, a.work, eval_every=0)
+    text, shards, ck = trained(a)
     ref = consolidated(a, ck, a.work, "original")
     out, bf = check_export(a, a.work, ck, ref)
     check_import(a, a.work, out, bf, ref, shards)
-    check_bad_input(a, a.work, out, ref, text)
+    check_bad_input(a, a.work, ck, out, ref, text)
     print("export_cli: all checks passed")
 
 

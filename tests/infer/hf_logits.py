@@ -2,8 +2,8 @@
 """A wiola export loaded by Hugging Face `transformers` computes what wiola
 computes.
 
-  1. tokenizes a slice of the Brown corpus and trains a small model for 30
-     steps with a checkpoint (held-out text: a later slice of the corpus);
+  1. takes the small model of the fixture (trained_checkpoint.py: 30 steps
+     on a slice of the Brown corpus; held-out text: a later slice);
   2. `wiola eval --text` writes the C++ forward's logits of the held-out
      text's first window (fp32, ATM off) and its token ids;
   3. `wiola export --format hf` (fp32); `AutoTokenizer` of the folder gives
@@ -16,7 +16,7 @@ computes.
 
 Skips (exit 77) with the reason when transformers cannot be imported.
 
-usage: hf_logits.py --wiola BIN --text BROWN.txt --tokenizer tokenizer.json --config brown-small.toml --work DIR"""
+usage: hf_logits.py --wiola BIN --text BROWN.txt --tokenizer tokenizer.json --config brown-small.toml --work DIR --trained DIR"""
 import os
 import sys
 
@@ -32,7 +32,7 @@ except Exception as e:  # noqa: BLE001 - any import failure means: cannot run he
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import parse_args, fail, run, train  # noqa: E402
+from common import parse_args, fail, run, trained  # noqa: E402
 
 
 def heldout(a, work):
@@ -61,7 +61,7 @@ def main():
     a = parse_args()
     torch.set_num_threads(2)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
-    _, _, ck = train(a, a.work, eval_every=0)
+    _, _, ck = trained(a)
     held = heldout(a, a.work)
 
     lg, ids_path = os.path.join(a.work, "logits.npy"), os.path.join(a.work, "ids.npy")

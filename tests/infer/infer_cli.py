@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """`wiola generate` and `wiola eval` on a real trained checkpoint.
 
-  1. tokenizes a slice of the Brown corpus and trains a small model for 30
-     steps with a checkpoint and a validation figure at steps 15 and 30;
+  1. takes the small model of the fixture (trained_checkpoint.py: 30 steps
+     on a slice of the Brown corpus, a checkpoint and a validation figure at
+     steps 15 and 30);
   2. the checkpoint carries the training data's tokenizer (file + SHA-256);
   3. eval --as-training gives the run's own val_loss bit for bit; eval of
      the whole split scores every token of it but the first, once;
@@ -17,7 +18,7 @@
      the training data's or whose vocabulary is not the model's, a
      checkpoint without a tokenizer, one that does not exist.
 
-usage: infer_cli.py --wiola BIN --text BROWN.txt --tokenizer tokenizer.json --work DIR"""
+usage: infer_cli.py --wiola BIN --text BROWN.txt --tokenizer tokenizer.json --work DIR --trained DIR"""
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import parse_args, expect_error, fail, run, train  # noqa: E402
+from common import parse_args, expect_error, fail, run, trained  # noqa: E402
 
 
 def check_tokenizer_stored(a, ck):
@@ -39,8 +40,8 @@ def check_tokenizer_stored(a, ck):
     print("tokenizer stored with the checkpoint: OK")
 
 
-def check_eval(a, work, shards, ck):
-    metrics = [json.loads(l) for l in open(os.path.join(work, "run", "metrics.jsonl"))]
+def check_eval(a, shards, ck):
+    metrics = [json.loads(l) for l in open(os.path.join(a.trained, "run", "metrics.jsonl"))]
     val = [m["val_loss"] for m in metrics if m["step"] == 30 and "val_loss" in m]
     if len(val) != 1:
         fail(f"metrics.jsonl has no val_loss at step 30: {metrics[-1]}")
@@ -103,7 +104,7 @@ def check_bf16(a, shards, ck):
     print(f"cpu-bf16: eval loss {b16:.6f} vs cpu {f32:.6f}, greedy = full-forward argmax: OK")
 
 
-def check_bad_input(a, work, ck):
+def check_bad_input(a, work, text, ck):
     g = [a.wiola, "generate", "--checkpoint", ck, "--max-new-tokens", "4"]
     expect_error(g + ["--prompt", ""], "empty prompt")
     pf = os.path.join(work, "blank.txt")
@@ -118,7 +119,7 @@ def check_bad_input(a, work, ck):
     expect_error(g + ["--prompt", "The", "--tokenizer", other], "not the tokenizer this model was trained with")
     run(g + ["--prompt", "The", "--tokenizer", other, "--any-tokenizer"])
     small = os.path.join(work, "small-tokenizer.json")
-    run([a.wiola, "tokenizer", "train", "--vocab-size", "300", "--output", small, os.path.join(work, "brown.txt")])
+    run([a.wiola, "tokenizer", "train", "--vocab-size", "300", "--output", small, text])
     expect_error(g + ["--prompt", "The", "--tokenizer", small, "--any-tokenizer"], "do not belong together")
     bare = os.path.join(work, "bare-step")
     shutil.rmtree(bare, ignore_errors=True)
@@ -136,12 +137,12 @@ def check_bad_input(a, work, ck):
 
 def main():
     a = parse_args()
-    _, shards, ck = train(a, a.work)
+    text, shards, ck = trained(a)
     check_tokenizer_stored(a, ck)
-    check_eval(a, a.work, shards, ck)
+    check_eval(a, shards, ck)
     check_generate(a, a.work, ck)
     check_bf16(a, shards, ck)
-    check_bad_input(a, a.work, ck)
+    check_bad_input(a, a.work, text, ck)
     print("infer_cli: all checks passed")
 
 
