@@ -111,6 +111,7 @@ cublasStatus_t check_args(cublasHandle_t h, cublasOperation_t ta, cublasOperatio
                           cudaDataType at, int lda, cudaDataType bt, int ldb, cudaDataType ct, int ldc,
                           cublasComputeType_t compute) {
   if (!h) return refuse(CUBLAS_STATUS_NOT_INITIALIZED, "no handle");
+  ::wiola_emu::stream_ready(reinterpret_cast<Handle*>(h)->stream);  // the GEMM runs after its stream's work
   if (reinterpret_cast<Handle*>(h)->math != CUBLAS_DEFAULT_MATH)
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "only CUBLAS_DEFAULT_MATH is emulated");
   if (m < 0 || n < 0 || k < 0) return refuse(CUBLAS_STATUS_INVALID_VALUE, "negative size");

@@ -18,12 +18,16 @@
 #define WIOLA_EMU_ASAN 1
 #endif
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 // wiola_emu_switch(save, to): saves the callee-saved registers and the stack
@@ -391,12 +395,13 @@ uint64_t shuffle(unsigned mask, uint64_t in, int src_lane) {
   return slots[size_t(src)].value;
 }
 
-void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem,
+void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             const std::function<void()>& body) {
   if (t_run) {
     raise(cudaErrorLaunchFailure, std::string(name) + ": launched from device code (not emulated)");
     return;
   }
+  stream_ready(stream);
   const size_t threads = size_t(block.x) * block.y * block.z;
   if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
       grid.z > 65535 || block.z > 64) {
@@ -484,12 +489,27 @@ const char* cudaGetErrorString(cudaError_t e) {
 }
 cudaError_t cudaGetLastError() { return wiola_emu::take_pending(); }
 cudaError_t cudaPeekAtLastError() { return wiola_emu::t_pending; }
+namespace {
+// WIOLA_EMU_DEVICES=n (default 1): the devices a process sees, so that the
+// ranks of an mpirun on one machine each take their own, as on a GPU node
+// (every process emulates its own).
+int device_count() {
+  static const int n = [] {
+    const char* s = std::getenv("WIOLA_EMU_DEVICES");
+    return s && std::atoi(s) > 0 ? std::atoi(s) : 1;
+  }();
+  return n;
+}
+bool valid_device(int d) { return d >= 0 && d < device_count(); }
+}  // namespace
+
 cudaError_t cudaGetDeviceCount(int* n) {
-  *n = 1;
+  *n = device_count();
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
-  if (device != 0) return raise(cudaErrorInvalidDevice, "cudaGetDeviceProperties: device " + std::to_string(device));
+  if (!valid_device(device))
+    return raise(cudaErrorInvalidDevice, "cudaGetDeviceProperties: device " + std::to_string(device));
   *p = cudaDeviceProp{};
   std::snprintf(p->name, sizeof p->name, "%s", "CUDA emulator on the CPU (tests/cuda_emu)");
   p->totalGlobalMem = wiola_emu::kDeviceBytes;
@@ -503,19 +523,35 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int device) {
-  if (device != 0) return raise(cudaErrorInvalidDevice, "cudaDeviceGetAttribute: device " + std::to_string(device));
+  if (!valid_device(device))
+    return raise(cudaErrorInvalidDevice, "cudaDeviceGetAttribute: device " + std::to_string(device));
   if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) return raise(cudaErrorInvalidValue, "cudaDeviceGetAttribute");
   *v = int(wiola_emu::kOptinSmem);
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess : raise(cudaErrorInvalidDevice, "cudaSetDevice: device " + std::to_string(device));
+namespace {
+thread_local int t_device = 0;
 }
-cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+cudaError_t cudaSetDevice(int device) {
+  if (!valid_device(device)) return raise(cudaErrorInvalidDevice, "cudaSetDevice: device " + std::to_string(device));
+  t_device = device;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return wiola_emu::take_pending(); }
+cudaError_t cudaGetDevice(int* device) {
+  *device = t_device;
+  return cudaSuccess;
+}
+namespace wiola_emu {
+// Completes the work of every stream / of every blocking stream (the legacy
+// stream's synchronous copies wait for those); defined with the streams below.
+void every_stream_ready();
+void blocking_streams_ready();
+}  // namespace wiola_emu
+
+cudaError_t cudaDeviceSynchronize() {
+  wiola_emu::every_stream_ready();
+  return wiola_emu::take_pending();
+}
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = nullptr;
@@ -565,17 +601,20 @@ cudaError_t check_ranges(const char* what, const void* dst, size_t dst_span, con
 }  // namespace
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return e;
+  wiola_emu::blocking_streams_ready();
+  if (const cudaError_t e = wiola_emu::take_pending(); e != cudaSuccess) return e;
   return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+  wiola_emu::stream_ready(s);
   if (!bytes) return cudaSuccess;
   if (const cudaError_t e = check_ranges("cudaMemcpyAsync", dst, bytes, src, bytes, kind); e != cudaSuccess) return e;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-                              size_t height, cudaMemcpyKind kind, cudaStream_t) {
+                              size_t height, cudaMemcpyKind kind, cudaStream_t s) {
+  wiola_emu::stream_ready(s);
   if (!width || !height) return cudaSuccess;
   if (width > dpitch || width > spitch) return raise(cudaErrorInvalidValue, "cudaMemcpy2DAsync: width above a pitch");
   const size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
@@ -585,7 +624,8 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
     std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  wiola_emu::stream_ready(s);
   if (!bytes) return cudaSuccess;
   if (!wiola_emu::in_device_memory(p, bytes))
     return raise(cudaErrorInvalidValue,
@@ -594,53 +634,172 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
   return cudaSuccess;
 }
 
+// ---- streams and events -----------------------------------------------------------------------
+// A stream is a queue of held work (Held, from nccl_emu.cpp) and of waits on
+// other streams' events; everything else runs when it is issued. An event is
+// a point in its stream's queue: reached once the work before it completes.
+namespace wiola_emu {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+struct EmuStream;
+// "stream s has completed its first n items"; a null stream has none.
+struct Point {
+  EmuStream* s = nullptr;
+  uint64_t n = 0;
+};
+struct Item {
+  std::unique_ptr<Held> work;  // or, without work, a wait for `after`
+  Point after;
+};
 struct EmuStream {
-  int id;
+  bool blocking = true;  // legacy-stream copies wait for it (not cudaStreamNonBlocking)
+  std::deque<Item> items;
+  uint64_t issued = 0;
+  std::atomic<uint64_t> done{0};     // read by other threads (cudaEventQuery)
+  std::vector<Clock::time_point> done_at;  // item k completed at done_at[k]
 };
 struct EmuEvent {
-  std::chrono::steady_clock::time_point t;
+  Point at;
+  Clock::time_point recorded_at{};
   bool recorded = false;
 };
+
+std::vector<EmuStream*>& streams() {
+  static std::vector<EmuStream*> v;
+  return v;
+}
+// The thread that issues work; only it completes held work (the NCCL
+// communicator's watchdog asks cudaEventQuery from another thread).
+std::atomic<bool> g_have_owner{false};
+std::thread::id g_owner;
+bool is_owner() { return !g_have_owner || std::this_thread::get_id() == g_owner; }
+
+bool reached(const Point& p) { return !p.s || p.s->done.load() >= p.n; }
+
+// Completes the items of p's stream up to p (block: waiting for them);
+// true once p is reached.
+bool advance(const Point& p, bool block) {
+  while (!reached(p)) {
+    EmuStream& s = *p.s;
+    Item& it = s.items.front();
+    if (it.work ? !it.work->progress(block) : !advance(it.after, block)) return false;
+    s.items.pop_front();
+    s.done_at.push_back(Clock::now());
+    s.done.fetch_add(1);
+  }
+  return true;
+}
+
+Point end_of(cudaStream_t s) {
+  auto* st = reinterpret_cast<EmuStream*>(s);
+  return st ? Point{st, st->issued} : Point{};
+}
+
+// When the event's point was reached (its record time if nothing was held).
+Clock::time_point reached_at(const EmuEvent& e) {
+  if (!e.at.s || e.at.n == 0) return e.recorded_at;
+  return std::max(e.recorded_at, e.at.s->done_at[e.at.n - 1]);
+}
+
 }  // namespace
 
-cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  *s = reinterpret_cast<cudaStream_t>(new EmuStream{1});
+void hold(cudaStream_t s, std::unique_ptr<Held> work) {
+  auto* st = reinterpret_cast<EmuStream*>(s);
+  if (!g_have_owner.exchange(true)) g_owner = std::this_thread::get_id();
+  if (!st) {  // the legacy stream: at once
+    work->progress(true);
+    return;
+  }
+  st->items.push_back(Item{std::move(work), {}});
+  ++st->issued;
+}
+
+void stream_ready(cudaStream_t s) { advance(end_of(s), true); }
+
+void every_stream_ready() {
+  for (auto* s : streams()) advance(Point{s, s->issued}, true);
+}
+void blocking_streams_ready() {
+  for (auto* s : streams())
+    if (s->blocking) advance(Point{s, s->issued}, true);
+}
+
+}  // namespace wiola_emu
+
+namespace {
+cudaError_t make_stream(cudaStream_t* s, unsigned flags) {
+  auto* st = new wiola_emu::EmuStream;
+  st->blocking = !(flags & cudaStreamNonBlocking);
+  wiola_emu::streams().push_back(st);
+  *s = reinterpret_cast<cudaStream_t>(st);
   return cudaSuccess;
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned, int) { return cudaStreamCreate(s); }
+}  // namespace
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return make_stream(s, 0); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) { return make_stream(s, flags); }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int) { return make_stream(s, flags); }
 cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
   *least = 0;  // as an H100: 0 (lowest) to -5 (highest)
   *greatest = -5;
   return cudaSuccess;
 }
+// Its work completes first (CUDA lets it finish after the call returns).
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  delete reinterpret_cast<EmuStream*>(s);
+  wiola_emu::stream_ready(s);
+  auto& v = wiola_emu::streams();
+  v.erase(std::remove(v.begin(), v.end(), reinterpret_cast<wiola_emu::EmuStream*>(s)), v.end());
+  delete reinterpret_cast<wiola_emu::EmuStream*>(s);
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return wiola_emu::take_pending(); }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  wiola_emu::stream_ready(s);
+  return wiola_emu::take_pending();
+}
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
-  *e = reinterpret_cast<cudaEvent_t>(new EmuEvent{});
+  *e = reinterpret_cast<cudaEvent_t>(new wiola_emu::EmuEvent{});
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete reinterpret_cast<EmuEvent*>(e);
+  delete reinterpret_cast<wiola_emu::EmuEvent*>(e);
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-  auto* ev = reinterpret_cast<EmuEvent*>(e);
-  ev->t = std::chrono::steady_clock::now();
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  auto* ev = reinterpret_cast<wiola_emu::EmuEvent*>(e);
+  ev->at = wiola_emu::end_of(s);
+  ev->recorded_at = wiola_emu::Clock::now();
   ev->recorded = true;
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return wiola_emu::take_pending(); }
-// Work completes when it is issued: every event has been reached.
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  wiola_emu::advance(reinterpret_cast<wiola_emu::EmuEvent*>(e)->at, true);
+  return wiola_emu::take_pending();
+}
+// The issuing thread completes what it can without blocking; any other
+// thread only looks.
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  const auto& at = reinterpret_cast<wiola_emu::EmuEvent*>(e)->at;
+  const bool done = wiola_emu::is_owner() ? wiola_emu::advance(at, false) : wiola_emu::reached(at);
+  return done ? cudaSuccess : cudaErrorNotReady;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t from, cudaEvent_t to) {
-  auto *a = reinterpret_cast<EmuEvent*>(from), *b = reinterpret_cast<EmuEvent*>(to);
+  auto *a = reinterpret_cast<wiola_emu::EmuEvent*>(from), *b = reinterpret_cast<wiola_emu::EmuEvent*>(to);
   if (!a->recorded || !b->recorded) return raise(cudaErrorInvalidValue, "cudaEventElapsedTime: event not recorded");
-  *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
+  if (!wiola_emu::reached(a->at) || !wiola_emu::reached(b->at)) return cudaErrorNotReady;
+  *ms = std::chrono::duration<float, std::milli>(wiola_emu::reached_at(*b) - wiola_emu::reached_at(*a)).count();
   return cudaSuccess;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+// Work issued to s later runs after e is reached: a wait in s's queue.
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  const auto& at = reinterpret_cast<wiola_emu::EmuEvent*>(e)->at;
+  auto* st = reinterpret_cast<wiola_emu::EmuStream*>(s);
+  if (wiola_emu::reached(at)) return cudaSuccess;
+  if (!st) {
+    wiola_emu::advance(at, true);
+    return cudaSuccess;
+  }
+  st->items.push_back(wiola_emu::Item{nullptr, at});
+  ++st->issued;
+  return cudaSuccess;
+}

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -85,23 +86,40 @@ void set_reverse_order(bool reverse);
 // True if [p, p + bytes) lies inside one live cudaMalloc allocation.
 bool in_device_memory(const void* p, size_t bytes);
 
+// Work that a stream holds until it completes: the emulated NCCL's messages
+// (nccl_emu.cpp). Kernels, copies and GEMMs run when they are issued, after
+// their stream's held work; held work completes, in stream order, when later
+// work on its stream needs it, when a stream that waits on one of its events
+// does, on a synchronisation, or when cudaEventQuery finds it done. So the
+// host blocks only where the GPU would make later work wait, never where a
+// real host would go on.
+struct Held {
+  virtual ~Held() = default;
+  // Completes the work if it can (block: until it can); true once done.
+  // Only the thread that issues work calls it.
+  virtual bool progress(bool block) = 0;
+};
+void hold(cudaStream_t s, std::unique_ptr<Held> work);
+// Completes everything issued to s so far, and what that waits for.
+void stream_ready(cudaStream_t s);
+
 // The launch `name<<<grid, block, smem, stream>>>(args...)`.
-void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem,
+void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             const std::function<void()>& body);
 
 // Launch(name, grid, block, smem, stream).run(kernel)(args...) is the
 // rewritten `kernel<<<grid, block, smem, stream>>>(args...)`.
 class Launch {
  public:
-  Launch(const char* name, dim3 grid, dim3 block, size_t smem = 0, cudaStream_t = nullptr)
-      : name_(name), grid_(grid), block_(block), smem_(smem) {}
+  Launch(const char* name, dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = nullptr)
+      : name_(name), grid_(grid), block_(block), smem_(smem), stream_(stream) {}
   template <class... P>
   auto run(void (*kernel)(P...)) const {
     return [l = *this, kernel](auto&&... args) {
       static_assert(sizeof...(P) == sizeof...(args), "kernel launched with the wrong number of arguments");
       // Arguments converted to the parameter types once, as a launch copies them.
       auto params = std::tuple<std::decay_t<P>...>(std::forward<decltype(args)>(args)...);
-      launch(l.name_, reinterpret_cast<const void*>(kernel), l.grid_, l.block_, l.smem_,
+      launch(l.name_, reinterpret_cast<const void*>(kernel), l.grid_, l.block_, l.smem_, l.stream_,
              [&] { std::apply(kernel, params); });
     };
   }
@@ -110,6 +128,7 @@ class Launch {
   const char* name_;
   dim3 grid_, block_;
   size_t smem_;
+  cudaStream_t stream_;
 };
 
 }  // namespace wiola_emu
