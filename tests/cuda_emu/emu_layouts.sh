@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Process layouts on the CUDA emulator (ctest emu.layout_*): wiola_emu trains
+# wiola-tiny with train.backend = cuda-fp32, one emulated device per rank,
+# the tensors between ranks on the emulated NCCL (parallel.data_plane =
+# "nccl"), 2 steps of 2 micro-batches of 2 sequences, ATM merging 10-35 % of
+# the keys (tau = 0.3: the CPU tests' 0.7 merges nothing by step 2); each layout
+# must match the one-process run on the same backend within the layout
+# bounds of tests/dist (compare_runs.py: losses 1e-5, any tensor 1e-4, no
+# differing ATM decision). The CPU layouts' own tests prove the trainer's
+# logic; these prove the GPU path under it: the NCCL communicator across
+# ranks, its streams and waits, TP split sums, pipeline lanes and ZeRO on
+# device buffers.
+#
+#   emu_layouts.sh single WIOLA_EMU WIOLA SHARDS WORK
+#                          the one-process reference
+#   emu_layouts.sh run WIOLA_EMU WIOLA SHARDS WORK NAME NP [--set ...]
+#                          NAME on NP ranks, compared with the reference
+#   emu_layouts.sh cpu_resume WIOLA_EMU WIOLA SHARDS WORK NAME NP [--set ...]
+#                          NAME's first step with a checkpoint, continued for
+#                          the second by `wiola train` on the CPU backend in
+#                          one process: within the same bounds (a checkpoint
+#                          of a GPU layout loads on any layout, CPU included)
+set -euo pipefail
+mode=$1; emu=$2; wiola=$3; shards=$4; work=$5; shift 5
+here=$(cd "$(dirname "$0")" && pwd)
+compare=(${WIOLA_PYTHON:-/usr/bin/python3} "$here/../dist/compare_runs.py")
+common=(--set model.preset=wiola-tiny --set model.vocab_size=32000 --set model.atm_tau=0.3
+        --set train.micro_batch=2 --set train.grad_accum=2 --set train.steps=2 --set train.lr_max=1e-3
+        --set train.threads=1 --set "data.path=$shards/manifest.json" -q)
+gpu=(--set train.backend=cuda-fp32 --set parallel.data_plane=nccl)
+mpirun_() { "${MPIEXEC:-mpiexec}" -n "$1" --bind-to none "${@:2}"; }
+
+if [ "$mode" = single ]; then
+  rm -rf "$work/single" "$work/single.h5"; mkdir -p "$work"
+  "$emu" train "${common[@]}" --set train.backend=cuda-fp32 --set "train.run_dir=$work/single" \
+    --dump-step "2:$work/single.h5"
+  exit 0
+fi
+name=$1; np=$2; shift 2
+out="$work/$name"
+rm -rf "$out" "$out.h5"
+if [ "$mode" = run ]; then
+  mpirun_ "$np" "$emu" train "${common[@]}" "${gpu[@]}" "$@" --set "train.run_dir=$out" --dump-step "2:$out.h5"
+else
+  mpirun_ "$np" "$emu" train "${common[@]}" "${gpu[@]}" "$@" --set "train.run_dir=$out" \
+    --set "checkpoint.dir=$out/ck" --set checkpoint.every=1 --set train.max_steps=1
+  "$wiola" train "${common[@]}" --set "train.run_dir=$out" --set "checkpoint.dir=$out/ck" \
+    --dump-step "2:$out.h5"
+fi
+"${compare[@]}" "$work/single" "$work/single.h5" "$out" "$out.h5"
