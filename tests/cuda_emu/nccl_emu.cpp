@@ -50,8 +50,8 @@ struct EmuComm {
   std::mutex mu;
   std::string error;  // the asynchronous error's message (mu)
 
-  void fail(ncclResult_t r, const std::string& why) {
-    std::fprintf(stderr, "cuda-emu: NCCL: %s\n", why.c_str());
+  void fail(ncclResult_t r, const std::string& why, bool report = true) {
+    if (report) std::fprintf(stderr, "cuda-emu: NCCL: %s\n", why.c_str());
     std::lock_guard<std::mutex> l(mu);
     if (async.load() == ncclSuccess) {
       error = why;
@@ -323,7 +323,7 @@ ncclResult_t comm_destroy(ncclComm_t comm) {
 // May come from the watchdog's thread, which must not call MPI: the
 // communicator is left to the job's end.
 ncclResult_t comm_abort(ncclComm_t comm) {
-  if (auto* c = reinterpret_cast<EmuComm*>(comm)) c->fail(ncclRemoteError, "communicator aborted");
+  if (auto* c = reinterpret_cast<EmuComm*>(comm)) c->fail(ncclRemoteError, "communicator aborted", false);
   return ncclSuccess;
 }
 ncclResult_t comm_get_async_error(ncclComm_t comm, ncclResult_t* r) {
