@@ -3,8 +3,8 @@
 // fibers that switch only at barriers, warp operations and exit (a stack
 // switch of the callee-saved registers: ucontext's signal-mask system calls
 // made the tests ten times slower);
-// "device" memory is tracked host memory; streams and events are host-side
-// bookkeeping. Errors found while running a kernel are reported by the next
+// "device" memory is tracked host memory; streams are queues of held work
+// (emu.h Held) and of waits on events. Errors found while running a kernel are reported by the next
 // cudaGetLastError or synchronisation, with a message naming the kernel,
 // block and threads.
 #include "tests/cuda_emu/emu.h"

@@ -1,7 +1,7 @@
 // The CUDA runtime API as far as the CUDA backend uses it, for the emulator
 // (tests/cuda_emu/emu.h). "Device" memory is host memory that the emulator
-// tracks; work runs when it is launched, so streams and events order nothing
-// and a synchronisation only reports errors.
+// tracks; kernels, copies and GEMMs run when they are issued, and streams
+// order only the work they hold (the emulated NCCL's operations, emu.h Held).
 #pragma once
 
 #include <cstddef>
