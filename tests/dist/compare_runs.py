@@ -24,8 +24,10 @@ import numpy as np
 
 
 def losses(run_dir):
+    """The run's losses; a non-finite one (written as null) reads as NaN."""
     with open(f"{run_dir}/metrics.jsonl") as f:
-        return [json.loads(line)["loss"] for line in f if line.strip()]
+        out = [json.loads(line)["loss"] for line in f if line.strip()]
+    return [float("nan") if x is None else x for x in out]
 
 
 def main():
