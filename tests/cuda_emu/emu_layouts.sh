@@ -11,19 +11,22 @@
 # ranks, its streams and waits, TP split sums, pipeline lanes and ZeRO on
 # device buffers.
 #
-#   emu_layouts.sh single WIOLA_EMU WIOLA SHARDS WORK
-#                          the one-process reference
+#   emu_layouts.sh single WIOLA_EMU WIOLA SHARDS WORK NAME [--set ...]
+#                          a one-process reference
 #   emu_layouts.sh run WIOLA_EMU WIOLA SHARDS WORK NAME NP [--set ...]
 #                          NAME on NP ranks, compared with the reference
+#                          REF (default "single")
 #   emu_layouts.sh cpu_resume WIOLA_EMU WIOLA SHARDS WORK NAME NP [--set ...]
 #                          NAME's first step with a checkpoint, continued for
 #                          the second by `wiola train` on the CPU backend in
 #                          one process: within the same bounds (a checkpoint
 #                          of a GPU layout loads on any layout, CPU included)
+# TOL, TOL_TENSOR, ATM_FLIPS: the bounds (compare_runs.py; wider for bf16).
 set -euo pipefail
 mode=$1; emu=$2; wiola=$3; shards=$4; work=$5; shift 5
 here=$(cd "$(dirname "$0")" && pwd)
-compare=(${WIOLA_PYTHON:-/usr/bin/python3} "$here/../dist/compare_runs.py")
+compare=(${WIOLA_PYTHON:-/usr/bin/python3} "$here/../dist/compare_runs.py" --tol "${TOL:-1e-5}"
+         --tol-tensor "${TOL_TENSOR:-1e-4}" --atm-flips "${ATM_FLIPS:-0}")
 common=(--set model.preset=wiola-tiny --set model.vocab_size=32000 --set model.atm_tau=0.3
         --set train.micro_batch=2 --set train.grad_accum=2 --set train.steps=2 --set train.lr_max=1e-3
         --set train.threads=1 --set "data.path=$shards/manifest.json" -q)
@@ -31,12 +34,14 @@ gpu=(--set train.backend=cuda-fp32 --set parallel.data_plane=nccl)
 mpirun_() { "${MPIEXEC:-mpiexec}" -n "$1" --bind-to none "${@:2}"; }
 
 if [ "$mode" = single ]; then
-  rm -rf "$work/single" "$work/single.h5"; mkdir -p "$work"
-  "$emu" train "${common[@]}" --set train.backend=cuda-fp32 --set "train.run_dir=$work/single" \
-    --dump-step "2:$work/single.h5"
+  name=$1; shift
+  rm -rf "${work:?}/$name" "$work/$name.h5"; mkdir -p "$work"
+  "$emu" train "${common[@]}" --set train.backend=cuda-fp32 "$@" --set "train.run_dir=$work/$name" \
+    --dump-step "2:$work/$name.h5"
   exit 0
 fi
 name=$1; np=$2; shift 2
+ref=$work/${REF:-single}
 out="$work/$name"
 rm -rf "$out" "$out.h5"
 if [ "$mode" = run ]; then
@@ -47,4 +52,4 @@ else
   "$wiola" train "${common[@]}" --set "train.run_dir=$out" --set "checkpoint.dir=$out/ck" \
     --dump-step "2:$out.h5"
 fi
-"${compare[@]}" "$work/single" "$work/single.h5" "$out" "$out.h5"
+"${compare[@]}" "$ref" "$ref.h5" "$out" "$out.h5"
