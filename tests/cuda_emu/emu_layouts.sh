@@ -21,6 +21,13 @@
 #                          the second by `wiola train` on the CPU backend in
 #                          one process: within the same bounds (a checkpoint
 #                          of a GPU layout loads on any layout, CPU included)
+#   emu_layouts.sh from_cpu WIOLA_EMU WIOLA SHARDS WORK NAME NP [--set ...]
+#                          the reverse: the first step on the CPU in one
+#                          process, the second on NP emulated GPUs
+#   emu_layouts.sh resume WIOLA_EMU WIOLA SHARDS WORK NAME NP [--set ...]
+#                          NAME stopped after its first step and resumed on
+#                          the same layout: bit for bit the uninterrupted run
+#                          NAME (which must have run)
 # TOL, TOL_TENSOR, ATM_FLIPS: the bounds (compare_runs.py; wider for bf16).
 set -euo pipefail
 mode=$1; emu=$2; wiola=$3; shards=$4; work=$5; shift 5
@@ -43,13 +50,25 @@ fi
 name=$1; np=$2; shift 2
 ref=$work/${REF:-single}
 out="$work/$name"
+[ "$mode" = resume ] && out="$work/${name}_resume"
 rm -rf "$out" "$out.h5"
-if [ "$mode" = run ]; then
-  mpirun_ "$np" "$emu" train "${common[@]}" "${gpu[@]}" "$@" --set "train.run_dir=$out" --dump-step "2:$out.h5"
-else
-  mpirun_ "$np" "$emu" train "${common[@]}" "${gpu[@]}" "$@" --set "train.run_dir=$out" \
-    --set "checkpoint.dir=$out/ck" --set checkpoint.every=1 --set train.max_steps=1
-  "$wiola" train "${common[@]}" --set "train.run_dir=$out" --set "checkpoint.dir=$out/ck" \
-    --dump-step "2:$out.h5"
-fi
+# The first step, with a checkpoint; then the second from it.
+ck=(--set "train.run_dir=$out" --set "checkpoint.dir=$out/ck")
+first=(--set checkpoint.every=1 --set train.max_steps=1)
+on_gpus() { mpirun_ "$np" "$emu" train "${common[@]}" "${gpu[@]}" "$@"; }
+case "$mode" in
+  run) on_gpus "$@" --set "train.run_dir=$out" --dump-step "2:$out.h5" ;;
+  cpu_resume)
+    on_gpus "$@" "${ck[@]}" "${first[@]}"
+    "$wiola" train "${common[@]}" "${ck[@]}" --dump-step "2:$out.h5" ;;
+  from_cpu)
+    "$wiola" train "${common[@]}" "${ck[@]}" "${first[@]}"
+    on_gpus "$@" "${ck[@]}" --dump-step "2:$out.h5" ;;
+  resume)
+    on_gpus "$@" "${ck[@]}" "${first[@]}"
+    on_gpus "$@" "${ck[@]}" --dump-step "2:$out.h5"
+    "${compare[@]}" --exact "$work/$name" "$work/$name.h5" "$out" "$out.h5"
+    exit 0 ;;
+  *) echo "emu_layouts.sh: unknown mode '$mode'" >&2; exit 2 ;;
+esac
 "${compare[@]}" "$ref" "$ref.h5" "$out" "$out.h5"
