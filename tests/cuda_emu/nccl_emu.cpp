@@ -18,6 +18,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -200,6 +201,8 @@ ncclResult_t check(const char* op, ncclComm_t comm, ncclDataType_t t, const void
   if (type_bytes(t) == 0) return refuse(ncclInvalidArgument, std::string(op) + ": unknown data type");
   if (auto* c = reinterpret_cast<EmuComm*>(comm); c->async.load() != ncclSuccess)
     return refuse(ncclInvalidUsage, std::string(op) + ": the communicator has failed");
+  if (send_bytes > size_t(INT_MAX) || recv_bytes > size_t(INT_MAX))
+    return refuse(ncclInvalidArgument, std::string(op) + ": messages of 2 GiB and more are not emulated");
   if (send_bytes && !wiola_emu::in_device_memory(send, send_bytes))
     return refuse(ncclInvalidArgument, std::string(op) + ": the send buffer's " + std::to_string(send_bytes) +
                                            " bytes are not inside one device allocation");
@@ -409,13 +412,17 @@ ncclResult_t broadcast(const void* s, void* r, size_t n, ncclDataType_t t, int r
                  return MPI_Ibcast(out, int(b), MPI_BYTE, root, c->mpi, q);
                });
 }
+// A send's or receive's peer: another rank of the communicator.
+ncclResult_t check_peer(const char* op, const EmuComm* c, int peer) {
+  if (peer >= 0 && peer < c->nranks && peer != c->rank) return ncclSuccess;
+  return refuse(ncclInvalidArgument, std::string(op) + ": peer " + std::to_string(peer) + " is not another rank (rank " +
+                                         std::to_string(c->rank) + " of " + std::to_string(c->nranks) + ")");
+}
 ncclResult_t send(const void* s, size_t n, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st) {
   const size_t b = n * type_bytes(t);
   if (const ncclResult_t e = check("ncclSend", comm, t, s, b, nullptr, 0); e != ncclSuccess) return e;
   auto* c = reinterpret_cast<EmuComm*>(comm);
-  if (peer < 0 || peer >= c->nranks || peer == c->rank)
-    return refuse(ncclInvalidArgument, "ncclSend to rank " + std::to_string(peer) + " from rank " +
-                                           std::to_string(c->rank) + " of " + std::to_string(c->nranks));
+  if (const ncclResult_t e = check_peer("ncclSend", c, peer); e != ncclSuccess) return e;
   return issue("ncclSend", comm, st, s, b, nullptr, 0, false, [&](const void* in, void*, MPI_Request* q) {
     return MPI_Isend(in, int(b), MPI_BYTE, peer, 0, c->mpi, q);
   });
@@ -424,9 +431,7 @@ ncclResult_t recv(void* r, size_t n, ncclDataType_t t, int peer, ncclComm_t comm
   const size_t b = n * type_bytes(t);
   if (const ncclResult_t e = check("ncclRecv", comm, t, nullptr, 0, r, b); e != ncclSuccess) return e;
   auto* c = reinterpret_cast<EmuComm*>(comm);
-  if (peer < 0 || peer >= c->nranks || peer == c->rank)
-    return refuse(ncclInvalidArgument, "ncclRecv from rank " + std::to_string(peer) + " at rank " +
-                                           std::to_string(c->rank) + " of " + std::to_string(c->nranks));
+  if (const ncclResult_t e = check_peer("ncclRecv", c, peer); e != ncclSuccess) return e;
   return issue("ncclRecv", comm, st, nullptr, 0, r, b, true, [&](const void*, void* out, MPI_Request* q) {
     return MPI_Irecv(out, int(b), MPI_BYTE, peer, 0, c->mpi, q);
   });
