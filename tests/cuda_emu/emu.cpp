@@ -706,7 +706,10 @@ Clock::time_point reached_at(const EmuEvent& e) {
 
 void hold(cudaStream_t s, std::unique_ptr<Held> work) {
   auto* st = reinterpret_cast<EmuStream*>(s);
-  if (!g_have_owner.exchange(true)) g_owner = std::this_thread::get_id();
+  if (!g_have_owner.load()) {  // the owner first, then the flag that publishes it
+    g_owner = std::this_thread::get_id();
+    g_have_owner.store(true);
+  }
   if (!st) {  // the legacy stream: at once
     work->progress(true);
     return;
