@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Multi-GPU check for a node with 2-8 GPUs, MPI, HDF5 and a CUDA build of
-# wiola (scripts/build.sh with nvcc present). NOT YET RUN: the machines this
-# project has been lent have one GPU, where NCCL refuses two ranks
-# (docs/gpu.md "Several GPUs" says what was verified where).
+# wiola (scripts/build.sh with nvcc present). NOT YET RUN ON GPUs: the machines
+# this project has been lent have one GPU, where NCCL refuses two ranks. It
+# runs end to end on the CUDA emulator in CI (ctest emu.multi_gpu_dry_run;
+# docs/gpu.md "Several GPUs" says what was verified where).
 #
 #   tests/gpu/multi_gpu.sh [WIOLA] [WORK]      (defaults: build/wiola, /tmp/wiola-multi-gpu)
 #
@@ -24,6 +25,12 @@
 #    MFU and the exposed against hidden communication per step from each
 #    run's report.json, into $OUT/multi_gpu.json and a table on stdout.
 # Exit status: non-zero when any equivalence or checkpoint check fails.
+#
+# A dry run on the CUDA emulator (ctest emu.multi_gpu_dry_run) sets, instead
+# of the defaults: WIOLA_GPU_COUNT (the GPUs, without nvidia-smi), CONTRACT
+# (the contract test binary), STEPS (10; the checkpoint is taken at half) and
+# TPUT_PRESET, TPUT_SEQ, TPUT_MICRO, TPUT_ACCUM, TPUT_STEPS (wiola-120m, 1024,
+# 4, 8, 20) and TPUT_EXTRA (more --set words) for the throughput runs.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -33,20 +40,22 @@ OUT=${OUT:-$work/out}
 python=${WIOLA_PYTHON:-/usr/bin/python3}
 mpirun_=("${MPIEXEC:-mpirun}" --bind-to none)
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+ngpu=${WIOLA_GPU_COUNT:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
+steps=${STEPS:-10}
 if [ "${ngpu:-0}" -lt 2 ]; then
   echo "multi_gpu: this node has ${ngpu:-0} GPU(s); the check needs 2 or more" >&2
   exit 77
 fi
 rm -rf "$work"; mkdir -p "$work" "$OUT"
 echo "multi_gpu: $ngpu GPUs; $("$wiola" --version | head -1); work $work"
-nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | sed 's/^/multi_gpu:   /'
+[ -z "${WIOLA_GPU_COUNT:-}" ] &&
+  nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | sed 's/^/multi_gpu:   /'
 
 xz -dc "$root/data/brown/brown.txt.xz" > "$work/brown.txt"
 "$wiola" prep --no-progress --tokenizer "$root/data/wiola360m/tokenizer.json" \
   --output "$work/shards" "$work/brown.txt" > "$work/prep.log" || exit 1
 small=(--set model.preset=wiola-tiny --set model.vocab_size=32000 --set model.atm_tau=0.7
-       --set train.micro_batch=2 --set train.grad_accum=4 --set train.steps=10 --set train.lr_max=1e-3
+       --set train.micro_batch=2 --set train.grad_accum=4 --set train.steps=$steps --set train.lr_max=1e-3
        --set "data.path=$work/shards/manifest.json" --set train.backend=cuda-fp32 -q)
 nccl=(--set parallel.data_plane=nccl)
 fails=0
@@ -57,7 +66,7 @@ check() {  # check NAME CMD...: runs, records pass/fail
 }
 
 # ---- 0. the contract ----
-contract=$(dirname "$wiola")/tests/dist/test_mpi_comm
+contract=${CONTRACT:-$(dirname "$wiola")/tests/dist/test_mpi_comm}
 for np in 2 "$ngpu"; do
   check "contract_np$np" "${mpirun_[@]}" -n "$np" "$contract" --gtest_filter=MpiComm.NcclDataPlaneMatchesMpi
   grep -q SKIPPED "$work/contract_np$np.log" && { echo "multi_gpu: FAIL contract_np$np skipped"; fails=$((fails + 1)); }
@@ -65,17 +74,19 @@ for np in 2 "$ngpu"; do
 done
 
 # ---- 1. equivalence ----
-"$wiola" train "${small[@]}" --set "train.run_dir=$work/single" --dump-step "10:$work/single.h5" \
+"$wiola" train "${small[@]}" --set "train.run_dir=$work/single" --dump-step "$steps:$work/single.h5" \
   > "$work/single.log" 2>&1 || { echo "multi_gpu: the one-GPU reference failed"; tail "$work/single.log"; exit 1; }
-declare -A layouts=([dp2]="2 --set parallel.dp=2" [tp2]="2 --set parallel.tp=2" [pp2]="2 --set parallel.pp=2"
-                    [tp2pp2]="4 --set parallel.tp=2 --set parallel.pp=2" [dp2tp2]="4 --set parallel.dp=2 --set parallel.tp=2")
+# The global batch stays 8 (micro 2 x accum 4 x dp 1): dp2 halves the accumulation.
+declare -A layouts=([dp2]="2 --set parallel.dp=2 --set train.grad_accum=2" [tp2]="2 --set parallel.tp=2"
+                    [pp2]="2 --set parallel.pp=2" [tp2pp2]="4 --set parallel.tp=2 --set parallel.pp=2"
+                    [dp2tp2]="4 --set parallel.dp=2 --set parallel.tp=2 --set train.grad_accum=2")
 widest=""
 for name in dp2 tp2 pp2 tp2pp2 dp2tp2; do
   read -r np args <<< "${layouts[$name]}"
   if [ "$np" -gt "$ngpu" ]; then echo "multi_gpu: SKIP $name (needs $np GPUs)"; continue; fi
   # shellcheck disable=SC2086
   run() { "${mpirun_[@]}" -n "$np" "$wiola" train "${small[@]}" "${nccl[@]}" $args \
-            --set "train.run_dir=$work/$name" --dump-step "10:$work/$name.h5" &&
+            --set "train.run_dir=$work/$name" --dump-step "$steps:$work/$name.h5" &&
           "$python" "$root/tests/dist/compare_runs.py" --tol 1e-4 "$work/single" "$work/single.h5" \
             "$work/$name" "$work/$name.h5"; }
   check "equiv_$name" run
@@ -88,16 +99,19 @@ read -r np args <<< "${layouts[$widest]}"
 resume() {
   local out=$work/ckpt_$widest
   "${mpirun_[@]}" -n "$np" "$wiola" train "${small[@]}" "${nccl[@]}" $args --set "train.run_dir=$out" \
-    --set "checkpoint.dir=$out/ck" --set train.max_steps=5 --set checkpoint.every=5 &&
+    --set "checkpoint.dir=$out/ck" --set train.max_steps=$((steps / 2)) --set checkpoint.every=$((steps / 2)) &&
   "$wiola" train "${small[@]}" --set train.backend=cpu --set "train.run_dir=$out" --set "checkpoint.dir=$out/ck" \
-    --dump-step "10:$out.h5" &&
+    --dump-step "$steps:$out.h5" &&
   "$python" "$root/tests/dist/compare_runs.py" --tol 1e-4 "$work/single" "$work/single.h5" "$out" "$out.h5"
 }
 check "checkpoint_${widest}_to_cpu" resume
 
 # ---- 3. throughput per layout (bf16) ----
-big=(--set model.preset=wiola-120m --set model.seq_len=1024 --set train.micro_batch=4 --set train.grad_accum=8
-     --set train.steps=20 --set "data.path=$work/shards/manifest.json" --set train.backend=cuda -q)
+big=(--set "model.preset=${TPUT_PRESET:-wiola-120m}" --set "model.seq_len=${TPUT_SEQ:-1024}"
+     --set "train.micro_batch=${TPUT_MICRO:-4}" --set "train.grad_accum=${TPUT_ACCUM:-8}"
+     --set "train.steps=${TPUT_STEPS:-20}" --set "data.path=$work/shards/manifest.json" --set train.backend=cuda -q)
+# shellcheck disable=SC2206
+big+=(${TPUT_EXTRA:-})
 tp_layouts=("1 one_gpu" "2 dp2 --set parallel.dp=2" "2 tp2 --set parallel.tp=2" "2 pp2 --set parallel.pp=2"
             "4 tp2pp2 --set parallel.tp=2 --set parallel.pp=2" "$ngpu dp$ngpu --set parallel.dp=$ngpu")
 for spec in "${tp_layouts[@]}"; do
