@@ -32,8 +32,7 @@ void protect(void* p, size_t bytes, int prot) {
 
 OpaqueMemory::OpaqueMemory(size_t reserve_bytes) : reserved_(round_up(round_pages(reserve_bytes), kHuge)) {
   // One huge page more than asked, so that the range can start on a huge page.
-  map_bytes_ = reserved_ + kHuge;
-  void* p = mmap(nullptr, map_bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = mmap(nullptr, reserved_ + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) fail("cpu-opaque: cannot reserve ", reserved_ >> 20, " MiB of address space: ",
                             std::strerror(errno));
   map_ = static_cast<char*>(p);
@@ -43,7 +42,7 @@ OpaqueMemory::OpaqueMemory(size_t reserve_bytes) : reserved_(round_up(round_page
 }
 
 OpaqueMemory::~OpaqueMemory() {
-  if (map_) munmap(map_, map_bytes_);
+  if (map_) munmap(map_, reserved_ + kHuge);
 }
 
 void* OpaqueMemory::alloc(size_t bytes) {

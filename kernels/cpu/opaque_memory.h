@@ -31,8 +31,7 @@ class OpaqueMemory {
  private:
   size_t span() const;  // the bytes open() and close() change: [base, base+span)
 
-  char* map_ = nullptr;            // the mapping, and its size
-  size_t map_bytes_ = 0;
+  char* map_ = nullptr;            // the mapping: reserved_ and one huge page more
   char* base_ = nullptr;           // its first 2 MiB boundary
   size_t reserved_ = 0, top_ = 0;  // bytes handed out so far: [base, base+top)
   int depth_ = 0;

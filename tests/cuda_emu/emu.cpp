@@ -542,14 +542,13 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 namespace wiola_emu {
-// Completes the work of every stream / of every blocking stream (the legacy
+// Completes the work of every stream, or of every blocking one (the legacy
 // stream's synchronous copies wait for those); defined with the streams below.
-void every_stream_ready();
-void blocking_streams_ready();
+void streams_ready(bool blocking_only);
 }  // namespace wiola_emu
 
 cudaError_t cudaDeviceSynchronize() {
-  wiola_emu::every_stream_ready();
+  wiola_emu::streams_ready(false);
   return wiola_emu::take_pending();
 }
 
@@ -601,7 +600,7 @@ cudaError_t check_ranges(const char* what, const void* dst, size_t dst_span, con
 }  // namespace
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  wiola_emu::blocking_streams_ready();
+  wiola_emu::streams_ready(true);
   if (const cudaError_t e = wiola_emu::take_pending(); e != cudaSuccess) return e;
   return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
 }
@@ -654,8 +653,7 @@ struct Item {
 };
 struct EmuStream {
   bool blocking = true;  // legacy-stream copies wait for it (not cudaStreamNonBlocking)
-  std::deque<Item> items;
-  uint64_t issued = 0;
+  std::deque<Item> items;           // issued, not yet completed
   std::atomic<uint64_t> done{0};     // read by other threads (cudaEventQuery)
   std::vector<Clock::time_point> done_at;  // item k completed at done_at[k]
 };
@@ -693,7 +691,7 @@ bool advance(const Point& p, bool block) {
 
 Point end_of(cudaStream_t s) {
   auto* st = reinterpret_cast<EmuStream*>(s);
-  return st ? Point{st, st->issued} : Point{};
+  return st ? Point{st, st->done.load() + st->items.size()} : Point{};
 }
 
 // When the event's point was reached (its record time if nothing was held).
@@ -715,17 +713,13 @@ void hold(cudaStream_t s, std::unique_ptr<Held> work) {
     return;
   }
   st->items.push_back(Item{std::move(work), {}});
-  ++st->issued;
 }
 
 void stream_ready(cudaStream_t s) { advance(end_of(s), true); }
 
-void every_stream_ready() {
-  for (auto* s : streams()) advance(Point{s, s->issued}, true);
-}
-void blocking_streams_ready() {
+void streams_ready(bool blocking_only) {
   for (auto* s : streams())
-    if (s->blocking) advance(Point{s, s->issued}, true);
+    if (s->blocking || !blocking_only) stream_ready(reinterpret_cast<cudaStream_t>(s));
 }
 
 }  // namespace wiola_emu
@@ -803,6 +797,5 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
     return cudaSuccess;
   }
   st->items.push_back(wiola_emu::Item{nullptr, at});
-  ++st->issued;
   return cudaSuccess;
 }

@@ -51,7 +51,7 @@ def trained(a):
     return paths
 
 
-def train(a, work, eval_every=15):
+def train(a, work):
     """wiola-small (configs/brown-small.toml) for 30 steps on 400 kB of Brown; a
     checkpoint at steps 15 and 30. Returns (text, shards, checkpoint dir)."""
     with open(a.text, "rb") as f:
@@ -64,7 +64,7 @@ def train(a, work, eval_every=15):
          text])
     ck = os.path.join(work, "ck")
     run([a.wiola, "train", "--config", a.config, "--set", f"data.path={shards}/manifest.json",
-         "--set", "train.steps=30", "--set", "train.micro_batch=4", "--set", f"train.eval_every={eval_every}",
+         "--set", "train.steps=30", "--set", "train.micro_batch=4", "--set", "train.eval_every=15",
          "--set", "train.eval_batches=2", "--set", f"train.run_dir={work}/run", "--set", "train.threads=2",
          "--set", f"checkpoint.dir={ck}", "--set", "checkpoint.every=15", "--set", "train.log_every=15"])
     return text, shards, ck
