@@ -11,6 +11,7 @@
 
 #include "data/text_input.h"
 #include "util/error.h"
+#include "util/json.h"
 
 namespace wiola {
 
@@ -29,20 +30,21 @@ Manifest read_manifest(const std::string& path) {
     if (!j.is_object() || j.value("format", std::string()) != kManifestFormat)
       fail(path, ": not a wiola manifest (format is not \"", kManifestFormat, "\")");
     const auto& t = j.at("tokenizer");
-    m.vocab_size = t.at("vocab_size").get<uint32_t>();
-    m.eos_id = t.at("eos_id").get<uint32_t>();
+    m.vocab_size = json_int<uint32_t>(t.at("vocab_size"), path + ": tokenizer.vocab_size");
+    m.eos_id = json_int<uint32_t>(t.at("eos_id"), path + ": tokenizer.eos_id");
     m.tokenizer_sha256 = t.at("sha256").get<std::string>();
     m.tokenizer_file = t.value("file", std::string());
     for (auto it = j.at("splits").begin(); it != j.at("splits").end(); ++it) {
       ManifestSplit s;
-      s.num_tokens = it.value().at("num_tokens").get<uint64_t>();
-      s.num_documents = it.value().at("num_documents").get<uint64_t>();
+      const std::string split = path + ": splits." + it.key();
+      s.num_tokens = json_int<uint64_t>(it.value().at("num_tokens"), split + ".num_tokens");
+      s.num_documents = json_int<uint64_t>(it.value().at("num_documents"), split + ".num_documents");
       for (const auto& sh : it.value().at("shards")) {
         ManifestShard e;
         e.file = sh.at("file").get<std::string>();
         e.path = (dir / e.file).string();
-        e.num_tokens = sh.at("num_tokens").get<uint64_t>();
-        e.num_documents = sh.at("num_documents").get<uint64_t>();
+        e.num_tokens = json_int<uint64_t>(sh.at("num_tokens"), split + ": shard " + e.file + ": num_tokens");
+        e.num_documents = json_int<uint64_t>(sh.at("num_documents"), split + ": shard " + e.file + ": num_documents");
         s.shards.push_back(std::move(e));
       }
       m.splits[it.key()] = std::move(s);

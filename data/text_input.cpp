@@ -121,7 +121,7 @@ void read_documents(const std::string& path, const DocReaderOptions& opt,
   uint64_t line_no = 0, pending = 0;
   while (std::getline(f, line)) {
     ++line_no;
-    pending += line.size() + 1;
+    pending += line.size() + (f.eof() ? 0 : 1);  // the last line may lack its newline
     if (pending >= (1u << 20)) {
       on_bytes(pending);
       pending = 0;

@@ -57,6 +57,125 @@ Tokenizer Tokenizer::load(const std::string& path) {
   return from_json_text(ss.str(), path);
 }
 
+namespace {
+[[noreturn]] void unsupported(const std::string& origin, const std::string& what) {
+  fail(origin, ": unsupported tokenizer.json: ", what, " (only byte-level BPE of the GPT-2 kind is implemented)");
+}
+
+// The file is of the kind implemented (byte-level BPE, no normalizer, no
+// dropout...); returns the pre-tokenizer's use_regex.
+bool check_supported(const json& j, const std::string& origin) {
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
+    fail(origin, ": not a tokenizer.json (no \"model\" object)");
+  const json& m = j["model"];
+  std::string type = m.value("type", std::string("BPE"));
+  if (type != "BPE") unsupported(origin, "model.type is \"" + type + "\"");
+  if (!m.contains("vocab") || !m["vocab"].is_object() || !m.contains("merges") || !m["merges"].is_array())
+    fail(origin, ": model.vocab (object) or model.merges (array) missing");
+  if (!is_null_or(m, "dropout", json()) && m["dropout"] != 0.0) unsupported(origin, "BPE dropout is set");
+  if (!is_null_or(m, "continuing_subword_prefix", "")) unsupported(origin, "continuing_subword_prefix is set");
+  if (!is_null_or(m, "end_of_word_suffix", "")) unsupported(origin, "end_of_word_suffix is set");
+  if (m.value("byte_fallback", false)) unsupported(origin, "byte_fallback is true");
+  if (j.contains("normalizer") && !j["normalizer"].is_null())
+    unsupported(origin, "normalizer is " + (j["normalizer"].is_object() ? j["normalizer"].value("type", std::string("set"))
+                                                                          : j["normalizer"].dump()));
+  const json& p = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json();
+  if (!p.is_object() || p.value("type", std::string()) != "ByteLevel")
+    unsupported(origin, "pre_tokenizer is not ByteLevel (" + (p.is_object() ? p.value("type", std::string("?")) : p.dump()) + ")");
+  if (p.value("add_prefix_space", false)) unsupported(origin, "ByteLevel add_prefix_space is true");
+  if (j.contains("decoder") && !j["decoder"].is_null() &&
+      !(j["decoder"].is_object() && j["decoder"].value("type", std::string()) == "ByteLevel"))
+    unsupported(origin, "decoder is not ByteLevel");
+  return p.value("use_regex", true);
+}
+
+// Ids index the embedding table: integers in [0, kMaxVocab).
+int32_t read_id(const json& v, const std::string& origin, const char* kind, const std::string& token) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= Tokenizer::kMaxVocab)
+    fail(origin, ": ", kind, " \"", token, "\" has id ", v.dump(), ", not an integer from 0 to ",
+         Tokenizer::kMaxVocab - 1);
+  return int32_t(v.get<int64_t>());
+}
+
+// model.vocab, and each id's token (ids are unique: two tokens on one id
+// could not both decode).
+TokenIndex read_vocab(const json& vocab_json, const std::string& origin,
+                      std::unordered_map<int32_t, std::string_view>& token_of_id) {
+  TokenIndex vocab;
+  vocab.reserve(vocab_json.size());
+  for (auto it = vocab_json.begin(); it != vocab_json.end(); ++it) {
+    const int32_t id = read_id(it.value(), origin, "model.vocab token", it.key());
+    auto [where, fresh] = token_of_id.emplace(id, it.key());
+    if (!fresh) fail(origin, ": model.vocab gives id ", id, " to both \"", where->second, "\" and \"", it.key(), "\"");
+    vocab.emplace(it.key(), id);
+  }
+  return vocab;
+}
+
+// model.merges, each "a b" or [a, b].
+std::vector<std::pair<std::string, std::string>> read_merges(const json& merges_json, const std::string& origin) {
+  std::vector<std::pair<std::string, std::string>> merges;
+  merges.reserve(merges_json.size());
+  for (const json& mj : merges_json) {
+    if (mj.is_string()) {
+      const std::string& s = mj.get_ref<const std::string&>();
+      size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+        fail(origin, ": merge \"", s, "\" is not two tokens separated by one space");
+      merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+    } else if (mj.is_array() && mj.size() == 2) {
+      merges.emplace_back(mj[0].get<std::string>(), mj[1].get<std::string>());
+    } else {
+      fail(origin, ": a merge is neither \"a b\" nor [a, b]");
+    }
+  }
+  return merges;
+}
+
+// added_tokens. One may repeat a vocabulary token under its id, but no id
+// may stand for two texts (it would decode as only one of them).
+std::vector<AddedToken> read_added(const json& j, const std::string& origin,
+                                   const std::unordered_map<int32_t, std::string_view>& token_of_id) {
+  std::vector<AddedToken> added;
+  if (!j.contains("added_tokens") || !j["added_tokens"].is_array()) return added;
+  for (const json& a : j["added_tokens"]) {
+    const std::string content = a.at("content").get<std::string>();
+    AddedToken tok{read_id(a.at("id"), origin, "added token", content), content, a.value("special", false)};
+    if (a.value("lstrip", false) || a.value("rstrip", false) || a.value("single_word", false))
+      unsupported(origin, "added token \"" + tok.content + "\" has lstrip/rstrip/single_word");
+    if (tok.content.empty()) fail(origin, ": an added token is empty");
+    auto v = token_of_id.find(tok.id);
+    std::string v_bytes;
+    if (v != token_of_id.end() && (!byte_level_to_bytes(v->second, v_bytes) || v_bytes != tok.content))
+      fail(origin, ": added token \"", tok.content, "\" has id ", tok.id, ", which model.vocab gives to \"", v->second,
+           "\"");
+    for (const AddedToken& other : added)
+      if (other.id == tok.id && other.content != tok.content)
+        fail(origin, ": added tokens \"", other.content, "\" and \"", tok.content, "\" share id ", tok.id);
+    added.push_back(std::move(tok));
+  }
+  return added;
+}
+}  // namespace
+
+// Reads the parsed file into bpe_ and added_; returns the largest id and
+// sets use_regex. Throws wiola::Error, or json::exception on a mistyped field.
+int64_t Tokenizer::read_json(const json& j, const std::string& origin, bool& use_regex) {
+  use_regex = check_supported(j, origin);
+  const json& m = j["model"];
+  std::unordered_map<int32_t, std::string_view> token_of_id;  // views into j
+  TokenIndex vocab = read_vocab(m["vocab"], origin, token_of_id);
+  bpe_ = std::make_unique<BpeModel>(std::move(vocab), read_merges(m["merges"], origin), m.value("ignore_merges", false),
+                                    origin);
+  if (!bpe_->has_all_bytes())
+    unsupported(origin, "model.vocab lacks some of the 256 byte-level characters (not a byte-level BPE)");
+  added_ = read_added(j, origin, token_of_id);
+  int64_t max_id = -1;
+  for (const auto& [id, token] : token_of_id) max_id = std::max<int64_t>(max_id, id);
+  for (const AddedToken& a : added_) max_id = std::max<int64_t>(max_id, a.id);
+  return max_id;
+}
+
 Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& origin) {
   json j;
   try {
@@ -64,79 +183,18 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
   } catch (const json::exception& e) {
     fail(origin, ": not a valid tokenizer.json (JSON parse error: ", e.what(), ")");
   }
-  auto unsupported = [&](const std::string& what) -> void {
-    fail(origin, ": unsupported tokenizer.json: ", what,
-         " (only byte-level BPE of the GPT-2 kind is implemented)");
-  };
-  if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
-    fail(origin, ": not a tokenizer.json (no \"model\" object)");
-  const json& m = j["model"];
-  std::string type = m.value("type", std::string("BPE"));
-  if (type != "BPE") unsupported("model.type is \"" + type + "\"");
-  if (!m.contains("vocab") || !m["vocab"].is_object() || !m.contains("merges") || !m["merges"].is_array())
-    fail(origin, ": model.vocab (object) or model.merges (array) missing");
-  if (!is_null_or(m, "dropout", json()) && m["dropout"] != 0.0) unsupported("BPE dropout is set");
-  if (!is_null_or(m, "continuing_subword_prefix", "")) unsupported("continuing_subword_prefix is set");
-  if (!is_null_or(m, "end_of_word_suffix", "")) unsupported("end_of_word_suffix is set");
-  if (m.value("byte_fallback", false)) unsupported("byte_fallback is true");
-  if (j.contains("normalizer") && !j["normalizer"].is_null())
-    unsupported("normalizer is " + j["normalizer"].value("type", std::string("set")));
-  bool use_regex = true;
-  {
-    const json& p = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json();
-    if (!p.is_object() || p.value("type", std::string()) != "ByteLevel")
-      unsupported("pre_tokenizer is not ByteLevel (" + (p.is_object() ? p.value("type", std::string("?")) : std::string("null")) + ")");
-    if (p.value("add_prefix_space", false)) unsupported("ByteLevel add_prefix_space is true");
-    use_regex = p.value("use_regex", true);
-  }
-  if (j.contains("decoder") && !j["decoder"].is_null() && j["decoder"].value("type", std::string()) != "ByteLevel")
-    unsupported("decoder is not ByteLevel");
-
   Tokenizer t;
   t.origin_ = origin;
   t.sha256_ = sha256_hex(text);
-  TokenIndex vocab;
+  bool use_regex = true;
   int64_t max_id = -1;
+  // Every field may hold the wrong JSON type: nlohmann's type errors become
+  // one message naming the file (wiola::Error passes through unchanged).
   try {
-    vocab.reserve(m["vocab"].size());
-    for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
-      int64_t id = it.value().get<int64_t>();
-      if (id < 0 || id >= (int64_t(1) << 31)) fail(origin, ": model.vocab id ", id, " out of range");
-      vocab.emplace(it.key(), int32_t(id));
-      max_id = std::max(max_id, id);
-    }
-    std::vector<std::pair<std::string, std::string>> merges;
-    merges.reserve(m["merges"].size());
-    for (const json& mj : m["merges"]) {
-      if (mj.is_string()) {
-        const std::string& s = mj.get_ref<const std::string&>();
-        size_t sp = s.find(' ');
-        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-          fail(origin, ": merge \"", s, "\" is not two tokens separated by one space");
-        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-      } else if (mj.is_array() && mj.size() == 2) {
-        merges.emplace_back(mj[0].get<std::string>(), mj[1].get<std::string>());
-      } else {
-        fail(origin, ": a merge is neither \"a b\" nor [a, b]");
-      }
-    }
-    t.bpe_ = std::make_unique<BpeModel>(std::move(vocab), merges, m.value("ignore_merges", false), origin);
-    if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-      for (const json& a : j["added_tokens"]) {
-        AddedToken tok{a.at("id").get<int32_t>(), a.at("content").get<std::string>(), a.value("special", false)};
-        if (a.value("lstrip", false) || a.value("rstrip", false) || a.value("single_word", false))
-          unsupported("added token \"" + tok.content + "\" has lstrip/rstrip/single_word");
-        if (tok.content.empty()) fail(origin, ": an added token is empty");
-        if (tok.id < 0) fail(origin, ": added token \"", tok.content, "\" has a negative id");
-        max_id = std::max<int64_t>(max_id, tok.id);
-        t.added_.push_back(std::move(tok));
-      }
-    }
+    max_id = t.read_json(j, origin, use_regex);
   } catch (const json::exception& e) {
     fail(origin, ": malformed tokenizer.json: ", e.what());
   }
-  if (!t.bpe_->has_all_bytes())
-    unsupported("model.vocab lacks some of the 256 byte-level characters (not a byte-level BPE)");
   t.pre_ = std::make_unique<PreTokenizer>(use_regex);
   std::stable_sort(t.added_.begin(), t.added_.end(),
                    [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "data/bpe.h"
 
 namespace wiola {
@@ -45,6 +47,10 @@ class Tokenizer {
   std::string decode(const int32_t* ids, size_t n) const;
   std::string decode(const std::vector<int32_t>& ids) const { return decode(ids.data(), ids.size()); }
 
+  // Ids are integers below this (the largest vocabulary the embedding and
+  // the shards' uint32 tokens are meant for; it bounds what a file can make
+  // us allocate).
+  static constexpr int64_t kMaxVocab = int64_t(1) << 24;
   uint32_t vocab_size() const { return vocab_size_; }  // max id + 1
   int32_t token_to_id(std::string_view token) const;   // added tokens or vocab (byte-level spelling); -1
   // The end-of-document id: "<eos>", "</s>", "<|endoftext|>" or "<|end_of_text|>"; -1 if none.
@@ -57,6 +63,7 @@ class Tokenizer {
  private:
   Tokenizer();
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  int64_t read_json(const nlohmann::json& j, const std::string& origin, bool& use_regex);
   struct Workspace;
   Workspace& workspace() const;
 

@@ -22,6 +22,7 @@
 #include "train/run_config.h"
 #include "data/text_input.h"
 #include "util/error.h"
+#include "util/json.h"
 #include "util/files.h"
 
 namespace fs = std::filesystem;
@@ -242,7 +243,7 @@ ModelConfig model_from_hf_config_impl(const json& j, const std::string& where, i
                 " is not a Wiola model (\"wiola\")");
   const auto size = [&](const char* key) {
     WIOLA_CHECK(j.contains(key) && j[key].is_number_integer(), where, ": needs the integer ", key);
-    return j[key].get<int>();
+    return json_int<int>(j[key], where + ": " + key);
   };
   const auto real = [&](const char* key, double def) {
     if (!j.contains(key)) return def;

@@ -16,6 +16,7 @@
 
 #include "kernels/dtype.h"
 #include "util/error.h"
+#include "util/json.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -63,10 +64,10 @@ std::string shard_name(int k, int n) {
 }
 
 uint64_t parse_size(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size() && (std::isdigit(uint8_t(s[i])) || s[i] == '.')) ++i;
-  WIOLA_CHECK(i > 0, "size '", s, "': expected a number with an optional unit (KB, MB, GB)");
-  const double v = std::stod(s.substr(0, i));
+  size_t i = 0, dots = 0, digits = 0;
+  for (; i < s.size() && (std::isdigit(uint8_t(s[i])) || s[i] == '.'); ++i) (s[i] == '.' ? dots : digits) += 1;
+  WIOLA_CHECK(digits > 0 && dots <= 1, "size '", s, "': expected a number with an optional unit (KB, MB, GB)");
+  const double v = std::strtod(s.substr(0, i).c_str(), nullptr);
   std::string unit = s.substr(i);
   for (char& c : unit) c = char(std::toupper(uint8_t(c)));
   double mult = 1;
@@ -78,6 +79,7 @@ uint64_t parse_size(const std::string& s) {
   else if (unit == "GIB") mult = 1024.0 * 1024 * 1024;
   else WIOLA_CHECK(unit.empty() || unit == "B", "size '", s, "': unknown unit '", unit, "' (B, KB, MB, GB, KiB, MiB, GiB)");
   WIOLA_CHECK(v * mult >= 1, "size '", s, "' must be at least one byte");
+  WIOLA_CHECK(v * mult <= 0x1p62, "size '", s, "' is too large");
   return uint64_t(v * mult);
 }
 
@@ -161,6 +163,17 @@ void pread_all(int fd, void* buf, size_t n, uint64_t off, const std::string& pat
 File::File(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY);
   WIOLA_CHECK(fd_ >= 0, path, ": cannot be opened: ", std::strerror(errno));
+  try {
+    read_header();
+  } catch (...) {  // a constructor that throws runs no destructor
+    ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
+}
+
+void File::read_header() {
+  const std::string& path = path_;
   struct stat sb{};
   ::fstat(fd_, &sb);
   const uint64_t size = uint64_t(sb.st_size);
@@ -198,15 +211,23 @@ File::File(const std::string& path) : path_(path) {
     t.name = name;
     try {
       t.dtype = parse_dtype(v["dtype"].get<std::string>(), where);
-      t.shape = v["shape"].get<std::vector<int64_t>>();
-      const auto o = v["data_offsets"].get<std::vector<uint64_t>>();
+      t.shape = json_ints<int64_t>(v["shape"], where + ": shape");
+      const auto o = json_ints<uint64_t>(v["data_offsets"], where + ": data_offsets");
       WIOLA_CHECK(o.size() == 2, where, ": data_offsets must be [begin, end]");
       t.begin = o[0];
       t.end = o[1];
     } catch (const json::exception& e) {
       fail(where, ": malformed entry (", e.what(), ")");
     }
-    for (int64_t s : t.shape) WIOLA_CHECK(s >= 0, where, ": negative dimension");
+    // Each dimension bounded by what the data section could hold, so that
+    // numel() cannot overflow (a zero dimension makes the tensor empty).
+    const bool empty = std::find(t.shape.begin(), t.shape.end(), int64_t(0)) != t.shape.end();
+    uint64_t n = 1;
+    for (int64_t s : t.shape) {
+      WIOLA_CHECK(s >= 0, where, ": negative dimension");
+      WIOLA_CHECK(empty || uint64_t(s) <= data_size / n, where, ": shape holds more values than the file has bytes");
+      if (!empty) n *= uint64_t(s);
+    }
     WIOLA_CHECK(t.begin <= t.end && t.end <= data_size, where, ": bytes [", t.begin, ", ", t.end,
                 ") outside the data section (", data_size, " bytes; truncated file?)");
     WIOLA_CHECK(t.end - t.begin == uint64_t(t.numel()) * dtype_size(t.dtype), where, ": ", t.end - t.begin,
@@ -264,7 +285,13 @@ Folder::Folder(const std::string& dir) : dir_(dir) {
     WIOLA_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), index.string(),
                 ": no weight_map");
     std::map<std::string, std::string> map;
-    for (auto& [name, f] : j["weight_map"].items()) map[name] = f.get<std::string>();
+    for (auto& [name, f] : j["weight_map"].items()) {
+      // Shards are files of this folder: a plain name, no path.
+      WIOLA_CHECK(f.is_string() && !f.get<std::string>().empty() && f.get<std::string>().find('/') == std::string::npos &&
+                      f.get<std::string>() != "." && f.get<std::string>() != "..",
+                  index.string(), ": weight_map maps ", name, " to ", f.dump(), ", not a file name of the folder");
+      map[name] = f.get<std::string>();
+    }
     for (auto& [name, f] : map)
       if (std::find(files_.begin(), files_.end(), f) == files_.end()) files_.push_back(f);
     std::sort(files_.begin(), files_.end());

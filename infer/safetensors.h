@@ -65,6 +65,8 @@ class File {
   std::vector<float> read(const std::string& name) const;
 
  private:
+  void read_header();  // validates the header into tensors_ and metadata_
+
   std::string path_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;

@@ -125,7 +125,7 @@ bool verify_one(const std::string& folder) {
     WIOLA_CHECK(mf.is_discarded() || (mf.is_object() && mf.value("format", "") == wiola::ckpt::kFormat),
                 "'", folder, "' is not a checkpoint (its manifest.json is not a ", wiola::ckpt::kFormat,
                 " manifest)");
-    if (!mf.is_discarded()) kinds = wiola::ckpt::stored_kinds(mf).size();
+    if (!mf.is_discarded()) kinds = wiola::ckpt::stored_kinds(mf, folder + "/manifest.json").size();
   }
   wiola::ckpt::VerifyStats st;
   const std::vector<std::string> problems = wiola::ckpt::verify_deep(folder, &st);

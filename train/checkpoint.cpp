@@ -15,6 +15,7 @@
 
 #include "train/h5_util.h"
 #include "util/error.h"
+#include "util/json.h"
 
 namespace fs = std::filesystem;
 
@@ -127,12 +128,22 @@ void fsync_path(const std::string& path) {
   WIOLA_CHECK(rc == 0, path, ": fsync failed: ", std::strerror(e));
 }
 
-std::vector<std::string> stored_kinds(const nlohmann::json& manifest) {
-  if (manifest.contains("kinds") && manifest["kinds"].is_array()) return manifest["kinds"].get<std::vector<std::string>>();
-  return {std::begin(kKinds), std::end(kKinds)};
+std::vector<std::string> stored_kinds(const nlohmann::json& manifest, const std::string& where) {
+  if (!manifest.is_object() || !manifest.contains("kinds")) return {std::begin(kKinds), std::end(kKinds)};
+  const nlohmann::json& k = manifest["kinds"];
+  std::vector<std::string> out;
+  bool ok = k.is_array();
+  for (size_t i = 0; ok && i < k.size(); ++i) {
+    ok = k[i].is_string() && std::find(std::begin(kKinds), std::end(kKinds), k[i].get<std::string>()) != std::end(kKinds) &&
+         std::find(out.begin(), out.end(), k[i].get<std::string>()) == out.end();
+    if (ok) out.push_back(k[i].get<std::string>());
+  }
+  WIOLA_CHECK(ok && std::find(out.begin(), out.end(), "param") != out.end(), where, ": \"kinds\" is ", k.dump(),
+              ", expected distinct entries of \"param\", \"exp_avg\", \"exp_avg_sq\" with \"param\" among them");
+  return out;
 }
 
-bool holds_optimizer(const nlohmann::json& manifest) { return stored_kinds(manifest).size() == 3; }
+bool holds_optimizer(const nlohmann::json& manifest) { return stored_kinds(manifest, "checkpoint manifest").size() == 3; }
 
 std::string step_name(int64_t step) {
   char b[32];
@@ -220,6 +231,7 @@ Reader::Reader(const std::string& folder) : folder_(folder) {
     fail(mpath, ": not valid JSON (", e.what(), ")");
   }
   auto bad = [&](const std::string& what) { fail(mpath, ": ", what); };
+  std::vector<std::string> kinds;
   try {
     if (manifest_.value("format", std::string()) != kFormat)
       bad(std::string("not a wiola checkpoint manifest (format is not ") + kFormat + ")");
@@ -227,37 +239,41 @@ Reader::Reader(const std::string& folder) : folder_(folder) {
       FileRecord r;
       r.name = f.at("name").get<std::string>();
       r.header.run_id = manifest_.at("run_id").get<std::string>();
-      r.header.step = manifest_.at("step").get<int64_t>();
-      r.header.rank = f.at("rank").get<int>();
-      const auto c = f.at("grid_coord").get<std::vector<int>>();
+      const std::string file = mpath + ": file " + r.name;
+      r.header.step = json_int<int64_t>(manifest_.at("step"), mpath + ": step");
+      r.header.rank = json_int<int>(f.at("rank"), file + ": rank");
+      const auto c = json_ints<int>(f.at("grid_coord"), file + ": grid_coord");
       if (c.size() != 3) bad("file " + r.name + ": grid_coord must have 3 entries");
       r.header.tp = c[0], r.header.pp = c[1], r.header.dp = c[2];
-      r.bytes = f.at("bytes").get<uint64_t>();
+      r.bytes = json_int<uint64_t>(f.at("bytes"), file + ": bytes");
       r.xxh3 = f.at("xxh3").get<std::string>();
       r.slices = f.at("slices");
-      if (r.name.find('/') != std::string::npos || r.name.empty()) bad("file name '" + r.name + "' is not a plain name");
+      if (r.name.find('/') != std::string::npos || r.name.empty() || r.name == "." || r.name == "..")
+        bad("file name '" + r.name + "' is not a plain name");
       files_.push_back(std::move(r));
     }
     for (const auto& [name, t] : manifest_.at("tensors").items()) {
-      const auto shape = t.at("shape").get<std::vector<int64_t>>();
-      if (shape.size() != 2 || shape[0] < 1 || shape[1] < 1) bad("tensor " + name + ": bad shape");
+      const auto shape = json_ints<int64_t>(t.at("shape"), mpath + ": tensor " + name + ": shape");
+      // Bounded so that element counts and slice ends cannot overflow.
+      if (shape.size() != 2 || shape[0] < 1 || shape[1] < 1 || shape[0] > kMaxElements / shape[1])
+        bad("tensor " + name + ": bad shape");
       tensors_[name].rows = shape[0];
       tensors_[name].cols = shape[1];
     }
+    if (tensors_.empty()) bad("lists no tensors");
     // Slices by tensor and kind, each inside its tensor.
     for (size_t i = 0; i < files_.size(); ++i) {
       for (const auto& [kind, by_name] : files_[i].slices.items()) {
-        if (std::find_if(std::begin(kKinds), std::end(kKinds), [&](const char* k) { return kind == k; }) ==
-            std::end(kKinds))
+        if (std::find(std::begin(kKinds), std::end(kKinds), kind) == std::end(kKinds))
           bad("file " + files_[i].name + ": unknown tensor kind '" + kind + "'");
         for (const auto& [name, arr] : by_name.items()) {
           auto it = tensors_.find(name);
           if (it == tensors_.end()) bad("file " + files_[i].name + " holds " + name + ", which the manifest does not list");
           int k = 0;
           for (const auto& s : arr) {
-            const auto v = s.get<std::vector<int64_t>>();
-            if (v.size() != 4 || v[0] < 0 || v[1] < 0 || v[2] < 1 || v[3] < 1 || v[0] + v[2] > it->second.rows ||
-                v[1] + v[3] > it->second.cols)
+            const auto v = json_ints<int64_t>(s, mpath + ": file " + files_[i].name + ": slices." + kind + "." + name);
+            if (v.size() != 4 || v[0] < 0 || v[1] < 0 || v[2] < 1 || v[3] < 1 || v[0] > it->second.rows - v[2] ||
+                v[1] > it->second.cols - v[3])
               bad("file " + files_[i].name + ": slice " + std::to_string(k) + " of " + kind + "/" + name +
                   " lies outside the tensor");
             it->second.by_kind[kind].push_back(
@@ -267,6 +283,7 @@ Reader::Reader(const std::string& folder) : folder_(folder) {
         }
       }
     }
+    kinds = stored_kinds(manifest_, mpath);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -275,7 +292,6 @@ Reader::Reader(const std::string& folder) : folder_(folder) {
   // Every kind of every tensor is tiled exactly once: stored somewhere, its
   // slices pairwise disjoint and adding up to its size (a sum alone would let
   // an overlap hide a hole of the same size, which read() then leaves unset).
-  const std::vector<std::string> kinds = stored_kinds(manifest_);
   for (auto& [name, t] : tensors_) {
     for (const std::string& kind : kinds) {
       auto kt = t.by_kind.find(kind);

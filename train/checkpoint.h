@@ -29,8 +29,12 @@ namespace wiola::ckpt {
 inline constexpr const char* kFormat = "wiola-checkpoint-1";
 inline constexpr const char* kKinds[3] = {"param", "exp_avg", "exp_avg_sq"};
 // The kinds a checkpoint stores: its manifest's "kinds" (an imported model
-// holds "param" only: weights, no optimizer state), else all three.
-std::vector<std::string> stored_kinds(const nlohmann::json& manifest);
+// holds "param" only: weights, no optimizer state), else all three. A
+// malformed "kinds" throws wiola::Error naming `where`.
+std::vector<std::string> stored_kinds(const nlohmann::json& manifest, const std::string& where);
+// The largest element count of one tensor a manifest may declare (2^48):
+// far above any model, low enough that no size or slice end overflows.
+inline constexpr int64_t kMaxElements = int64_t(1) << 48;
 bool holds_optimizer(const nlohmann::json& manifest);
 
 // The tokenizer a checkpoint carries (manifest: "tokenizer": {"file", "sha256"}).

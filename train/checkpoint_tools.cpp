@@ -57,6 +57,55 @@ std::string where_of(const nlohmann::json& files, const Listed& s, const std::st
   return files[size_t(s.file)].value("name", std::string("?")) + "/" + kind + "/" + name + "/" + std::to_string(s.k);
 }
 
+// How often the slices (all inside a rows x cols tensor) store its
+// elements: how many are stored at least once and at least twice, and the
+// first (row-major index) stored never and twice. Swept band by band between
+// the slices' row edges, so the cost grows with the slices, not the elements.
+struct Coverage {
+  int64_t covered = 0, doubled = 0;
+  int64_t first_hole = -1, first_doubled = -1;
+};
+
+Coverage sweep_coverage(const std::vector<Listed>& slices, int64_t rows, int64_t cols) {
+  std::vector<int64_t> edges{0, rows};
+  for (const Listed& s : slices) {
+    edges.push_back(s.r0);
+    edges.push_back(s.r0 + s.nr);
+  }
+  std::sort(edges.begin(), edges.end());
+  edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+  Coverage cv;
+  std::vector<std::pair<int64_t, int>> events;  // (column, +1 a slice starts / -1 ends)
+  for (size_t b = 0; b + 1 < edges.size(); ++b) {
+    const int64_t r = edges[b], height = edges[b + 1] - r;  // every row of the band is covered alike
+    events.assign(1, {cols, 0});
+    for (const Listed& s : slices)
+      if (s.r0 <= r && r < s.r0 + s.nr) {
+        events.push_back({s.c0, +1});
+        events.push_back({s.c0 + s.nc, -1});
+      }
+    std::sort(events.begin(), events.end());
+    int depth = 0;
+    int64_t at = 0, once = 0, twice = 0;
+    for (size_t i = 0; i < events.size();) {
+      const int64_t c = events[i].first;
+      if (c > at) {  // columns [at, c) are stored `depth` times
+        if (depth >= 1) once += c - at;
+        if (depth == 0 && cv.first_hole < 0) cv.first_hole = r * cols + at;
+        if (depth >= 2) {
+          twice += c - at;
+          if (cv.first_doubled < 0) cv.first_doubled = r * cols + at;
+        }
+      }
+      at = c;
+      for (; i < events.size() && events[i].first == c; ++i) depth += events[i].second;
+    }
+    cv.covered += once * height;
+    cv.doubled += twice * height;
+  }
+  return cv;
+}
+
 // Coverage of every kind of every tensor from the manifest's own lists,
 // independent of the Reader (which stops at the first problem): each element
 // must be in exactly one slice. Tolerates a malformed manifest (the Reader
@@ -65,6 +114,12 @@ void check_coverage(const nlohmann::json& mf, std::vector<std::string>& problems
   if (!mf.is_object() || !mf.contains("tensors") || !mf["tensors"].is_object() || !mf.contains("files") ||
       !mf["files"].is_array())
     return;
+  std::vector<std::string> kinds;
+  try {
+    kinds = stored_kinds(mf, "manifest.json");
+  } catch (const Error&) {
+    return;  // the Reader names a malformed "kinds"
+  }
   const nlohmann::json& files = mf["files"];
   std::map<std::pair<std::string, std::string>, std::vector<Listed>> by_tensor;  // (name, kind)
   for (size_t i = 0; i < files.size(); ++i) {
@@ -95,37 +150,30 @@ void check_coverage(const nlohmann::json& mf, std::vector<std::string>& problems
     const nlohmann::json& sh = t["shape"];
     if (!sh.is_array() || sh.size() != 2 || !sh[0].is_number_integer() || !sh[1].is_number_integer()) continue;
     const int64_t rows = sh[0].get<int64_t>(), cols = sh[1].get<int64_t>();
-    if (rows < 1 || cols < 1) continue;
+    if (rows < 1 || cols < 1 || rows > kMaxElements / cols) continue;  // the Reader names the bad shape
     ++st.tensors;
     st.elements += rows * cols;
-    for (const std::string& kind : stored_kinds(mf)) {
+    for (const std::string& kind : kinds) {
       const auto it = by_tensor.find({name, kind});
       const std::string what = std::string(kind) + "/" + name;
       if (it == by_tensor.end()) {
         problems.push_back(what + ": in no file (all " + std::to_string(rows * cols) + " elements missing)");
         continue;
       }
-      // Times each element is stored (saturating at 2: "more than once").
-      std::vector<uint8_t> seen(size_t(rows * cols), 0);
+      std::vector<Listed> inside;
       for (const Listed& s : it->second) {
-        if (s.r0 < 0 || s.c0 < 0 || s.nr < 1 || s.nc < 1 || s.r0 + s.nr > rows || s.c0 + s.nc > cols) {
+        if (s.r0 < 0 || s.c0 < 0 || s.nr < 1 || s.nc < 1 || s.r0 > rows - s.nr || s.c0 > cols - s.nc) {
           problems.push_back(where_of(files, s, kind, name) + ": slice [" + std::to_string(s.r0) + ", " +
                              std::to_string(s.c0) + "] + [" + std::to_string(s.nr) + ", " + std::to_string(s.nc) +
                              "] lies outside the tensor's [" + std::to_string(rows) + ", " + std::to_string(cols) +
                              "]");
           continue;
         }
-        for (int64_t r = s.r0; r < s.r0 + s.nr; ++r)
-          for (int64_t c = s.c0; c < s.c0 + s.nc; ++c) {
-            uint8_t& v = seen[size_t(r * cols + c)];
-            v = uint8_t(std::min(2, v + 1));
-          }
+        inside.push_back(s);
       }
-      int64_t holes = 0, overlaps = 0, first_hole = -1, first_overlap = -1;
-      for (size_t e = 0; e < seen.size(); ++e) {
-        if (seen[e] == 0 && holes++ == 0) first_hole = int64_t(e);
-        if (seen[e] == 2 && overlaps++ == 0) first_overlap = int64_t(e);
-      }
+      const Coverage cv = sweep_coverage(inside, rows, cols);
+      const int64_t holes = rows * cols - cv.covered, overlaps = cv.doubled;
+      const int64_t first_hole = cv.first_hole, first_overlap = cv.first_doubled;
       auto at = [&](int64_t e) {
         std::ostringstream o;
         o << '[' << e / cols << ", " << e % cols << ']';
@@ -138,7 +186,7 @@ void check_coverage(const nlohmann::json& mf, std::vector<std::string>& problems
         // Name the slices that share the first doubly stored element.
         const int64_t r = first_overlap / cols, c = first_overlap % cols;
         std::string owners;
-        for (const Listed& s : it->second)
+        for (const Listed& s : inside)
           if (r >= s.r0 && r < s.r0 + s.nr && c >= s.c0 && c < s.c0 + s.nc)
             owners += (owners.empty() ? "" : " and ") + where_of(files, s, kind, name);
         problems.push_back(what + ": " + std::to_string(overlaps) + " elements in more than one slice (the first at " +

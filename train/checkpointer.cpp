@@ -12,6 +12,7 @@
 
 #include "dist/agree.h"
 #include "util/error.h"
+#include "util/json.h"
 #include "util/files.h"
 
 namespace fs = std::filesystem;
@@ -249,15 +250,20 @@ ResumeState Checkpointer::resume(const std::string& folder) {
     pos += rg.size;
   }
   const nlohmann::json& mf = r.manifest();
+  const std::string where = r.folder() + "/manifest.json: ";
   ResumeState st;
-  st.step = mf.at("step").get<int64_t>();
-  st.tokens = mf.at("tokens").get<int64_t>();
-  st.skipped = mf.at("skipped").get<int64_t>();
-  st.applied_steps = mf.at("applied_steps").get<long>();
-  st.loader.seed = mf.at("loader").at("seed").get<uint64_t>();
-  st.loader.epoch = mf.at("loader").at("epoch").get<uint64_t>();
-  st.loader.samples_consumed = mf.at("loader").at("samples_consumed").get<uint64_t>();
-  st.run_id = mf.at("run_id").get<std::string>();
+  try {
+    st.step = json_int<int64_t>(mf.at("step"), where + "step");
+    st.tokens = json_int<int64_t>(mf.at("tokens"), where + "tokens");
+    st.skipped = json_int<int64_t>(mf.at("skipped"), where + "skipped");
+    st.applied_steps = json_int<long>(mf.at("applied_steps"), where + "applied_steps");
+    st.loader.seed = json_int<uint64_t>(mf.at("loader").at("seed"), where + "loader.seed");
+    st.loader.epoch = json_int<uint64_t>(mf.at("loader").at("epoch"), where + "loader.epoch");
+    st.loader.samples_consumed = json_int<uint64_t>(mf.at("loader").at("samples_consumed"), where + "loader.samples_consumed");
+    st.run_id = mf.at("run_id").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(where, "missing or mistyped resume field (", e.what(), ")");
+  }
   adam_.upload_owned(m, v, st.applied_steps);
   run_id_ = st.run_id;
   return st;

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <variant>
 
+#include "data/byte_level.h"
 #include "util/error.h"
 
 namespace wiola {
@@ -366,6 +367,11 @@ void collect_override(const std::string& ov, std::vector<std::unique_ptr<toml::t
   // Bare text, or text meant for a string key that parsed as something else
   // (e.g. train.run_dir=2024): the text itself.
   if (!t || (is_string_key(*key) && !(*t)["x"].is_string())) {
+    // TOML is UTF-8: other bytes would be written into the run's config and
+    // checkpoints, which then could not be read back.
+    size_t bad = 0;
+    if (!valid_utf8(rhs, &bad))
+      fail(origin, ": the value of ", sname, ".", kname, " is not valid UTF-8 (byte ", bad + 1, ")");
     t = std::make_unique<toml::table>();
     t->insert("x", std::string(rhs));
   }

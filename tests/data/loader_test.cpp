@@ -230,6 +230,15 @@ TEST(Loader, BadSourcesAreClearErrors) {
   test::write_text(dir / "bad.json", "{ not json");
   e = error_of([&] { TokenLoader l(dir / "bad.json", "train", 9, 1, 0, 1, 0); });
   EXPECT_NE(e.find("bad.json: not a valid manifest"), std::string::npos) << e;
+  // Counts that are not integers of their field's range (found by fuzzing:
+  // 4.6e19 was an undefined cast, 2^40 wrapped silently).
+  for (const std::string count : {"1099511627776", "46116860184273879042", "12.5", "-3"}) {
+    test::write_text(dir / "count.json", R"({"format": "wiola-manifest-1", "tokenizer": {"sha256": "", "vocab_size": )" +
+                                             count + R"(, "eos_id": 0}, "splits": {}})");
+    e = error_of([&] { read_manifest(dir / "count.json"); });
+    EXPECT_NE(e.find("count.json: tokenizer.vocab_size is "), std::string::npos) << e;
+    EXPECT_NE(e.find(", not an integer from 0 to 4294967295"), std::string::npos) << e;
+  }
 }
 
 }  // namespace

@@ -224,6 +224,45 @@ TEST(Tokenizer, UnsupportedKindsAreClearErrors) {
   EXPECT_THROW(Tokenizer::load("/nonexistent/tokenizer.json"), Error);
 }
 
+// Files a fuzzer made (tests/fuzz): wrong JSON types anywhere, and ids that
+// could not index an embedding or could not decode, are refused naming the
+// file rather than escaping as a library exception or a huge allocation.
+TEST(Tokenizer, MalformedFilesAreClearErrors) {
+  json j = make_json({}, /*with_specials=*/true);
+  json w = j;
+  w["model"]["type"] = {{"a", 0}};
+  expect_error(w.dump(), "malformed tokenizer.json");
+  w = j;
+  w["normalizer"] = 3;
+  expect_error(w.dump(), "normalizer is 3");
+  w = j;
+  w["decoder"] = "ByteLevel";
+  expect_error(w.dump(), "decoder is not ByteLevel");
+  w = j;
+  w["model"]["vocab"][byte_char('A')] = 65.5;
+  expect_error(w.dump(), "model.vocab token \"A\" has id 65.5, not an integer from 0 to 16777215");
+  w = j;
+  w["model"]["vocab"][byte_char('A')] = int64_t(1) << 24;
+  expect_error(w.dump(), "has id 16777216");
+  w = j;
+  w["model"]["vocab"][byte_char('A')] = 2 + 'B';
+  expect_error(w.dump(), "model.vocab gives id 68 to both");
+  w = j;
+  w["added_tokens"][0]["id"] = 2 + 'A';
+  expect_error(w.dump(), "added token \"<eos>\" has id 67, which model.vocab gives to \"A\"");
+  w = j;
+  w["added_tokens"][1]["id"] = 0;
+  expect_error(w.dump(), "added tokens \"<eos>\" and \"<|end|>\" share id 0");
+  w = j;
+  w["added_tokens"][1]["id"] = "1";
+  expect_error(w.dump(), "added token \"<|end|>\" has id \"1\"");
+  // An added token may repeat a vocabulary token under its id.
+  w = j;
+  w["model"]["vocab"]["<eos>"] = 0;
+  const Tokenizer t = Tokenizer::from_json_text(w.dump(), "x/tokenizer.json");
+  EXPECT_EQ(t.encode("a<eos>", true), (std::vector<int32_t>{2 + 'a', 0}));
+}
+
 // --- equality with Hugging Face `tokenizers` -----------------------------
 
 const std::vector<std::string>& tricky_lines() {

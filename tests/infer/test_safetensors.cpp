@@ -138,6 +138,15 @@ TEST(Safetensors, MalformedFilesAreOneClearError) {
   expect_error(raw_file("gap.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "a gap");
   expect_error(raw_file("tail.safetensors", ok, 12), "after the last tensor");
   expect_error(raw_file("fields.safetensors", R"({"a":{"dtype":"F32"}})", 0), "needs dtype, shape and data_offsets");
+  // Found by fuzzing: a shape whose element count overflows int64, and
+  // numbers that are not integers of the field's range.
+  expect_error(raw_file("huge.safetensors",
+                        R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0),
+               "shape holds more values than the file has bytes");
+  expect_error(raw_file("float.safetensors", R"({"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", 4),
+               "tensor a: shape[0] is 1.5, not an integer");
+  expect_error(raw_file("neg.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", 4),
+               "tensor a: data_offsets[0] is -4, not an integer from 0 to 18446744073709551615");
   EXPECT_THROW(File(dir() + "/missing.safetensors"), Error);
 }
 
@@ -150,6 +159,24 @@ TEST(Safetensors, SizesLikeTransformers) {
   EXPECT_THROW(parse_size("lots"), Error);
   EXPECT_THROW(parse_size("5XB"), Error);
   EXPECT_THROW(parse_size("0"), Error);
+  EXPECT_EQ(parse_size("1.5KB"), 1500u);
+  EXPECT_THROW(parse_size("."), Error);  // was std::invalid_argument from stod
+  EXPECT_THROW(parse_size("1.2.3MB"), Error);
+  EXPECT_THROW(parse_size("99999999999999999999999GB"), Error);  // was an out-of-range float-to-int cast
+}
+
+TEST(Safetensors, IndexMapsToFilesOfTheFolderOnly) {
+  const std::string d = dir() + "/index-paths";
+  fs::create_directories(d);
+  for (const std::string bad : {R"("../model.safetensors")", R"("/etc/passwd")", "3", R"("")"}) {
+    std::ofstream(d + "/" + kIndexFile) << R"({"weight_map": {"a": )" << bad << "}}";
+    try {
+      Folder f(d);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not a file name of the folder"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

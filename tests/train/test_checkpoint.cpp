@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -507,6 +508,36 @@ TEST_F(CheckpointTest, ManifestWithATensorNotCovered) {
   write_manifest(f, mf);
   EXPECT_CONTAINS(error_of([&] { ckpt::Reader r(f.string()); }), "exp_avg_sq/model.norm.offset: in no file");
   EXPECT_CONTAINS(joined(ckpt::verify_deep(f.string())), "exp_avg_sq/model.norm.offset: in no file");
+}
+
+// Manifests a fuzzer made (tests/fuzz): a mistyped "kinds", a file name that
+// leaves the folder, sizes whose products overflow. Each is refused naming
+// the manifest; verify lists the problem instead of throwing.
+TEST_F(CheckpointTest, ManifestFieldsOutOfBounds) {
+  const fs::path f = copy("bounds");
+  const json good = read_manifest(f);
+  auto refused = [&](const std::function<void(json&)>& edit, const std::string& needle) {
+    json mf = good;
+    edit(mf);
+    write_manifest(f, mf);
+    const std::string err = error_of([&] { ckpt::Reader r(f.string()); });
+    EXPECT_CONTAINS(err, (f / "manifest.json").string());
+    EXPECT_CONTAINS(err, needle);
+    EXPECT_CONTAINS(joined(ckpt::verify_deep(f.string())), needle);
+  };
+  refused([](json& mf) { mf["kinds"] = json::array({1, 2}); }, "\"kinds\" is [1,2], expected distinct entries");
+  refused([](json& mf) { mf["kinds"] = json::array({"param", "param", "param"}); }, "\"kinds\" is");
+  refused([](json& mf) { mf["files"][0]["name"] = ".."; }, "file name '..' is not a plain name");
+  refused([](json& mf) { mf["tensors"]["model.norm.weight"]["shape"] = json::array({int64_t(1) << 62, int64_t(1) << 62}); },
+          "tensor model.norm.weight: bad shape");
+  refused(
+      [](json& mf) {
+        for (auto& rec : mf["files"])
+          if (rec["slices"]["param"].contains("model.norm.weight"))
+            rec["slices"]["param"]["model.norm.weight"][0][0] = int64_t(1) << 62;
+      },
+      "lies outside the tensor");
+  refused([](json& mf) { mf["tensors"] = json::object(); }, "lists no tensors");
 }
 
 TEST_F(CheckpointTest, ManifestWithAnOverlapHidingAHoleOfTheSameSize) {

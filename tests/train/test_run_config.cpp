@@ -362,6 +362,14 @@ TEST_F(RunConfigTest, MalformedOverrides) {
   }
 }
 
+// A bare --set value goes into the run's config.toml and every checkpoint:
+// bytes that are not UTF-8 would make those unreadable (found by fuzzing).
+TEST_F(RunConfigTest, OverrideThatIsNotUtf8) {
+  const std::string m = load_error("", {"checkpoint.dir=ck\x84pt"});
+  EXPECT_CONTAINS(m, "<--set>");
+  EXPECT_CONTAINS(m, "checkpoint.dir is not valid UTF-8 (byte 3)");
+}
+
 TEST_F(RunConfigTest, MissingFile) {
   const std::string p = (dir_ / "nope.toml").string();
   const std::string m = load_error(p);
