@@ -19,25 +19,11 @@ all=(tokenizer_json tokenizer_encode documents data_manifest safetensors safeten
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 
-# libFuzzer and the sanitizers' runtimes come with clang's runtime package.
-if ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || ! command -v clang++ >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get install -y --no-install-recommends clang libclang-rt-dev libomp-dev >/dev/null
-  else
-    echo "fuzz.sh: needs clang, libclang-rt-dev and libomp-dev (apt-get install as root)" >&2
-    exit 2
-  fi
-fi
-
-if [ ! -f build-fuzz/build.ninja ]; then
-  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
-    -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DWIOLA_FUZZ=ON -DWIOLA_CUDA=OFF >/dev/null
-fi
+source scripts/sanitizer_build.sh
+sanitizer_configure
 cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 
 mkdir -p build-fuzz/findings
-export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
 printf '%-20s %10s %8s %8s  %s\n' target execs cov corpus findings
 for t in "${targets[@]}"; do

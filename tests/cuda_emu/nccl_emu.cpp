@@ -175,7 +175,7 @@ class Message final : public ::wiola_emu::Held {
       return true;
     }
     if (!flag) return false;
-    if (check_src && std::memcmp(src, in.data(), in.size()) != 0)
+    if (check_src && !in.empty() && std::memcmp(src, in.data(), in.size()) != 0)
       comm_->fail(ncclInvalidUsage, op_ + " (rank " + std::to_string(comm_->rank) + " of " +
                                         std::to_string(comm_->nranks) +
                                         "): its send buffer changed while the operation was in flight; on a GPU "

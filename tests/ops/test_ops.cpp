@@ -33,13 +33,15 @@ class Report : public ::testing::Environment {
 [[maybe_unused]] auto* const kReport =
     ::testing::AddGlobalTestEnvironment(new Report);
 
-TEST(Memory, AlignedZeroedCopies) {
+// A new buffer's contents are undefined (kernels/ops.h): fresh pages from
+// the kernel happen to be zero, but reused heap memory is not, and the
+// AddressSanitizer build fills it with 0xbe.
+TEST(Memory, AlignedCopiesAndZero) {
   auto ops = make_cpu_ops<float>();
   EXPECT_STREQ(ops->name(), "cpu-f32");
   EXPECT_STREQ(make_cpu_ops<double>()->name(), "cpu-f64");
   Buffer<float> a(*ops, 1000), b(*ops, 1000);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 64, 0u);
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a.data()[i], 0.0f);
   std::vector<float> h(1000), back(1000);
   for (size_t i = 0; i < h.size(); ++i) h[i] = float(i) * 0.5f;
   ops->upload(a.data(), h.data(), a.bytes());
