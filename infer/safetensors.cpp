@@ -16,6 +16,7 @@
 
 #include "kernels/dtype.h"
 #include "util/error.h"
+#include "util/files.h"
 #include "util/json.h"
 
 namespace fs = std::filesystem;
@@ -287,9 +288,8 @@ Folder::Folder(const std::string& dir) : dir_(dir) {
     std::map<std::string, std::string> map;
     for (auto& [name, f] : j["weight_map"].items()) {
       // Shards are files of this folder: a plain name, no path.
-      WIOLA_CHECK(f.is_string() && !f.get<std::string>().empty() && f.get<std::string>().find('/') == std::string::npos &&
-                      f.get<std::string>() != "." && f.get<std::string>() != "..",
-                  index.string(), ": weight_map maps ", name, " to ", f.dump(), ", not a file name of the folder");
+      WIOLA_CHECK(f.is_string() && is_plain_file_name(f.get<std::string>()), index.string(), ": weight_map maps ", name,
+                  " to ", f.dump(), ", not a file name of the folder");
       map[name] = f.get<std::string>();
     }
     for (auto& [name, f] : map)

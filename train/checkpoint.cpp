@@ -15,6 +15,7 @@
 
 #include "train/h5_util.h"
 #include "util/error.h"
+#include "util/files.h"
 #include "util/json.h"
 
 namespace fs = std::filesystem;
@@ -248,8 +249,7 @@ Reader::Reader(const std::string& folder) : folder_(folder) {
       r.bytes = json_int<uint64_t>(f.at("bytes"), file + ": bytes");
       r.xxh3 = f.at("xxh3").get<std::string>();
       r.slices = f.at("slices");
-      if (r.name.find('/') != std::string::npos || r.name.empty() || r.name == "." || r.name == "..")
-        bad("file name '" + r.name + "' is not a plain name");
+      if (!is_plain_file_name(r.name)) bad("file name '" + r.name + "' is not a plain name");
       files_.push_back(std::move(r));
     }
     for (const auto& [name, t] : manifest_.at("tensors").items()) {

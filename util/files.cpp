@@ -36,4 +36,8 @@ double peak_rss_mib() {
   return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
 }
 
+bool is_plain_file_name(const std::string& name) {
+  return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
+}
+
 }  // namespace wiola

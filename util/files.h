@@ -11,5 +11,8 @@ void write_text_atomic(const std::string& path, const std::string& text);
 
 // Peak resident set size of this process, MiB.
 double peak_rss_mib();
+// A name a manifest may give to a file of its own folder: not empty, no
+// '/', not "." or ".." (so it cannot point elsewhere).
+bool is_plain_file_name(const std::string& name);
 
 }  // namespace wiola
