@@ -135,9 +135,10 @@ std::vector<std::string> stored_kinds(const nlohmann::json& manifest, const std:
   std::vector<std::string> out;
   bool ok = k.is_array();
   for (size_t i = 0; ok && i < k.size(); ++i) {
-    ok = k[i].is_string() && std::find(std::begin(kKinds), std::end(kKinds), k[i].get<std::string>()) != std::end(kKinds) &&
-         std::find(out.begin(), out.end(), k[i].get<std::string>()) == out.end();
-    if (ok) out.push_back(k[i].get<std::string>());
+    const std::string kind = k[i].is_string() ? k[i].get<std::string>() : "";
+    ok = std::find(std::begin(kKinds), std::end(kKinds), kind) != std::end(kKinds) &&
+         std::find(out.begin(), out.end(), kind) == out.end();
+    if (ok) out.push_back(kind);
   }
   WIOLA_CHECK(ok && std::find(out.begin(), out.end(), "param") != out.end(), where, ": \"kinds\" is ", k.dump(),
               ", expected distinct entries of \"param\", \"exp_avg\", \"exp_avg_sq\" with \"param\" among them");

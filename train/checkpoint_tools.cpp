@@ -172,8 +172,7 @@ void check_coverage(const nlohmann::json& mf, std::vector<std::string>& problems
         inside.push_back(s);
       }
       const Coverage cv = sweep_coverage(inside, rows, cols);
-      const int64_t holes = rows * cols - cv.covered, overlaps = cv.doubled;
-      const int64_t first_hole = cv.first_hole, first_overlap = cv.first_doubled;
+      const int64_t holes = rows * cols - cv.covered;
       auto at = [&](int64_t e) {
         std::ostringstream o;
         o << '[' << e / cols << ", " << e % cols << ']';
@@ -181,16 +180,16 @@ void check_coverage(const nlohmann::json& mf, std::vector<std::string>& problems
       };
       if (holes > 0)
         problems.push_back(what + ": " + std::to_string(holes) + " of " + std::to_string(rows * cols) +
-                           " elements in no slice (the first at " + at(first_hole) + ")");
-      if (overlaps > 0) {
+                           " elements in no slice (the first at " + at(cv.first_hole) + ")");
+      if (cv.doubled > 0) {
         // Name the slices that share the first doubly stored element.
-        const int64_t r = first_overlap / cols, c = first_overlap % cols;
+        const int64_t r = cv.first_doubled / cols, c = cv.first_doubled % cols;
         std::string owners;
         for (const Listed& s : inside)
           if (r >= s.r0 && r < s.r0 + s.nr && c >= s.c0 && c < s.c0 + s.nc)
             owners += (owners.empty() ? "" : " and ") + where_of(files, s, kind, name);
-        problems.push_back(what + ": " + std::to_string(overlaps) + " elements in more than one slice (the first at " +
-                           at(first_overlap) + ", in " + owners + ")");
+        problems.push_back(what + ": " + std::to_string(cv.doubled) + " elements in more than one slice (the first at " +
+                           at(cv.first_doubled) + ", in " + owners + ")");
       }
     }
   }

@@ -76,9 +76,10 @@ class Scratch {
   static size_t open_fds() {
     size_t n = 0;
     std::error_code ec;
+    const std::string ours = dir().string();
     for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
       const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
-      if (!ec && target.rfind(dir().string(), 0) == 0) ++n;
+      if (!ec && target.rfind(ours, 0) == 0) ++n;
     }
     return n;
   }
