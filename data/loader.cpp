@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -75,17 +76,136 @@ std::vector<uint32_t> epoch_permutation(uint64_t n, uint64_t seed, uint64_t epoc
   return p;
 }
 
-struct TokenLoader::Impl {
-  std::string source;
+uint64_t blend_source_seed(uint64_t seed, size_t k) { return seed ^ (uint64_t(k) * 0xD6E8FEB86659FD93ull); }
+
+size_t blend_pick(const std::vector<double>& p, const std::vector<uint64_t>& drawn) {
+  uint64_t n = 0;
+  for (uint64_t d : drawn) n += d;
+  size_t best = 0;
+  double lag = -1e300;
+  for (size_t k = 0; k < p.size(); ++k) {
+    const double l = double(n + 1) * p[k] - double(drawn[k]);
+    if (l > lag) lag = l, best = k;
+  }
+  return best;
+}
+
+namespace {
+
+// One source's split: its shards as one token stream, and its epoch orders.
+struct Source {
+  std::string name;  // the manifest or shard read (for messages)
   std::vector<std::unique_ptr<ShardReader>> shards;
-  std::vector<uint64_t> starts;  // first global token of each shard
+  std::vector<uint64_t> starts;  // first token of each shard in the stream
   DatasetInfo info{};
-  int T = 0, G = 0, rank = 0, dp = 1, local = 0;
-  bool shuffle = true;
-  LoaderState state;
 
   mutable std::mutex perm_mu;
   mutable std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const std::vector<uint32_t>>> perms;  // (seed, epoch)
+
+  Source(const std::string& source, const std::string& split, int T);
+
+  std::shared_ptr<const std::vector<uint32_t>> perm(uint64_t seed, uint64_t epoch) const {
+    std::lock_guard<std::mutex> lock(perm_mu);
+    auto key = std::make_pair(seed, epoch);
+    auto it = perms.find(key);
+    if (it != perms.end()) return it->second;
+    auto p = std::make_shared<const std::vector<uint32_t>>(epoch_permutation(info.num_samples, seed, epoch));
+    while (perms.size() >= 3) perms.erase(perms.begin());  // keep the newest few
+    perms[key] = p;
+    return p;
+  }
+
+  // The sample at (epoch, consumed), then the cursor moves on (into the
+  // next epoch after the last sample, so a stored cursor is always < S).
+  uint64_t advance(uint64_t seed, bool shuffle, uint64_t& epoch, uint64_t& consumed) const {
+    const uint64_t idx = shuffle ? uint64_t((*perm(seed, epoch))[consumed]) : consumed;
+    if (++consumed == info.num_samples) {
+      ++epoch;
+      consumed = 0;
+    }
+    return idx;
+  }
+
+  // Stream tokens [start, start + count), across shard boundaries.
+  void read_tokens(uint64_t start, uint64_t left, int32_t* out) const {
+    size_t k = size_t(std::upper_bound(starts.begin(), starts.end(), start) - starts.begin()) - 1;
+    while (left > 0) {
+      WIOLA_CHECK(k < shards.size(), name, ": tokens from ", start, " run past the end of the data");
+      uint64_t off = start - starts[k];
+      uint64_t n = std::min(left, shards[k]->size() - off);
+      shards[k]->read(off, n, out);
+      out += n;
+      left -= n;
+      start += n;
+      ++k;
+    }
+  }
+};
+
+Source::Source(const std::string& source, const std::string& split, int T) : name(source) {
+  std::error_code ec;
+  std::string path = source;
+  if (fs::is_directory(path, ec)) {
+    path = (fs::path(source) / kManifestName).string();
+    if (!fs::exists(path, ec))
+      fail(source, ": no ", kManifestName, " in this folder (not a prep output, or prep did not finish)");
+  } else if (!fs::exists(path, ec)) {
+    fail(source, ": no such file or directory");
+  }
+  if (looks_like_hdf5(path)) {
+    shards.push_back(std::make_unique<ShardReader>(path));
+    const ShardMeta& s = shards[0]->meta();
+    info = DatasetInfo{s.vocab_size, s.eos_id, s.tokenizer_sha256, s.num_tokens, s.num_documents, 0};
+  } else {
+    Manifest man = read_manifest(path);
+    auto it = man.splits.find(split);
+    if (it == man.splits.end()) {
+      std::string have;
+      for (auto& [k, v] : man.splits) have += (have.empty() ? "" : ", ") + k;
+      fail(path, ": manifest has no split '", split, "' (it has: ", have.empty() ? "none" : have, ")");
+    }
+    info = DatasetInfo{man.vocab_size, man.eos_id, man.tokenizer_sha256, 0, 0, 0, man.tokenizer_file};
+    for (const ManifestShard& e : it->second.shards) {
+      auto r = std::make_unique<ShardReader>(e.path);
+      const ShardMeta& s = r->meta();
+      if (s.vocab_size != man.vocab_size || s.eos_id != man.eos_id || s.tokenizer_sha256 != man.tokenizer_sha256)
+        fail(e.path, ": shard does not match the manifest ", path, " (vocab_size ", s.vocab_size, " vs ",
+             man.vocab_size, ", eos_id ", s.eos_id, " vs ", man.eos_id, ", tokenizer sha256 ",
+             s.tokenizer_sha256.substr(0, 12), "… vs ", man.tokenizer_sha256.substr(0, 12), "…)");
+      if (s.num_tokens != e.num_tokens || s.num_documents != e.num_documents)
+        fail(e.path, ": shard holds ", s.num_tokens, " tokens / ", s.num_documents, " documents, manifest ", path,
+             " says ", e.num_tokens, " / ", e.num_documents);
+      info.num_documents += s.num_documents;
+      info.num_tokens += s.num_tokens;
+      shards.push_back(std::move(r));
+    }
+    if (info.num_tokens != it->second.num_tokens)
+      fail(path, ": split '", split, "' says ", it->second.num_tokens, " tokens but its shards hold ",
+           info.num_tokens);
+    name = path;
+  }
+  uint64_t first = 0;
+  for (auto& s : shards) {
+    starts.push_back(first);
+    first += s->size();
+  }
+  if (info.num_tokens < uint64_t(T) + 1)
+    fail(name, ": split '", split, "' holds ", info.num_tokens, " tokens, fewer than T+1 = ", T + 1,
+         " (not one training sample)");
+  info.num_samples = (info.num_tokens - 1) / uint64_t(T);
+  WIOLA_CHECK(info.num_samples < (uint64_t(1) << 32), name, ": more than 2^32 samples");
+}
+
+}  // namespace
+
+struct TokenLoader::Impl {
+  std::vector<std::unique_ptr<Source>> sources;
+  std::vector<double> share;  // normalised weights (a blend)
+  DatasetInfo info{};         // the sources' together
+  std::string name;           // for messages: the source, or "the blend of ..."
+  int T = 0, G = 0, rank = 0, dp = 1, local = 0;
+  bool shuffle = true;
+  LoaderState state;
 
   bool prefetch = true;
   std::thread worker;
@@ -102,66 +222,35 @@ struct TokenLoader::Impl {
   bool stop = false, failed = false;
   static constexpr size_t kDepth = 4;
 
-  std::shared_ptr<const std::vector<uint32_t>> perm(uint64_t seed, uint64_t epoch) const {
-    std::lock_guard<std::mutex> lock(perm_mu);
-    auto key = std::make_pair(seed, epoch);
-    auto it = perms.find(key);
-    if (it != perms.end()) return it->second;
-    auto p = std::make_shared<const std::vector<uint32_t>>(epoch_permutation(info.num_samples, seed, epoch));
-    while (perms.size() >= 3) perms.erase(perms.begin());  // keep the newest few
-    perms[key] = p;
-    return p;
-  }
+  bool blended() const { return sources.size() > 1; }
 
-  std::vector<uint64_t> take(LoaderState& s, uint64_t count) const {
-    const uint64_t S = info.num_samples;
-    std::vector<uint64_t> out;
+  std::vector<Sample> take(LoaderState& s, uint64_t count) const {
+    std::vector<Sample> out;
     out.reserve(count);
-    std::shared_ptr<const std::vector<uint32_t>> p;
-    uint64_t p_epoch = ~0ull;
-    for (uint64_t c = 0; c < count; ++c) {
-      if (s.samples_consumed >= S) {
-        ++s.epoch;
-        s.samples_consumed = 0;
-      }
-      if (shuffle) {
-        if (p_epoch != s.epoch) {
-          p = perm(s.seed, s.epoch);
-          p_epoch = s.epoch;
-        }
-        out.push_back((*p)[s.samples_consumed]);
-      } else {
-        out.push_back(s.samples_consumed);
-      }
-      ++s.samples_consumed;
+    if (!blended()) {
+      for (uint64_t c = 0; c < count; ++c)
+        out.push_back({0, sources[0]->advance(s.seed, shuffle, s.epoch, s.samples_consumed)});
+      return out;
     }
-    if (s.samples_consumed >= S) {
-      ++s.epoch;
-      s.samples_consumed = 0;
+    std::vector<uint64_t> drawn(sources.size());
+    for (size_t k = 0; k < sources.size(); ++k) drawn[k] = s.blend[k].drawn;
+    for (uint64_t c = 0; c < count; ++c) {
+      const size_t k = blend_pick(share, drawn);
+      SourceCursor& q = s.blend[k];
+      out.push_back({uint32_t(k), sources[k]->advance(blend_source_seed(s.seed, k), shuffle, q.epoch,
+                                                      q.samples_consumed)});
+      q.drawn = ++drawn[k];
     }
     return out;
   }
 
-  void read_sample(uint64_t idx, int32_t* out) const { read_tokens(idx * uint64_t(T), uint64_t(T) + 1, out); }
-
-  // Stream tokens [start, start + count), across shard boundaries.
-  void read_tokens(uint64_t start, uint64_t left, int32_t* out) const {
-    size_t k = size_t(std::upper_bound(starts.begin(), starts.end(), start) - starts.begin()) - 1;
-    while (left > 0) {
-      WIOLA_CHECK(k < shards.size(), source, ": tokens from ", start, " run past the end of the data");
-      uint64_t off = start - starts[k];
-      uint64_t n = std::min(left, shards[k]->size() - off);
-      shards[k]->read(off, n, out);
-      out += n;
-      left -= n;
-      start += n;
-      ++k;
-    }
+  void read_sample(const Sample& x, int32_t* out) const {
+    sources[x.source]->read_tokens(x.index * uint64_t(T), uint64_t(T) + 1, out);
   }
 
   // This rank's slice of the global batch after `s` (advancing s).
   void produce(LoaderState& s, int32_t* out) const {
-    std::vector<uint64_t> idx = take(s, uint64_t(G));
+    std::vector<Sample> idx = take(s, uint64_t(G));
     for (int j = 0; j < local; ++j) read_sample(idx[size_t(rank * local + j)], out + size_t(j) * size_t(T + 1));
   }
 
@@ -207,6 +296,11 @@ struct TokenLoader::Impl {
 
 TokenLoader::TokenLoader(const std::string& source, const std::string& split, int T, int global_batch,
                          int dp_rank, int dp_size, uint64_t seed, bool shuffle, bool prefetch)
+    : TokenLoader(std::vector<BlendSource>{{source, 1.0}}, split, T, global_batch, dp_rank, dp_size, seed, shuffle,
+                  prefetch) {}
+
+TokenLoader::TokenLoader(const std::vector<BlendSource>& blend, const std::string& split, int T, int global_batch,
+                         int dp_rank, int dp_size, uint64_t seed, bool shuffle, bool prefetch)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   WIOLA_CHECK(T > 0, "loader: sequence length T must be positive (got ", T, ")");
@@ -214,6 +308,7 @@ TokenLoader::TokenLoader(const std::string& source, const std::string& split, in
   WIOLA_CHECK(dp_size > 0 && dp_rank >= 0 && dp_rank < dp_size, "loader: bad DP rank ", dp_rank, " of ", dp_size);
   WIOLA_CHECK(global_batch % dp_size == 0, "loader: global batch ", global_batch, " is not a multiple of DP size ",
               dp_size);
+  WIOLA_CHECK(!blend.empty(), "loader: no data source");
   m.T = T;
   m.G = global_batch;
   m.rank = dp_rank;
@@ -222,59 +317,38 @@ TokenLoader::TokenLoader(const std::string& source, const std::string& split, in
   m.shuffle = shuffle;
   m.prefetch = prefetch;
   m.state.seed = seed;
-  m.source = source;
 
-  std::error_code ec;
-  std::string path = source;
-  if (fs::is_directory(path, ec)) {
-    path = (fs::path(source) / kManifestName).string();
-    if (!fs::exists(path, ec))
-      fail(source, ": no ", kManifestName, " in this folder (not a prep output, or prep did not finish)");
-  } else if (!fs::exists(path, ec)) {
-    fail(source, ": no such file or directory");
+  double total = 0;
+  for (size_t k = 0; k < blend.size(); ++k) {
+    const BlendSource& b = blend[k];
+    WIOLA_CHECK(std::isfinite(b.weight) && b.weight > 0, "loader: source ", k + 1, " (", b.path,
+                ") has weight ", b.weight, "; weights must be positive");
+    total += b.weight;
+    m.sources.push_back(std::make_unique<Source>(b.path, split, T));
   }
-  if (looks_like_hdf5(path)) {
-    m.shards.push_back(std::make_unique<ShardReader>(path));
-    const ShardMeta& s = m.shards[0]->meta();
-    m.info = DatasetInfo{s.vocab_size, s.eos_id, s.tokenizer_sha256, s.num_tokens, s.num_documents, 0};
-  } else {
-    Manifest man = read_manifest(path);
-    auto it = man.splits.find(split);
-    if (it == man.splits.end()) {
-      std::string have;
-      for (auto& [k, v] : man.splits) have += (have.empty() ? "" : ", ") + k;
-      fail(path, ": manifest has no split '", split, "' (it has: ", have.empty() ? "none" : have, ")");
+  WIOLA_CHECK(std::isfinite(total), "loader: the blend's weights add up to more than a double holds");
+  for (const BlendSource& b : blend) m.share.push_back(b.weight / total);
+  m.info = m.sources[0]->info;
+  m.name = m.sources[0]->name;
+  if (m.blended()) {
+    m.name = "the blend of " + std::to_string(blend.size()) + " sources";
+    m.state.blend.resize(blend.size());
+    m.info.num_tokens = m.info.num_documents = m.info.num_samples = 0;
+    const Source& first = *m.sources[0];
+    for (const auto& s : m.sources) {
+      const DatasetInfo& d = s->info;
+      if (d.vocab_size != first.info.vocab_size || d.eos_id != first.info.eos_id ||
+          d.tokenizer_sha256 != first.info.tokenizer_sha256)
+        fail(s->name, ": made with another tokenizer than ", first.name, " (vocab_size ", d.vocab_size, " vs ",
+             first.info.vocab_size, ", eos_id ", d.eos_id, " vs ", first.info.eos_id, ", tokenizer sha256 ",
+             d.tokenizer_sha256.substr(0, 12), "… vs ", first.info.tokenizer_sha256.substr(0, 12),
+             "…); a blend needs one tokenizer");
+      m.info.num_tokens += d.num_tokens;
+      m.info.num_documents += d.num_documents;
+      m.info.num_samples += d.num_samples;
+      if (m.info.tokenizer_file.empty()) m.info.tokenizer_file = d.tokenizer_file;
     }
-    m.info = DatasetInfo{man.vocab_size, man.eos_id, man.tokenizer_sha256, 0, 0, 0, man.tokenizer_file};
-    for (const ManifestShard& e : it->second.shards) {
-      auto r = std::make_unique<ShardReader>(e.path);
-      const ShardMeta& s = r->meta();
-      if (s.vocab_size != man.vocab_size || s.eos_id != man.eos_id || s.tokenizer_sha256 != man.tokenizer_sha256)
-        fail(e.path, ": shard does not match the manifest ", path, " (vocab_size ", s.vocab_size, " vs ",
-             man.vocab_size, ", eos_id ", s.eos_id, " vs ", man.eos_id, ", tokenizer sha256 ",
-             s.tokenizer_sha256.substr(0, 12), "… vs ", man.tokenizer_sha256.substr(0, 12), "…)");
-      if (s.num_tokens != e.num_tokens || s.num_documents != e.num_documents)
-        fail(e.path, ": shard holds ", s.num_tokens, " tokens / ", s.num_documents, " documents, manifest ", path,
-             " says ", e.num_tokens, " / ", e.num_documents);
-      m.info.num_documents += s.num_documents;
-      m.info.num_tokens += s.num_tokens;
-      m.shards.push_back(std::move(r));
-    }
-    if (m.info.num_tokens != it->second.num_tokens)
-      fail(path, ": split '", split, "' says ", it->second.num_tokens, " tokens but its shards hold ",
-           m.info.num_tokens);
-    m.source = path;
   }
-  uint64_t first = 0;
-  for (auto& s : m.shards) {
-    m.starts.push_back(first);
-    first += s->size();
-  }
-  if (m.info.num_tokens < uint64_t(T) + 1)
-    fail(m.source, ": split '", split, "' holds ", m.info.num_tokens, " tokens, fewer than T+1 = ", T + 1,
-         " (not one training sample)");
-  m.info.num_samples = (m.info.num_tokens - 1) / uint64_t(T);
-  WIOLA_CHECK(m.info.num_samples < (uint64_t(1) << 32), m.source, ": more than 2^32 samples");
   m.cursor = m.state;
   m.start_worker();
 }
@@ -284,12 +358,18 @@ TokenLoader::~TokenLoader() { impl_->stop_worker(); }
 const DatasetInfo& TokenLoader::info() const { return impl_->info; }
 int TokenLoader::local_batch() const { return impl_->local; }
 int TokenLoader::seq_len() const { return impl_->T; }
+size_t TokenLoader::num_sources() const { return impl_->sources.size(); }
+const DatasetInfo& TokenLoader::source_info(size_t k) const { return impl_->sources.at(k)->info; }
+const std::string& TokenLoader::source_name(size_t k) const { return impl_->sources.at(k)->name; }
+double TokenLoader::source_share(size_t k) const { return impl_->share.at(k); }
 LoaderState TokenLoader::state() const {
   std::lock_guard<std::mutex> lk(impl_->mu);
   return impl_->state;
 }
 
-std::vector<uint64_t> TokenLoader::take_samples(LoaderState& s, uint64_t count) const { return impl_->take(s, count); }
+std::vector<TokenLoader::Sample> TokenLoader::take_samples(LoaderState& s, uint64_t count) const {
+  return impl_->take(s, count);
+}
 
 void TokenLoader::next_batch(int32_t* out) {
   Impl& m = *impl_;
@@ -314,18 +394,38 @@ void TokenLoader::next_batch(int32_t* out) {
 void TokenLoader::peek_global_batch(int32_t* out) const {
   const Impl& m = *impl_;
   LoaderState s = state();
-  std::vector<uint64_t> idx = m.take(s, uint64_t(m.G));
+  std::vector<Sample> idx = m.take(s, uint64_t(m.G));
   for (int j = 0; j < m.G; ++j) m.read_sample(idx[size_t(j)], out + size_t(j) * size_t(m.T + 1));
 }
 
+namespace {
+// A cursor read from a checkpoint at the end of an epoch moves into the next.
+void check_cursor(const std::string& name, uint64_t S, uint64_t& epoch, uint64_t& consumed) {
+  WIOLA_CHECK(consumed <= S, name, ": loader state has ", consumed, " samples consumed but an epoch has only ", S,
+              " (different data?)");
+  if (consumed == S) {
+    ++epoch;
+    consumed = 0;
+  }
+}
+}  // namespace
+
 void TokenLoader::restore(const LoaderState& s) {
   Impl& m = *impl_;
-  WIOLA_CHECK(s.samples_consumed <= m.info.num_samples, m.source, ": loader state has ", s.samples_consumed,
-              " samples consumed but an epoch has only ", m.info.num_samples, " (different data?)");
   LoaderState n = s;
-  if (n.samples_consumed == m.info.num_samples) {
-    ++n.epoch;
-    n.samples_consumed = 0;
+  if (!m.blended()) {
+    WIOLA_CHECK(s.blend.empty(), m.name, ": the loader state is of a blend of ", s.blend.size(),
+                " sources, this run reads one");
+    check_cursor(m.name, m.info.num_samples, n.epoch, n.samples_consumed);
+  } else {
+    WIOLA_CHECK(s.blend.size() == m.sources.size(), m.name, ": the loader state is of ",
+                s.blend.empty() ? std::string("one source") : "a blend of " + std::to_string(s.blend.size()),
+                ", this run blends ", m.sources.size());
+    WIOLA_CHECK(s.epoch == 0 && s.samples_consumed == 0, m.name, ": a blend's loader state has epoch ", s.epoch,
+                " and samples_consumed ", s.samples_consumed, " (both must be 0)");
+    for (size_t k = 0; k < m.sources.size(); ++k)
+      check_cursor(m.sources[k]->name, m.sources[k]->info.num_samples, n.blend[k].epoch,
+                   n.blend[k].samples_consumed);
   }
   {
     std::lock_guard<std::mutex> lk(m.mu);
@@ -339,16 +439,18 @@ void TokenLoader::restore(const LoaderState& s) {
 }
 
 void TokenLoader::read_tokens(uint64_t start, uint64_t count, int32_t* out) const {
-  impl_->read_tokens(start, count, out);
+  WIOLA_CHECK(!impl_->blended(), impl_->name, ": read_tokens reads one source, not a blend");
+  impl_->sources[0]->read_tokens(start, count, out);
 }
 
 void TokenLoader::expect(uint32_t model_vocab_size, const std::string& tokenizer_sha256) const {
   const Impl& m = *impl_;
   if (m.info.vocab_size != model_vocab_size)
-    fail(m.source, ": data was tokenized with a vocabulary of ", m.info.vocab_size,
+    fail(m.sources[0]->name, ": data was tokenized with a vocabulary of ", m.info.vocab_size,
          " ids but the model's vocabulary has ", model_vocab_size);
   if (!tokenizer_sha256.empty() && tokenizer_sha256 != m.info.tokenizer_sha256)
-    fail(m.source, ": made with tokenizer sha256 ", m.info.tokenizer_sha256, ", expected ", tokenizer_sha256);
+    fail(m.sources[0]->name, ": made with tokenizer sha256 ", m.info.tokenizer_sha256, ", expected ",
+         tokenizer_sha256);
 }
 
 }  // namespace wiola

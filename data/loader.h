@@ -1,7 +1,7 @@
-// Deterministic, resumable token loader (docs/model.md §6).
+// Deterministic, resumable token loader (docs/model.md §6, docs/data.md).
 //
-// Samples: the split's shards are concatenated (in manifest order) into one
-// stream of N tokens; sample i is tokens [i*T, i*T + T + 1), i < S =
+// One source: the split's shards are concatenated (in manifest order) into
+// one stream of N tokens; sample i is tokens [i*T, i*T + T + 1), i < S =
 // floor((N - 1) / T), so windows overlap by one token and may span shards.
 // Order: epoch e visits the samples in epoch_permutation(S, seed, e) (or in
 // index order when shuffle is off). The stream of epochs is endless; a global
@@ -10,6 +10,14 @@
 // (nothing is dropped). DP rank r gets the contiguous slice [r*G/D, (r+1)*G/D).
 // State = (seed, epoch, samples consumed in that epoch), always with
 // samples_consumed < S after a batch; restoring it reproduces the stream.
+//
+// A blend of K sources with weights p_k (normalised to sum 1): each source is
+// such a stream of its own (seed blend_source_seed(seed, k)), and sample n of
+// the blended stream (n = 0, 1, ...) comes from the source whose count so far
+// lags its share most: argmax_k (n+1)*p_k - drawn_k, ties to the lowest k.
+// So after any n samples every source has given within one sample of n*p_k,
+// whatever the batch size or layout, and a blend of one source is that
+// source's plain stream. The state holds each source's cursor and count.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +27,27 @@
 
 namespace wiola {
 
+// One source of a blend: a prep output (as TokenLoader's `source`) and its
+// share of the training samples (any positive number; normalised over the blend).
+struct BlendSource {
+  std::string path;
+  double weight = 1.0;
+  bool operator==(const BlendSource&) const = default;
+};
+
+// Where one source of a blend stands.
+struct SourceCursor {
+  uint64_t epoch = 0;
+  uint64_t samples_consumed = 0;  // in the current epoch of this source, < its S
+  uint64_t drawn = 0;             // samples this source gave the blend so far (all epochs)
+  bool operator==(const SourceCursor&) const = default;
+};
+
 struct LoaderState {
   uint64_t seed = 0;
-  uint64_t epoch = 0;
+  uint64_t epoch = 0;             // one source: its cursor (0 with a blend)
   uint64_t samples_consumed = 0;  // samples consumed in the current epoch (global)
+  std::vector<SourceCursor> blend;  // a blend of several sources: one cursor per source; else empty
   bool operator==(const LoaderState&) const = default;
 };
 
@@ -30,7 +55,7 @@ struct DatasetInfo {
   uint32_t vocab_size;
   uint32_t eos_id;
   std::string tokenizer_sha256;
-  uint64_t num_tokens;
+  uint64_t num_tokens;            // a blend: summed over its sources
   uint64_t num_documents;
   uint64_t num_samples;
   std::string tokenizer_file = "";  // as the manifest records it (empty for a bare shard)
@@ -42,6 +67,14 @@ struct DatasetInfo {
 // unbiased multiply-shift (rejection on the low word), swap(p[i], p[j]).
 std::vector<uint32_t> epoch_permutation(uint64_t n, uint64_t seed, uint64_t epoch);
 
+// Source k's order seed in a blend: seed ^ (k * 0xD6E8FEB86659FD93), so
+// source 0 keeps the run's seed.
+uint64_t blend_source_seed(uint64_t seed, size_t k);
+
+// The source of sample n of a blend, given the samples drawn from each so
+// far (sum = n) and the normalised weights: argmax_k (n+1)*p_k - drawn_k.
+size_t blend_pick(const std::vector<double>& p, const std::vector<uint64_t>& drawn);
+
 class TokenLoader {
  public:
   // `source`: a manifest file written by prep (split "train"/"val"), a
@@ -50,13 +83,23 @@ class TokenLoader {
   // a multiple of dp_size. Throws wiola::Error naming the file on bad input.
   TokenLoader(const std::string& source, const std::string& split, int T, int global_batch, int dp_rank,
               int dp_size, uint64_t seed, bool shuffle = true, bool prefetch = true);
+  // A blend of the same split of several sources (made with one tokenizer);
+  // one source with any weight is the constructor above.
+  TokenLoader(const std::vector<BlendSource>& sources, const std::string& split, int T, int global_batch,
+              int dp_rank, int dp_size, uint64_t seed, bool shuffle = true, bool prefetch = true);
   ~TokenLoader();
   TokenLoader(const TokenLoader&) = delete;
   TokenLoader& operator=(const TokenLoader&) = delete;
 
-  const DatasetInfo& info() const;
+  const DatasetInfo& info() const;  // a blend: its sources' together
   int local_batch() const;  // global_batch / dp_size
   int seq_len() const;      // T
+
+  // Sources: 1 without a blend. Each one's info, and its normalised weight.
+  size_t num_sources() const;
+  const DatasetInfo& source_info(size_t k) const;
+  const std::string& source_name(size_t k) const;  // the manifest or shard it read
+  double source_share(size_t k) const;
 
   // Fills out[local_batch][T+1] with this rank's slice of the next global
   // batch and advances the state by one global batch.
@@ -65,17 +108,23 @@ class TokenLoader {
   // not advance the state.
   void peek_global_batch(int32_t* out) const;
   LoaderState state() const;           // state before the next next_batch
-  void restore(const LoaderState& s);  // exact resume (seed must match)
+  void restore(const LoaderState& s);  // exact resume (seed and sources must match)
 
   // Throws naming the source when the data does not fit the model/tokenizer.
   void expect(uint32_t model_vocab_size, const std::string& tokenizer_sha256 = "") const;
 
   // Tokens [start, start + count) of the split's stream (any position: the
-  // evaluation of a whole split reads the tail no sample covers).
+  // evaluation of a whole split reads the tail no sample covers). One source only.
   void read_tokens(uint64_t start, uint64_t count, int32_t* out) const;
 
-  // Global sample indices of the `count` samples after state `s` (advancing s).
-  std::vector<uint64_t> take_samples(LoaderState& s, uint64_t count) const;
+  // The `count` samples after state `s` (advancing s), as (source, sample
+  // index in that source) pairs.
+  struct Sample {
+    uint32_t source;
+    uint64_t index;
+    bool operator==(const Sample&) const = default;
+  };
+  std::vector<Sample> take_samples(LoaderState& s, uint64_t count) const;
 
  private:
   struct Impl;

@@ -56,6 +56,9 @@ TrainingEval training_eval(const nlohmann::json& manifest, const std::string& wh
   const int64_t ga = t["train"]["grad_accum"].value_or(int64_t(1));
   const int64_t dp = t["parallel"]["dp"].value_or(int64_t(1));
   WIOLA_CHECK(eval_batches > 0 && mb > 0, where, ": the training run had no validation (train.eval_every = 0)");
+  const auto* blend = t["data"]["blend"].as_array();
+  WIOLA_CHECK(!blend || blend->empty(), where, ": the training run validated on a blend of ", blend ? blend->size() : 0,
+              " sources; --as-training reproduces the validation of one source (evaluate each with --data instead)");
   return {eval_batches * mb * ga * dp, int(mb), t["data"]["path"].value_or(std::string())};
 }
 

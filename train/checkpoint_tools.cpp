@@ -315,7 +315,7 @@ nlohmann::json summary(const Reader& r, bool tensors) {
                         {"tokens", mf.value("tokens", int64_t(0))}, {"run_id", mf.value("run_id", "")},
                         {"skipped", mf.value("skipped", int64_t(0))},
                         {"applied_steps", mf.value("applied_steps", int64_t(0))}};
-  for (const char* k : {"layout", "backend", "precision", "threads_per_rank", "data_path"})
+  for (const char* k : {"layout", "backend", "precision", "threads_per_rank", "data_path", "data_blend"})
     if (mf.contains(k)) out[k] = mf[k];
   if (mf.contains("identity") && mf["identity"].contains("model")) out["model"] = mf["identity"]["model"];
   nlohmann::json files = nlohmann::json::array();

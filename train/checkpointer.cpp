@@ -29,35 +29,73 @@ using ckpt::rank_file;
 using ckpt::step_name;
 
 // One "key: checkpoint A, this run B" per differing key of two flat objects.
-void diff_into(const nlohmann::json& saved, const nlohmann::json& mine, const std::string& prefix,
+void diff_into(const nlohmann::json& saved, const nlohmann::json& mine, const std::string& name,
                std::vector<std::string>& out) {
-  std::vector<std::string> keys;
-  for (const auto& [k, v] : saved.items()) keys.push_back(k);
-  for (const auto& [k, v] : mine.items())
-    if (!saved.contains(k)) keys.push_back(k);
-  for (const std::string& k : keys) {
-    const nlohmann::json a = saved.contains(k) ? saved.at(k) : nlohmann::json("(absent)");
-    const nlohmann::json b = mine.contains(k) ? mine.at(k) : nlohmann::json("(absent)");
-    if (a.is_object() && b.is_object()) diff_into(a, b, prefix + k + ".", out);
-    else if (a != b) out.push_back(prefix + k + " = " + a.dump() + " in the checkpoint, " + b.dump() + " in this run");
+  if (saved.is_object() && mine.is_object()) {
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : saved.items()) keys.push_back(k);
+    for (const auto& [k, v] : mine.items())
+      if (!saved.contains(k)) keys.push_back(k);
+    for (const std::string& k : keys)
+      diff_into(saved.contains(k) ? saved.at(k) : nlohmann::json("(absent)"),
+                mine.contains(k) ? mine.at(k) : nlohmann::json("(absent)"), name.empty() ? k : name + "." + k, out);
+  } else if (saved.is_array() && mine.is_array() && saved.size() == mine.size()) {
+    for (size_t i = 0; i < saved.size(); ++i) diff_into(saved[i], mine[i], name + "[" + std::to_string(i) + "]", out);
+  } else if (saved != mine) {
+    out.push_back(name + " = " + saved.dump() + " in the checkpoint, " + mine.dump() + " in this run");
   }
 }
 
 }  // namespace
 
-nlohmann::json run_identity(const RunConfig& rc, const DatasetInfo& data) {
+nlohmann::json run_identity(const RunConfig& rc, const DatasetInfo& di, const TokenLoader* data) {
   // The [model] table exactly as the effective config writes it.
   const toml::table t = toml::parse(run_config_to_toml(rc));
   std::ostringstream js;
   js << toml::json_formatter{*t["model"].as_table()};
-  return {{"model", nlohmann::json::parse(js.str())},
-          {"global_batch", rc.global_batch()},
-          {"train.seed", rc.train.seed},
-          {"data.seed", rc.data.seed >= 0 ? uint64_t(rc.data.seed) : rc.train.seed},
-          {"data.shuffle", rc.data.shuffle},
-          {"data.tokenizer_sha256", data.tokenizer_sha256},
-          {"data.train_tokens", data.num_tokens},
-          {"data.train_documents", data.num_documents}};
+  nlohmann::json id = {{"model", nlohmann::json::parse(js.str())},
+                       {"global_batch", rc.global_batch()},
+                       {"train.seed", rc.train.seed},
+                       {"data.seed", rc.data.seed >= 0 ? uint64_t(rc.data.seed) : rc.train.seed},
+                       {"data.shuffle", rc.data.shuffle},
+                       {"data.tokenizer_sha256", di.tokenizer_sha256},
+                       {"data.train_tokens", di.num_tokens},
+                       {"data.train_documents", di.num_documents}};
+  // A blend: each source by its size and share, in order (not by its path:
+  // the data may move between a run and its resume; the share, not the
+  // weight, decides the stream).
+  if (data && data->num_sources() > 1)
+    for (size_t k = 0; k < data->num_sources(); ++k)
+      id["data.blend"].push_back({{"share", data->source_share(k)},
+                                  {"train_tokens", data->source_info(k).num_tokens},
+                                  {"train_documents", data->source_info(k).num_documents}});
+  return id;
+}
+
+nlohmann::json loader_state_to_json(const LoaderState& s) {
+  nlohmann::json j = {{"seed", s.seed}, {"epoch", s.epoch}, {"samples_consumed", s.samples_consumed}};
+  for (const SourceCursor& c : s.blend)
+    j["blend"].push_back({{"epoch", c.epoch}, {"samples_consumed", c.samples_consumed}, {"drawn", c.drawn}});
+  return j;
+}
+
+LoaderState loader_state_from_json(const nlohmann::json& j, const std::string& where) {
+  LoaderState s;
+  s.seed = json_int<uint64_t>(j.at("seed"), where + ".seed");
+  s.epoch = json_int<uint64_t>(j.at("epoch"), where + ".epoch");
+  s.samples_consumed = json_int<uint64_t>(j.at("samples_consumed"), where + ".samples_consumed");
+  if (j.contains("blend")) {
+    WIOLA_CHECK(j["blend"].is_array() && j["blend"].size() >= 2, where, ".blend: expected an array of at least "
+                "two source cursors");
+    for (size_t k = 0; k < j["blend"].size(); ++k) {
+      const nlohmann::json& c = j["blend"][k];
+      const std::string at = where + ".blend[" + std::to_string(k) + "]";
+      s.blend.push_back({json_int<uint64_t>(c.at("epoch"), at + ".epoch"),
+                         json_int<uint64_t>(c.at("samples_consumed"), at + ".samples_consumed"),
+                         json_int<uint64_t>(c.at("drawn"), at + ".drawn")});
+    }
+  }
+  return s;
 }
 
 Checkpointer::Checkpointer(const RunConfig& rc, dist::Grid& grid, Ops<float>& ops, Model<float>& model,
@@ -203,7 +241,7 @@ void Checkpointer::check_identity(const ckpt::Reader& r, bool weights_only) cons
   saved["model"].erase("preset");
   mine["model"].erase("preset");
   std::vector<std::string> diffs;
-  if (weights_only) diff_into(saved.at("model"), mine.at("model"), "model.", diffs);
+  if (weights_only) diff_into(saved.at("model"), mine.at("model"), "model", diffs);
   else diff_into(saved, mine, "", diffs);
   if (diffs.empty()) return;
   // Every rank meets the same difference; rank 0 reports it.
@@ -257,9 +295,7 @@ ResumeState Checkpointer::resume(const std::string& folder) {
     st.tokens = json_int<int64_t>(mf.at("tokens"), where + "tokens");
     st.skipped = json_int<int64_t>(mf.at("skipped"), where + "skipped");
     st.applied_steps = json_int<long>(mf.at("applied_steps"), where + "applied_steps");
-    st.loader.seed = json_int<uint64_t>(mf.at("loader").at("seed"), where + "loader.seed");
-    st.loader.epoch = json_int<uint64_t>(mf.at("loader").at("epoch"), where + "loader.epoch");
-    st.loader.samples_consumed = json_int<uint64_t>(mf.at("loader").at("samples_consumed"), where + "loader.samples_consumed");
+    st.loader = loader_state_from_json(mf.at("loader"), where + "loader");
     st.run_id = mf.at("run_id").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     fail(where, "missing or mistyped resume field (", e.what(), ")");
@@ -426,8 +462,7 @@ void Checkpointer::commit() {
       mf["tokens"] = saving_.tokens;
       mf["skipped"] = saving_.skipped;
       mf["applied_steps"] = saving_.applied_steps;
-      mf["loader"] = {{"seed", saving_.loader.seed}, {"epoch", saving_.loader.epoch},
-                      {"samples_consumed", saving_.loader.samples_consumed}};
+      mf["loader"] = loader_state_to_json(saving_.loader);
       mf["identity"] = identity_;
       mf["files"] = std::move(files);
       nlohmann::json tensors = nlohmann::json::object();

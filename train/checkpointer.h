@@ -48,7 +48,13 @@ struct ResumeState {
 
 // What may not change on a resume (docs/checkpoints.md): the model, the
 // global batch, the seeds and the data identity.
-nlohmann::json run_identity(const RunConfig& rc, const DatasetInfo& data);
+// `data` (the training loader) adds a blend's sources.
+nlohmann::json run_identity(const RunConfig& rc, const DatasetInfo& di, const TokenLoader* data = nullptr);
+
+// The loader state as a checkpoint manifest's "loader" object, and back
+// (throws naming `where` on a missing or mistyped field).
+nlohmann::json loader_state_to_json(const LoaderState& s);
+LoaderState loader_state_from_json(const nlohmann::json& j, const std::string& where);
 
 class Checkpointer {
  public:

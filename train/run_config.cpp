@@ -30,7 +30,7 @@ namespace {
 // ---------------------------------------------------------------------------
 // Schema: every section and key, bound to the RunConfig field it sets.
 
-using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*>;
+using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<BlendSource>*>;
 
 struct KeyDef {
   const char* name;
@@ -94,6 +94,7 @@ const std::vector<SectionDef>& schema() {
         WIOLA_KEY("peak_tflops", train.peak_tflops)}},
       {"data",
        {WIOLA_KEY("path", data.path),
+        WIOLA_KEY("blend", data.blend),
         WIOLA_KEY("shuffle", data.shuffle),
         WIOLA_KEY("seed", data.seed),
         WIOLA_KEY("prefetch", data.prefetch)}},
@@ -228,6 +229,14 @@ std::string toml_double(double v) {
   return s;
 }
 
+std::string toml_blend(const std::vector<BlendSource>& blend) {
+  std::string o = "[";
+  for (size_t i = 0; i < blend.size(); ++i)
+    o += detail::concat(i ? ", " : "", "{ path = ", toml_string(blend[i].path), ", weight = ",
+                        toml_double(blend[i].weight), " }");
+  return o + "]";
+}
+
 std::string describe(const toml::node& n) {
   std::string d = type_name(n);
   if (auto s = n.as_string()) return d + " (" + toml_string(s->get()) + ")";
@@ -250,6 +259,48 @@ using Entries = std::map<std::string, std::map<std::string, Entry>>;  // section
   fail(e.origin, ": ", sec, ".", key, ": ", problem);
 }
 
+// data.blend: an array of {path = "...", weight = w} tables (inline, or
+// [[data.blend]] sections).
+std::vector<BlendSource> read_blend(const toml::node& n, const Entry& e, std::string_view sec, const char* key) {
+  const auto* arr = n.as_array();
+  if (!arr)
+    key_error(e, sec, key, detail::concat("expected an array of {path = \"...\", weight = w} tables, got ",
+                                          describe(n)));
+  std::vector<BlendSource> out;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const std::string item = detail::concat("source ", i + 1, " of ", arr->size());
+    const auto* t = (*arr)[i].as_table();
+    if (!t)
+      key_error(e, sec, key, detail::concat(item, ": expected a table {path = \"...\", weight = w}, got ",
+                                            describe((*arr)[i])));
+    BlendSource b;
+    bool has_path = false, has_weight = false;
+    for (const auto& [name, v] : *t) {
+      if (name == "path") {
+        if (!v.is_string() || v.as_string()->get().empty())
+          key_error(e, sec, key, detail::concat(item, ": path must be a non-empty string, got ", describe(v)));
+        b.path = v.as_string()->get();
+        has_path = true;
+      } else if (name == "weight") {
+        if (auto iv = v.as_integer()) b.weight = static_cast<double>(iv->get());
+        else if (auto fv = v.as_floating_point()) b.weight = fv->get();
+        else key_error(e, sec, key, detail::concat(item, ": weight must be a number, got ", describe(v)));
+        if (!std::isfinite(b.weight) || b.weight <= 0)
+          key_error(e, sec, key, detail::concat(item, ": weight must be positive and finite (got ",
+                                                toml_double(b.weight), ")"));
+        has_weight = true;
+      } else {
+        key_error(e, sec, key, detail::concat(item, ": unknown field '", name.str(),
+                                              "' (a source has path and weight)"));
+      }
+    }
+    if (!has_path || !has_weight)
+      key_error(e, sec, key, detail::concat(item, ": needs both path and weight"));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
 void assign(RunConfig& rc, const KeyDef& k, std::string_view sec, const Entry& e) {
   const toml::node& n = *e.node;
   auto want = [&](const char* what) {
@@ -261,6 +312,8 @@ void assign(RunConfig& rc, const KeyDef& k, std::string_view sec, const Entry& e
         if constexpr (std::is_same_v<T, std::string>) {
           if (!n.is_string()) want("a string");
           *p = n.as_string()->get();
+        } else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) {
+          *p = read_blend(n, e, sec, k.name);
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!n.is_boolean()) want("a boolean (true or false)");
           *p = n.as_boolean()->get();
@@ -413,6 +466,9 @@ void check_run_config(const RunConfig& rc) {
   WIOLA_CHECK(t.beta2 >= 0 && t.beta2 < 1, "train.beta2 must be in [0, 1) (got ", t.beta2, ")");
   WIOLA_CHECK(t.adam_eps > 0, "train.adam_eps must be positive (got ", t.adam_eps, ")");
   WIOLA_CHECK(t.weight_decay >= 0, "train.weight_decay must be >= 0 (got ", t.weight_decay, ")");
+  WIOLA_CHECK(rc.data.path.empty() || rc.data.blend.empty(), "data.path and data.blend are both set; a run reads "
+              "one source (data.path) or a blend of several (data.blend), not both (to override the file's "
+              "data.path, add --set 'data.path=\"\"')");
   at_least(rc.data.seed, -1, "data.seed");
   at_least(rc.data.prefetch, 0, "data.prefetch");
   at_least(p.tp, 1, "parallel.tp");
@@ -517,6 +573,7 @@ std::string run_config_to_toml(const RunConfig& rc) {
           [&](auto* p) {
             using T = std::remove_pointer_t<decltype(p)>;
             if constexpr (std::is_same_v<T, std::string>) os << toml_string(*p);
+            else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) os << toml_blend(*p);
             else if constexpr (std::is_same_v<T, bool>) os << (*p ? "true" : "false");
             else if constexpr (std::is_same_v<T, double>) os << toml_double(*p);
             else os << *p;

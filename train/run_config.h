@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "data/loader.h"
 #include "model/config.h"
 #include "perf/cost_model.h"
 
@@ -41,6 +42,7 @@ struct TrainSection {
 
 struct DataSection {
   std::string path;           // manifest.json, directory holding it, or one .h5 shard
+  std::vector<BlendSource> blend;  // instead of path: several sources and their shares of the samples
   bool shuffle = true;
   int64_t seed = -1;          // data order seed; -1 = train.seed
   int prefetch = 2;           // batches prepared ahead by the loader thread
@@ -75,6 +77,10 @@ struct RunConfig {
   ParallelSection parallel;
   CheckpointSection checkpoint;
 
+  // data.path as a blend of one, or data.blend.
+  std::vector<BlendSource> data_sources() const {
+    return data.blend.empty() ? std::vector<BlendSource>{{data.path, 1.0}} : data.blend;
+  }
   int global_batch() const {
     return train.micro_batch * train.grad_accum * parallel.dp;
   }

@@ -92,6 +92,12 @@ std::map<std::string, dist::CommTraffic> traffic_snapshot(dist::Grid& grid) {
   return s;
 }
 
+nlohmann::json blend_json(const std::vector<BlendSource>& blend) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const BlendSource& b : blend) j.push_back({{"path", b.path}, {"weight", b.weight}});
+  return j;
+}
+
 }  // namespace
 
 std::vector<dist::ParamSegment> optimizer_segments(const ParamLayout& layout, int tp_rank,
@@ -176,6 +182,7 @@ struct Trainer::State {
   size_t mb_tokens() const { return size_t(B) * (T + 1); }
 
   void check_and_open_data();
+  void open_validation(uint64_t data_seed);
   void build_grid_and_schedule();
   void build_model_and_optimizer();
   void setup_checkpoints();
@@ -254,14 +261,14 @@ void Trainer::State::check_and_open_data() {
   const uint64_t data_seed = rc.data.seed >= 0 ? uint64_t(rc.data.seed) : rc.train.seed;
   dist::agree_on_setup(world, "wiola train", [&] {
     validate_run_config(rc);
-    WIOLA_CHECK(!rc.data.path.empty(), rc.source, ": data.path is not set (a manifest.json from `wiola prep`, "
-                "its directory, or one .h5 shard)");
+    WIOLA_CHECK(!rc.data.path.empty() || !rc.data.blend.empty(), rc.source, ": data.path is not set (a "
+                "manifest.json from `wiola prep`, its directory, or one .h5 shard), nor data.blend");
     WIOLA_CHECK(gc.world() == world.size(), "parallel.tp x pp x dp = ", par.tp, " x ", par.pp, " x ",
                 par.dp, " = ", gc.world(), " ranks, but the job has ", world.size(),
                 " (run with mpirun -np ", gc.world(), ", or change [parallel])");
     dist::validate_layout(gc, world.size(), rc.model.L, rc.model.Hkv, rc.model.H, rc.model.dA,
                           rc.model.dB, rc.model.V, int(GB), B, m);
-    loader = std::make_unique<TokenLoader>(rc.data.path, "train", T, int(GB), me.dp, par.dp, data_seed,
+    loader = std::make_unique<TokenLoader>(rc.data_sources(), "train", T, int(GB), me.dp, par.dp, data_seed,
                                            rc.data.shuffle, rc.data.prefetch > 0);
     loader->expect(uint32_t(rc.model.V));
     for (const auto& [step, path] : opt.dumps)
@@ -277,12 +284,34 @@ void Trainer::State::check_and_open_data() {
                   "...); use an empty directory, or move them away");
     }
     if (!rc.checkpoint.init_from.empty()) (void)ckpt::resolve_checkpoint(rc.checkpoint.init_from);
-    if (rc.train.eval_every > 0)
-      val = std::make_unique<TokenLoader>(rc.data.path, "val", T, B * par.dp, me.dp, par.dp, data_seed,
-                                          false, false);
+    if (rc.train.eval_every > 0) open_validation(data_seed);
   });
   if (val) val_start = val->state();
   batch.resize(loader->local_batch() * size_t(T + 1));
+}
+
+// The validation loader: the "val" split of the data, or of each blended
+// source that has one long enough (a small source may have none; it is left
+// out with a warning, and the others keep their relative weights).
+void Trainer::State::open_validation(uint64_t data_seed) {
+  const auto& par = rc.parallel;
+  std::vector<BlendSource> sources = rc.data_sources(), usable;
+  if (sources.size() > 1) {
+    for (size_t k = 0; k < sources.size(); ++k) {
+      try {
+        TokenLoader probe(sources[k].path, "val", T, B * par.dp, me.dp, par.dp, data_seed, false, false);
+        usable.push_back(sources[k]);
+      } catch (const Error& e) {
+        if (root())
+          std::fprintf(stderr, "wiola train: warning: validation leaves out blend source %zu: %s\n", k + 1,
+                       e.what());
+      }
+    }
+    WIOLA_CHECK(!usable.empty(), "train.eval_every is set, but no source of data.blend has a usable \"val\" "
+                "split (see the warnings above); set train.eval_every = 0");
+    sources = usable;
+  }
+  val = std::make_unique<TokenLoader>(sources, "val", T, B * par.dp, me.dp, par.dp, data_seed, false, false);
 }
 
 // The communicators (control plane MPI; data plane for the backend's
@@ -395,7 +424,8 @@ nlohmann::json Trainer::State::checkpoint_info() const {
           {"cpu", cpu::cpu_model_name()},
           {"schedule", {{"t_max", budget.t_max}, {"warmup", budget.warmup}, {"lr_max", rc.train.lr_max},
                         {"lr_min", rc.train.lr_min}}},
-          {"data_path", rc.data.path}};
+          {"data_path", rc.data.path},
+          {"data_blend", blend_json(rc.data.blend)}};
 }
 
 // Resume from checkpoint.dir's newest sound checkpoint, or a weights-only
@@ -405,7 +435,7 @@ void Trainer::State::setup_checkpoints() {
   const auto& cc = rc.checkpoint;
   if (cc.dir.empty() && cc.init_from.empty()) return;
   dist::set_context("checkpoint setup");
-  ckpt = std::make_unique<Checkpointer>(rc, *grid, ops, *model, *adam, stages, run_identity(rc, loader->info()),
+  ckpt = std::make_unique<Checkpointer>(rc, *grid, ops, *model, *adam, stages, run_identity(rc, loader->info(), loader.get()),
                                         checkpoint_info());
   std::string folder;
   if (!cc.dir.empty() && cc.resume) folder = ckpt->find_resume();
@@ -500,6 +530,17 @@ Trainer::~Trainer() = default;
 const StepBudget& Trainer::budget() const { return s_->budget; }
 TrainProgress& Trainer::progress() { return s_->progress; }
 
+// A blend's sources, their shares, and how often the run's T_max steps visit
+// each (a source visited many times over is repeated data).
+static void print_blend(const TokenLoader& ld, int64_t run_samples) {
+  for (size_t k = 0; k < ld.num_sources(); ++k) {
+    const double share = ld.source_share(k), S = double(ld.source_info(k).num_samples);
+    std::printf("    source %zu: %s, share %.4f, %llu samples, %.2f epochs over the run\n", k + 1,
+                ld.source_name(k).c_str(), share, (unsigned long long)ld.source_info(k).num_samples,
+                double(run_samples) * share / S);
+  }
+}
+
 void Trainer::print_banner() {
   State& s = *s_;
   if (!s.root()) return;
@@ -512,8 +553,9 @@ void Trainer::print_banner() {
               cfg.name.c_str(), (long long)n_params, cfg.d, cfg.L, cfg.H, cfg.Hkv, cfg.dA, cfg.dB, cfg.V,
               s.T);
   std::printf("  data %s: %llu train samples; global batch %lld = %d x %d micro-batches x %d DP "
-              "(%lld tokens/step)\n", rc.data.path.c_str(), (unsigned long long)di.num_samples,
-              (long long)s.GB, s.B, s.m, par.dp, (long long)(s.GB * s.T));
+              "(%lld tokens/step)\n", rc.data.blend.empty() ? rc.data.path.c_str() : "blend",
+              (unsigned long long)di.num_samples, (long long)s.GB, s.B, s.m, par.dp, (long long)(s.GB * s.T));
+  if (!rc.data.blend.empty()) print_blend(*s.loader, s.budget.t_max * s.GB);
   std::printf("  Chinchilla budget: D = 20 x %lld = %lld tokens; T_max = ceil(D / (%lld x %d)) = %lld steps\n",
               (long long)n_params, (long long)(20 * n_params), (long long)s.GB, s.T,
               (long long)chinchilla_steps(n_params, s.GB, s.T));

@@ -148,12 +148,12 @@ ref1=$work/ref1 ref2=$work/ref2
 [ -f "$(step_dir "$ref2/ck" $steps)/manifest.json" ] || fail "no fixture in $work (run the setup first)"
 
 # ---- resume refused when the identity changed ------------------------------------
-# A copy of the reference's newest checkpoint; the refusal names the key,
+# A copy of the reference's newest checkpoint (or REFUSED_FROM's); the refusal names the key,
 # leaves the checkpoint untouched and trains nothing.
 refused() {  # refused NAME REGEX TRAINFN ARGS...
   local name=$1 regex=$2 fn=$3; shift 3
   rm -rf "${t:?}/$name"; mkdir -p "$t/$name/ck"
-  cp -a "$(step_dir "$ref1/ck" $steps)" "$t/$name/ck/"
+  cp -a "$(step_dir "${REFUSED_FROM:-$ref1}/ck" $steps)" "$t/$name/ck/"
   local before; before=$(listing "$t/$name/ck")
   # shellcheck disable=SC2046
   expect_fail "$name" "$regex" "$fn" $(where "$t/$name") "$@"
@@ -447,6 +447,66 @@ EOF
   "$wiola" prep --no-progress --tokenizer "$root/data/wiola360m/tokenizer.json" --output "$t/shards" \
     "$t/swapped.txt" > /dev/null || fail "prep failed"
   refused reordered "^wiola train: error: ${cannot}data\\." train1 --set "data.path=$t/shards/manifest.json"
+}
+
+# ---- a blend of two sources (docs/data.md): resume, layouts, refusals --------------
+# shards and a second source with a val split (other.txt, 10 % held out) at
+# 1:3. Resumed from step 4 it equals the uninterrupted run bit for bit; on
+# dp=2 every step draws the same samples (the loader state of step 8 is
+# equal) and the losses agree to 1e-5; validation uses the source that has a
+# val split; a resume with other weights or without the blend is refused.
+case_blend() {
+  "$wiola" prep --no-progress --val-fraction 0.1 --tokenizer "$root/data/wiola360m/tokenizer.json" \
+    --output "$t/other" "$work/other.txt" > "$t/prep.log" 2>&1 || { cat "$t/prep.log"; fail "prep failed"; }
+  local b=(--set 'data.path=""' --set "data.blend=[{path=\"$shards\", weight=1}, {path=\"$t/other\", weight=3}]"
+           --set train.eval_every=4)
+  # shellcheck disable=SC2046
+  expect_ok full train1 $(where "$t/full") "${b[@]}"
+  grep -q "source 2: $t/other/manifest.json, share 0.7500" "$t/full.out" || fail "no blend in the banner"
+  grep -q "^wiola train: warning: validation leaves out blend source 1: .*split 'val' holds 0 tokens" "$t/full.err" ||
+    fail "no warning that source 1 has no val split"
+  "$python" - "$t/full" "$steps" <<'EOF2' || fail "the loader state or validation of step $steps"
+import json, sys
+d, n = sys.argv[1], int(sys.argv[2])
+ld = json.load(open(f"{d}/ck/step-{n:08d}/manifest.json"))["loader"]
+drawn = [c["drawn"] for c in ld["blend"]]
+assert drawn == [16, 48], f"samples drawn {drawn}, expected [16, 48] (64 at 1:3)"
+val = [r.get("val_loss") for r in map(json.loads, open(f"{d}/run/metrics.jsonl"))]
+assert val[3] and val[7] and not any(val[i] for i in (0, 1, 2, 4, 5, 6)), val
+EOF2
+  # Killed after step 5: resume from step 4.
+  mkdir -p "$t/res/ck" "$t/res/run"
+  cp -a "$(step_dir "$t/full/ck" 4)" "$t/res/ck/"
+  echo step-00000004 > "$t/res/ck/latest"
+  head -n 4 "$t/full/run/metrics.jsonl" > "$t/res/run/metrics.jsonl"
+  # shellcheck disable=SC2046
+  expect_ok resume train1 $(where "$t/res") "${b[@]}"
+  grep -q "resuming from .*/step-00000004" "$t/resume.out" || fail "did not resume from step 4"
+  same_as_ref "$t/res" "$t/full"
+  # dp=2: the same samples, the same losses up to summation order.
+  # shellcheck disable=SC2046
+  expect_ok dp2 train2 $(where "$t/dp2") "${b[@]}"
+  "$python" - "$t/full" "$t/dp2" "$steps" <<'EOF2' || fail "dp=2 differs from one process"
+import json, sys
+ref, run, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def rows(d): return [json.loads(l) for l in open(f"{d}/run/metrics.jsonl")]
+a, b = rows(ref), rows(run)
+assert len(a) == len(b) == n, (len(a), len(b))
+worst = max(abs(x[k] - y[k]) / abs(x[k]) for x, y in zip(a, b) for k in ("loss", "val_loss") if x.get(k))
+assert worst < 1e-5, f"worst loss difference {worst:.2e}"
+m = lambda d: json.load(open(f"{d}/ck/step-{n:08d}/manifest.json"))["loader"]
+assert m(ref) == m(run), (m(ref), m(run))
+print(f"dp2: losses within {worst:.1e} of one process; the same loader state at step {n}")
+EOF2
+  # No source with a val split: an error before any step.
+  expect_fail noval "^wiola train: error: train.eval_every is set, but no source of data.blend has a usable \"val\" split" \
+    train1 $(where "$t/noval") --set 'data.path=""' --set train.eval_every=4 \
+    --set "data.blend=[{path=\"$shards\", weight=1}, {path=\"$work/shards_other\", weight=1}]"
+  # What may not change on a resume: the shares, and the blend itself.
+  REFUSED_FROM=$t/full refused weights "^wiola train: error: ${cannot}data\\.blend\\[0\\]\\.share = 0\\.25 in the checkpoint, 0\\.333+ in this run; data\\.blend\\[1\\]\\.share = 0\\.75 in the checkpoint, 0\\.666+7? in this run\\. These" \
+    train1 --set 'data.path=""' --set "data.blend=[{path=\"$shards\", weight=1}, {path=\"$t/other\", weight=2}]"
+  REFUSED_FROM=$t/full refused unblended "^wiola train: error: ${cannot}.*data\\.blend = \\[.*\\] in the checkpoint, \"\\(absent\\)\" in this run" \
+    train1 --set "data.path=$shards"
 }
 
 fn=case_$what

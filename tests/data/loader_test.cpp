@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <set>
 
@@ -19,19 +20,21 @@ const std::string kSha(64, 'b');
 
 // Writes shards of the given sizes whose tokens count up across the
 // concatenation (token at global position p is p), and a manifest.
+// `first`: the first token's value (sources of a blend count from different
+// values, so a token tells its source); `sha`: the tokenizer hash recorded.
 std::string make_dataset(const test::TempDir& dir, const std::vector<uint64_t>& sizes,
-                         const std::string& split = "train") {
+                         const std::string& split = "train", uint64_t first = 0, const std::string& sha = kSha) {
   Manifest m;
   m.vocab_size = kVocab;
   m.eos_id = 2;
-  m.tokenizer_sha256 = kSha;
+  m.tokenizer_sha256 = sha;
   ManifestSplit s;
-  uint64_t pos = 0;
+  uint64_t pos = first;
   for (size_t k = 0; k < sizes.size(); ++k) {
     std::vector<int32_t> tok(sizes[k]);
     std::iota(tok.begin(), tok.end(), int32_t(pos));
     pos += sizes[k];
-    ShardMeta meta{kVocab, 2, kSha, sizes[k], 1};
+    ShardMeta meta{kVocab, 2, sha, sizes[k], 1};
     std::string file = split + "-" + std::to_string(k) + ".h5";
     ShardWriteOptions o;
     o.chunk_tokens = 512;
@@ -95,7 +98,7 @@ TEST(Loader, EpochCoversEverySampleOnceInSeededOrder) {
     for (int j = 0; j < G; ++j) seen.push_back(b[size_t(j) * (T + 1)] / T);
   }
   for (uint64_t i = 0; i < S; ++i) EXPECT_EQ(uint64_t(seen[i]), perm[i]);
-  EXPECT_EQ((l.state()), (LoaderState{1234, 1, 0}));
+  EXPECT_EQ((l.state()), (LoaderState{1234, 1, 0, {}}));
 }
 
 TEST(Loader, BatchStraddlingAnEpochEndContinuesWithTheNextPermutation) {
@@ -103,14 +106,14 @@ TEST(Loader, BatchStraddlingAnEpochEndContinuesWithTheNextPermutation) {
   std::string man = make_dataset(dir, {1001});  // T=10 -> 100 samples
   TokenLoader l(man, "train", 10, 30, 0, 1, 9, true, false);
   for (int i = 0; i < 3; ++i) next(l);
-  EXPECT_EQ((l.state()), (LoaderState{9, 0, 90}));
+  EXPECT_EQ((l.state()), (LoaderState{9, 0, 90, {}}));
   std::vector<int32_t> b = next(l);  // 10 of epoch 0 then 20 of epoch 1
   auto p0 = epoch_permutation(100, 9, 0), p1 = epoch_permutation(100, 9, 1);
   for (int j = 0; j < 30; ++j) {
     uint32_t want = j < 10 ? p0[size_t(90 + j)] : p1[size_t(j - 10)];
     EXPECT_EQ(b[size_t(j) * 11], int32_t(want * 10)) << j;
   }
-  EXPECT_EQ((l.state()), (LoaderState{9, 1, 20}));
+  EXPECT_EQ((l.state()), (LoaderState{9, 1, 20, {}}));
 }
 
 TEST(Loader, DpRanksGetContiguousSlicesOfTheGlobalBatch) {
@@ -166,10 +169,10 @@ TEST(Loader, ResumeAcrossAnEpochBoundaryIsExact) {
   check_resume(man, 65, true);  // batches 66.. straddle epoch 0 -> 1
   check_resume(man, 66, true);
   TokenLoader l(man, "train", 8, 6, 0, 1, 5);
-  LoaderState s{5, 0, 400};  // "all of epoch 0 consumed" normalises to epoch 1
+  LoaderState s{5, 0, 400, {}};  // "all of epoch 0 consumed" normalises to epoch 1
   l.restore(s);
-  EXPECT_EQ((l.state()), (LoaderState{5, 1, 0}));
-  EXPECT_THROW(l.restore(LoaderState{5, 0, 401}), Error);
+  EXPECT_EQ((l.state()), (LoaderState{5, 1, 0, {}}));
+  EXPECT_THROW(l.restore(LoaderState{5, 0, 401, {}}), Error);
 }
 
 TEST(Loader, ValidationIsInFixedOrder) {
@@ -239,6 +242,165 @@ TEST(Loader, BadSourcesAreClearErrors) {
     EXPECT_NE(e.find("count.json: tokenizer.vocab_size is "), std::string::npos) << e;
     EXPECT_NE(e.find(", not an integer from 0 to 4294967295"), std::string::npos) << e;
   }
+}
+
+// ---- blends of several sources (docs/data.md) ----
+
+TEST(Blend, EverySourceStaysWithinOneSampleOfItsShare) {
+  for (const std::vector<double>& w : std::vector<std::vector<double>>{
+           {0.5, 0.3, 0.2}, {1, 1, 1}, {1000, 1, 0.001}, {0.7, 0.3}, {3, 5, 7, 11, 13}}) {
+    double sum = 0;
+    for (double x : w) sum += x;
+    std::vector<double> p;
+    for (double x : w) p.push_back(x / sum);
+    std::vector<uint64_t> drawn(w.size());
+    for (uint64_t n = 1; n <= 20000; ++n) {
+      ++drawn[blend_pick(p, drawn)];
+      for (size_t k = 0; k < w.size(); ++k)
+        ASSERT_LT(std::abs(double(drawn[k]) - double(n) * p[k]), 1.0 + 1e-9) << "source " << k << " after " << n;
+    }
+  }
+  // Ties go to the lowest source: equal shares take turns in order.
+  std::vector<uint64_t> d(3);
+  std::vector<size_t> order;
+  for (int n = 0; n < 6; ++n) {
+    order.push_back(blend_pick({1.0 / 3, 1.0 / 3, 1.0 / 3}, d));
+    ++d[order.back()];
+  }
+  EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(blend_source_seed(77, 0), 77u);
+  EXPECT_NE(blend_source_seed(77, 1), blend_source_seed(77, 2));
+}
+
+TEST(Blend, ABlendOfOneSourceIsThatSourcesStream) {
+  test::TempDir dir("bl-one");
+  std::string man = make_dataset(dir, {3000, 1201});
+  TokenLoader plain(man, "train", 8, 6, 0, 1, 5, true, false);
+  TokenLoader blend(std::vector<BlendSource>{{man, 0.25}}, "train", 8, 6, 0, 1, 5, true, false);
+  EXPECT_EQ(blend.num_sources(), 1u);
+  for (int i = 0; i < 120; ++i) ASSERT_EQ(next(blend), next(plain)) << "batch " << i;  // past an epoch
+  EXPECT_EQ(blend.state(), plain.state());
+  EXPECT_TRUE(blend.state().blend.empty());
+}
+
+// Three sources whose tokens count from 0, 30000 and 60000, so a token
+// tells its source; T = 8 gives them 100, 400 and 624 samples.
+struct ThreeSources {
+  test::TempDir a{"bl-a"}, b{"bl-b"}, c{"bl-c"};
+  std::vector<BlendSource> blend{{make_dataset(a, {801}, "train", 0), 2},
+                                 {make_dataset(b, {2000, 1201}, "train", 30000), 5},
+                                 {make_dataset(c, {5000}, "train", 60000), 3}};
+  static constexpr int T = 8;
+  static size_t source_of(int32_t token) { return token >= 60000 ? 2 : token >= 30000 ? 1 : 0; }
+  static constexpr int32_t kFirst[3] = {0, 30000, 60000};
+};
+
+TEST(Blend, SharesHoldAndEachSourceRunsItsOwnEpochs) {
+  ThreeSources s;
+  const int T = ThreeSources::T, G = 10;
+  TokenLoader l(s.blend, "train", T, G, 0, 1, 42, true, false);
+  ASSERT_EQ(l.num_sources(), 3u);
+  EXPECT_EQ(l.info().num_samples, 100u + 400u + 624u);
+  EXPECT_DOUBLE_EQ(l.source_share(1), 0.5);
+  std::vector<std::vector<uint64_t>> seen(3);  // each source's sample indices, in order
+  const uint64_t S[3] = {100, 400, 624};
+  for (int step = 0; step < 150; ++step) {  // 1500 samples: source 0 (share 0.2) wraps into its 3rd epoch
+    std::vector<int32_t> b = next(l);
+    for (int j = 0; j < G; ++j) {
+      const int32_t first = b[size_t(j) * (T + 1)];
+      const size_t k = ThreeSources::source_of(first);
+      ASSERT_EQ((first - ThreeSources::kFirst[k]) % T, 0);
+      for (int t = 0; t <= T; ++t) ASSERT_EQ(b[size_t(j) * (T + 1) + size_t(t)], first + t);  // one window
+      seen[k].push_back(uint64_t(first - ThreeSources::kFirst[k]) / T);
+    }
+    const uint64_t n = uint64_t(step + 1) * G;
+    const LoaderState st = l.state();
+    EXPECT_EQ(st.blend[0].drawn + st.blend[1].drawn + st.blend[2].drawn, n);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_LT(std::abs(double(st.blend[k].drawn) - double(n) * l.source_share(k)), 1.0 + 1e-9);
+      EXPECT_EQ(st.blend[k].drawn, seen[k].size());
+      EXPECT_EQ(st.blend[k].epoch * S[k] + st.blend[k].samples_consumed, st.blend[k].drawn);
+    }
+  }
+  // Each source's samples follow its own seeded permutations, epoch after epoch.
+  for (size_t k = 0; k < 3; ++k) {
+    for (size_t i = 0; i < seen[k].size(); ++i) {
+      const auto p = epoch_permutation(S[k], blend_source_seed(42, k), i / S[k]);
+      ASSERT_EQ(seen[k][i], p[i % S[k]]) << "source " << k << " sample " << i;
+    }
+  }
+  EXPECT_EQ(l.state().blend[0].epoch, 3u);  // 300 of source 0's samples
+}
+
+TEST(Blend, DpRanksGetSlicesAndResumeIsExact) {
+  ThreeSources s;
+  const int T = ThreeSources::T, G = 12, D = 3;
+  TokenLoader g(s.blend, "train", T, G, 0, D, 9, true, false);
+  std::vector<std::unique_ptr<TokenLoader>> ranks;
+  for (int r = 0; r < D; ++r) ranks.push_back(std::make_unique<TokenLoader>(s.blend, "train", T, G, r, D, 9));
+  std::vector<int32_t> global(size_t(G) * (T + 1));
+  std::vector<std::vector<int32_t>> rank1;
+  LoaderState mid;
+  for (int step = 0; step < 60; ++step) {
+    if (step == 23) mid = ranks[1]->state();
+    g.peek_global_batch(global.data());
+    next(g);
+    for (int r = 0; r < D; ++r) {
+      std::vector<int32_t> b = next(*ranks[size_t(r)]);
+      ASSERT_TRUE(std::equal(b.begin(), b.end(), global.begin() + std::ptrdiff_t(r * (G / D) * (T + 1))))
+          << "rank " << r << " step " << step;
+      if (r == 1) rank1.push_back(b);
+    }
+  }
+  // A new loader (another seed: the state carries it) resumed at step 23,
+  // with and without prefetch, and the same loader rewound.
+  for (bool prefetch : {true, false}) {
+    TokenLoader b(s.blend, "train", T, G, 1, D, 0, true, prefetch);
+    next(b);
+    b.restore(mid);
+    EXPECT_EQ(b.state(), mid);
+    for (int step = 23; step < 60; ++step) ASSERT_EQ(next(b), rank1[size_t(step)]) << "step " << step;
+  }
+  ranks[1]->restore(mid);
+  for (int step = 23; step < 30; ++step) ASSERT_EQ(next(*ranks[1]), rank1[size_t(step)]) << "replay " << step;
+}
+
+TEST(Blend, BadBlendsAreClearErrors) {
+  ThreeSources s;
+  const int T = ThreeSources::T;
+  TokenLoader l(s.blend, "train", T, 4, 0, 1, 1, true, false);
+  TokenLoader one(s.blend[0].path, "train", T, 4, 0, 1, 1, true, false);
+  // A state of one source into a blend, of a blend into one source, of another blend.
+  std::string e = error_of([&] { l.restore(one.state()); });
+  EXPECT_NE(e.find("the loader state is of one source, this run blends 3"), std::string::npos) << e;
+  e = error_of([&] { one.restore(l.state()); });
+  EXPECT_NE(e.find("the loader state is of a blend of 3 sources, this run reads one"), std::string::npos) << e;
+  LoaderState two = l.state();
+  two.blend.pop_back();
+  e = error_of([&] { l.restore(two); });
+  EXPECT_NE(e.find("the loader state is of a blend of 2, this run blends 3"), std::string::npos) << e;
+  LoaderState past = l.state();
+  past.blend[0].samples_consumed = 101;
+  e = error_of([&] { l.restore(past); });
+  EXPECT_NE(e.find("101 samples consumed but an epoch has only 100"), std::string::npos) << e;
+  EXPECT_NE(e.find(s.blend[0].path), std::string::npos) << e;
+  // Weights must be positive and finite.
+  for (double w : {0.0, -1.0, std::nan("")}) {
+    auto bad = s.blend;
+    bad[2].weight = w;
+    e = error_of([&] { TokenLoader x(bad, "train", T, 4, 0, 1, 1); });
+    EXPECT_NE(e.find("source 3"), std::string::npos) << e;
+    EXPECT_NE(e.find("weights must be positive"), std::string::npos) << e;
+  }
+  // Another tokenizer in one source.
+  test::TempDir d("bl-tok");
+  auto other = s.blend;
+  other[1].path = make_dataset(d, {1000}, "train", 30000, std::string(64, 'e'));
+  e = error_of([&] { TokenLoader x(other, "train", T, 4, 0, 1, 1); });
+  EXPECT_NE(e.find("made with another tokenizer than " + s.blend[0].path), std::string::npos) << e;
+  EXPECT_NE(e.find("a blend needs one tokenizer"), std::string::npos) << e;
+  e = error_of([&] { l.read_tokens(0, 4, nullptr); });
+  EXPECT_NE(e.find("not a blend"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -100,6 +100,8 @@ def configs():
             put("run_config", name, f.read())
     put("run_config", "overrides", "[model]\npreset = \"wiola-tiny\"\n\0train.steps=5\nparallel.tp=2\n"
         "model.n_layers = 4\ncheckpoint.dir=ck\ntrain.lr_max=1e-3")
+    put("run_config", "blend", "[[data.blend]]\npath = \"runs/web\"\nweight = 0.7\n\n[[data.blend]]\n"
+        "path = \"runs/books\"\nweight = 3\n\0data.blend=[{path=\"a\", weight=1e-3}, {path=\"b\", weight=2}]\n")
 
 
 def manifests():

@@ -439,6 +439,7 @@ void expect_same(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.parallel.dp, b.parallel.dp);
   EXPECT_EQ(a.parallel.zero, b.parallel.zero);
   EXPECT_EQ(a.parallel.schedule, b.parallel.schedule);
+  EXPECT_EQ(a.data.blend, b.data.blend);
   EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
   EXPECT_EQ(a.checkpoint.every, b.checkpoint.every);
   EXPECT_EQ(a.checkpoint.resume, b.checkpoint.resume);
@@ -516,6 +517,63 @@ keep = 5
                         "srpe_spiral_divisor =", "lookback =", "init_std =", "max_steps =",
                         "nonfinite_fatal =", "prefetch =", "schedule =", "keep ="})
     EXPECT_NE(ctext.find(k), std::string::npos) << k;
+}
+
+// data.blend: inline tables or [[data.blend]] sections, --set, the canonical
+// form, and every way it can be wrong.
+TEST_F(RunConfigTest, DataBlend) {
+  const RunConfig a = load_run_config(write("a.toml", R"(
+[data]
+blend = [{ path = "runs/web", weight = 0.7 }, { path = "runs/b\"ooks", weight = 3 }]
+)"), {});
+  ASSERT_EQ(a.data.blend.size(), 2u);
+  EXPECT_EQ(a.data.blend[0], (BlendSource{"runs/web", 0.7}));
+  EXPECT_EQ(a.data.blend[1], (BlendSource{"runs/b\"ooks", 3.0}));
+  EXPECT_EQ(a.data_sources(), a.data.blend);
+  const RunConfig sections = load_run_config(write("s.toml", R"(
+[[data.blend]]
+path = "runs/web"
+weight = 0.7
+
+[[data.blend]]
+weight = 3
+path = "runs/b\"ooks"
+)"), {});
+  EXPECT_EQ(sections.data.blend, a.data.blend);
+  // The canonical form reads back exactly; without a blend it is empty and
+  // data_sources() is data.path with weight 1.
+  const std::string text = run_config_to_toml(a);
+  EXPECT_CONTAINS(text, R"(blend = [{ path = "runs/web", weight = 0.7 }, { path = "runs/b\"ooks", weight = 3.0 }])");
+  EXPECT_EQ(load_run_config(write("b.toml", text), {}).data.blend, a.data.blend);
+  const RunConfig plain = load_run_config("", {"data.path=x/manifest.json"});
+  EXPECT_CONTAINS(run_config_to_toml(plain), "blend = []");
+  EXPECT_EQ(plain.data_sources(), (std::vector<BlendSource>{{"x/manifest.json", 1.0}}));
+  // --set, and clearing the file's data.path for it.
+  const std::string with_path = write("p.toml", "[data]\npath = \"runs/one\"\n");
+  const RunConfig set = load_run_config(with_path, {"data.path=\"\"", R"(data.blend=[{path="a", weight=1}, {path="b", weight=2}])"});
+  EXPECT_EQ(set.data.blend, (std::vector<BlendSource>{{"a", 1.0}, {"b", 2.0}}));
+  EXPECT_CONTAINS(load_error(with_path, {R"(data.blend=[{path="a", weight=1}])"}),
+                  "data.path and data.blend are both set");
+  EXPECT_CONTAINS(load_error(with_path, {R"(data.blend=[{path="a", weight=1}])"}), "--set 'data.path=\"\"'");
+  // Wrong shapes and values, each naming the source and what is wrong.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"(blend = "runs/web")", "expected an array of {path = \"...\", weight = w} tables, got a string"},
+      {R"(blend = ["runs/web"])", "source 1 of 1: expected a table"},
+      {R"(blend = [{ path = "a", weight = 1 }, { path = "b" }])", "source 2 of 2: needs both path and weight"},
+      {R"(blend = [{ path = "a", weight = 0 }])", "source 1 of 1: weight must be positive and finite (got 0.0)"},
+      {R"(blend = [{ path = "a", weight = -2.5 }])", "weight must be positive and finite (got -2.5)"},
+      {R"(blend = [{ path = "a", weight = nan }])", "weight must be positive and finite"},
+      {R"(blend = [{ path = "a", weight = "1" }])", "weight must be a number, got a string"},
+      {R"(blend = [{ path = "", weight = 1 }])", "path must be a non-empty string"},
+      {R"(blend = [{ path = 3, weight = 1 }])", "path must be a non-empty string, got an integer (3)"},
+      {R"(blend = [{ path = "a", weight = 1, share = 2 }])", "unknown field 'share' (a source has path and weight)"},
+  };
+  for (const auto& [line, want] : bad) {
+    const std::string m = load_error(write("bad.toml", "[data]\n" + line + "\n"));
+    EXPECT_CONTAINS(m, "bad.toml:2:");
+    EXPECT_CONTAINS(m, "data.blend: ");
+    EXPECT_CONTAINS(m, want);
+  }
 }
 
 // The text a checkpoint manifest records loads like the file it came from,
