@@ -368,6 +368,8 @@ LoaderState TokenLoader::state() const {
 }
 
 std::vector<TokenLoader::Sample> TokenLoader::take_samples(LoaderState& s, uint64_t count) const {
+  WIOLA_CHECK(s.blend.size() == (impl_->blended() ? impl_->sources.size() : 0), impl_->name,
+              ": take_samples from a state of ", s.blend.size(), " blend sources");
   return impl_->take(s, count);
 }
 

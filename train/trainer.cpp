@@ -535,7 +535,7 @@ TrainProgress& Trainer::progress() { return s_->progress; }
 static void print_blend(const TokenLoader& ld, int64_t run_samples) {
   for (size_t k = 0; k < ld.num_sources(); ++k) {
     const double share = ld.source_share(k), S = double(ld.source_info(k).num_samples);
-    std::printf("    source %zu: %s, share %.4f, %llu samples, %.2f epochs over the run\n", k + 1,
+    std::printf("    source %zu: %s, share %.4f, %llu samples, %.3g epochs over the run\n", k + 1,
                 ld.source_name(k).c_str(), share, (unsigned long long)ld.source_info(k).num_samples,
                 double(run_samples) * share / S);
   }

@@ -498,6 +498,9 @@ m = lambda d: json.load(open(f"{d}/ck/step-{n:08d}/manifest.json"))["loader"]
 assert m(ref) == m(run), (m(ref), m(run))
 print(f"dp2: losses within {worst:.1e} of one process; the same loader state at step {n}")
 EOF2
+  # wiola eval --as-training reproduces one source's validation, not a blend's.
+  expect_fail eval_as_training "--as-training reproduces the validation of one source" \
+    "$wiola" eval --checkpoint "$t/full/ck" --data "$t/other" --as-training
   # No source with a val split: an error before any step.
   expect_fail noval "^wiola train: error: train.eval_every is set, but no source of data.blend has a usable \"val\" split" \
     train1 $(where "$t/noval") --set 'data.path=""' --set train.eval_every=4 \
