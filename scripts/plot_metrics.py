@@ -9,7 +9,9 @@ their parent folder (the run directory).
     /usr/bin/python3 scripts/plot_metrics.py runs/a/metrics.jsonl runs/b/metrics.jsonl -o compare.png
 
 metrics.jsonl holds one JSON object per line. Step records carry step, loss,
-lr, grad_norm, tokens, tokens_per_s, step_ms; some also val_loss. Records
+lr, grad_norm, tokens, tokens_per_s, step_ms; some also val_loss (and, in a run
+on a blend of data sources, val_loss_sources: one loss per source, each
+plotted with its own marker). Records
 without "loss" (events) are skipped, except that a val_loss on them is still
 plotted at their tokens (or at the tokens of their step).
 """
@@ -22,7 +24,7 @@ import sys
 
 def read_metrics(path):
     """Returns (steps, val) for one file: steps is a list of dicts with a loss,
-    val a list of (tokens, val_loss)."""
+    val a list of (tokens, val_loss, val_loss_sources or [])."""
     steps, val_raw, bad = [], [], 0
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -48,7 +50,7 @@ def read_metrics(path):
     for r in val_raw:
         tok = r.get("tokens", tokens_at.get(r.get("step")))
         if tok is not None:
-            val.append((tok, r["val_loss"]))
+            val.append((tok, r["val_loss"], r.get("val_loss_sources") or []))
     return steps, val
 
 
@@ -102,8 +104,13 @@ def main():
         x, y = series(steps, "tokens", "loss")
         ax_loss.plot(x, y, color=color, lw=1, label=f"{label} train")
         if val:
-            vx, vy = zip(*val)
+            vx, vy, per = zip(*val)
             ax_loss.plot(vx, vy, "o", color=color, ms=4, label=f"{label} val")
+            for k in range(max(len(p) for p in per)):  # a blend: each source's own validation loss
+                pts = [(x, p[k]) for x, p in zip(vx, per) if k < len(p) and isinstance(p[k], (int, float))]
+                if pts:
+                    ax_loss.plot(*zip(*pts), "^sDv<>pH"[k % 8], color=color, ms=4, mfc="none",
+                                 label=f"{label} val, source {k + 1}")
         ax_lr.plot(*series(steps, "step", "lr"), color=color, lw=1, label=label)
         ax_tps.plot(*series(steps, "step", "tokens_per_s"), color=color, lw=1, label=label)
 

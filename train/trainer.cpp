@@ -136,8 +136,17 @@ struct Trainer::State {
   int B, T, m;        // micro-batch, sequence length, micro-batches per step
   int64_t GB;         // global batch (sequences)
   dist::GridCoord me;
-  std::unique_ptr<TokenLoader> loader, val;
-  LoaderState val_start{};
+  std::unique_ptr<TokenLoader> loader;
+  // Validation: the data's "val" split, or of a blend each source's that has
+  // one (evaluated one by one, so each gets its own loss).
+  struct ValSource {
+    std::unique_ptr<TokenLoader> loader;
+    LoaderState start;
+    size_t source = 0;  // in data.blend
+    double share = 1;   // of the blend
+  };
+  std::vector<ValSource> vals;
+  std::vector<double> last_val_sources;  // per blend source (NaN: left out)
   std::unique_ptr<dist::Grid> grid;
   std::string data_plane;  // what carries backend tensors: "nccl", "mpi", "mpi-staged"
   std::vector<std::pair<int, int>> stages;  // layer range of every stage
@@ -183,6 +192,7 @@ struct Trainer::State {
 
   void check_and_open_data();
   void open_validation(uint64_t data_seed);
+  double validation_loss(ValSource& v);
   void build_grid_and_schedule();
   void build_model_and_optimizer();
   void setup_checkpoints();
@@ -286,7 +296,6 @@ void Trainer::State::check_and_open_data() {
     if (!rc.checkpoint.init_from.empty()) (void)ckpt::resolve_checkpoint(rc.checkpoint.init_from);
     if (rc.train.eval_every > 0) open_validation(data_seed);
   });
-  if (val) val_start = val->state();
   batch.resize(loader->local_batch() * size_t(T + 1));
 }
 
@@ -295,23 +304,24 @@ void Trainer::State::check_and_open_data() {
 // out with a warning, and the others keep their relative weights).
 void Trainer::State::open_validation(uint64_t data_seed) {
   const auto& par = rc.parallel;
-  std::vector<BlendSource> sources = rc.data_sources(), usable;
-  if (sources.size() > 1) {
-    for (size_t k = 0; k < sources.size(); ++k) {
-      try {
-        TokenLoader probe(sources[k].path, "val", T, B * par.dp, me.dp, par.dp, data_seed, false, false);
-        usable.push_back(sources[k]);
-      } catch (const Error& e) {
-        if (root())
-          std::fprintf(stderr, "wiola train: warning: validation leaves out blend source %zu: %s\n", k + 1,
-                       e.what());
-      }
+  const std::vector<BlendSource> sources = rc.data_sources();
+  auto open = [&](size_t k) {
+    auto ld = std::make_unique<TokenLoader>(sources[k].path, "val", T, B * par.dp, me.dp, par.dp, data_seed, false,
+                                            false);
+    const LoaderState start = ld->state();
+    vals.push_back({std::move(ld), start, k, loader->source_share(k)});
+  };
+  if (sources.size() == 1) return open(0);
+  for (size_t k = 0; k < sources.size(); ++k) {
+    try {
+      open(k);
+    } catch (const Error& e) {
+      if (root())
+        std::fprintf(stderr, "wiola train: warning: validation leaves out blend source %zu: %s\n", k + 1, e.what());
     }
-    WIOLA_CHECK(!usable.empty(), "train.eval_every is set, but no source of data.blend has a usable \"val\" "
-                "split (see the warnings above); set train.eval_every = 0");
-    sources = usable;
   }
-  val = std::make_unique<TokenLoader>(sources, "val", T, B * par.dp, me.dp, par.dp, data_seed, false, false);
+  WIOLA_CHECK(!vals.empty(), "train.eval_every is set, but no source of data.blend has a usable \"val\" split "
+              "(see the warnings above); set train.eval_every = 0");
 }
 
 // The communicators (control plane MPI; data plane for the backend's
@@ -748,21 +758,36 @@ void Trainer::dump_step(int64_t t, const StepOutcome& out, StepDump& dump,
   write_step_dump(s.dumps.at(t), ParamLayout(s.rc.model, ModelShard{}), dump);
 }
 
+// The first eval_batches global batches of one validation source.
+double Trainer::State::validation_loss(ValSource& v) {
+  v.loader->restore(v.start);
+  std::vector<int32_t> vb(mb_tokens());
+  const int n = rc.train.eval_batches * m;
+  for (int i = 0; i < n; ++i) {
+    v.loader->next_batch(vb.data());
+    dist::set_context("evaluation batch " + std::to_string(i) + (vals.size() > 1 ? " of blend source " +
+                      std::to_string(v.source + 1) : std::string()));
+    if (!first) link->recv(model->fwd_in(0), me.pp - 1, 2 * i);
+    model->stage_forward(0, vb.data(), 0.0, false);
+    if (!last) link->send(model->fwd_out(0), me.pp + 1, 2 * i);
+  }
+  link->flush();
+  return world_loss() / (double(rc.train.eval_batches) * GB * T);
+}
+
+// A blend's validation loss is the share-weighted mean of its sources'
+// (those with a val split): the expected loss on the training mixture.
 double Trainer::evaluate() {
   State& s = *s_;
-  Model<float>& model = *s.model;
-  s.val->restore(s.val_start);
-  std::vector<int32_t> vb(s.mb_tokens());
-  const int n = s.rc.train.eval_batches * s.m;
-  for (int i = 0; i < n; ++i) {
-    s.val->next_batch(vb.data());
-    dist::set_context("evaluation batch " + std::to_string(i));
-    if (!s.first) s.link->recv(model.fwd_in(0), s.me.pp - 1, 2 * i);
-    model.stage_forward(0, vb.data(), 0.0, false);
-    if (!s.last) s.link->send(model.fwd_out(0), s.me.pp + 1, 2 * i);
+  s.last_val_sources.assign(s.rc.data.blend.size(), std::nan(""));
+  double sum = 0, shares = 0;
+  for (State::ValSource& v : s.vals) {
+    const double loss = s.validation_loss(v);
+    if (!s.last_val_sources.empty()) s.last_val_sources[v.source] = loss;
+    sum += v.share * loss;
+    shares += v.share;
   }
-  s.link->flush();
-  return s.world_loss() / (double(s.rc.train.eval_batches) * s.GB * s.T);
+  return sum / shares;
 }
 
 // One metrics record per step (rank 0) and a progress line every log_every.
@@ -791,6 +816,11 @@ void Trainer::log_step(int64_t t, const StepOutcome& out, bool evaluated) {
   if (!std::isfinite(out.loss)) j["loss"] = nullptr;
   if (!std::isfinite(out.grad_norm)) j["grad_norm"] = nullptr;
   if (evaluated) j["val_loss"] = s.last_val;
+  if (evaluated && !s.last_val_sources.empty()) {  // a blend: [loss of source 1, ...], null where left out
+    nlohmann::json per = nlohmann::json::array();
+    for (double x : s.last_val_sources) per.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json());
+    j["val_loss_sources"] = per;
+  }
   s.metrics << j.dump() << '\n';
   s.metrics.flush();
   const int64_t last_step = s.budget.last_step;
@@ -806,6 +836,12 @@ void Trainer::log_step(int64_t t, const StepOutcome& out, bool evaluated) {
                 jt.comm / tot, jt.bubble / tot, jt.optimizer / tot, jt.data / tot);
   }
   if (evaluated) std::printf(" | val %.4f", s.last_val);
+  if (evaluated && s.vals.size() > 1) {
+    std::printf(" (");
+    for (size_t i = 0; i < s.vals.size(); ++i)
+      std::printf("%s%zu: %.4f", i ? ", " : "", s.vals[i].source + 1, s.last_val_sources[s.vals[i].source]);
+    std::printf(")");
+  }
   if (out.skipped)
     std::printf(" | SKIPPED (non-finite grad norm; %lld so far)", (long long)s.progress.skipped);
   std::printf("\n");
@@ -832,7 +868,7 @@ TrainSummary Trainer::run() {
     if (t == s.resumed_from + 1) sum.first_loss = out.loss;  // this run's first step
     sum.last_loss = out.loss;
     sum.steps = t;
-    const bool eval_now = s.val && (t % s.rc.train.eval_every == 0 || t == s.budget.last_step);
+    const bool eval_now = !s.vals.empty() && (t % s.rc.train.eval_every == 0 || t == s.budget.last_step);
     if (t == s.budget.last_step) s.atm_stats = s.model->atm_stats();  // before eval (ATM off)
     if (eval_now) s.last_val = sum.val_loss = evaluate();
     const auto tc = Clock::now();

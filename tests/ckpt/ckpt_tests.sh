@@ -471,8 +471,12 @@ d, n = sys.argv[1], int(sys.argv[2])
 ld = json.load(open(f"{d}/ck/step-{n:08d}/manifest.json"))["loader"]
 drawn = [c["drawn"] for c in ld["blend"]]
 assert drawn == [16, 48], f"samples drawn {drawn}, expected [16, 48] (64 at 1:3)"
-val = [r.get("val_loss") for r in map(json.loads, open(f"{d}/run/metrics.jsonl"))]
-assert val[3] and val[7] and not any(val[i] for i in (0, 1, 2, 4, 5, 6)), val
+rows = [json.loads(l) for l in open(f"{d}/run/metrics.jsonl")]
+assert [i for i, r in enumerate(rows) if "val_loss" in r] == [3, 7], "validation at steps 4 and 8 only"
+for r in (rows[3], rows[7]):  # source 1 has no val split: the blend's loss is source 2's
+    per = r["val_loss_sources"]
+    assert per[0] is None and per[1] > 0, per
+    assert abs(r["val_loss"] - per[1]) <= 1e-12 * per[1], (r["val_loss"], per)
 EOF2
   # Killed after step 5: resume from step 4.
   mkdir -p "$t/res/ck" "$t/res/run"
@@ -497,6 +501,23 @@ assert worst < 1e-5, f"worst loss difference {worst:.2e}"
 m = lambda d: json.load(open(f"{d}/ck/step-{n:08d}/manifest.json"))["loader"]
 assert m(ref) == m(run), (m(ref), m(run))
 print(f"dp2: losses within {worst:.1e} of one process; the same loader state at step {n}")
+EOF2
+  # Two sources with val splits: each is evaluated on its own, and the blend's
+  # val_loss is their share-weighted mean.
+  "$wiola" prep --no-progress --val-fraction 0.1 --tokenizer "$root/data/wiola360m/tokenizer.json" \
+    --output "$t/one" "$work/brown.txt" > "$t/prep.log" 2>&1 || { cat "$t/prep.log"; fail "prep failed"; }
+  expect_ok two_val timeout -k 5 "$limit" "$wiola" train --set model.preset=wiola-tiny --set model.vocab_size=32000 \
+    --set train.micro_batch=2 --set train.threads=1 --set train.steps=2 --set train.eval_every=2 \
+    --set train.run_dir="$t/two_val" \
+    --set 'data.path=""' --set "data.blend=[{path=\"$t/one\", weight=1}, {path=\"$t/other\", weight=3}]"
+  grep -q "| val [0-9.]* (1: [0-9.]*, 2: [0-9.]*)" "$t/two_val.out" || fail "no per-source validation in the log"
+  "$python" - "$t/two_val" <<'EOF2' || fail "the blend's validation loss is not the share-weighted mean"
+import json, sys
+r = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")][1]
+a, b = r["val_loss_sources"]
+assert a > 0 and b > 0 and a != b, (a, b)
+assert abs(r["val_loss"] - (0.25 * a + 0.75 * b)) <= 1e-12 * r["val_loss"], (r["val_loss"], a, b)
+print(f"validation: source 1 {a:.6f}, source 2 {b:.6f}, blend {r['val_loss']:.6f} = 0.25 a + 0.75 b")
 EOF2
   # wiola eval --as-training reproduces one source's validation, not a blend's.
   expect_fail eval_as_training "--as-training reproduces the validation of one source" \
