@@ -393,7 +393,7 @@ ImportStats import_hf(const std::string& src, const std::string& ckdir, const Im
   json tensors = json::object();
   for (const ParamEntry& e : layout.entries()) tensors[e.name] = {{"shape", {e.grows, e.gcols}}};
   json mf = {{"format", ckpt::kFormat}, {"run_id", id}, {"step", 0}, {"tokens", 0}, {"skipped", 0},
-             {"applied_steps", 0}, {"kinds", {"param"}}, {"loader", {{"seed", 0}, {"epoch", 0}, {"samples_consumed", 0}}},
+             {"applied_steps", 0}, {"kinds", {"param"}}, {"loader", loader_state_to_json(LoaderState{})},
              {"config", run_config_to_toml(rc)},
              {"layout", {{"tp", 1}, {"pp", 1}, {"dp", 1}, {"zero", false}, {"stages", {{0, cfg.L}}}}},
              {"backend", "import"},

@@ -92,6 +92,17 @@ std::map<std::string, dist::CommTraffic> traffic_snapshot(dist::Grid& grid) {
   return s;
 }
 
+// A blend's sources, their shares, and how often the run's T_max steps visit
+// each (a source visited many times over is repeated data).
+void print_blend(const TokenLoader& ld, int64_t run_samples) {
+  for (size_t k = 0; k < ld.num_sources(); ++k) {
+    const double share = ld.source_share(k), S = double(ld.source_info(k).num_samples);
+    std::printf("    source %zu: %s, share %.4f, %llu samples, %.3g epochs over the run\n", k + 1,
+                ld.source_name(k).c_str(), share, (unsigned long long)ld.source_info(k).num_samples,
+                double(run_samples) * share / S);
+  }
+}
+
 nlohmann::json blend_json(const std::vector<BlendSource>& blend) {
   nlohmann::json j = nlohmann::json::array();
   for (const BlendSource& b : blend) j.push_back({{"path", b.path}, {"weight", b.weight}});
@@ -299,9 +310,9 @@ void Trainer::State::check_and_open_data() {
   batch.resize(loader->local_batch() * size_t(T + 1));
 }
 
-// The validation loader: the "val" split of the data, or of each blended
-// source that has one long enough (a small source may have none; it is left
-// out with a warning, and the others keep their relative weights).
+// The validation loaders: the "val" split of the data, or one for each
+// blended source whose split is long enough (a small source may have none; it
+// is left out with a warning, and the others keep their relative shares).
 void Trainer::State::open_validation(uint64_t data_seed) {
   const auto& par = rc.parallel;
   const std::vector<BlendSource> sources = rc.data_sources();
@@ -445,8 +456,8 @@ void Trainer::State::setup_checkpoints() {
   const auto& cc = rc.checkpoint;
   if (cc.dir.empty() && cc.init_from.empty()) return;
   dist::set_context("checkpoint setup");
-  ckpt = std::make_unique<Checkpointer>(rc, *grid, ops, *model, *adam, stages, run_identity(rc, loader->info(), loader.get()),
-                                        checkpoint_info());
+  ckpt = std::make_unique<Checkpointer>(rc, *grid, ops, *model, *adam, stages,
+                                        run_identity(rc, loader->info(), loader.get()), checkpoint_info());
   std::string folder;
   if (!cc.dir.empty() && cc.resume) folder = ckpt->find_resume();
   if (!folder.empty()) {
@@ -539,17 +550,6 @@ Trainer::~Trainer() = default;
 
 const StepBudget& Trainer::budget() const { return s_->budget; }
 TrainProgress& Trainer::progress() { return s_->progress; }
-
-// A blend's sources, their shares, and how often the run's T_max steps visit
-// each (a source visited many times over is repeated data).
-static void print_blend(const TokenLoader& ld, int64_t run_samples) {
-  for (size_t k = 0; k < ld.num_sources(); ++k) {
-    const double share = ld.source_share(k), S = double(ld.source_info(k).num_samples);
-    std::printf("    source %zu: %s, share %.4f, %llu samples, %.3g epochs over the run\n", k + 1,
-                ld.source_name(k).c_str(), share, (unsigned long long)ld.source_info(k).num_samples,
-                double(run_samples) * share / S);
-  }
-}
 
 void Trainer::print_banner() {
   State& s = *s_;
