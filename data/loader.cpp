@@ -56,6 +56,15 @@ struct Xoshiro256ss {
   }
 };
 
+// "" when the two tokenizer identities agree, else what differs, as
+// " (vocab_size A vs B, eos_id A vs B, tokenizer sha256 a… vs b…)".
+std::string tokenizer_difference(uint32_t vocab_a, uint32_t eos_a, const std::string& sha_a, uint32_t vocab_b,
+                                 uint32_t eos_b, const std::string& sha_b) {
+  if (vocab_a == vocab_b && eos_a == eos_b && sha_a == sha_b) return "";
+  return detail::concat(" (vocab_size ", vocab_a, " vs ", vocab_b, ", eos_id ", eos_a, " vs ", eos_b,
+                        ", tokenizer sha256 ", sha_a.substr(0, 12), "… vs ", sha_b.substr(0, 12), "…)");
+}
+
 bool looks_like_hdf5(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   char sig[8] = {};
@@ -168,10 +177,9 @@ Source::Source(const std::string& source, const std::string& split, int T) : nam
     for (const ManifestShard& e : it->second.shards) {
       auto r = std::make_unique<ShardReader>(e.path);
       const ShardMeta& s = r->meta();
-      if (s.vocab_size != man.vocab_size || s.eos_id != man.eos_id || s.tokenizer_sha256 != man.tokenizer_sha256)
-        fail(e.path, ": shard does not match the manifest ", path, " (vocab_size ", s.vocab_size, " vs ",
-             man.vocab_size, ", eos_id ", s.eos_id, " vs ", man.eos_id, ", tokenizer sha256 ",
-             s.tokenizer_sha256.substr(0, 12), "… vs ", man.tokenizer_sha256.substr(0, 12), "…)");
+      const std::string diff = tokenizer_difference(s.vocab_size, s.eos_id, s.tokenizer_sha256, man.vocab_size,
+                                                    man.eos_id, man.tokenizer_sha256);
+      if (!diff.empty()) fail(e.path, ": shard does not match the manifest ", path, diff);
       if (s.num_tokens != e.num_tokens || s.num_documents != e.num_documents)
         fail(e.path, ": shard holds ", s.num_tokens, " tokens / ", s.num_documents, " documents, manifest ", path,
              " says ", e.num_tokens, " / ", e.num_documents);
@@ -337,12 +345,10 @@ TokenLoader::TokenLoader(const std::vector<BlendSource>& blend, const std::strin
     const Source& first = *m.sources[0];
     for (const auto& s : m.sources) {
       const DatasetInfo& d = s->info;
-      if (d.vocab_size != first.info.vocab_size || d.eos_id != first.info.eos_id ||
-          d.tokenizer_sha256 != first.info.tokenizer_sha256)
-        fail(s->name, ": made with another tokenizer than ", first.name, " (vocab_size ", d.vocab_size, " vs ",
-             first.info.vocab_size, ", eos_id ", d.eos_id, " vs ", first.info.eos_id, ", tokenizer sha256 ",
-             d.tokenizer_sha256.substr(0, 12), "… vs ", first.info.tokenizer_sha256.substr(0, 12),
-             "…); a blend needs one tokenizer");
+      const std::string diff = tokenizer_difference(d.vocab_size, d.eos_id, d.tokenizer_sha256, first.info.vocab_size,
+                                                    first.info.eos_id, first.info.tokenizer_sha256);
+      if (!diff.empty())
+        fail(s->name, ": made with another tokenizer than ", first.name, diff, "; a blend needs one tokenizer");
       m.info.num_tokens += d.num_tokens;
       m.info.num_documents += d.num_documents;
       m.info.num_samples += d.num_samples;

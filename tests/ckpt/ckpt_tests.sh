@@ -456,8 +456,11 @@ EOF
 # equal) and the losses agree to 1e-5; validation uses the source that has a
 # val split; a resume with other weights or without the blend is refused.
 case_blend() {
-  "$wiola" prep --no-progress --val-fraction 0.1 --tokenizer "$root/data/wiola360m/tokenizer.json" \
-    --output "$t/other" "$work/other.txt" > "$t/prep.log" 2>&1 || { cat "$t/prep.log"; fail "prep failed"; }
+  prep_val() {  # prep_val OUT TEXT: shards with 10 % of the documents held out for validation
+    "$wiola" prep --no-progress --val-fraction 0.1 --tokenizer "$root/data/wiola360m/tokenizer.json" \
+      --output "$1" "$2" > "$t/prep.log" 2>&1 || { cat "$t/prep.log"; fail "prep of $2 failed"; }
+  }
+  prep_val "$t/other" "$work/other.txt"
   local b=(--set 'data.path=""' --set "data.blend=[{path=\"$shards\", weight=1}, {path=\"$t/other\", weight=3}]"
            --set train.eval_every=4)
   # shellcheck disable=SC2046
@@ -504,8 +507,7 @@ print(f"dp2: losses within {worst:.1e} of one process; the same loader state at 
 EOF2
   # Two sources with val splits: each is evaluated on its own, and the blend's
   # val_loss is their share-weighted mean.
-  "$wiola" prep --no-progress --val-fraction 0.1 --tokenizer "$root/data/wiola360m/tokenizer.json" \
-    --output "$t/one" "$work/brown.txt" > "$t/prep.log" 2>&1 || { cat "$t/prep.log"; fail "prep failed"; }
+  prep_val "$t/one" "$work/brown.txt"
   expect_ok two_val timeout -k 5 "$limit" "$wiola" train --set model.preset=wiola-tiny --set model.vocab_size=32000 \
     --set train.micro_batch=2 --set train.threads=1 --set train.steps=2 --set train.eval_every=2 \
     --set train.run_dir="$t/two_val" \
