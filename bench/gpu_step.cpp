@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_out, "write the figures as JSON here");
   CLI11_PARSE(app, argc, argv);
   o.atm = !no_atm;
+  // Line by line even into a pipe: a run cut off by the kit's time limit
+  // still shows how far it got.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     const nlohmann::json out = wiola::run_gpu_step_bench(o);
     if (!json_out.empty()) wiola::write_text_atomic(json_out, out.dump(2) + "\n");

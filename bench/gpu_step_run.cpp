@@ -28,6 +28,7 @@ size_t device_used_bytes() {
 }
 
 struct Result {
+  double setup_s = 0;  // model init, upload and the optimizer's state
   double step_ms = 0, tokens_per_s = 0, tflops = 0, mfu = 0, loss = 0, peak_gib = 0;
   wiola::OpProfile profile;  // one more step, each op between two events
   double profiled_step_s = 0;
@@ -35,6 +36,7 @@ struct Result {
 
 Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, int batch, bool recompute, int warmup,
              int steps, double peak_tflops) {
+  const auto t_setup = Clock::now();
   auto cuda = wiola::make_cuda_ops(p);
   // Timed steps run unprofiled (events around every op would add host
   // work to a launch-bound step); one step after them is profiled.
@@ -55,6 +57,9 @@ Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, int batch, b
   const double scale = 1.0 / (double(batch) * cfg.T);
   std::vector<double> times;
   Result r;
+  ops->synchronize();
+  r.setup_s = std::chrono::duration<double>(Clock::now() - t_setup).count();
+  std::printf("    set up in %.1f s; %d warm-up and %d timed steps\n", r.setup_s, warmup, steps);
   size_t peak = 0;
   for (int s = 0; s < warmup + steps + 1; ++s) {
     const bool profiled = s == warmup + steps;
@@ -102,10 +107,12 @@ nlohmann::json wiola::run_gpu_step_bench(const GpuStepOptions& o) {
   nlohmann::json out = {{"preset", o.preset}, {"T", cfg.T}, {"batch", o.batch}, {"recompute", o.recompute}, {"atm", cfg.atm},
                         {"device", cuda_status()}, {"peak_tflops", o.peak_tflops},
                         {"flops_per_step", train_step_flops(cfg, o.batch)}};
+  std::fflush(stdout);
   for (auto [name, p] : {std::pair{"bf16", CudaPrecision::BF16}, std::pair{"fp32", CudaPrecision::FP32}}) {
     if (o.precision != "both" && o.precision != name) continue;
+    std::printf("  %s:\n", name);
     const Result r = bench(p, cfg, o.batch, o.recompute, o.warmup, o.steps, o.peak_tflops);
-    std::printf("  %s: step %.1f ms | %.0f tokens/s | %.1f TFLOP/s | MFU %.1f %% | peak memory %.2f GiB | loss %.4f\n",
+    std::printf("  %s  step %.1f ms | %.0f tokens/s | %.1f TFLOP/s | MFU %.1f %% | peak memory %.2f GiB | loss %.4f\n",
                 name, r.step_ms, r.tokens_per_s, r.tflops, 100 * r.mfu, r.peak_gib, r.loss);
     std::printf("    time per op class in one profiled step (%.1f ms; %% of it):\n%s", 1e3 * r.profiled_step_s,
                 format_op_profile(r.profile, r.profiled_step_s, 1, "      ").c_str());
@@ -115,7 +122,7 @@ nlohmann::json wiola::run_gpu_step_bench(const GpuStepOptions& o) {
       top.push_back({{"op", r.profile.ops[i].name}, {"ms", 1e3 * r.profile.ops[i].seconds},
                      {"calls", r.profile.ops[i].calls}});
     out[name] = {{"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"tflops", r.tflops},
-                 {"mfu", r.mfu},         {"peak_gib", r.peak_gib},         {"loss", r.loss},
+                 {"mfu", r.mfu},         {"setup_s", r.setup_s},         {"peak_gib", r.peak_gib},         {"loss", r.loss},
                  {"profiled_step_ms", 1e3 * r.profiled_step_s}, {"op_class_ms", classes}, {"top_ops", top}};
   }
   return out;

@@ -195,8 +195,9 @@ uint64_t fnv1a(const std::string& s) {
 }
 }  // namespace
 
-double counter_normal(uint64_t seed, const std::string& name, uint64_t index) {
-  const uint64_t key = splitmix64(seed ^ splitmix64(fnv1a(name)));
+uint64_t counter_key(uint64_t seed, const std::string& name) { return splitmix64(seed ^ splitmix64(fnv1a(name))); }
+
+double counter_normal(uint64_t key, uint64_t index) {
   const uint64_t a = splitmix64(key ^ splitmix64(2 * index));
   const uint64_t b = splitmix64(key ^ splitmix64(2 * index + 1));
   const double u1 = (double(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
@@ -204,15 +205,24 @@ double counter_normal(uint64_t seed, const std::string& name, uint64_t index) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 
+double counter_normal(uint64_t seed, const std::string& name, uint64_t index) {
+  return counter_normal(counter_key(seed, name), index);
+}
+
+// Every element is a pure function of (seed, name, global index), so the rows
+// split over threads freely: the values do not depend on the thread count.
+// (A 1.5B model is 2.2e9 draws: minutes on one core, seconds on all.)
 template <class T>
 void init_params_host(const ParamLayout& layout, uint64_t seed, T* out) {
   for (const ParamEntry& e : layout.entries()) {
     T* p = out + e.offset;
+    const uint64_t key = counter_key(seed, e.name);
+#pragma omp parallel for schedule(static) if (e.size() > (1 << 16))
     for (int64_t r = 0; r < e.rows; ++r) {
       for (int64_t c = 0; c < e.cols; ++c) {
         double v = 0;
         switch (e.init) {
-          case InitKind::Normal: v = e.init_value * counter_normal(seed, e.name, uint64_t(e.global_index(r, c))); break;
+          case InitKind::Normal: v = e.init_value * counter_normal(key, uint64_t(e.global_index(r, c))); break;
           case InitKind::Ones: v = 1; break;
           case InitKind::Zeros: v = 0; break;
           case InitKind::Constant: v = e.init_value; break;

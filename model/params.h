@@ -88,5 +88,8 @@ void init_params_host(const ParamLayout& layout, uint64_t seed, T* out);
 
 // Standard normal from (seed, name, index): splitmix64 counters + Box-Muller.
 double counter_normal(uint64_t seed, const std::string& name, uint64_t index);
+// The same in two steps: a tensor's key (its name hashed once), then each draw.
+uint64_t counter_key(uint64_t seed, const std::string& name);
+double counter_normal(uint64_t key, uint64_t index);
 
 }  // namespace wiola

@@ -7,13 +7,16 @@
 // Forward: one block per (64 query rows, head h, sequence b); four warps, 16
 // query rows each. Per tile of 64 key rows (up to the prefix the block's last
 // query sees): S = Q K^T by warp-level bf16 MMA (fp32 accumulate) into shared
-// memory; each warp updates its rows' running max m and sum l, writes P =
-// exp(S - m) as bf16 and rescales its O rows; then O += P V by MMA with O
-// held in shared memory in fp32. A query whose position opens a merged pair
+// memory; each warp updates its rows' running max m and sum l (two lanes per
+// row), writes P = exp(S - m) as bf16 and rescales its O rows; then O += P V
+// by MMA with O held in shared memory in fp32. The next key tile's loads are
+// in flight meanwhile (TileRegs). A query whose position opens a merged pair
 // adds its own raw key/value after the tiles, as the row kernel does.
 // Backward: below. No atomics anywhere: each output row has one writer.
 #include <mma.h>
 
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -33,13 +36,21 @@ struct TcKeys {
   const uint8_t* self_open;
 };
 
-// Shared memory of one block, in bytes (every part a multiple of 128 bytes).
+// Row strides of the forward's shared tiles, padded by 8 elements: the
+// softmax has two lanes per row reading 16-byte pieces, and unpadded rows
+// (256 bytes apart) would put every row on the same banks.
+constexpr int kLdS = kTileK + 8;             // S (fp32) and P (bf16)
+constexpr int ld_o(int D) { return D + 8; }  // O (fp32)
+
+// Shared memory of one block, in bytes (every part a multiple of 32 bytes,
+// as wmma wants its tile pointers).
 constexpr size_t tc_smem_bytes(int D) {
   return size_t(3 * kTileQ * D) * 2     // Q, K, V tiles (bf16)
-         + size_t(kTileQ * kTileK) * 2  // P (bf16)
-         + size_t(kTileQ * kTileK) * 4  // S (fp32)
-         + size_t(kTileQ * D) * 4       // O (fp32)
-         + size_t(2 * kTileQ) * 4;      // m, l
+         + size_t(kTileQ * kLdS) * 2    // P (bf16)
+         + size_t(kTileQ * kLdS) * 4    // S (fp32)
+         + size_t(kTileQ * ld_o(D)) * 4 // O (fp32)
+         + size_t(2 * kTileQ) * 4       // m, l
+         + size_t(kTileK) * 4;          // the key tile's visibility ends
 }
 
 // Key rows visible to position p: a prefix of [0, nk) (rows sorted by key_end).
@@ -55,20 +66,62 @@ __device__ int visible_prefix(const TcKeys& keys, int b, int Tk, int nk, int p) 
   return lo;
 }
 
-__device__ __forceinline__ bool key_visible(const TcKeys& keys, int b, int Tk, int j, int p) {
-  return keys.key_end ? keys.key_end[size_t(b) * Tk + j] <= p : j <= p;
+// The visibility ends of key rows [j0, j0 + 64) into kend[64]: key j is
+// visible to position p iff kend[j - j0] <= p. Rows at or past jmax get
+// INT_MAX (never visible). One global read per key per tile instead of one
+// per (query, key) pair.
+__device__ void load_key_ends(int* kend, const TcKeys& keys, int b, int Tk, int j0, int jmax) {
+  for (int c = threadIdx.x; c < 64; c += blockDim.x) {
+    const int j = j0 + c;
+    kend[c] = j >= jmax ? INT_MAX : keys.key_end ? keys.key_end[size_t(b) * Tk + j] : j;
+  }
 }
 
-// Loads rows [r0, r0 + 64) of the D-wide block at src + row0_off of a
-// row-major bf16 matrix (rows ld apart) into a [64][D] tile; rows at or past
-// `valid` are zero.
+// Rows [r0, r0 + 64) of the D-wide block at src + row0_off of a row-major
+// bf16 matrix (rows ld apart) as a [64][D] tile; rows at or past `valid` are
+// zero. Moved in two steps: issue() starts the global loads into registers
+// (16-byte vectors, 8 bf16, when the block is 16-byte aligned), commit()
+// stores them to shared memory. The forward issues the next key tile's loads
+// before computing on the current one, so their latency hides behind it.
+template <int D>
+struct TileRegs {
+  static constexpr int kVec = 8, kRowVecs = D / kVec, kPer = 64 * kRowVecs / (32 * kWarps);
+  static_assert(64 * kRowVecs % (32 * kWarps) == 0, "a tile is a whole number of vectors per thread");
+  uint4 v[kPer];
+  const bf16_t* base = nullptr;
+  size_t ld = 0;
+  int r0 = 0, valid = 0;
+  bool vec = false;  // v holds the tile; else commit() reads it element by element
+
+  __device__ void issue(const bf16_t* src, size_t row0_off, size_t ld_, int r0_, int valid_) {
+    base = src + row0_off, ld = ld_, r0 = r0_, valid = valid_;
+    vec = blockDim.x == 32 * kWarps && ld % kVec == 0 && (reinterpret_cast<uintptr_t>(base) & 15) == 0;
+    if (!vec) return;
+#pragma unroll
+    for (int t = 0; t < kPer; ++t) {
+      const int idx = threadIdx.x + t * 32 * kWarps, r = idx / kRowVecs, c = (idx % kRowVecs) * kVec;
+      v[t] = r0 + r < valid ? *reinterpret_cast<const uint4*>(base + size_t(r0 + r) * ld + c) : uint4{0, 0, 0, 0};
+    }
+  }
+  __device__ void commit(bf16_t* dst) const {
+    if (vec) {
+#pragma unroll
+      for (int t = 0; t < kPer; ++t) *reinterpret_cast<uint4*>(dst + (threadIdx.x + t * 32 * kWarps) * kVec) = v[t];
+      return;
+    }
+    const bf16_t zero = __float2bfloat16(0.f);
+    for (int idx = threadIdx.x; idx < 64 * D; idx += blockDim.x) {
+      const int r = idx / D, c = idx % D;
+      dst[idx] = r0 + r < valid ? base[size_t(r0 + r) * ld + c] : zero;
+    }
+  }
+};
+
 template <int D>
 __device__ void load_tile(bf16_t* dst, const bf16_t* src, size_t row0_off, size_t ld, int r0, int valid) {
-  const bf16_t zero = __float2bfloat16(0.f);
-  for (int idx = threadIdx.x; idx < 64 * D; idx += blockDim.x) {
-    const int r = idx / D, c = idx % D;
-    dst[idx] = r0 + r < valid ? src[row0_off + size_t(r0 + r) * ld + c] : zero;
-  }
+  TileRegs<D> t;
+  t.issue(src, row0_off, ld, r0, valid);
+  t.commit(dst);
 }
 
 // C[16 rows of warp w][n] (+)= A[16 x K] B[K x n] for the warp's rows, with
@@ -94,27 +147,87 @@ __device__ void warp_mma(float* C, int ldc, const bf16_t* A, int lda, const bf16
   }
 }
 
+// One warp's online-softmax update after S = Q K^T of a key tile: two lanes
+// per row (lane 2r' and 2r'+1 of the warp's rows), each taking every other
+// 16-byte piece of the row, so a row costs one shuffle per reduction instead
+// of five, and all 16 rows go at once. Writes P = exp(S - m) as bf16,
+// rescales the row of O and updates the row's m and l.
+template <int D>
+__device__ void warp_online_softmax(const float* Ss, bf16_t* Ps, float* Os, float* ms, float* ls, const int* kend,
+                                    int i0, int Tq, int q_pos0, float scale) {
+  constexpr int kPieces = kTileK / 4 / 2;  // float4 pieces of S per lane
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, half = lane & 1;
+  const int r = warp * 16 + (lane >> 1), i = i0 + r, p = q_pos0 + i;
+  const float* srow = Ss + r * kLdS;
+  float sv[4 * kPieces], mx = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kPieces; ++k) {
+    const int c0 = (2 * k + half) * 4;
+    const float4 f = *reinterpret_cast<const float4*>(srow + c0);
+    const float e[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const bool vis = i < Tq && kend[c0 + u] <= p;
+      sv[4 * k + u] = vis ? e[u] * scale : -INFINITY;
+      mx = fmaxf(mx, sv[4 * k + u]);
+    }
+  }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  const float m_old = ms[r], m_new = fmaxf(m_old, mx);
+  float sum = 0.f;
+  bf16_t* prow = Ps + r * kLdS;
+#pragma unroll
+  for (int k = 0; k < kPieces; ++k) {
+    const int c0 = (2 * k + half) * 4;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float v = sv[4 * k + u];
+      const float pj = v == -INFINITY ? 0.f : __expf(v - m_new);
+      prow[c0 + u] = __float2bfloat16(pj);
+      sum += pj;
+    }
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  const float alpha = m_old == -INFINITY ? 0.f : __expf(m_old - m_new);
+  float* orow = Os + r * ld_o(D);
+#pragma unroll
+  for (int k = 0; k < D / 8; ++k) {
+    float4* o4 = reinterpret_cast<float4*>(orow + (2 * k + half) * 4);
+    float4 f = *o4;
+    f.x *= alpha, f.y *= alpha, f.z *= alpha, f.w *= alpha;
+    *o4 = f;
+  }
+  __syncwarp();  // both lanes of the row have read m before it changes
+  if (half == 0) {
+    ms[r] = m_new;
+    ls[r] = ls[r] * alpha + sum;
+  }
+  __syncwarp();
+}
+
 template <int D>
 __global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys keys, const bf16_t* q,
                                                               const bf16_t* k, const bf16_t* v, const bf16_t* raw_k,
                                                               const bf16_t* raw_v, bf16_t* o, float* lse) {
   using namespace nvcuda;
+  constexpr int kLdO = ld_o(D);
   extern __shared__ __align__(128) unsigned char smem[];
   bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);  // [kTileQ][D]
   bf16_t* Ks = Qs + kTileQ * D;                  // [kTileK][D]
   bf16_t* Vs = Ks + kTileK * D;                  // [kTileK][D]
-  bf16_t* Ps = Vs + kTileK * D;                  // [kTileQ][kTileK]
-  float* Ss = reinterpret_cast<float*>(Ps + kTileQ * kTileK);  // [kTileQ][kTileK]
-  float* Os = Ss + kTileQ * kTileK;                            // [kTileQ][D]
-  float* ms = Os + kTileQ * D;                                 // [kTileQ]
-  float* ls = ms + kTileQ;                                     // [kTileQ]
+  bf16_t* Ps = Vs + kTileK * D;                  // [kTileQ][kLdS]
+  float* Ss = reinterpret_cast<float*>(Ps + kTileQ * kLdS);  // [kTileQ][kLdS]
+  float* Os = Ss + kTileQ * kLdS;                            // [kTileQ][kLdO]
+  float* ms = Os + kTileQ * kLdO;                            // [kTileQ]
+  float* ls = ms + kTileQ;                                   // [kTileQ]
+  int* kend = reinterpret_cast<int*>(ls + kTileQ);           // [kTileK]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int i0 = blockIdx.x * kTileQ, h = blockIdx.y, b = blockIdx.z, g = h % s.Hkv;
-  const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D;
+  const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D, kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
   const float scale = rsqrtf(float(D));
   load_tile<D>(Qs, q, size_t(b) * s.Tq * q_ld + size_t(h) * D, q_ld, i0, s.Tq);
-  for (int idx = tid; idx < kTileQ * D; idx += blockDim.x) Os[idx] = 0.f;
+  for (int idx = tid; idx < kTileQ * kLdO; idx += blockDim.x) Os[idx] = 0.f;
   if (tid < kTileQ) {
     ms[tid] = -INFINITY;
     ls[tid] = 0.f;
@@ -122,52 +235,31 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys
   const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
   const int i_last = min(i0 + kTileQ, s.Tq) - 1;
   const int kmax = visible_prefix(keys, b, s.Tk, nk, s.q_pos0 + i_last);
-  __syncthreads();
+  TileRegs<D> kr, vr;
+  if (kmax > 0) {
+    kr.issue(k, kv_off, kv_ld, 0, kmax);
+    vr.issue(v, kv_off, kv_ld, 0, kmax);
+  }
 
   for (int j0 = 0; j0 < kmax; j0 += kTileK) {
-    load_tile<D>(Ks, k, size_t(b) * s.Tk * kv_ld + size_t(g) * D, kv_ld, j0, kmax);
-    load_tile<D>(Vs, v, size_t(b) * s.Tk * kv_ld + size_t(g) * D, kv_ld, j0, kmax);
+    kr.commit(Ks);
+    vr.commit(Vs);
+    load_key_ends(kend, keys, b, s.Tk, j0, kmax);
     __syncthreads();
-
-    // S[16 rows of this warp][kTileK] = Q K^T.
-    warp_mma<wmma::row_major, wmma::col_major, D, kTileK>(Ss + warp * 16 * kTileK, kTileK, Qs + warp * 16 * D, D, Ks,
-                                                          D, false);
-    __syncwarp();
-
-    // Online softmax of this warp's rows; lanes hold columns lane, lane + 32.
-    for (int rr = 0; rr < 16; ++rr) {
-      const int r = warp * 16 + rr, i = i0 + r, p = s.q_pos0 + i;
-      float sv[kTileK / 32], mx = -INFINITY;
-#pragma unroll
-      for (int t = 0; t < kTileK / 32; ++t) {
-        const int c = lane + 32 * t, j = j0 + c;
-        const bool vis = i < s.Tq && j < kmax && key_visible(keys, b, s.Tk, j, p);
-        sv[t] = vis ? Ss[r * kTileK + c] * scale : -INFINITY;
-        mx = fmaxf(mx, sv[t]);
-      }
-      mx = warp_max(mx);
-      const float m_old = ms[r], m_new = fmaxf(m_old, mx);
-      float sum = 0.f;
-#pragma unroll
-      for (int t = 0; t < kTileK / 32; ++t) {
-        const float pj = sv[t] == -INFINITY ? 0.f : __expf(sv[t] - m_new);
-        Ps[r * kTileK + lane + 32 * t] = __float2bfloat16(pj);
-        sum += pj;
-      }
-      sum = warp_sum(sum);
-      const float alpha = m_old == -INFINITY ? 0.f : __expf(m_old - m_new);
-      for (int c = lane; c < D; c += 32) Os[r * D + c] *= alpha;
-      __syncwarp();
-      if (lane == 0) {
-        ms[r] = m_new;
-        ls[r] = ls[r] * alpha + sum;
-      }
-      __syncwarp();
+    if (j0 + kTileK < kmax) {  // the next tile's loads fly while this one is computed
+      kr.issue(k, kv_off, kv_ld, j0 + kTileK, kmax);
+      vr.issue(v, kv_off, kv_ld, j0 + kTileK, kmax);
     }
 
+    // S[16 rows of this warp][kTileK] = Q K^T.
+    warp_mma<wmma::row_major, wmma::col_major, D, kTileK>(Ss + warp * 16 * kLdS, kLdS, Qs + warp * 16 * D, D, Ks,
+                                                          D, false);
+    __syncwarp();
+    warp_online_softmax<D>(Ss, Ps, Os, ms, ls, kend, i0, s.Tq, s.q_pos0, scale);
+
     // O[16 rows][D] += P V.
-    warp_mma<wmma::row_major, wmma::row_major, kTileK, D>(Os + warp * 16 * D, D, Ps + warp * 16 * kTileK, kTileK, Vs,
-                                                          D, true);
+    warp_mma<wmma::row_major, wmma::row_major, kTileK, D>(Os + warp * 16 * kLdO, kLdO, Ps + warp * 16 * kLdS, kLdS,
+                                                          Vs, D, true);
     __syncthreads();  // the next tile overwrites K and V
   }
 
@@ -182,7 +274,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys
       const float sc = warp_sum(part) * scale;
       const float m_old = ms[r], m_new = fmaxf(m_old, sc);
       const float alpha = m_old == -INFINITY ? 0.f : __expf(m_old - m_new), pj = __expf(sc - m_new);
-      for (int c = lane; c < D; c += 32) Os[r * D + c] = Os[r * D + c] * alpha + pj * ld(raw_v + row + c);
+      for (int c = lane; c < D; c += 32) Os[r * kLdO + c] = Os[r * kLdO + c] * alpha + pj * ld(raw_v + row + c);
       __syncwarp();
       if (lane == 0) {
         ms[r] = m_new;
@@ -197,7 +289,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys
     const int r = idx / D, c = idx % D, i = i0 + r;
     if (i >= s.Tq) continue;
     const float l = ls[r];
-    o[(size_t(b) * s.Tq + i) * q_ld + size_t(h) * D + c] = __float2bfloat16(l > 0.f ? Os[idx] / l : 0.f);
+    o[(size_t(b) * s.Tq + i) * q_ld + size_t(h) * D + c] = __float2bfloat16(l > 0.f ? Os[r * kLdO + c] / l : 0.f);
   }
   if (tid < kTileQ && i0 + tid < s.Tq) {
     const float l = ls[tid];
@@ -217,12 +309,13 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys
 // accumulators (dK and dV, or dQ), and the rows' lse and D.
 constexpr size_t tc_bwd_smem_bytes(int D, int n_acc) {
   return size_t(4 * 64 * D) * 2 + size_t(2 * 64 * 64) * 2 + size_t(64 * 64) * 4 + size_t(n_acc * 64 * D) * 4 +
-         size_t(2 * 64) * 4;
+         size_t(2 * 64) * 4 + size_t(64) * 4;
 }
 struct BwdSmem {
   bf16_t* tile[4];
   bf16_t *Ps, *dSs;
   float *Ss, *acc[2], *lse_s, *D_s;
+  int* kend;  // the key tile's visibility ends (load_key_ends)
 };
 template <int D>
 __device__ BwdSmem carve_bwd_smem(unsigned char* smem, int n_acc) {
@@ -237,18 +330,18 @@ __device__ BwdSmem carve_bwd_smem(unsigned char* smem, int n_acc) {
   for (int a = 0; a < 2; ++a) m.acc[a] = a < n_acc ? f + a * 64 * D : nullptr;
   m.lse_s = f + n_acc * 64 * D;
   m.D_s = m.lse_s + 64;
+  m.kend = reinterpret_cast<int*>(m.D_s + 64);
   return m;
 }
 
 // The warp's 16 query rows of a (query tile, key tile) pair, tiles [64][D]
 // in shared memory: S = Q K^T into Ss; P = exp(S*scale - lse) where visible
-// (keys below jmax that the row's position sees) into Ps as bf16; dP = dO V^T
+// (kend, load_key_ends) into Ps as bf16; dP = dO V^T
 // into Ss; dS = P (dP - D) * scale into dSs as bf16.
 template <int D>
 __device__ void warp_probs_dscores(const bf16_t* Qs, const bf16_t* dOs, const bf16_t* Ks, const bf16_t* Vs,
-                                   const float* lse_s, const float* D_s, float* Ss, bf16_t* Ps, bf16_t* dSs,
-                                   const TcKeys& keys, const AttnShape& s, int b, int i0, int j0, int jmax,
-                                   float scale) {
+                                   const float* lse_s, const float* D_s, const int* kend, float* Ss, bf16_t* Ps,
+                                   bf16_t* dSs, const AttnShape& s, int i0, float scale) {
   using namespace nvcuda;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* S = Ss + warp * 16 * 64;
@@ -257,8 +350,7 @@ __device__ void warp_probs_dscores(const bf16_t* Qs, const bf16_t* dOs, const bf
   for (int rr = 0; rr < 16; ++rr) {
     const int r = warp * 16 + rr, i = i0 + r, p = s.q_pos0 + i;
     for (int c = lane; c < 64; c += 32) {
-      const int j = j0 + c;
-      const bool vis = i < s.Tq && j < jmax && key_visible(keys, b, s.Tk, j, p);
+      const bool vis = i < s.Tq && kend[c] <= p;
       Ps[r * 64 + c] = __float2bfloat16(vis ? __expf(Ss[r * 64 + c] * scale - lse_s[r]) : 0.f);
     }
   }
@@ -276,6 +368,8 @@ __device__ void warp_probs_dscores(const bf16_t* Qs, const bf16_t* dOs, const bf
 
 // Query rows [i0, i0 + 64) of head h in sequence b as both backward kernels
 // read them: the Q and dO tiles, and each row's lse and D (0 past Tq).
+// (Issuing the next rows' loads before computing, as the forward does, made
+// the backward 3 % slower on an H100: docs/gpu.md.)
 template <int D>
 __device__ void load_query_rows(const AttnShape& s, int b, int h, int i0, const bf16_t* q, const bf16_t* dout,
                                 const float* lse, const float* Dterm, bf16_t* Qs, bf16_t* dOs, float* lse_s,
@@ -311,6 +405,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc(AttnShape s, TcKeys
   const size_t kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
   load_tile<D>(Ks, k, kv_off, kv_ld, j0, nk);
   load_tile<D>(Vs, v, kv_off, kv_ld, j0, nk);
+  load_key_ends(m.kend, keys, b, s.Tk, j0, nk);
   for (int idx = tid; idx < 64 * D; idx += blockDim.x) dKs[idx] = dVs[idx] = 0.f;
   // The first query that sees any row of the tile (rows sorted by key_end).
   const int i_start = j0 < nk ? max(0, (keys.key_end ? keys.key_end[size_t(b) * s.Tk + j0] : j0) - s.q_pos0) : s.Tq;
@@ -320,7 +415,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc(AttnShape s, TcKeys
     for (int i0 = (i_start / 64) * 64; i0 < s.Tq; i0 += 64) {
       load_query_rows<D>(s, b, h, i0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
       __syncthreads();
-      warp_probs_dscores<D>(Qs, dOs, Ks, Vs, lse_s, D_s, Ss, Ps, dSs, keys, s, b, i0, j0, nk, scale);
+      warp_probs_dscores<D>(Qs, dOs, Ks, Vs, lse_s, D_s, m.kend, Ss, Ps, dSs, s, i0, scale);
       __syncthreads();
       // Per warp, its 16 key rows: dV += P^T dO, dK += dS^T Q.
       warp_mma<wmma::col_major, wmma::row_major, 64, D>(dVs + warp * 16 * D, D, Ps + warp * 16, 64, dOs, D, true);
@@ -368,8 +463,9 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys 
       __syncthreads();  // the previous tile's K and V are no longer read
       load_tile<D>(Ks, k, kv_off, kv_ld, j0, kmax);
       load_tile<D>(Vs, v, kv_off, kv_ld, j0, kmax);
+      load_key_ends(m.kend, keys, b, s.Tk, j0, kmax);
       __syncthreads();
-      warp_probs_dscores<D>(Qs, dOs, Ks, Vs, lse_s, D_s, Ss, Ps, dSs, keys, s, b, i0, j0, kmax, scale);
+      warp_probs_dscores<D>(Qs, dOs, Ks, Vs, lse_s, D_s, m.kend, Ss, Ps, dSs, s, i0, scale);
       __syncwarp();
       // dQ[16 rows][D] += dS K.
       warp_mma<wmma::row_major, wmma::row_major, 64, D>(dQs + warp * 16 * D, D, dSs + warp * 16 * 64, 64, Ks, D, true);

@@ -1,5 +1,5 @@
 // GCLA and ATM pieces on the GPU: SRPE rotation from the host-computed table,
-// prefix-mean summaries (sequential over positions per column, in double),
+// prefix-mean summaries (chunked scans over positions per column, in double),
 // the context sub-attention (one warp per token and KV group, so the heads of
 // a group sum their key/value gradients in a fixed order), and ATM's
 // similarity, plan (kernels/atm_plan.h, one thread per sequence) and merged
@@ -33,33 +33,72 @@ __global__ void k_srpe(E* x, int B, int Tn, int nh, int dh, const float* table, 
   }
 }
 
-template <class R>
-__global__ void k_prefix_fwd(const R* x, int B, int Tn, int d, int pos0, R* carry, R* out) {
-  const size_t col = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (col >= size_t(B) * d) return;
-  const size_t b = col / d;
-  const int j = int(col % d);
-  double acc = carry ? double(ld(carry + b * d + j)) : 0.0;
-  for (int t = 0; t < Tn; ++t) {
-    const size_t r = (b * Tn + t) * d + j;
-    acc += double(ld(x + r));
-    st(out + r, float(acc / double(pos0 + t + 1)));
+// Prefix-mean scans over positions, per (sequence, column), in double. A block
+// takes 32 columns and splits the positions into 32 chunks (one thread each):
+// each thread sums its chunk, the block adds up the chunks before (forward) or
+// after (backward) it, and each thread rescans its chunk from that offset. A
+// serial loop over T = 2048 per column left most of the GPU idle and waited on
+// each load in turn. The sums' order is fixed by (T, chunking): deterministic.
+constexpr int kScanCols = 32, kScanChunks = 32;
+
+// Sums of each thread's chunk [t0, t1) of column j into sums[chunk][col], and
+// the offset from the other chunks of the column: chunks before it (forward,
+// starting from `start`) or after it (backward).
+template <bool kBackward, class Term>
+__device__ double scan_offset(double (*sums)[kScanCols], int t0, int t1, bool active, double start, Term term) {
+  double part = 0;
+  if (active) {
+#pragma unroll 8
+    for (int t = t0; t < t1; ++t) part += term(t);
   }
-  if (carry) st(carry + b * d + j, float(acc));
+  sums[threadIdx.y][threadIdx.x] = part;
+  __syncthreads();
+  double off = kBackward ? 0.0 : start;
+  if (kBackward) {
+    for (int c = kScanChunks - 1; c > int(threadIdx.y); --c) off += sums[c][threadIdx.x];
+  } else {
+    for (int c = 0; c < int(threadIdx.y); ++c) off += sums[c][threadIdx.x];
+  }
+  return off;
+}
+
+template <class R>
+__global__ void __launch_bounds__(kScanCols* kScanChunks)
+    k_prefix_fwd(const R* x, int B, int Tn, int d, int pos0, R* carry, R* out) {
+  __shared__ double sums[kScanChunks][kScanCols];
+  const int j = blockIdx.x * kScanCols + threadIdx.x, b = blockIdx.y;
+  const bool active = j < d;
+  const int len = (Tn + kScanChunks - 1) / kScanChunks;
+  const int t0 = min(Tn, int(threadIdx.y) * len), t1 = min(Tn, t0 + len);
+  const R* xc = x + size_t(b) * Tn * d + j;
+  const double start = carry && active ? double(ld(carry + size_t(b) * d + j)) : 0.0;
+  double acc = scan_offset<false>(sums, t0, t1, active, start, [&](int t) { return double(ld(xc + size_t(t) * d)); });
+  if (!active) return;
+  for (int t = t0; t < t1; ++t) {
+    acc += double(ld(xc + size_t(t) * d));
+    st(out + (size_t(b) * Tn + t) * d + j, float(acc / double(pos0 + t + 1)));
+  }
+  if (carry && threadIdx.y == kScanChunks - 1) st(carry + size_t(b) * d + j, float(acc));
 }
 template <class R>
-__global__ void k_prefix_bwd(const R* dout, int B, int Tn, int d, R* dx) {
-  const size_t col = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (col >= size_t(B) * d) return;
-  const size_t b = col / d;
-  const int j = int(col % d);
-  double acc = 0;
-  for (int t = Tn - 1; t >= 0; --t) {
-    const size_t r = (b * Tn + t) * d + j;
-    acc += double(ld(dout + r)) / double(t + 1);
-    st(dx + r, float(double(ld(dx + r)) + acc));
+__global__ void __launch_bounds__(kScanCols* kScanChunks) k_prefix_bwd(const R* dout, int B, int Tn, int d, R* dx) {
+  __shared__ double sums[kScanChunks][kScanCols];
+  const int j = blockIdx.x * kScanCols + threadIdx.x, b = blockIdx.y;
+  const bool active = j < d;
+  const int len = (Tn + kScanChunks - 1) / kScanChunks;
+  const int t0 = min(Tn, int(threadIdx.y) * len), t1 = min(Tn, t0 + len);
+  const R* gc = dout + size_t(b) * Tn * d + j;
+  auto term = [&](int t) { return double(ld(gc + size_t(t) * d)) / double(t + 1); };
+  double acc = scan_offset<true>(sums, t0, t1, active, 0.0, term);
+  if (!active) return;
+  for (int t = t1 - 1; t >= t0; --t) {
+    acc += term(t);
+    R* p = dx + (size_t(b) * Tn + t) * d + j;
+    st(p, float(double(ld(p)) + acc));
   }
 }
+inline dim3 scan_grid(int B, int d) { return dim3(unsigned((d + kScanCols - 1) / kScanCols), unsigned(B)); }
+inline dim3 scan_block() { return dim3(kScanCols, kScanChunks); }
 
 constexpr int kMaxDhPerLane = 8;  // head dims up to 256
 constexpr int kMaxCtx = 16;
@@ -221,21 +260,21 @@ void srpe_apply(Ctx c, Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool in
 void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, Ptr out) {
   dispatch(x.dtype(), "prefix_mean_fwd", [&](auto e) {
     using R = decltype(e);
-    k_prefix_fwd<R><<<grid_for(size_t(B) * d), kThreads, 0, c.s>>>(dev<R>(x), B, Tn, d, 0, nullptr, dev<R>(out));
+    k_prefix_fwd<R><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(x), B, Tn, d, 0, nullptr, dev<R>(out));
   });
   after_launch("prefix_mean_fwd");
 }
 void prefix_mean_bwd(Ctx c, CPtr dout, int B, int Tn, int d, Ptr dx) {
   dispatch(dx.dtype(), "prefix_mean_bwd", [&](auto e) {
     using R = decltype(e);
-    k_prefix_bwd<R><<<grid_for(size_t(B) * d), kThreads, 0, c.s>>>(dev<R>(dout), B, Tn, d, dev<R>(dx));
+    k_prefix_bwd<R><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(dout), B, Tn, d, dev<R>(dx));
   });
   after_launch("prefix_mean_bwd");
 }
 void prefix_mean_carry_fwd(Ctx c, CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out) {
   dispatch(x.dtype(), "prefix_mean_carry_fwd", [&](auto e) {
     using R = decltype(e);
-    k_prefix_fwd<R><<<grid_for(size_t(B) * d), kThreads, 0, c.s>>>(dev<R>(x), B, Tn, d, pos0, dev<R>(carry),
+    k_prefix_fwd<R><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(x), B, Tn, d, pos0, dev<R>(carry),
                                                                    dev<R>(out));
   });
   after_launch("prefix_mean_carry_fwd");

@@ -5,16 +5,20 @@
 # torch.compile if it compiles within the time left). Writes $OUT/bench.json
 # (all figures and the wiola/PyTorch ratios) and $OUT/bench.log. Extra
 # arguments go to wiola_gpu_bench (--help lists them). KIT_TORCH_COMPILE=0
-# skips the torch.compile baseline (up to 4 of the session's device minutes).
+# skips the torch.compile baseline (up to 4 of the session's device minutes),
+# KIT_ROWS=0 the row-attention run.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/gpu/kit_env.sh
 "$kit/bin/wiola_gpu_bench" --json "$OUT/wiola_bench.json" "$@" 2>&1 | tee "$OUT/bench.log"
 rc=${PIPESTATUS[0]}
-# bf16 again with the row attention kernel instead of the tensor-core forward.
-echo "wiola bf16 with WIOLA_CUDA_ATTENTION=rows:" | tee -a "$OUT/bench.log"
-WIOLA_CUDA_ATTENTION=rows timeout 120 "$kit/bin/wiola_gpu_bench" --precision bf16 --json "$OUT/wiola_bench_rows.json" \
-  "$@" 2>&1 | tee -a "$OUT/bench.log"
+# bf16 again with the row attention kernel instead of the tensor-core forward
+# (KIT_ROWS=0 skips it).
+if [ "${KIT_ROWS:-1}" != 0 ]; then
+  echo "wiola bf16 with WIOLA_CUDA_ATTENTION=rows:" | tee -a "$OUT/bench.log"
+  WIOLA_CUDA_ATTENTION=rows timeout 120 "$kit/bin/wiola_gpu_bench" --precision bf16 \
+    --json "$OUT/wiola_bench_rows.json" "$@" 2>&1 | tee -a "$OUT/bench.log"
+fi
 py=$(command -v python3)
 args=(--device cuda --dtype bf16 --d 1024 --L 16 --H 16 --Hkv 4 --dA 1024 --dB 4096 --V 32000 --T 2048 --B 4)
 echo "PyTorch baseline (eager):" | tee -a "$OUT/bench.log"

@@ -3,7 +3,7 @@
 # GPU-side programs with WIOLA_CUDA=ON (the portable default -march, docs/cpu.md), and packs
 # them with the shared libraries they need (OpenBLAS, libgomp, ... — not
 # cuBLAS and NCCL, which the GPU machine provides) into .gpu-kit/ (git-ignored, about
-# 60 MiB). Then, with the device tool, carry ".gpu-kit" and run one of
+# 30 MiB). Then, with the device tool, carry ".gpu-kit" and run one of
 #   bash tests/gpu/kit_tests.sh       (the gpu tests -> $OUT/gpu_tests.json)
 #   bash tests/gpu/kit_sanitizer.sh   (memcheck + racecheck -> $OUT/sanitizer.json)
 #   bash tests/gpu/kit_bench.sh       (the step benchmark -> $OUT/bench.json)
@@ -26,6 +26,9 @@ done | sort -u | while read -r lib; do
     *) cp -L "$lib" .gpu-kit/lib/ ;;
   esac
 done
+# The device call carries 64 MiB in all, checkout included: OpenBLAS (36 MB,
+# every CPU's kernels) travels gzipped and kit_env.sh unpacks it there.
+gzip -9 .gpu-kit/lib/libopenblas.so.0
 ex=$(git rev-parse --git-path info/exclude); mkdir -p "$(dirname "$ex")"
 grep -qx '/.gpu-kit/' "$ex" 2>/dev/null || echo '/.gpu-kit/' >> "$ex"
 du -sh .gpu-kit

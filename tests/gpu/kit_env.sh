@@ -6,9 +6,18 @@ if [ ! -x "$kit/bin/test_cuda_ops" ]; then
   echo "kit: $kit/bin/test_cuda_ops not found: run tests/gpu/kit_build.sh here first and carry .gpu-kit" >&2
   exit 2
 fi
+# Libraries kit_build.sh gzipped to fit the device call's 64 MiB, unpacked
+# outside the kit (which must stay small enough to carry).
+unpacked=$(mktemp -d)
+for z in "$kit"/lib/*.gz; do
+  [ -e "$z" ] || continue
+  out="$unpacked/$(basename "${z%.gz}")"
+  gzip -dc "$z" > "$out" 2>/dev/null ||
+    python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2],"wb"))' "$z" "$out"
+done
 cublas_dirs=$(find / \( -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' \) 2>/dev/null \
               -not -path '*/proc/*' | xargs -r -n1 dirname | sort -u | tr '\n' ':')
-export LD_LIBRARY_PATH="$kit/lib:${cublas_dirs}${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$kit/lib:$unpacked:${cublas_dirs}${LD_LIBRARY_PATH:-}"
 OUT=${OUT:-/tmp/wiola-out}
 mkdir -p "$OUT"
 echo "kit: cuBLAS and NCCL from ${cublas_dirs:-NOT FOUND}"

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <functional>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "dist/optimizer.h"
@@ -193,16 +194,22 @@ TEST(CudaOps, GcladPiecesAndAtm) {
   REQUIRE_GPU();
   const int B = 3, Tn = 37, d = 64, H = 4, Hkv = 2, dh = 16, nc = 2, N = B * Tn;
   const Vec x = randn(size_t(N) * d, 12), dout = randn(size_t(N) * d, 13);
-  same_on_gpu("prefix means", 1e-6, [&](Ops<float>& o) {
-    OnBackend r(o);
-    float *bx = r.in(x), *out = r.in(Vec(x.size())), *dx = r.in(Vec(x.size(), 1.f)), *bd = r.in(dout);
-    float *carry = r.in(Vec(size_t(B) * d, 0.f)), *oc = r.in(Vec(x.size()));
-    o.prefix_mean_fwd(bx, B, Tn, d, out);
-    o.prefix_mean_bwd(bd, B, Tn, d, dx);
-    o.prefix_mean_carry_fwd(bx, B, Tn, d, 5, carry, oc);
-    return std::vector<Vec>{r.out(out, x.size()), r.out(dx, x.size()), r.out(oc, x.size()),
-                            r.out(carry, size_t(B) * d)};
-  });
+  // The scans split positions into 32 chunks and columns into blocks of 32:
+  // fewer positions than chunks, and a ragged last chunk and column block.
+  for (auto [sB, sTn, sd] : {std::tuple{B, Tn, d}, std::tuple{2, 301, 40}}) {
+    const Vec sx = randn(size_t(sB) * sTn * sd, 12), sdout = randn(size_t(sB) * sTn * sd, 13),
+              carry0 = randn(size_t(sB) * sd, 19);
+    same_on_gpu("prefix means", 1e-6, [&](Ops<float>& o) {
+      OnBackend r(o);
+      float *bx = r.in(sx), *out = r.in(Vec(sx.size())), *dx = r.in(Vec(sx.size(), 1.f)), *bd = r.in(sdout);
+      float *carry = r.in(carry0), *oc = r.in(Vec(sx.size()));
+      o.prefix_mean_fwd(bx, sB, sTn, sd, out);
+      o.prefix_mean_bwd(bd, sB, sTn, sd, dx);
+      o.prefix_mean_carry_fwd(bx, sB, sTn, sd, 5, carry, oc);
+      return std::vector<Vec>{r.out(out, sx.size()), r.out(dx, sx.size()), r.out(oc, sx.size()),
+                              r.out(carry, carry0.size())};
+    });
+  }
   const Vec q = randn(size_t(N) * H * dh, 14), kc = randn(size_t(N) * nc * Hkv * dh, 15),
             vc = randn(size_t(N) * nc * Hkv * dh, 16), dq0 = randn(size_t(N) * H * dh, 17),
             dctx = randn(size_t(N) * H * dh, 18);

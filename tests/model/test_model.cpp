@@ -3,6 +3,7 @@
 // decoding in any chunking = full forward, recompute and micro-batching give
 // the same gradients, layout-independent initialisation, schedule formulas.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -290,6 +291,27 @@ TEST(ModelInit, LayoutIndependent) {
   std::vector<float> other(full.total());
   init_params_host(full, 43, other.data());
   EXPECT_NE(other[emb.offset], fv[emb.offset]);
+}
+
+// The host init splits large tensors' rows over OpenMP threads: the values
+// must not depend on the thread count, and each is the counter draw.
+TEST(ModelInit, ThreadCountIndependent) {
+  ModelConfig c = model_preset("wiola-tiny");
+  c.V *= 4;  // an embedding above the threshold for threads
+  const ParamLayout full(c, ModelShard{});
+  const ParamEntry& emb = full.find("model.embed_tokens.weight");
+  ASSERT_GT(emb.size(), size_t(1) << 16) << "the test needs a tensor large enough to go parallel";
+  const int threads_before = omp_get_max_threads();
+  std::vector<std::vector<float>> runs;
+  for (int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    runs.emplace_back(full.total());
+    init_params_host(full, 7, runs.back().data());
+  }
+  omp_set_num_threads(threads_before);
+  EXPECT_TRUE(runs[0] == runs[1]);
+  for (size_t i : {size_t(0), emb.size() / 2, emb.size() - 1})
+    EXPECT_EQ(runs[1][emb.offset + i], float(emb.init_value * counter_normal(7, emb.name, i))) << i;
 }
 
 TEST(ModelInput, TokenOutOfRangeIsAnError) {

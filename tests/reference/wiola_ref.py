@@ -374,7 +374,10 @@ def gcla(p: Dict[str, Tensor], pre: str, cfg: WiolaConfig, xt: Tensor, ctx: Tens
     o_ctx = o_ctx.transpose(2, 3)                                   # [B, T, R, G, dh]
 
     beta = torch.sigmoid(p[a + "ctx_gate_logit"])
-    o = torch.lerp(o_self, o_ctx, beta).reshape(B, T, H * dh)      # (1-beta) O_self + beta O_ctx; h-major
+    # (under bf16 autocast the three come in different dtypes; lerp wants one)
+    dt = torch.promote_types(torch.promote_types(o_self.dtype, o_ctx.dtype), beta.dtype)
+    o = torch.lerp(o_self.to(dt), o_ctx.to(dt), beta.to(dt))       # (1-beta) O_self + beta O_ctx
+    o = o.reshape(B, T, H * dh)                                     # h-major
     return F.linear(torch.sigmoid(gate) * o, p[a + "o_proj.weight"])
 
 
