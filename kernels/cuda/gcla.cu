@@ -62,14 +62,25 @@ __device__ double scan_offset(double (*sums)[kScanCols], int t0, int t1, bool ac
   return off;
 }
 
+// This thread's column j of sequence b (active: j < d) and its chunk [t0, t1)
+// of the positions.
+struct ScanChunk {
+  int j, b, t0, t1;
+  bool active;
+  __device__ ScanChunk(int Tn, int d) {
+    j = blockIdx.x * kScanCols + threadIdx.x, b = blockIdx.y, active = j < d;
+    const int len = (Tn + kScanChunks - 1) / kScanChunks;
+    t0 = min(Tn, int(threadIdx.y) * len), t1 = min(Tn, t0 + len);
+  }
+};
+
 template <class R>
 __global__ void __launch_bounds__(kScanCols* kScanChunks)
     k_prefix_fwd(const R* x, int B, int Tn, int d, int pos0, R* carry, R* out) {
   __shared__ double sums[kScanChunks][kScanCols];
-  const int j = blockIdx.x * kScanCols + threadIdx.x, b = blockIdx.y;
-  const bool active = j < d;
-  const int len = (Tn + kScanChunks - 1) / kScanChunks;
-  const int t0 = min(Tn, int(threadIdx.y) * len), t1 = min(Tn, t0 + len);
+  const ScanChunk ch(Tn, d);
+  const int j = ch.j, b = ch.b, t0 = ch.t0, t1 = ch.t1;
+  const bool active = ch.active;
   const R* xc = x + size_t(b) * Tn * d + j;
   const double start = carry && active ? double(ld(carry + size_t(b) * d + j)) : 0.0;
   double acc = scan_offset<false>(sums, t0, t1, active, start, [&](int t) { return double(ld(xc + size_t(t) * d)); });
@@ -83,10 +94,9 @@ __global__ void __launch_bounds__(kScanCols* kScanChunks)
 template <class R>
 __global__ void __launch_bounds__(kScanCols* kScanChunks) k_prefix_bwd(const R* dout, int B, int Tn, int d, R* dx) {
   __shared__ double sums[kScanChunks][kScanCols];
-  const int j = blockIdx.x * kScanCols + threadIdx.x, b = blockIdx.y;
-  const bool active = j < d;
-  const int len = (Tn + kScanChunks - 1) / kScanChunks;
-  const int t0 = min(Tn, int(threadIdx.y) * len), t1 = min(Tn, t0 + len);
+  const ScanChunk ch(Tn, d);
+  const int j = ch.j, b = ch.b, t0 = ch.t0, t1 = ch.t1;
+  const bool active = ch.active;
   const R* gc = dout + size_t(b) * Tn * d + j;
   auto term = [&](int t) { return double(ld(gc + size_t(t) * d)) / double(t + 1); };
   double acc = scan_offset<true>(sums, t0, t1, active, 0.0, term);

@@ -7,13 +7,16 @@ if [ ! -x "$kit/bin/test_cuda_ops" ]; then
   exit 2
 fi
 # Libraries kit_build.sh gzipped to fit the device call's 64 MiB, unpacked
-# outside the kit (which must stay small enough to carry).
-unpacked=$(mktemp -d)
+# outside the kit (which must stay small enough to carry), once per kit build.
+unpacked=${TMPDIR:-/tmp}/wiola-kit-lib.$(id -u)
+mkdir -p "$unpacked"
 for z in "$kit"/lib/*.gz; do
   [ -e "$z" ] || continue
   out="$unpacked/$(basename "${z%.gz}")"
-  gzip -dc "$z" > "$out" 2>/dev/null ||
-    python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2],"wb"))' "$z" "$out"
+  [ -e "$out" ] && [ ! "$z" -nt "$out" ] && continue
+  { gzip -dc "$z" > "$out.tmp" 2>/dev/null ||
+    python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2],"wb"))' \
+      "$z" "$out.tmp"; } && mv "$out.tmp" "$out"
 done
 cublas_dirs=$(find / \( -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' \) 2>/dev/null \
               -not -path '*/proc/*' | xargs -r -n1 dirname | sort -u | tr '\n' ':')
