@@ -41,27 +41,6 @@ __global__ void k_srpe(E* x, int B, int Tn, int nh, int dh, const float* table, 
 // each load in turn. The sums' order is fixed by (T, chunking): deterministic.
 constexpr int kScanCols = 32, kScanChunks = 32;
 
-// Sums of each thread's chunk [t0, t1) of column j into sums[chunk][col], and
-// the offset from the other chunks of the column: chunks before it (forward,
-// starting from `start`) or after it (backward).
-template <bool kBackward, class Term>
-__device__ double scan_offset(double (*sums)[kScanCols], int t0, int t1, bool active, double start, Term term) {
-  double part = 0;
-  if (active) {
-#pragma unroll 8
-    for (int t = t0; t < t1; ++t) part += term(t);
-  }
-  sums[threadIdx.y][threadIdx.x] = part;
-  __syncthreads();
-  double off = kBackward ? 0.0 : start;
-  if (kBackward) {
-    for (int c = kScanChunks - 1; c > int(threadIdx.y); --c) off += sums[c][threadIdx.x];
-  } else {
-    for (int c = 0; c < int(threadIdx.y); ++c) off += sums[c][threadIdx.x];
-  }
-  return off;
-}
-
 // This thread's column j of sequence b (active: j < d) and its chunk [t0, t1)
 // of the positions.
 struct ScanChunk {
@@ -74,36 +53,53 @@ struct ScanChunk {
   }
 };
 
+// Sums of each thread's chunk of its column into sums[chunk][col], and the
+// offset from the other chunks of the column: chunks before it (forward,
+// starting from `start`) or after it (backward).
+template <bool kBackward, class Term>
+__device__ double scan_offset(double (*sums)[kScanCols], const ScanChunk& ch, double start, Term term) {
+  double part = 0;
+  if (ch.active) {
+#pragma unroll 8
+    for (int t = ch.t0; t < ch.t1; ++t) part += term(t);
+  }
+  sums[threadIdx.y][threadIdx.x] = part;
+  __syncthreads();
+  double off = start;
+  if (kBackward) {
+    for (int c = kScanChunks - 1; c > int(threadIdx.y); --c) off += sums[c][threadIdx.x];
+  } else {
+    for (int c = 0; c < int(threadIdx.y); ++c) off += sums[c][threadIdx.x];
+  }
+  return off;
+}
+
 template <class R>
 __global__ void __launch_bounds__(kScanCols* kScanChunks)
     k_prefix_fwd(const R* x, int B, int Tn, int d, int pos0, R* carry, R* out) {
   __shared__ double sums[kScanChunks][kScanCols];
   const ScanChunk ch(Tn, d);
-  const int j = ch.j, b = ch.b, t0 = ch.t0, t1 = ch.t1;
-  const bool active = ch.active;
-  const R* xc = x + size_t(b) * Tn * d + j;
-  const double start = carry && active ? double(ld(carry + size_t(b) * d + j)) : 0.0;
-  double acc = scan_offset<false>(sums, t0, t1, active, start, [&](int t) { return double(ld(xc + size_t(t) * d)); });
-  if (!active) return;
-  for (int t = t0; t < t1; ++t) {
+  const R* xc = x + size_t(ch.b) * Tn * d + ch.j;
+  const double start = carry && ch.active ? double(ld(carry + size_t(ch.b) * d + ch.j)) : 0.0;
+  double acc = scan_offset<false>(sums, ch, start, [&](int t) { return double(ld(xc + size_t(t) * d)); });
+  if (!ch.active) return;
+  for (int t = ch.t0; t < ch.t1; ++t) {
     acc += double(ld(xc + size_t(t) * d));
-    st(out + (size_t(b) * Tn + t) * d + j, float(acc / double(pos0 + t + 1)));
+    st(out + (size_t(ch.b) * Tn + t) * d + ch.j, float(acc / double(pos0 + t + 1)));
   }
-  if (carry && threadIdx.y == kScanChunks - 1) st(carry + size_t(b) * d + j, float(acc));
+  if (carry && threadIdx.y == kScanChunks - 1) st(carry + size_t(ch.b) * d + ch.j, float(acc));
 }
 template <class R>
 __global__ void __launch_bounds__(kScanCols* kScanChunks) k_prefix_bwd(const R* dout, int B, int Tn, int d, R* dx) {
   __shared__ double sums[kScanChunks][kScanCols];
   const ScanChunk ch(Tn, d);
-  const int j = ch.j, b = ch.b, t0 = ch.t0, t1 = ch.t1;
-  const bool active = ch.active;
-  const R* gc = dout + size_t(b) * Tn * d + j;
+  const R* gc = dout + size_t(ch.b) * Tn * d + ch.j;
   auto term = [&](int t) { return double(ld(gc + size_t(t) * d)) / double(t + 1); };
-  double acc = scan_offset<true>(sums, t0, t1, active, 0.0, term);
-  if (!active) return;
-  for (int t = t1 - 1; t >= t0; --t) {
+  double acc = scan_offset<true>(sums, ch, 0.0, term);
+  if (!ch.active) return;
+  for (int t = ch.t1 - 1; t >= ch.t0; --t) {
     acc += term(t);
-    R* p = dx + (size_t(b) * Tn + t) * d + j;
+    R* p = dx + (size_t(ch.b) * Tn + t) * d + ch.j;
     st(p, float(double(ld(p)) + acc));
   }
 }
