@@ -4,16 +4,22 @@
 //   wiola ckpt inspect PATH [--tensors] [--json]
 //   wiola ckpt verify PATH [--all]
 //   wiola ckpt consolidate PATH OUT.h5 [--with-optimizer]
+//   wiola ckpt diff A B [--tol R] [--tol-tensor R] [--with-optimizer] [--top N] [--json]
 //
 // PATH is a checkpoint folder (DIR/step-NNNNNNNN) or a checkpoint directory
 // (its `latest`, else its newest complete checkpoint). Bad input is one line
 // `wiola ckpt: error: ...` on stderr and exit status 1 (main's handler);
-// verify exits 1 when a checkpoint is damaged, after one line per problem.
+// verify exits 1 when a checkpoint is damaged, after one line per problem;
+// diff exits 1 when the checkpoints differ beyond its bounds (bit for bit by
+// default), after its report.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -162,13 +168,99 @@ int verify_all(const std::string& dir) {
   return damaged == 0 ? 0 : 1;
 }
 
+
+// `wiola ckpt diff`'s bounds: none (bit for bit), or norm-wise relative ones.
+struct DiffBounds {
+  double tol = -1;         // whole model, parameters; < 0: bit for bit
+  double tol_tensor = -1;  // each tensor of each kind (default 10 x tol)
+  bool exact() const { return tol < 0; }
+};
+
+// One side of a diff: folder, step, tokens, layout and backend.
+std::string side_text(const json& s) {
+  std::string t = s["checkpoint"].get<std::string>() + "  (step " + plain(s["step"]) + ", tokens " + plain(s["tokens"]);
+  if (s.contains("layout") && s["layout"].is_object()) {
+    const json& l = s["layout"];
+    for (const char* k : {"tp", "pp", "dp"})
+      if (l.contains(k)) t += std::string(k == std::string("tp") ? ", " : " x ") + k + " " + plain(l[k]);
+  }
+  if (s.contains("backend")) t += ", backend " + plain(s["backend"]);
+  return t + ")";
+}
+
+bool tensor_within(const wiola::ckpt::TensorDiff& d, const DiffBounds& b) {
+  return b.exact() ? d.differing == 0 : d.rel <= b.tol_tensor;
+}
+
+bool diff_within(const wiola::ckpt::DiffResult& r, const DiffBounds& b) {
+  if (b.exact()) return r.differing == 0 && std::all_of(r.tensors.begin(), r.tensors.end(),
+                                                         [](const auto& d) { return d.differing == 0; });
+  return r.model_rel <= b.tol && std::all_of(r.tensors.begin(), r.tensors.end(),
+                                             [&](const auto& d) { return tensor_within(d, b); });
+}
+
+json diff_json(const wiola::ckpt::DiffResult& r, const DiffBounds& b, bool same) {
+  json tensors = json::array();
+  for (const auto& d : r.tensors)
+    tensors.push_back({{"kind", d.kind}, {"name", d.name}, {"elements", d.elements}, {"differing", d.differing},
+                       {"max_abs", std::isfinite(d.max_abs) ? json(d.max_abs) : json("inf")},
+                       {"rel", std::isfinite(d.rel) ? json(d.rel) : json("inf")}});
+  return {{"a", r.summary_a["checkpoint"]}, {"b", r.summary_b["checkpoint"]},
+          {"step", {r.summary_a["step"], r.summary_b["step"]}},
+          {"tokens", {r.summary_a["tokens"], r.summary_b["tokens"]}},
+          {"model_keys_differ", r.model_keys_differ},
+          {"elements", r.elements}, {"differing", r.differing},
+          {"model_rel", std::isfinite(r.model_rel) ? json(r.model_rel) : json("inf")},
+          {"bounds", b.exact() ? json("exact") : json({{"tol", b.tol}, {"tol_tensor", b.tol_tensor}})},
+          {"same", same}, {"tensors", std::move(tensors)}};
+}
+
+void print_diff(const wiola::ckpt::DiffResult& r, const DiffBounds& b, int top, bool same) {
+  std::printf("a  %s\n", side_text(r.summary_a).c_str());
+  std::printf("b  %s\n", side_text(r.summary_b).c_str());
+  if (r.summary_a["step"] != r.summary_b["step"]) std::printf("note: the checkpoints are of different steps\n");
+  if (!r.model_keys_differ.empty()) {
+    std::string k;
+    for (const auto& s : r.model_keys_differ) k += (k.empty() ? "" : ", ") + s;
+    std::printf("note: model settings that differ (the tensors' shapes agree): %s\n", k.c_str());
+  }
+  std::map<std::string, std::pair<int, int>> per_kind;  // kind -> (identical, tensors)
+  for (const auto& d : r.tensors) {
+    per_kind[d.kind].second++;
+    if (d.differing == 0) per_kind[d.kind].first++;
+  }
+  for (const auto& [kind, n] : per_kind)
+    std::printf("%-10s %d of %d tensors bit-identical\n", kind.c_str(), n.first, n.second);
+  std::printf("parameters %lld of %lld elements differ; whole model ||b-a||/||a|| = %.3e\n",
+              (long long)r.differing, (long long)r.elements, r.model_rel);
+  std::vector<const wiola::ckpt::TensorDiff*> order;
+  for (const auto& d : r.tensors)
+    if (d.differing > 0) order.push_back(&d);
+  std::stable_sort(order.begin(), order.end(), [](auto* x, auto* y) { return x->rel > y->rel; });
+  if (!order.empty()) {
+    const size_t n = std::min(order.size(), size_t(std::max(top, 0)));
+    std::printf("largest differences (%zu of %zu tensors that differ; rel = ||b-a||/||a||):\n", n, order.size());
+    for (size_t i = 0; i < n; ++i) {
+      const auto& d = *order[i];
+      std::printf("  %-10s %-52s rel %.3e  max |b-a| %.3e  %lld of %lld differ%s\n", d.kind.c_str(),
+                  d.name.c_str(), d.rel, d.max_abs, (long long)d.differing, (long long)d.elements,
+                  tensor_within(d, b) ? "" : "  <- beyond the bound");
+    }
+  }
+  if (b.exact()) std::printf("%s (bit for bit)\n", same ? "SAME" : "DIFFERENT");
+  else
+    std::printf("%s (whole model within %.1e: %s; each tensor within %.1e)\n", same ? "SAME" : "DIFFERENT", b.tol,
+                r.model_rel <= b.tol ? "yes" : "no", b.tol_tensor);
+}
 }  // namespace
 
 int wiola_cmd_ckpt(int argc, char** argv) {
   CLI::App app{"Inspect, verify and consolidate sharded checkpoints", "wiola ckpt"};
   app.require_subcommand(1);
-  std::string path, out;
+  std::string path, out, path_b;
   bool tensors = false, as_json = false, all = false, with_opt = false;
+  DiffBounds bounds;
+  int top = 10;
   const char* path_help = "checkpoint folder (step-N) or checkpoint directory (its latest)";
 
   CLI::App* inspect = app.add_subcommand("inspect", "print what a checkpoint holds");
@@ -187,11 +279,26 @@ int wiola_cmd_ckpt(int argc, char** argv) {
   consolidate->add_option("OUT", out, "output .h5 (written to OUT.tmp, then renamed)")->required();
   consolidate->add_flag("--with-optimizer", with_opt, "also the AdamW moments: /exp_avg/NAME, /exp_avg_sq/NAME");
 
+  CLI::App* diff = app.add_subcommand(
+      "diff", "compare two checkpoints tensor by tensor, any layouts; exit 1 if they differ beyond the bounds");
+  diff->add_option("A", path, "the reference: " + std::string(path_help))->required();
+  diff->add_option("B", path_b, "the checkpoint compared with A")->required();
+  diff->add_option("--tol", bounds.tol,
+                   "allowed ||b-a||/||a|| of the whole model's parameters (default: bit for bit)")
+      ->check(CLI::NonNegativeNumber);
+  diff->add_option("--tol-tensor", bounds.tol_tensor, "allowed ||b-a||/||a|| of each tensor (default 10 x --tol)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs("--tol");
+  diff->add_flag("--with-optimizer", with_opt, "also compare the AdamW moments exp_avg and exp_avg_sq");
+  diff->add_option("--top", top, "list this many of the tensors that differ most (default 10)")
+      ->check(CLI::NonNegativeNumber);
+  diff->add_flag("--json", as_json, "print the comparison as JSON (every tensor)");
+
   // CLI11 would call a stray word "a subcommand is required"; name it instead.
   if (argc >= 2 && argv[1][0] != '-') {
     const std::string sub = argv[1];
-    WIOLA_CHECK(sub == "inspect" || sub == "verify" || sub == "consolidate", "unknown subcommand '", sub,
-                "' (inspect, verify or consolidate)");
+    WIOLA_CHECK(sub == "inspect" || sub == "verify" || sub == "consolidate" || sub == "diff",
+                "unknown subcommand '", sub, "' (inspect, verify, consolidate or diff)");
   }
   try {
     app.parse(argc, argv);
@@ -206,6 +313,14 @@ int wiola_cmd_ckpt(int argc, char** argv) {
     return verify_one(wiola::ckpt::resolve_checkpoint(path)) ? 0 : 1;
   }
   const std::string folder = wiola::ckpt::resolve_checkpoint(path);
+  if (diff->parsed()) {
+    if (bounds.tol >= 0 && bounds.tol_tensor < 0) bounds.tol_tensor = 10 * bounds.tol;
+    const auto r = wiola::ckpt::diff(folder, wiola::ckpt::resolve_checkpoint(path_b), with_opt);
+    const bool same = diff_within(r, bounds);
+    if (as_json) std::printf("%s\n", diff_json(r, bounds, same).dump(1).c_str());
+    else print_diff(r, bounds, top, same);
+    return same ? 0 : 1;
+  }
   if (inspect->parsed()) {
     const json s = wiola::ckpt::summary(wiola::ckpt::Reader(folder), tensors);
     if (as_json) std::printf("%s\n", s.dump(1).c_str());

@@ -6,6 +6,9 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -289,6 +292,71 @@ std::vector<std::string> tensor_order(const Reader& r) {
   return out;
 }
 
+
+// Reader::verify's problems as one error naming the folder; then the layout of
+// one process holding the whole model its config describes (local = global,
+// so a tensor's flat buffer is its global row-major array), checked against
+// the tensors the manifest lists.
+ParamLayout verified_global_layout(const Reader& r) {
+  const std::string& folder = r.folder();
+  {
+    const auto problems = r.verify();
+    if (!problems.empty()) {
+      std::string all;
+      for (const auto& p : problems) all += (all.empty() ? "" : "; ") + p;
+      fail("checkpoint '", folder, "' is damaged: ", all, " (wiola ckpt verify tells more)");
+    }
+  }
+  ParamLayout lay(model_config(r), ModelShard{});
+  for (const ParamEntry& e : lay.entries()) {
+    WIOLA_CHECK(r.manifest()["tensors"].contains(e.name), "checkpoint '", folder, "' lacks ", e.name,
+                ", a tensor of the model its config describes");
+    const auto [rows, cols] = r.shape(e.name);
+    WIOLA_CHECK(rows == e.grows && cols == e.gcols, "checkpoint '", folder, "': ", e.name, " is [", rows, ", ",
+                cols, "], its config's model has [", e.grows, ", ", e.gcols, "]");
+  }
+  WIOLA_CHECK(r.manifest()["tensors"].size() == lay.entries().size(), "checkpoint '", folder, "' holds ",
+              r.manifest()["tensors"].size(), " tensors, its config's model ", lay.entries().size());
+  return lay;
+}
+
+// b against a, element by element (a.size() == b.size()).
+void diff_values(const std::vector<float>& a, const std::vector<float>& b, TensorDiff& d) {
+  d.elements = int64_t(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    uint32_t ba, bb;
+    std::memcpy(&ba, &a[i], 4);
+    std::memcpy(&bb, &b[i], 4);
+    if (ba == bb) {
+      d.sq_ref += double(a[i]) * a[i];  // NaN here: identical NaNs make rel NaN below
+      continue;
+    }
+    ++d.differing;
+    const double x = a[i], y = b[i], e = y - x;
+    if (!std::isfinite(e)) {
+      d.max_abs = d.sq_diff = std::numeric_limits<double>::infinity();
+      continue;
+    }
+    d.max_abs = std::max(d.max_abs, std::abs(e));
+    d.sq_diff += e * e;
+    d.sq_ref += x * x;
+  }
+  d.rel = d.differing == 0 ? 0.0 : std::sqrt(d.sq_diff) / std::max(std::sqrt(d.sq_ref), 1e-30);
+  if (std::isnan(d.rel)) d.rel = std::numeric_limits<double>::infinity();
+}
+
+// The [model] settings of two checkpoints' recorded identities that differ.
+std::vector<std::string> model_keys_differ(const nlohmann::json& a, const nlohmann::json& b) {
+  std::vector<std::string> out;
+  const nlohmann::json ma = a.value("identity", nlohmann::json::object()).value("model", nlohmann::json::object());
+  const nlohmann::json mb = b.value("identity", nlohmann::json::object()).value("model", nlohmann::json::object());
+  std::set<std::string> keys;
+  for (const auto& [k, v] : ma.items()) keys.insert(k);
+  for (const auto& [k, v] : mb.items()) keys.insert(k);
+  for (const std::string& k : keys)
+    if (!ma.contains(k) || !mb.contains(k) || ma[k] != mb[k]) out.push_back(k);
+  return out;
+}
 }  // namespace
 
 ModelConfig model_config(const Reader& r) {
@@ -396,26 +464,7 @@ ConsolidateStats consolidate(const std::string& folder, const std::string& out, 
   Reader r(folder);
   WIOLA_CHECK(!with_optimizer || holds_optimizer(r.manifest()), folder,
               ": holds weights only (no optimizer state): drop --with-optimizer");
-  {
-    const auto problems = r.verify();
-    if (!problems.empty()) {
-      std::string all;
-      for (const auto& p : problems) all += (all.empty() ? "" : "; ") + p;
-      fail("checkpoint '", folder, "' is damaged: ", all, " (wiola ckpt verify tells more)");
-    }
-  }
-  // The layout of one process holding everything: local = global, so a
-  // tensor's flat buffer is its global row-major array.
-  const ParamLayout lay(model_config(r), ModelShard{});
-  for (const ParamEntry& e : lay.entries()) {
-    WIOLA_CHECK(r.manifest()["tensors"].contains(e.name), "checkpoint '", folder, "' lacks ", e.name,
-                ", a tensor of the model its config describes");
-    const auto [rows, cols] = r.shape(e.name);
-    WIOLA_CHECK(rows == e.grows && cols == e.gcols, "checkpoint '", folder, "': ", e.name, " is [", rows, ", ",
-                cols, "], its config's model has [", e.grows, ", ", e.gcols, "]");
-  }
-  WIOLA_CHECK(r.manifest()["tensors"].size() == lay.entries().size(), "checkpoint '", folder, "' holds ",
-              r.manifest()["tensors"].size(), " tensors, its config's model ", lay.entries().size());
+  const ParamLayout lay = verified_global_layout(r);
 
   const std::string tmp = out + ".tmp";
   ConsolidateStats st;
@@ -459,6 +508,48 @@ ConsolidateStats consolidate(const std::string& folder, const std::string& out, 
   }
   st.bytes = uint64_t(fs::file_size(out));
   return st;
+}
+
+DiffResult diff(const std::string& folder_a, const std::string& folder_b, bool with_optimizer) {
+  quiet_hdf5();
+  Reader ra(folder_a), rb(folder_b);
+  for (const Reader* r : {&ra, &rb})
+    WIOLA_CHECK(!with_optimizer || holds_optimizer(r->manifest()), r->folder(),
+                ": holds weights only (no optimizer state): drop --with-optimizer");
+  const ParamLayout lay = verified_global_layout(ra);
+  verified_global_layout(rb);
+  for (const ParamEntry& e : lay.entries()) {
+    WIOLA_CHECK(rb.manifest()["tensors"].contains(e.name), "checkpoint '", folder_b, "' lacks ", e.name,
+                ", which '", folder_a, "' holds: not the same model");
+    const auto [rows, cols] = rb.shape(e.name);
+    WIOLA_CHECK(rows == e.grows && cols == e.gcols, e.name, " is [", e.grows, ", ", e.gcols, "] in '", folder_a,
+                "' and [", rows, ", ", cols, "] in '", folder_b, "': not the same model");
+  }
+  DiffResult res;
+  res.folder_a = folder_a, res.folder_b = folder_b;
+  res.summary_a = summary(ra, false), res.summary_b = summary(rb, false);
+  res.model_keys_differ = model_keys_differ(ra.manifest(), rb.manifest());
+  double sq_diff = 0, sq_ref = 0;
+  std::vector<float> a, b;
+  for (const char* kind : kKinds) {
+    if (!with_optimizer && std::string(kind) != "param") continue;
+    for (const ParamEntry& e : lay.entries()) {
+      a.resize(e.size()), b.resize(e.size());
+      ra.read(kind, e, 0, e.size(), a.data());
+      rb.read(kind, e, 0, e.size(), b.data());
+      TensorDiff d;
+      d.kind = kind, d.name = e.name;
+      diff_values(a, b, d);
+      if (d.kind == "param") {
+        sq_diff += d.sq_diff, sq_ref += d.sq_ref;
+        res.elements += d.elements, res.differing += d.differing;
+      }
+      res.tensors.push_back(std::move(d));
+    }
+  }
+  res.model_rel = res.differing == 0 ? 0.0 : std::sqrt(sq_diff) / std::max(std::sqrt(sq_ref), 1e-30);
+  if (std::isnan(res.model_rel)) res.model_rel = std::numeric_limits<double>::infinity();
+  return res;
 }
 
 }  // namespace wiola::ckpt

@@ -64,4 +64,32 @@ ConsolidateStats consolidate(const std::string& folder, const std::string& out, 
 
 inline constexpr const char* kConsolidatedFormat = "wiola-consolidated-1";
 
+// How one tensor of one kind differs between two checkpoints (b against a).
+struct TensorDiff {
+  std::string kind, name;
+  int64_t elements = 0;
+  int64_t differing = 0;  // elements whose bits differ
+  double max_abs = 0;     // max |b - a| (inf where one side is not finite)
+  double rel = 0;         // ||b - a||_2 / ||a||_2 (0 if identical; inf where not finite)
+  double sq_diff = 0, sq_ref = 0;  // the sums behind rel
+};
+
+struct DiffResult {
+  std::string folder_a, folder_b;
+  nlohmann::json summary_a, summary_b;  // summary(reader, false) of each
+  std::vector<std::string> model_keys_differ;  // [model] settings that differ (shapes agree)
+  std::vector<TensorDiff> tensors;             // model order, kind by kind
+  // Over the parameters (kind "param") of the whole model.
+  double model_rel = 0;
+  int64_t elements = 0, differing = 0;
+};
+
+// Checkpoint folder b against folder a, tensor by tensor, whatever either's
+// layout (each tensor rebuilt to its global shape from its slices): bits,
+// largest difference and the norm-wise relative difference. Both must pass
+// Reader::verify and hold the same tensors with the same shapes (throws naming
+// the first that does not); with `with_optimizer` also the AdamW moments (both
+// must hold them). One tensor of each side in memory at a time.
+DiffResult diff(const std::string& folder_a, const std::string& folder_b, bool with_optimizer);
+
 }  // namespace wiola::ckpt

@@ -10,13 +10,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/gpu/kit_env.sh
-"$kit/bin/wiola_gpu_bench" --json "$OUT/wiola_bench.json" "$@" 2>&1 | tee "$OUT/bench.log"
+"$kit_bin/wiola_gpu_bench" --json "$OUT/wiola_bench.json" "$@" 2>&1 | tee "$OUT/bench.log"
 rc=${PIPESTATUS[0]}
 # bf16 again with the row attention kernel instead of the tensor-core forward
 # (KIT_ROWS=0 skips it).
 if [ "${KIT_ROWS:-1}" != 0 ]; then
   echo "wiola bf16 with WIOLA_CUDA_ATTENTION=rows:" | tee -a "$OUT/bench.log"
-  WIOLA_CUDA_ATTENTION=rows timeout 120 "$kit/bin/wiola_gpu_bench" --precision bf16 \
+  WIOLA_CUDA_ATTENTION=rows timeout 120 "$kit_bin/wiola_gpu_bench" --precision bf16 \
     --json "$OUT/wiola_bench_rows.json" "$@" 2>&1 | tee -a "$OUT/bench.log"
 fi
 py=$(command -v python3)

@@ -1,35 +1,57 @@
 #!/usr/bin/env bash
 # The GPU kit, step 0, run on THIS machine (no GPU needed): builds the
-# GPU-side programs with WIOLA_CUDA=ON (the portable default -march, docs/cpu.md), and packs
-# them with the shared libraries they need (OpenBLAS, libgomp, ... — not
-# cuBLAS and NCCL, which the GPU machine provides) into .gpu-kit/ (git-ignored, about
-# 30 MiB). Then, with the device tool, carry ".gpu-kit" and run one of
-#   bash tests/gpu/kit_tests.sh       (the gpu tests -> $OUT/gpu_tests.json)
-#   bash tests/gpu/kit_sanitizer.sh   (memcheck + racecheck -> $OUT/sanitizer.json)
-#   bash tests/gpu/kit_bench.sh       (the step benchmark -> $OUT/bench.json)
+# GPU-side programs with WIOLA_CUDA=ON (the portable default -march, docs/cpu.md)
+# and packs them, gzipped, with the shared libraries they need (OpenBLAS,
+# libgomp, HDF5, Open MPI and its plugins, ... — not glibc, cuBLAS and NCCL,
+# which the GPU machine provides) into .gpu-kit/ (git-ignored, about 25 MiB).
+# kit_env.sh unpacks it there. Then, with the device tool, carry ".gpu-kit" and
+# run tests/gpu/kit_session.sh (or one of the kit_*.sh steps it runs).
 # docs/gpu.md records what they printed, with date and device.
+#
+# Programs: test_cuda_ops, test_nccl_comm and wiola_gpu_bench (no MPI, no
+# HDF5), and `wiola` itself for kit_train.sh: a single process, MPI as a
+# singleton in Open MPI's isolated mode (no mpirun, no orted), which loads its
+# plugins from the kit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # -U: a build-gpu cache from before the portable default still says x86-64-v3.
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DWIOLA_CUDA=ON -UWIOLA_MARCH >/dev/null
-cmake --build build-gpu -j"$(nproc)" --target test_cuda_ops test_nccl_comm wiola_gpu_bench
-rm -rf .gpu-kit && mkdir -p .gpu-kit/bin .gpu-kit/lib
+cmake --build build-gpu -j"$(nproc)" --target test_cuda_ops test_nccl_comm wiola_gpu_bench wiola
+rm -rf .gpu-kit && mkdir -p .gpu-kit/bin .gpu-kit/lib .gpu-kit/openmpi
 cp build-gpu/tests/gpu/test_cuda_ops build-gpu/tests/gpu/test_nccl_comm build-gpu/bench/wiola_gpu_bench \
-  .gpu-kit/bin/
-# Non-system shared libraries the programs load (the GPU machine has glibc
-# and the CUDA driver; cuBLAS comes from its PyTorch or CUDA installation).
-for b in .gpu-kit/bin/*; do
+  build-gpu/wiola .gpu-kit/bin/
+
+# Open MPI's plugins, for a singleton: those whose libraries are all here or
+# in glibc (not the ones for InfiniBand, UCX, PSM or an external PMIx, which
+# a single process never selects and which would drag in their stacks).
+ompi_plugins=$(dirname "$(ldd build-gpu/wiola | awk '/libmpi\.so/ {print $3}')")/openmpi/lib/openmpi3
+[ -d "$ompi_plugins" ] || ompi_plugins=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
+for p in "$ompi_plugins"/mca_*.so; do
+  if ldd "$p" | grep -qE 'not found|lib(fabric|uc[pts]|psm|infinipath|ibverbs|rdmacm|efa|pmix|munge|nl-)'; then
+    continue
+  fi
+  cp "$p" .gpu-kit/openmpi/
+done
+
+# Non-system shared libraries the programs and plugins load. glibc's own
+# libraries stay the GPU machine's; cuBLAS, cudart and the driver come from
+# its PyTorch or CUDA installation.
+for b in .gpu-kit/bin/* .gpu-kit/openmpi/*; do
   ldd "$b" | awk '/=> \// {print $3}'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
-    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcublas*|libcudart*|libcuda.so*) ;;
+    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|libutil.so*|libanl.so*|libnsl.so*|\
+    libnss_*|ld-linux*|libcublas*|libcudart*|libcuda.so*) ;;
     *) cp -L "$lib" .gpu-kit/lib/ ;;
   esac
 done
-# The device call carries 64 MiB in all, checkout included: OpenBLAS (36 MB,
-# every CPU's kernels) travels gzipped and kit_env.sh unpacks it there.
-gzip -9 .gpu-kit/lib/libopenblas.so.0
+# The device call carries 64 MiB in all, checkout included: everything
+# travels gzipped (about a third of its size) and kit_env.sh unpacks it there.
+gzip -9 .gpu-kit/bin/* .gpu-kit/lib/* .gpu-kit/openmpi/*
 ex=$(git rev-parse --git-path info/exclude); mkdir -p "$(dirname "$ex")"
 grep -qx '/.gpu-kit/' "$ex" 2>/dev/null || echo '/.gpu-kit/' >> "$ex"
 du -sh .gpu-kit
-ls .gpu-kit/bin .gpu-kit/lib
+ls .gpu-kit/bin .gpu-kit/lib | tr '\n' ' '; echo
+echo "Open MPI plugins: $(ls .gpu-kit/openmpi | wc -l)"
+# The kit as the device will see it, with the system's copies hidden.
+bash tests/gpu/kit_selftest.sh

@@ -1,27 +1,39 @@
-# Sourced by the kit scripts on the GPU machine: where the kit's programs and
-# libraries are, where cuBLAS is (PyTorch's nvidia wheels or a CUDA toolkit),
-# and $OUT. Prints what it found.
+# Sourced by the kit scripts on the GPU machine: unpacks the kit (which
+# kit_build.sh gzipped to fit the device call's 64 MiB) outside the checkout,
+# once per kit build; sets $kit_bin (its programs), LD_LIBRARY_PATH (its
+# libraries, then cuBLAS and NCCL from PyTorch's nvidia wheels or a CUDA
+# toolkit), Open MPI's singleton settings and $OUT. Prints what it found.
 kit=${WIOLA_KIT:-.gpu-kit}
-if [ ! -x "$kit/bin/test_cuda_ops" ]; then
-  echo "kit: $kit/bin/test_cuda_ops not found: run tests/gpu/kit_build.sh here first and carry .gpu-kit" >&2
+if [ ! -e "$kit/bin/test_cuda_ops.gz" ]; then
+  echo "kit: $kit/bin/test_cuda_ops.gz not found: run tests/gpu/kit_build.sh here first and carry .gpu-kit" >&2
   exit 2
 fi
-# Libraries kit_build.sh gzipped to fit the device call's 64 MiB, unpacked
-# outside the kit (which must stay small enough to carry), once per kit build.
-unpacked=${TMPDIR:-/tmp}/wiola-kit-lib.$(id -u)
-mkdir -p "$unpacked"
-for z in "$kit"/lib/*.gz; do
-  [ -e "$z" ] || continue
-  out="$unpacked/$(basename "${z%.gz}")"
-  [ -e "$out" ] && [ ! "$z" -nt "$out" ] && continue
-  { gzip -dc "$z" > "$out.tmp" 2>/dev/null ||
-    python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2],"wb"))' \
-      "$z" "$out.tmp"; } && mv "$out.tmp" "$out"
+gunzip_to() {  # gunzip_to FILE.gz OUT: python's gzip where gzip is missing
+  gzip -dc "$1" > "$2.tmp" 2>/dev/null ||
+    python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2],"wb"))' "$1" "$2.tmp"
+}
+unpacked=${TMPDIR:-/tmp}/wiola-kit.$(id -u)
+mkdir -p "$unpacked/bin" "$unpacked/lib" "$unpacked/openmpi"
+for part in bin lib openmpi; do
+  for z in "$kit/$part"/*.gz; do
+    [ -e "$z" ] || continue
+    out="$unpacked/$part/$(basename "${z%.gz}")"
+    [ -e "$out" ] && [ ! "$z" -nt "$out" ] && continue
+    gunzip_to "$z" "$out" && mv "$out.tmp" "$out"
+  done
 done
+chmod +x "$unpacked"/bin/*
+kit_bin=$unpacked/bin
 cublas_dirs=$(find / \( -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' \) 2>/dev/null \
               -not -path '*/proc/*' | xargs -r -n1 dirname | sort -u | tr '\n' ':')
-export LD_LIBRARY_PATH="$kit/lib:$unpacked:${cublas_dirs}${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$unpacked/lib:${cublas_dirs}${LD_LIBRARY_PATH:-}"
+# `wiola` is an MPI program run without mpirun: Open MPI's isolated
+# singleton starts no orted, and loads its plugins from the kit.
+export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_mca_base_component_path="$unpacked/openmpi"
+export OMPI_MCA_mca_base_component_show_load_errors=0 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self
+# hwloc (under Open MPI) needs none of its plugins (GL, OpenCL, PCI, XML).
+mkdir -p "$unpacked/hwloc" && export HWLOC_PLUGINS_PATH="$unpacked/hwloc"
 OUT=${OUT:-/tmp/wiola-out}
 mkdir -p "$OUT"
 echo "kit: cuBLAS and NCCL from ${cublas_dirs:-NOT FOUND}"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/kit: GPU /'
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/kit: GPU /' || true

@@ -13,7 +13,7 @@ san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 
 rc_all=0
 json='{'
 for tool in ${KIT_SAN_TOOLS:-memcheck racecheck}; do
-  WIOLA_CUDA_NO_CACHE=1 "$san" --tool "$tool" --error-exitcode 9 "$kit/bin/test_cuda_ops" --gtest_filter='CudaOps.*' \
+  WIOLA_CUDA_NO_CACHE=1 "$san" --tool "$tool" --error-exitcode 9 "$kit_bin/test_cuda_ops" --gtest_filter='CudaOps.*' \
     > "$OUT/sanitizer_$tool.log" 2>&1
   rc=$?
   errs=$(grep -E '^========= (Invalid|Error|Race|.*hazard)' "$OUT/sanitizer_$tool.log" | grep -vc 'SUMMARY' || true)

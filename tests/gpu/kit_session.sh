@@ -4,12 +4,14 @@
 # kernel if the tensor-core one failed its tests; fp32 and the row-kernel run
 # only with KIT_FULL=1), then, with KIT_BASELINE="DIR ...", the same benchmark
 # from older builds' wiola_gpu_bench in each DIR (carry them too) for ratios on
-# the same card; the PyTorch eager baseline is part of the bench step; memcheck on the op
-# tests; the big preset; racecheck. Each step has its own time limit, so what
+# the same card; the PyTorch eager baseline is part of the bench step; `wiola
+# train` end to end (kit_train.sh: resume, CPU against GPU, NCCL data plane,
+# decoding, eval, the trainer's speed); memcheck on the op tests; the big
+# preset; racecheck. Each step has its own time limit, so what
 # ran comes back when the call is cut off. The device tool returns at most 8
 # files from $OUT, so each step's files are packed into $OUT/kit_results.tgz
 # after it; the log is $OUT/session.log.
-# KIT_T_<STEP> (TESTS, BENCH, BASELINE, MEMCHECK, BIG, RACECHECK): seconds for
+# KIT_T_<STEP> (TESTS, BENCH, BASELINE, TRAIN, MEMCHECK, BIG, RACECHECK): seconds for
 # that step, 0 skips it. KIT_BIG_STEPS: timed steps of the big preset (20).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,12 +35,17 @@ bench_args=(--steps 6 --warmup 2)
 [ "${KIT_FULL:-0}" = 1 ] || bench_args+=(--precision bf16)
 KIT_ROWS=${KIT_FULL:-0} KIT_TORCH_COMPILE=${KIT_TORCH_COMPILE:-0} \
   step bench "${KIT_T_BENCH:-150}" bash tests/gpu/kit_bench.sh "${bench_args[@]}"
-for base in ${KIT_BASELINE:-}; do  # each an older build's wiola_gpu_bench folder
+for base in ${KIT_BASELINE:-}; do  # each an older build's wiola_gpu_bench(.gz) folder
   name=$(basename "$base")
-  step "baseline $name" "${KIT_T_BASELINE:-70}" bash -c '. tests/gpu/kit_env.sh >/dev/null &&
-    "$0"/wiola_gpu_bench --json "$OUT/baseline_$1.json" "${@:2}" 2>&1 | tee "$OUT/baseline_$1.log"' \
+  step "baseline $name" "${KIT_T_BASELINE:-70}" bash -c '. tests/gpu/kit_env.sh >/dev/null && bin=$0/wiola_gpu_bench
+    if [ ! -x "$bin" ]; then  # as kit_build.sh packs it
+      gunzip_to "$bin.gz" "$kit_bin/baseline_$1" && mv "$kit_bin/baseline_$1.tmp" "$kit_bin/baseline_$1" &&
+        chmod +x "$kit_bin/baseline_$1" && bin=$kit_bin/baseline_$1
+    fi
+    "$bin" --json "$OUT/baseline_$1.json" "${@:2}" 2>&1 | tee "$OUT/baseline_$1.log"' \
     "$base" "$name" --precision bf16 --steps 4 --warmup 1
 done
+step train "${KIT_T_TRAIN:-180}" bash tests/gpu/kit_train.sh
 KIT_SAN_TOOLS=memcheck step memcheck "${KIT_T_MEMCHECK:-90}" bash tests/gpu/kit_sanitizer.sh
 step big "${KIT_T_BIG:-100}" bash tests/gpu/kit_big.sh
 KIT_SAN_TOOLS=racecheck step racecheck "${KIT_T_RACECHECK:-120}" bash tests/gpu/kit_sanitizer.sh

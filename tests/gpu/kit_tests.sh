@@ -6,10 +6,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/gpu/kit_env.sh
-"$kit/bin/test_cuda_ops" --gtest_output="json:$OUT/gpu_tests.json" 2>&1 | tee "$OUT/gpu_tests.log"
+"$kit_bin/test_cuda_ops" --gtest_output="json:$OUT/gpu_tests.json" 2>&1 | tee "$OUT/gpu_tests.log"
 rc=${PIPESTATUS[0]}
 # The NCCL data plane on single-rank communicators (issue: multi-GPU).
-"$kit/bin/test_nccl_comm" --gtest_output="json:$OUT/nccl_tests.json" 2>&1 | tee "$OUT/nccl_tests.log"
+"$kit_bin/test_nccl_comm" --gtest_output="json:$OUT/nccl_tests.json" 2>&1 | tee "$OUT/nccl_tests.log"
 rc2=${PIPESTATUS[0]}
 [ "$rc" = 0 ] && exit "$rc2"
 exit "$rc"

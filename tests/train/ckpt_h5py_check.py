@@ -17,7 +17,12 @@ what `wiola ckpt consolidate` writes, bit for bit.
      one flipped data byte it fails with exit 1 naming the file and the
      dataset, and consolidate refuses it with one error line;
   5. `wiola ckpt inspect` (text, --json, --tensors) agrees with the manifest,
-     and bad input is one `wiola ckpt: error:` line with exit 1.
+     and bad input is one `wiola ckpt: error:` line with exit 1;
+  6. `wiola ckpt diff`: a checkpoint against itself is bit-identical (exit 0),
+     against the run's earlier one it differs (exit 1), and the same training
+     in one process (grad_accum 4 instead of dp 2) is within the layout bounds
+     of tests/dist (whole model 1e-5, each tensor 1e-4) though not bit for bit
+     identical, read through the other layout's slices.
 
 usage: ckpt_h5py_check.py --wiola BIN --mpiexec MPIEXEC --text BROWN.txt
                           --tokenizer tokenizer.json --work DIR
@@ -53,23 +58,49 @@ def run(cmd, expect_rc=0, **kw):
     return p
 
 
-def train(a, work):
+def train(a, work, name="ckpt", layout=("parallel.tp=2", "parallel.dp=2", "train.grad_accum=2"), np=4):
+    """4 steps of a global batch of 8 sequences; the newest checkpoint's folder."""
     text = os.path.join(work, "brown.txt")
-    with open(a.text, "rb") as f, open(text, "wb") as g:
-        g.write(f.read(300000))
-    run([a.wiola, "prep", "--no-progress", "--tokenizer", a.tokenizer, "--output",
-         os.path.join(work, "shards"), text])
+    if not os.path.exists(os.path.join(work, "shards", "manifest.json")):
+        with open(a.text, "rb") as f, open(text, "wb") as g:
+            g.write(f.read(300000))
+        run([a.wiola, "prep", "--no-progress", "--tokenizer", a.tokenizer, "--output",
+             os.path.join(work, "shards"), text])
     sets = ["model.preset=wiola-tiny", "model.vocab_size=32000", "train.micro_batch=2",
-            "train.grad_accum=2", "train.steps=4", "train.threads=1", "parallel.tp=2",
-            "parallel.dp=2", "checkpoint.every=2",
-            f"checkpoint.dir={work}/ckpt", f"train.run_dir={work}/run",
-            f"data.path={work}/shards/manifest.json"]
-    cmd = [a.mpiexec, "-n", "4", "--bind-to", "none", a.wiola, "train", "-q"]
+            "train.steps=4", "train.threads=1", "checkpoint.every=2",
+            f"checkpoint.dir={work}/{name}", f"train.run_dir={work}/run-{name}",
+            f"data.path={work}/shards/manifest.json", *layout]
+    cmd = [a.mpiexec, "-n", str(np), "--bind-to", "none", a.wiola, "train", "-q"]
     for s in sets:
         cmd += ["--set", s]
     run(cmd)
-    with open(os.path.join(work, "ckpt", "latest")) as f:
-        return os.path.join(work, "ckpt", f.read().strip())
+    with open(os.path.join(work, name, "latest")) as f:
+        return os.path.join(work, name, f.read().strip())
+
+
+def check_diff(a, work, folder):
+    """`wiola ckpt diff` on the tp 2 x dp 2 run's checkpoints and one process's."""
+    p = run([a.wiola, "ckpt", "diff", folder, os.path.join(work, "ckpt")])
+    if "SAME (bit for bit)" not in p.stdout or "parameters 0 of " not in p.stdout:
+        fail(f"diff of a checkpoint with itself:\n{p.stdout}")
+    earlier = os.path.join(work, "ckpt", "step-00000002")
+    p = run([a.wiola, "ckpt", "diff", earlier, folder], expect_rc=1)
+    for must in ("note: the checkpoints are of different steps", "largest differences (10 of ",
+                 "<- beyond the bound", "DIFFERENT (bit for bit)"):
+        if must not in p.stdout:
+            fail(f"diff of steps 2 and 4 lacks {must!r}:\n{p.stdout}")
+    single = train(a, work, "single", ("train.grad_accum=4",), np=1)
+    p = run([a.wiola, "ckpt", "diff", "--json", single, folder], expect_rc=1)
+    d = json.loads(p.stdout)
+    if d["same"] or d["differing"] == 0:
+        fail(f"tp 2 x dp 2 is bit-identical to one process: the layouts did not differ ({p.stdout[:300]})")
+    p = run([a.wiola, "ckpt", "diff", "--tol", "1e-5", "--top", "3", single, folder])
+    if "SAME (whole model within 1.0e-05: yes; each tensor within 1.0e-04)" not in p.stdout or \
+            "tp 2 x pp 1 x dp 2" not in p.stdout:
+        fail(f"tp 2 x dp 2 against one process, within the layout bounds:\n{p.stdout}")
+    print(f"diff: one process against tp 2 x dp 2: {d['differing']} of {d['elements']} parameters differ, "
+          f"whole model rel {d['model_rel']:.2e}, worst tensor rel "
+          f"{max(t['rel'] for t in d['tensors']):.2e}")
 
 
 def rebuild_and_compare(folder, consolidated):
@@ -220,6 +251,10 @@ def main():
     one_error_line(run([a.wiola, "ckpt", "verify", "--all", os.path.join(work, "run")], expect_rc=1),
                    os.path.join(work, "run"))
     one_error_line(run([a.wiola, "ckpt", "explode", folder], expect_rc=1), "explode")
+    one_error_line(run([a.wiola, "ckpt", "diff", folder, nothing], expect_rc=1), nothing)
+    one_error_line(run([a.wiola, "ckpt", "diff", folder, os.path.join(work, "shards")], expect_rc=1),
+                   os.path.join(work, "shards"))
+    check_diff(a, work, folder)
     print("ckpt_h5py_check: all checks passed")
 
 

@@ -6,6 +6,7 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -150,6 +151,9 @@ float expected(const std::string& kind, const std::string& name, int64_t gi) {
   return float(int64_t(h >> 40) - (int64_t(1) << 23)) / float(1 << 20);  // exact in float
 }
 
+// The values a checkpoint holds: (kind, tensor, global element) -> value.
+using Values = std::function<float(const std::string&, const std::string&, int64_t)>;
+
 struct Layout {
   int tp = 1;
   std::vector<std::pair<int, int>> stages;  // layer ranges [l0, l1)
@@ -167,7 +171,8 @@ constexpr int64_t kStep = 12, kTokens = 12 * 64;
 
 // The pieces of what one rank writes: entries it holds, in [lo, hi) of its
 // flat buffer, minus what a lower rank writes (Checkpointer::snapshot).
-std::vector<ckpt::TensorPiece> pieces_of(const ParamLayout& lay, bool tp0, bool first, size_t lo, size_t hi) {
+std::vector<ckpt::TensorPiece> pieces_of(const ParamLayout& lay, bool tp0, bool first, size_t lo, size_t hi,
+                                         const Values& value) {
   std::vector<ckpt::TensorPiece> out;
   for (const ParamEntry& e : lay.entries()) {
     if ((e.tp_replicated && !tp0) || (e.name == "model.embed_tokens.weight" && !first)) continue;
@@ -178,7 +183,7 @@ std::vector<ckpt::TensorPiece> pieces_of(const ParamLayout& lay, bool tp0, bool 
     for (const char* kind : ckpt::kKinds) {
       auto& v = local[kind];
       for (int64_t r = 0; r < e.rows; ++r)
-        for (int64_t c = 0; c < e.cols; ++c) v.push_back(expected(kind, e.name, e.global_index(r, c)));
+        for (int64_t c = 0; c < e.cols; ++c) v.push_back(value(kind, e.name, e.global_index(r, c)));
     }
     const auto slices = ckpt::slices_of(e, a - e.offset, b - e.offset);
     for (const char* kind : ckpt::kKinds) {
@@ -218,7 +223,8 @@ json read_manifest(const fs::path& folder) {
 // Writes `folder` (created) as the job of `lay` would, with ZeRO parts cut
 // at odd offsets (so runs start and end inside rows), and its manifest with
 // the fields Checkpointer::commit writes.
-std::vector<WrittenFile> write_checkpoint(const fs::path& folder, const ModelConfig& cfg, const Layout& lay) {
+std::vector<WrittenFile> write_checkpoint(const fs::path& folder, const ModelConfig& cfg, const Layout& lay,
+                                          const Values& value = expected) {
   fs::create_directories(folder);
   std::vector<WrittenFile> files;
   json recs = json::array();
@@ -236,7 +242,7 @@ std::vector<WrittenFile> write_checkpoint(const fs::path& folder, const ModelCon
         std::snprintf(name, sizeof name, "rank-%05d.h5", rank);
         f.path = (folder / name).string();
         f.header = {kRun, kStep, rank, t, s, d};
-        f.pieces = pieces_of(pl, t == 0, shard.first_stage(), cut(d), cut(d + 1));
+        f.pieces = pieces_of(pl, t == 0, shard.first_stage(), cut(d), cut(d + 1), value);
         if (f.pieces.empty()) continue;
         recs.push_back(record_json(ckpt::write_rank_file(f.path, f.header, f.pieces)));
         files.push_back(std::move(f));
@@ -662,6 +668,85 @@ TEST_F(CheckpointTest, ConsolidateNamesBadInput) {
   EXPECT_CONTAINS(error_of([&] { ckpt::consolidate(reference().string(), (dir_ / "no" / "x.h5").string(), false); }),
                   (dir_ / "no" / "x.h5.tmp").string() + ": cannot create");
   EXPECT_FALSE(fs::exists(out));
+}
+
+// ---- diff ---------------------------------------------------------------------------
+
+TEST_F(CheckpointTest, DiffOfTheSameValuesUnderAnotherLayoutIsBitIdentical) {
+  const fs::path other = dir_ / "one-process";
+  write_checkpoint(other, cfg_, {1, {{0, 4}}, 1});
+  for (const bool with_opt : {false, true}) {
+    const ckpt::DiffResult r = ckpt::diff(reference().string(), other.string(), with_opt);
+    EXPECT_EQ(r.elements, cfg_.param_count());
+    EXPECT_EQ(r.differing, 0);
+    EXPECT_EQ(r.model_rel, 0.0);
+    const size_t n = ParamLayout(cfg_, ModelShard{}).entries().size();
+    ASSERT_EQ(r.tensors.size(), with_opt ? 3 * n : n);
+    for (const auto& d : r.tensors) EXPECT_EQ(d.differing, 0) << d.kind << "/" << d.name;
+    EXPECT_TRUE(r.model_keys_differ.empty());
+  }
+}
+
+TEST_F(CheckpointTest, DiffCountsAndMeasuresEachDifference) {
+  const std::string moved = "model.layers.1.mlp.fusion.weight", broken = "model.layers.2.self_attn.o_proj.weight";
+  const fs::path other = dir_ / "perturbed";
+  // Another layout (3 ZeRO parts), one parameter moved by exactly 0.5, one
+  // first moment NaN.
+  write_checkpoint(other, cfg_, {1, {{0, 2}, {2, 4}}, 3}, [&](const std::string& kind, const std::string& name, int64_t gi) {
+    const float v = expected(kind, name, gi);
+    if (kind == "param" && name == moved && gi == 5) return v + 0.5f;
+    if (kind == "exp_avg" && name == broken && gi == 0) return std::nanf("");
+    return v;
+  });
+  const ParamLayout full(cfg_, ModelShard{});
+  auto norm_of = [&](const std::string& name) {
+    double sq = 0;
+    for (int64_t i = 0; i < int64_t(full.find(name).size()); ++i) sq += double(expected("param", name, i)) * expected("param", name, i);
+    return std::sqrt(sq);
+  };
+  double model_sq = 0;
+  for (const ParamEntry& e : full.entries()) model_sq += norm_of(e.name) * norm_of(e.name);
+
+  const ckpt::DiffResult r = ckpt::diff(reference().string(), other.string(), true);
+  EXPECT_EQ(r.differing, 1);
+  EXPECT_DOUBLE_EQ(r.model_rel, 0.5 / std::sqrt(model_sq));
+  int seen = 0;
+  for (const auto& d : r.tensors) {
+    SCOPED_TRACE(d.kind + "/" + d.name);
+    if (d.kind == "param" && d.name == moved) {
+      ++seen;
+      EXPECT_EQ(d.differing, 1);
+      EXPECT_EQ(d.max_abs, 0.5);
+      EXPECT_DOUBLE_EQ(d.rel, 0.5 / norm_of(moved));
+    } else if (d.kind == "exp_avg" && d.name == broken) {
+      ++seen;
+      EXPECT_EQ(d.differing, 1);
+      EXPECT_TRUE(std::isinf(d.rel));
+      EXPECT_TRUE(std::isinf(d.max_abs));
+    } else {
+      EXPECT_EQ(d.differing, 0);
+      EXPECT_EQ(d.rel, 0.0);
+    }
+  }
+  EXPECT_EQ(seen, 2);
+  // Without the moments the NaN is not looked at.
+  const ckpt::DiffResult p = ckpt::diff(reference().string(), other.string(), false);
+  EXPECT_EQ(p.tensors.size(), full.entries().size());
+  EXPECT_EQ(p.differing, 1);
+}
+
+TEST_F(CheckpointTest, DiffRefusesAnotherModelAndADamagedCheckpoint) {
+  ModelConfig wider = cfg_;
+  wider.V = 32;
+  const fs::path other = dir_ / "other-model";
+  write_checkpoint(other, wider, {1, {{0, 4}}, 1});
+  EXPECT_CONTAINS(error_of([&] { ckpt::diff(reference().string(), other.string(), false); }),
+                  "model.embed_tokens.weight is [24, 16] in '" + reference().string() + "' and [32, 16] in '" +
+                      other.string() + "': not the same model");
+  const fs::path bad = copy("damaged");
+  fs::resize_file(bad / "rank-00005.h5", fs::file_size(bad / "rank-00005.h5") - 7);
+  EXPECT_CONTAINS(error_of([&] { ckpt::diff(reference().string(), bad.string(), false); }),
+                  "checkpoint '" + bad.string() + "' is damaged: ");
 }
 
 TEST(CheckpointList, SkipsForeignAndIncompleteFolders) {
