@@ -173,7 +173,7 @@ Source::Source(const std::string& source, const std::string& split, int T) : nam
       for (auto& [k, v] : man.splits) have += (have.empty() ? "" : ", ") + k;
       fail(path, ": manifest has no split '", split, "' (it has: ", have.empty() ? "none" : have, ")");
     }
-    info = DatasetInfo{man.vocab_size, man.eos_id, man.tokenizer_sha256, 0, 0, 0, man.tokenizer_file};
+    info = DatasetInfo{man.vocab_size, man.eos_id, man.tokenizer_sha256, 0, 0, 0, man.tokenizer_file, it->second.xxh3};
     for (const ManifestShard& e : it->second.shards) {
       auto r = std::make_unique<ShardReader>(e.path);
       const ShardMeta& s = r->meta();
@@ -342,6 +342,7 @@ TokenLoader::TokenLoader(const std::vector<BlendSource>& blend, const std::strin
     m.name = "the blend of " + std::to_string(blend.size()) + " sources";
     m.state.blend.resize(blend.size());
     m.info.num_tokens = m.info.num_documents = m.info.num_samples = 0;
+    m.info.content_xxh3.clear();
     const Source& first = *m.sources[0];
     for (const auto& s : m.sources) {
       const DatasetInfo& d = s->info;

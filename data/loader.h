@@ -59,6 +59,9 @@ struct DatasetInfo {
   uint64_t num_documents;
   uint64_t num_samples;
   std::string tokenizer_file = "";  // as the manifest records it (empty for a bare shard)
+  // The split's content hash (data/manifest.h); empty for a bare shard, a
+  // manifest that predates it, and a blend (each source has its own).
+  std::string content_xxh3 = "";
 };
 
 // The permutation of [0, n) for (seed, epoch): xoshiro256** seeded by four

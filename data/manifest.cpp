@@ -15,6 +15,26 @@
 
 namespace wiola {
 
+std::string token_hash_hex(uint64_t xxh3) {
+  char s[17];
+  std::snprintf(s, sizeof s, "%016llx", (unsigned long long)xxh3);
+  return s;
+}
+
+namespace {
+
+// An optional content hash: absent (older manifests) or 16 lowercase hex digits.
+std::string optional_hash(const nlohmann::json& obj, const std::string& where) {
+  if (!obj.contains("xxh3")) return "";
+  const nlohmann::json& v = obj["xxh3"];
+  const bool ok = v.is_string() && v.get<std::string>().size() == 16 &&
+                  v.get<std::string>().find_first_not_of("0123456789abcdef") == std::string::npos;
+  WIOLA_CHECK(ok, where, ".xxh3: expected 16 lowercase hex digits, got ", v.dump());
+  return v.get<std::string>();
+}
+
+}  // namespace
+
 Manifest read_manifest(const std::string& path) {
   std::string text = read_file(path);
   nlohmann::json j;
@@ -39,12 +59,14 @@ Manifest read_manifest(const std::string& path) {
       const std::string split = path + ": splits." + it.key();
       s.num_tokens = json_int<uint64_t>(it.value().at("num_tokens"), split + ".num_tokens");
       s.num_documents = json_int<uint64_t>(it.value().at("num_documents"), split + ".num_documents");
+      s.xxh3 = optional_hash(it.value(), split);
       for (const auto& sh : it.value().at("shards")) {
         ManifestShard e;
         e.file = sh.at("file").get<std::string>();
         e.path = (dir / e.file).string();
         e.num_tokens = json_int<uint64_t>(sh.at("num_tokens"), split + ": shard " + e.file + ": num_tokens");
         e.num_documents = json_int<uint64_t>(sh.at("num_documents"), split + ": shard " + e.file + ": num_documents");
+        e.xxh3 = optional_hash(sh, split + ": shard " + e.file);
         s.shards.push_back(std::move(e));
       }
       m.splits[it.key()] = std::move(s);
@@ -67,9 +89,15 @@ void write_manifest(const std::string& path, const Manifest& m) {
   nlohmann::ordered_json splits = nlohmann::ordered_json::object();
   for (const auto& [name, s] : m.splits) {
     nlohmann::ordered_json shards = nlohmann::ordered_json::array();
-    for (const auto& sh : s.shards)
-      shards.push_back({{"file", sh.file}, {"num_tokens", sh.num_tokens}, {"num_documents", sh.num_documents}});
-    splits[name] = {{"num_tokens", s.num_tokens}, {"num_documents", s.num_documents}, {"shards", shards}};
+    for (const auto& sh : s.shards) {
+      nlohmann::ordered_json e = {{"file", sh.file}, {"num_tokens", sh.num_tokens}, {"num_documents", sh.num_documents}};
+      if (!sh.xxh3.empty()) e["xxh3"] = sh.xxh3;
+      shards.push_back(std::move(e));
+    }
+    nlohmann::ordered_json e = {{"num_tokens", s.num_tokens}, {"num_documents", s.num_documents}};
+    if (!s.xxh3.empty()) e["xxh3"] = s.xxh3;
+    e["shards"] = shards;
+    splits[name] = std::move(e);
   }
   j["splits"] = splits;
   j["prep"] = nlohmann::ordered_json::parse(m.extra_json);

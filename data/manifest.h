@@ -10,16 +10,26 @@
 
 namespace wiola {
 
+// Content hashes (`xxh3`): the XXH3-64 of token ids as little-endian
+// uint32, in order, as 16 lowercase hex digits, whatever dtype the shards
+// store. A shard's covers its tokens; a split's covers its whole token
+// stream, shard after shard, so two splits with the same documents in
+// another order differ. Empty: the manifest predates them (optional on read).
 struct ManifestShard {
   std::string file;  // as written (relative to the manifest's folder)
   std::string path;  // resolved
   uint64_t num_tokens = 0, num_documents = 0;
+  std::string xxh3;
 };
 
 struct ManifestSplit {
   uint64_t num_tokens = 0, num_documents = 0;
+  std::string xxh3;
   std::vector<ManifestShard> shards;
 };
+
+// `bytes` (n little-endian uint32 token ids) as a content hash: 16 hex digits.
+std::string token_hash_hex(uint64_t xxh3);
 
 struct Manifest {
   std::string path;  // where it was read from / written to

@@ -2,13 +2,16 @@
 
 #include <omp.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <csignal>
 #include <cmath>
 #include <deque>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizer.h"
@@ -88,7 +91,9 @@ class Progress {
 class SplitWriter {
  public:
   SplitWriter(std::string name, const fs::path& tmp_dir, const ShardMeta& proto, const PrepOptions& opt)
-      : name_(std::move(name)), tmp_dir_(tmp_dir), proto_(proto), opt_(opt) {}
+      : name_(std::move(name)), tmp_dir_(tmp_dir), proto_(proto), opt_(opt), stream_(XXH3_createState(), XXH3_freeState) {
+    WIOLA_CHECK(stream_ && XXH3_64bits_reset(stream_.get()) == XXH_OK, "prep: cannot start a hash");
+  }
 
   void add_document(const std::vector<int32_t>& ids) {
     buf_.insert(buf_.end(), ids.begin(), ids.end());
@@ -100,6 +105,7 @@ class SplitWriter {
   }
   void finish() {
     if (!buf_.empty()) flush(buf_.size());
+    split_.xxh3 = token_hash_hex(XXH3_64bits_digest(stream_.get()));
   }
   const ManifestSplit& split() const { return split_; }
 
@@ -117,7 +123,13 @@ class SplitWriter {
     meta.num_tokens = n;
     meta.num_documents = docs;
     write_shard((tmp_dir_ / file).string(), buf_.data(), n, meta, opt_.shard);
-    split_.shards.push_back(ManifestShard{file, (tmp_dir_ / file).string(), n, docs});
+    // The content hashes (data/manifest.h) of int32 ids: their bytes are the
+    // uint32 ones on a little-endian host (ids are < 2^31).
+    static_assert(std::endian::native == std::endian::little, "token hashes assume a little-endian host");
+    const size_t bytes = size_t(n) * sizeof(int32_t);
+    WIOLA_CHECK(XXH3_64bits_update(stream_.get(), buf_.data(), bytes) == XXH_OK, "prep: hash update failed");
+    split_.shards.push_back(ManifestShard{file, (tmp_dir_ / file).string(), n, docs,
+                                          token_hash_hex(XXH3_64bits(buf_.data(), bytes))});
     buf_.erase(buf_.begin(), buf_.begin() + std::ptrdiff_t(n));
   }
 
@@ -128,6 +140,7 @@ class SplitWriter {
   std::vector<int32_t> buf_;
   std::deque<uint64_t> doc_ends_;
   ManifestSplit split_;
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> stream_;  // the split's content hash
 };
 
 }  // namespace

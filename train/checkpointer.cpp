@@ -46,6 +46,16 @@ void diff_into(const nlohmann::json& saved, const nlohmann::json& mine, const st
   }
 }
 
+// A content hash is compared only where both sides know it: a checkpoint
+// from before wiola prep wrote them resumes on re-prepped data, and data
+// prepped before then resumes a newer checkpoint (their counts still must
+// agree).
+void drop_unless_both(nlohmann::json& saved, nlohmann::json& mine, const std::string& key) {
+  if (!saved.is_object() || !mine.is_object() || (saved.contains(key) && mine.contains(key))) return;
+  saved.erase(key);
+  mine.erase(key);
+}
+
 }  // namespace
 
 nlohmann::json run_identity(const RunConfig& rc, const DatasetInfo& di, const TokenLoader* data) {
@@ -61,14 +71,21 @@ nlohmann::json run_identity(const RunConfig& rc, const DatasetInfo& di, const To
                        {"data.tokenizer_sha256", di.tokenizer_sha256},
                        {"data.train_tokens", di.num_tokens},
                        {"data.train_documents", di.num_documents}};
+  // The documents' order too, where the data's manifest records its content
+  // hash (wiola prep writes it; manifests from before it lack it).
+  if (!di.content_xxh3.empty()) id["data.train_xxh3"] = di.content_xxh3;
   // A blend: each source by its size and share, in order (not by its path:
   // the data may move between a run and its resume; the share, not the
   // weight, decides the stream).
   if (data && data->num_sources() > 1)
     for (size_t k = 0; k < data->num_sources(); ++k)
-      id["data.blend"].push_back({{"share", data->source_share(k)},
-                                  {"train_tokens", data->source_info(k).num_tokens},
-                                  {"train_documents", data->source_info(k).num_documents}});
+    {
+      nlohmann::json s = {{"share", data->source_share(k)},
+                          {"train_tokens", data->source_info(k).num_tokens},
+                          {"train_documents", data->source_info(k).num_documents}};
+      if (!data->source_info(k).content_xxh3.empty()) s["train_xxh3"] = data->source_info(k).content_xxh3;
+      id["data.blend"].push_back(std::move(s));
+    }
   return id;
 }
 
@@ -240,6 +257,11 @@ void Checkpointer::check_identity(const ckpt::Reader& r, bool weights_only) cons
   nlohmann::json saved = r.manifest().at("identity"), mine = identity_;
   saved["model"].erase("preset");
   mine["model"].erase("preset");
+  drop_unless_both(saved, mine, "data.train_xxh3");
+  if (saved.contains("data.blend") && mine.contains("data.blend") && saved["data.blend"].is_array() &&
+      mine["data.blend"].is_array() && saved["data.blend"].size() == mine["data.blend"].size())
+    for (size_t k = 0; k < saved["data.blend"].size(); ++k)
+      drop_unless_both(saved["data.blend"][k], mine["data.blend"][k], "train_xxh3");
   std::vector<std::string> diffs;
   if (weights_only) diff_into(saved.at("model"), mine.at("model"), "model", diffs);
   else diff_into(saved, mine, "", diffs);

@@ -39,7 +39,7 @@ std::string make_dataset(const test::TempDir& dir, const std::vector<uint64_t>& 
     ShardWriteOptions o;
     o.chunk_tokens = 512;
     write_shard(dir / file, tok.data(), tok.size(), meta, o);
-    s.shards.push_back(ManifestShard{file, "", sizes[k], 1});
+    s.shards.push_back(ManifestShard{file, "", sizes[k], 1, ""});  // no content hash: an older manifest
     s.num_tokens += sizes[k];
     s.num_documents += 1;
   }

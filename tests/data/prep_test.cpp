@@ -1,7 +1,9 @@
 // prep: documents -> shards + manifest; splits; input kinds; failures leave nothing.
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "data/loader.h"
 #include "data/manifest.h"
@@ -86,6 +88,75 @@ TEST(Prep, TextDocumentsToShardsAndManifest) {
   EXPECT_EQ(tok.decode(val_stream), docs8()[3] + "<eos>" + docs8()[7] + "<eos>");
   // Only shards and the manifest are left; no temporary files.
   for (const auto& f : listing(dir / "out")) EXPECT_TRUE(f == "manifest.json" || f.ends_with(".h5")) << f;
+}
+
+// The content hashes (data/manifest.h): the XXH3-64 of each shard's ids and
+// of the split's whole stream, the same for any thread count, different for
+// the same documents in another order; the loader reports the split's; a
+// malformed one in a manifest is an error naming the field.
+TEST(Prep, ContentHashesCoverTheTokensInOrder) {
+  test::TempDir dir("prep-hash");
+  auto corpus = [&](const std::string& name, std::vector<std::string> docs) {
+    std::string text;
+    for (const auto& d : docs) text += d + "\n\n\n";
+    test::write_text(dir / name, text);
+    return dir / name;
+  };
+  auto hash_of = [](const int32_t* p, size_t n) { return token_hash_hex(XXH3_64bits(p, n * sizeof(int32_t))); };
+  Tokenizer tok = Tokenizer::load(test::kWiolaTokenizer);
+  std::vector<int32_t> stream;
+  for (const auto& d : docs8()) {
+    std::vector<int32_t> ids = tok.encode(d);
+    stream.insert(stream.end(), ids.begin(), ids.end());
+    stream.push_back(2);
+  }
+  std::vector<std::string> swapped = docs8();
+  std::swap(swapped[0], swapped[1]);
+  std::vector<std::string> hashes;
+  for (const auto& [name, docs, threads] : {std::tuple{"a", docs8(), 2}, std::tuple{"b", docs8(), 1},
+                                            std::tuple{"c", swapped, 2}}) {
+    PrepOptions o = options(dir, {corpus(std::string(name) + ".txt", docs)});
+    const std::string out = dir / name, manifest = out + "/manifest.json";
+    o.output_dir = out;
+    o.shard_tokens = 20;
+    o.threads = threads;
+    run_prep(o);
+    const Manifest m = read_manifest(manifest);
+    const ManifestSplit& tr = m.splits.at("train");
+    hashes.push_back(tr.xxh3);
+    EXPECT_EQ(m.splits.at("val").xxh3, hash_of(nullptr, 0)) << name << ": an empty split hashes nothing";
+    if (std::string(name) == "c") {
+      EXPECT_EQ(tr.num_tokens, stream.size());
+      continue;
+    }
+    ASSERT_EQ(tr.num_tokens, stream.size()) << name;
+    EXPECT_EQ(tr.xxh3, hash_of(stream.data(), stream.size())) << name;
+    uint64_t at = 0;
+    for (const ManifestShard& sh : tr.shards) {
+      EXPECT_EQ(sh.xxh3, hash_of(stream.data() + at, sh.num_tokens)) << name << " " << sh.file;
+      at += sh.num_tokens;
+    }
+    TokenLoader l(manifest, "train", 1, 1, 0, 1, 0, false, false);
+    EXPECT_EQ(l.info().content_xxh3, tr.xxh3) << name;
+  }
+  EXPECT_EQ(hashes[0], hashes[1]) << "one thread and two";
+  EXPECT_NE(hashes[0], hashes[2]) << "the same documents in another order";
+
+  // A malformed hash: one error naming the manifest and the field.
+  std::ifstream in(dir / "a/manifest.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto at = text.find(hashes[0]);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 16, "not-a-hash");
+  test::write_text(dir / "a/manifest.json", text);
+  try {
+    read_manifest(dir / "a/manifest.json");
+    FAIL() << "a malformed xxh3 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("manifest.json: splits.train.xxh3: expected 16 lowercase hex digits"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Prep, JsonlDirectoriesGlobsAndDocPerFile) {
