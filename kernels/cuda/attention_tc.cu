@@ -15,6 +15,7 @@
 // Backward: below. No atomics anywhere: each output row has one writer.
 #include <mma.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -145,6 +146,34 @@ __device__ void warp_mma(float* C, int ldc, const bf16_t* A, int lda, const bf16
     }
     wmma::store_matrix_sync(C + n * 16, fc, ldc, wmma::mem_row_major);
   }
+}
+
+// The accumulators of a warp's 16 x D output rows, held in registers across a
+// loop of tiles (backward v2, below).
+using AccFrag = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+
+// acc[n] += A[16 x K] B[K x (16 n .. 16 n + 15)] for the warp, A and B
+// row-major bf16 in shared memory; A's fragments are loaded once for all n.
+template <int K, int NF>
+__device__ void warp_mma_regs(AccFrag (&acc)[NF], const bf16_t* A, int lda, const bf16_t* B, int ldb) {
+  using namespace nvcuda;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16_t, wmma::row_major> fa[K / 16];
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::row_major> fb;
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) wmma::load_matrix_sync(fa[kk], A + kk * 16, lda);
+#pragma unroll
+  for (int n = 0; n < NF; ++n)
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) {
+      wmma::load_matrix_sync(fb, B + size_t(kk) * 16 * ldb + n * 16, ldb);
+      wmma::mma_sync(acc[n], fa[kk], fb, acc[n]);
+    }
+}
+
+template <int NF>
+__device__ void zero_acc(AccFrag (&acc)[NF]) {
+#pragma unroll
+  for (int n = 0; n < NF; ++n) nvcuda::wmma::fill_fragment(acc[n], 0.f);
 }
 
 // One warp's online-softmax update after S = Q K^T of a key tile: two lanes
@@ -433,8 +462,10 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc(AttnShape s, TcKeys
 }
 
 // dQ of query rows [i0, i0 + 64) for every head of group g, then the raw
-// self-key gradients of those rows (summed over the group's heads).
-template <int D>
+// self-key gradients of those rows (summed over the group's heads). kRegAcc
+// (backward v2): each warp's dQ rows stay in registers over the key tiles and
+// go to shared memory once per head, instead of at every tile.
+template <int D, bool kRegAcc = false>
 __global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys keys, const bf16_t* q,
                                                              const bf16_t* k, const bf16_t* v, const bf16_t* raw_k,
                                                              const bf16_t* raw_v, const float* lse, const float* Dterm,
@@ -457,7 +488,13 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys 
   for (int h = g; h < s.H; h += s.Hkv) {
     const size_t q_off = size_t(b) * s.Tq * q_ld + size_t(h) * D;
     load_query_rows<D>(s, b, h, i0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
-    for (int idx = tid; idx < 64 * D; idx += blockDim.x) dQs[idx] = 0.f;
+    AccFrag acc[kRegAcc ? D / 16 : 1];
+    if constexpr (kRegAcc) {
+      zero_acc(acc);
+    } else {
+      (void)acc;
+      for (int idx = tid; idx < 64 * D; idx += blockDim.x) dQs[idx] = 0.f;
+    }
     __syncthreads();
     for (int j0 = 0; j0 < kmax; j0 += 64) {
       __syncthreads();  // the previous tile's K and V are no longer read
@@ -468,7 +505,16 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys 
       warp_probs_dscores<D>(Qs, dOs, Ks, Vs, lse_s, D_s, m.kend, Ss, Ps, dSs, s, i0, scale);
       __syncwarp();
       // dQ[16 rows][D] += dS K.
-      warp_mma<wmma::row_major, wmma::row_major, 64, D>(dQs + warp * 16 * D, D, dSs + warp * 16 * 64, 64, Ks, D, true);
+      if constexpr (kRegAcc) {
+        warp_mma_regs<64>(acc, dSs + warp * 16 * 64, 64, Ks, D);
+      } else {
+        warp_mma<wmma::row_major, wmma::row_major, 64, D>(dQs + warp * 16 * D, D, dSs + warp * 16 * 64, 64, Ks, D,
+                                                          true);
+      }
+    }
+    if constexpr (kRegAcc) {
+      for (int n = 0; n < D / 16; ++n)
+        wmma::store_matrix_sync(dQs + warp * 16 * D + n * 16, acc[n], D, wmma::mem_row_major);
     }
     __syncwarp();
     // The raw self key of a row that opens a merged pair: its share of dq.
@@ -533,27 +579,153 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys 
   }
 }
 
+// ---- backward v2 (WIOLA_CUDA_ATTENTION_BWD=v2; not yet measured on a GPU) -------------
+// The dK/dV kernel arranged so that no warp needs another's results: a warp
+// owns 16 key rows and computes S^T = K Q^T, P^T, dP^T = V dO^T and dS^T for
+// them against the whole 64-row query tile, in shared memory of its own. The
+// block then meets only around each query tile's loads (v1: three barriers a
+// tile, because a warp's P rows feed every warp's dK, dV), and the dK, dV
+// accumulators stay in registers across the tiles (v1 loads and stores them
+// in shared memory at every tile). The dQ kernel is v1's with its
+// accumulators in registers (kRegAcc). Same outputs as v1 up to the order of
+// fp32 sums.
+
+// Shared memory of the v2 dK/dV kernel: K, V, Q, dO tiles [64][D] (bf16); per
+// warp S^T or dP^T [16][64] (fp32) and P^T, dS^T [16][64] (bf16); the query
+// tile's lse and D; the key tile's visibility ends.
+constexpr size_t tc_bwd2_smem_bytes(int D) {
+  return size_t(4 * 64 * D) * 2 + size_t(kWarps * 16 * 64) * 4 + size_t(2 * kWarps * 16 * 64) * 2 +
+         size_t(2 * 64) * 4 + size_t(64) * 4;
+}
+
+// The warp's 16 key rows (K_w, V_w, their ends kend_w) against the query tile
+// [i0, i0 + 64): S^T = K Q^T into S_w; P^T = exp(S^T*scale - lse) where
+// visible into P_w (bf16); dP^T = V dO^T into S_w; dS^T = P^T (dP^T - D) *
+// scale into dS_w (bf16). Lane c and c + 32 take query columns.
+template <int D>
+__device__ void warp_keys_dscores(const bf16_t* K_w, const bf16_t* V_w, const int* kend_w, const bf16_t* Qs,
+                                  const bf16_t* dOs, const float* lse_s, const float* D_s, float* S_w, bf16_t* P_w,
+                                  bf16_t* dS_w, const AttnShape& s, int i0, float scale) {
+  using namespace nvcuda;
+  const int lane = threadIdx.x & 31;
+  warp_mma<wmma::row_major, wmma::col_major, D, 64>(S_w, 64, K_w, D, Qs, D, false);
+  __syncwarp();
+  for (int rr = 0; rr < 16; ++rr)
+    for (int c = lane; c < 64; c += 32) {
+      const int i = i0 + c;
+      const bool vis = i < s.Tq && kend_w[rr] <= s.q_pos0 + i;
+      P_w[rr * 64 + c] = __float2bfloat16(vis ? __expf(S_w[rr * 64 + c] * scale - lse_s[c]) : 0.f);
+    }
+  __syncwarp();
+  warp_mma<wmma::row_major, wmma::col_major, D, 64>(S_w, 64, V_w, D, dOs, D, false);
+  __syncwarp();
+  for (int rr = 0; rr < 16; ++rr)
+    for (int c = lane; c < 64; c += 32) {
+      const float pj = __bfloat162float(P_w[rr * 64 + c]);
+      dS_w[rr * 64 + c] = __float2bfloat16(pj * (S_w[rr * 64 + c] - D_s[c]) * scale);
+    }
+  __syncwarp();
+}
+
+// The warp's 16 x D accumulator rows as bf16 rows [j, j + 16) of dst (rows ld
+// apart; rows at or past Tk skipped, rows at or past nk written as 0),
+// through a 16 x 16 fp32 staging tile of the warp's own.
+template <int D>
+__device__ void store_acc_rows(const AccFrag (&acc)[D / 16], float* stage, bf16_t* dst, size_t ld, int j, int Tk,
+                               int nk) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int n = 0; n < D / 16; ++n) {
+    nvcuda::wmma::store_matrix_sync(stage, acc[n], 16, nvcuda::wmma::mem_row_major);
+    __syncwarp();
+    for (int e = lane; e < 256; e += 32) {
+      const int r = e / 16, c = e % 16;
+      if (j + r < Tk) dst[size_t(j + r) * ld + n * 16 + c] = __float2bfloat16(j + r < nk ? stage[e] : 0.f);
+    }
+    __syncwarp();
+  }
+}
+
+// dK, dV of key rows [j0, j0 + 64) of group g in sequence b (v2).
+template <int D>
+__global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc2(AttnShape s, TcKeys keys, const bf16_t* q,
+                                                               const bf16_t* k, const bf16_t* v, const float* lse,
+                                                               const float* Dterm, const bf16_t* dout, bf16_t* dk,
+                                                               bf16_t* dv) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16_t* Ks = reinterpret_cast<bf16_t*>(smem);  // [64][D] each
+  bf16_t *Vs = Ks + 64 * D, *Qs = Vs + 64 * D, *dOs = Qs + 64 * D;
+  float* St = reinterpret_cast<float*>(dOs + 64 * D);            // [warp][16][64]
+  bf16_t* Pt = reinterpret_cast<bf16_t*>(St + kWarps * 16 * 64);  // [warp][16][64]
+  bf16_t* dSt = Pt + kWarps * 16 * 64;                            // [warp][16][64]
+  float* lse_s = reinterpret_cast<float*>(dSt + kWarps * 16 * 64);
+  float* D_s = lse_s + 64;
+  int* kend = reinterpret_cast<int*>(D_s + 64);
+
+  const int warp = threadIdx.x >> 5;
+  const int j0 = blockIdx.x * 64, g = blockIdx.y, b = blockIdx.z;
+  const size_t kv_ld = size_t(s.Hkv) * D;
+  const float scale = rsqrtf(float(D));
+  const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
+  const size_t kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
+  load_tile<D>(Ks, k, kv_off, kv_ld, j0, nk);
+  load_tile<D>(Vs, v, kv_off, kv_ld, j0, nk);
+  load_key_ends(kend, keys, b, s.Tk, j0, nk);
+  float* S_w = St + warp * 16 * 64;
+  bf16_t *P_w = Pt + warp * 16 * 64, *dS_w = dSt + warp * 16 * 64;
+  AccFrag acc_dk[D / 16], acc_dv[D / 16];
+  zero_acc(acc_dk);
+  zero_acc(acc_dv);
+  // The first query that sees any row of the tile (rows sorted by key_end).
+  const int i_start = j0 < nk ? max(0, (keys.key_end ? keys.key_end[size_t(b) * s.Tk + j0] : j0) - s.q_pos0) : s.Tq;
+  __syncthreads();
+
+  for (int h = g; h < s.H; h += s.Hkv) {
+    for (int i0 = (i_start / 64) * 64; i0 < s.Tq; i0 += 64) {
+      load_query_rows<D>(s, b, h, i0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
+      __syncthreads();
+      warp_keys_dscores<D>(Ks + warp * 16 * D, Vs + warp * 16 * D, kend + warp * 16, Qs, dOs, lse_s, D_s, S_w, P_w,
+                           dS_w, s, i0, scale);
+      // The warp's 16 key rows: dV += P^T dO, dK += dS^T Q.
+      warp_mma_regs<64>(acc_dv, P_w, 64, dOs, D);
+      warp_mma_regs<64>(acc_dk, dS_w, 64, Qs, D);
+      __syncthreads();  // the next tile overwrites Q and dO
+    }
+  }
+  store_acc_rows<D>(acc_dk, S_w, dk + kv_off, kv_ld, j0 + warp * 16, s.Tk, nk);
+  store_acc_rows<D>(acc_dv, S_w, dv + kv_off, kv_ld, j0 + warp * 16, s.Tk, nk);
+}
+
 template <int D>
 void launch_tc_bwd(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                    CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
-  const size_t smem_kv = tc_bwd_smem_bytes(D, 2), smem_q = tc_bwd_smem_bytes(D, 1);
+  const size_t smem_kv = tc_bwd_smem_bytes(D, 2), smem_q = tc_bwd_smem_bytes(D, 1), smem_kv2 = tc_bwd2_smem_bytes(D);
   static const bool attr_set = [&] {
-    check(cudaFuncSetAttribute(k_attn_dkv_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)),
-          "attention_bwd (tensor cores): shared memory size");
-    check(cudaFuncSetAttribute(k_attn_dq_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)),
-          "attention_bwd (tensor cores): shared memory size");
+    const char* what = "attention_bwd (tensor cores): shared memory size";
+    check(cudaFuncSetAttribute(k_attn_dkv_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)), what);
+    check(cudaFuncSetAttribute(k_attn_dq_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)), what);
+    check(cudaFuncSetAttribute(k_attn_dkv_tc2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv2)), what);
+    check(cudaFuncSetAttribute(k_attn_dq_tc<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)),
+          what);
     return true;
   }();
   (void)attr_set;
+  const bool v2 = attention_bwd_v2();
   const dim3 grid_kv(unsigned((s.Tk + 63) / 64), unsigned(s.Hkv), unsigned(s.B));
-  k_attn_dkv_tc<D><<<grid_kv, 32 * kWarps, smem_kv, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
-                                                           dev<float>(lse), Dterm, dev<bf16_t>(dout),
-                                                           dev<bf16_t>(dk), dev<bf16_t>(dv));
+  if (v2)
+    k_attn_dkv_tc2<D><<<grid_kv, 32 * kWarps, smem_kv2, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k),
+                                                               dev<bf16_t>(v), dev<float>(lse), Dterm,
+                                                               dev<bf16_t>(dout), dev<bf16_t>(dk), dev<bf16_t>(dv));
+  else
+    k_attn_dkv_tc<D><<<grid_kv, 32 * kWarps, smem_kv, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k),
+                                                             dev<bf16_t>(v), dev<float>(lse), Dterm,
+                                                             dev<bf16_t>(dout), dev<bf16_t>(dk), dev<bf16_t>(dv));
   const dim3 grid_q(unsigned((s.Tq + 63) / 64), unsigned(s.Hkv), unsigned(s.B));
-  k_attn_dq_tc<D><<<grid_q, 32 * kWarps, smem_q, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
-                                                        dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse),
-                                                        Dterm, dev<bf16_t>(dout), dev<bf16_t>(dq),
-                                                        dev<bf16_t>(draw_k), dev<bf16_t>(draw_v));
+  auto dq_kernel = v2 ? k_attn_dq_tc<D, true> : k_attn_dq_tc<D, false>;
+  dq_kernel<<<grid_q, 32 * kWarps, smem_q, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
+                                                  dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse), Dterm,
+                                                  dev<bf16_t>(dout), dev<bf16_t>(dq), dev<bf16_t>(draw_k),
+                                                  dev<bf16_t>(draw_v));
 }
 
 template <int D>
@@ -587,6 +759,14 @@ bool fits_smem(size_t bytes) {
 
 }  // namespace
 
+bool attention_bwd_v2() {
+  const char* e = std::getenv("WIOLA_CUDA_ATTENTION_BWD");
+  if (!e || !*e || std::strcmp(e, "v1") == 0) return false;
+  WIOLA_CHECK(std::strcmp(e, "v2") == 0, "WIOLA_CUDA_ATTENTION_BWD=", e, ": expected v1 (the default) or v2 "
+              "(key-owning warps, accumulators in registers)");
+  return true;
+}
+
 bool attention_tc_enabled() {
   const char* e = std::getenv("WIOLA_CUDA_ATTENTION");
   if (!e || !*e || std::strcmp(e, "tc") == 0) return true;
@@ -617,7 +797,8 @@ bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, C
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || dout.dtype() != DType::BF16 ||
       dq.dtype() != DType::BF16 || !attention_tc_enabled() || s.q_pos0 != 0)
     return false;
-  if (s.dh % 32 != 0 || s.dh > 128 || !fits_smem(tc_bwd_smem_bytes(s.dh, 2)))
+  if (s.dh % 32 != 0 || s.dh > 128 ||
+      !fits_smem(std::max(tc_bwd_smem_bytes(s.dh, 2), tc_bwd2_smem_bytes(s.dh))))
     return false;
   if (s.B <= 0 || s.H <= 0 || (s.Tq <= 0 && s.Tk <= 0)) return true;
   const TcKeys tk{keys.key_end, keys.n_keys, keys.self_open};

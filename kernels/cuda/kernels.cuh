@@ -80,6 +80,9 @@ void atm_merge_rows_bwd(Ctx c, CPtr dout, int B, int Tn, int w, const int32_t* g
 // 32, 64, 96, 128). Returns false, launching nothing, where it does not apply (fp32, other
 // head dims, WIOLA_CUDA_ATTENTION=rows); attention_fwd then runs the row kernel.
 bool attention_tc_enabled();
+// WIOLA_CUDA_ATTENTION_BWD=v2 selects the second form of the tensor-core
+// backward (attention_tc.cu); v1, the default, is the one measured on a GPU.
+bool attention_bwd_v2();
 bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
                       CPtr raw_v, Ptr o, Ptr lse);
 // The backward's dq, dk, dv and raw-key gradients from D = rowsum(dO * O)

@@ -319,7 +319,8 @@ TEST(CudaOps, AttentionPlainAndAtm) {
 // and backward, against the CPU on exactly the GPU's bf16 inputs: plain causal
 // and ATM keys with self-open raw keys, two full 64-row tiles and a partial
 // one, every head dim it takes; then the same calls with
-// WIOLA_CUDA_ATTENTION=rows (the row kernels). Tolerances (max abs diff / max
+// WIOLA_CUDA_ATTENTION_BWD=v2 (the second form of the tensor-core backward),
+// then with WIOLA_CUDA_ATTENTION=rows (the row kernels). Tolerances (max abs diff / max
 // abs of the CPU result): P and dS enter the products as bf16 and every
 // output is stored in bf16.
 TEST(CudaOps, AttentionTensorCoresBf16) {
@@ -394,6 +395,9 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
         return out;
       };
       const auto tc = run_gpu();
+      setenv("WIOLA_CUDA_ATTENTION_BWD", "v2", 1);
+      const auto tc2 = run_gpu();
+      unsetenv("WIOLA_CUDA_ATTENTION_BWD");
       setenv("WIOLA_CUDA_ATTENTION", "rows", 1);
       const auto rows = run_gpu();
       unsetenv("WIOLA_CUDA_ATTENTION");
@@ -422,7 +426,8 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
       const char* names[] = {"o", "lse", "dq", "dk", "dv", "draw_k", "draw_v"};
       const double tols[] = {2e-2, 1e-3, 3e-2, 3e-2, 3e-2, 3e-2, 3e-2};
       const std::string name = "dh=" + std::to_string(dh) + (with_atm ? " ATM" : "");
-      for (const auto& [kernel, got] : {std::pair{"tensor cores", tc}, std::pair{"rows", rows}}) {
+      for (const auto& [kernel, got] :
+           {std::pair{"tensor cores", tc}, std::pair{"tc bwd v2", tc2}, std::pair{"rows", rows}}) {
         ASSERT_EQ(got.size(), ref.size());
         for (size_t t = 0; t < ref.size(); ++t) {
           const double e = rel(ref[t], got[t]);
