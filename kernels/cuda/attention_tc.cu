@@ -414,6 +414,31 @@ __device__ void load_query_rows(const AttnShape& s, int b, int h, int i0, const 
   }
 }
 
+// The key block of a dK/dV kernel: rows [j0, j0 + 64) of group g in sequence
+// b (from the block index), its K and V tiles and visibility ends loaded into
+// shared memory, and the first query that sees any of its rows (rows sorted by
+// key_end). The caller syncs before reading them.
+struct KeyBlock {
+  int j0, g, b, nk, i_start;
+  size_t kv_ld, kv_off;
+};
+template <int D>
+__device__ KeyBlock load_key_block(const AttnShape& s, const TcKeys& keys, const bf16_t* k, const bf16_t* v,
+                                   bf16_t* Ks, bf16_t* Vs, int* kend) {
+  KeyBlock kb;
+  kb.j0 = blockIdx.x * 64, kb.g = blockIdx.y, kb.b = blockIdx.z;
+  kb.kv_ld = size_t(s.Hkv) * D;
+  kb.nk = keys.n_keys ? keys.n_keys[kb.b] : s.Tk;
+  kb.kv_off = size_t(kb.b) * s.Tk * kb.kv_ld + size_t(kb.g) * D;
+  load_tile<D>(Ks, k, kb.kv_off, kb.kv_ld, kb.j0, kb.nk);
+  load_tile<D>(Vs, v, kb.kv_off, kb.kv_ld, kb.j0, kb.nk);
+  load_key_ends(kend, keys, kb.b, s.Tk, kb.j0, kb.nk);
+  kb.i_start = kb.j0 < kb.nk
+                   ? max(0, (keys.key_end ? keys.key_end[size_t(kb.b) * s.Tk + kb.j0] : kb.j0) - s.q_pos0)
+                   : s.Tq;
+  return kb;
+}
+
 // dK, dV of key rows [j0, j0 + 64) of group g in sequence b.
 template <int D>
 __global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc(AttnShape s, TcKeys keys, const bf16_t* q,
@@ -427,21 +452,15 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc(AttnShape s, TcKeys
   float *Ss = m.Ss, *dKs = m.acc[0], *dVs = m.acc[1], *lse_s = m.lse_s, *D_s = m.D_s;
 
   const int tid = threadIdx.x, warp = tid >> 5;
-  const int j0 = blockIdx.x * 64, g = blockIdx.y, b = blockIdx.z;
-  const size_t kv_ld = size_t(s.Hkv) * D;
   const float scale = rsqrtf(float(D));
-  const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
-  const size_t kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
-  load_tile<D>(Ks, k, kv_off, kv_ld, j0, nk);
-  load_tile<D>(Vs, v, kv_off, kv_ld, j0, nk);
-  load_key_ends(m.kend, keys, b, s.Tk, j0, nk);
+  const KeyBlock kb = load_key_block<D>(s, keys, k, v, Ks, Vs, m.kend);
+  const int j0 = kb.j0, g = kb.g, b = kb.b, nk = kb.nk;
+  const size_t kv_ld = kb.kv_ld, kv_off = kb.kv_off;
   for (int idx = tid; idx < 64 * D; idx += blockDim.x) dKs[idx] = dVs[idx] = 0.f;
-  // The first query that sees any row of the tile (rows sorted by key_end).
-  const int i_start = j0 < nk ? max(0, (keys.key_end ? keys.key_end[size_t(b) * s.Tk + j0] : j0) - s.q_pos0) : s.Tq;
   __syncthreads();
 
   for (int h = g; h < s.H; h += s.Hkv) {
-    for (int i0 = (i_start / 64) * 64; i0 < s.Tq; i0 += 64) {
+    for (int i0 = (kb.i_start / 64) * 64; i0 < s.Tq; i0 += 64) {
       load_query_rows<D>(s, b, h, i0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
       __syncthreads();
       warp_probs_dscores<D>(Qs, dOs, Ks, Vs, lse_s, D_s, m.kend, Ss, Ps, dSs, s, i0, scale);
@@ -663,26 +682,18 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc2(AttnShape s, TcKey
   int* kend = reinterpret_cast<int*>(D_s + 64);
 
   const int warp = threadIdx.x >> 5;
-  const int j0 = blockIdx.x * 64, g = blockIdx.y, b = blockIdx.z;
-  const size_t kv_ld = size_t(s.Hkv) * D;
   const float scale = rsqrtf(float(D));
-  const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
-  const size_t kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
-  load_tile<D>(Ks, k, kv_off, kv_ld, j0, nk);
-  load_tile<D>(Vs, v, kv_off, kv_ld, j0, nk);
-  load_key_ends(kend, keys, b, s.Tk, j0, nk);
+  const KeyBlock kb = load_key_block<D>(s, keys, k, v, Ks, Vs, kend);
   float* S_w = St + warp * 16 * 64;
   bf16_t *P_w = Pt + warp * 16 * 64, *dS_w = dSt + warp * 16 * 64;
   AccFrag acc_dk[D / 16], acc_dv[D / 16];
   zero_acc(acc_dk);
   zero_acc(acc_dv);
-  // The first query that sees any row of the tile (rows sorted by key_end).
-  const int i_start = j0 < nk ? max(0, (keys.key_end ? keys.key_end[size_t(b) * s.Tk + j0] : j0) - s.q_pos0) : s.Tq;
   __syncthreads();
 
-  for (int h = g; h < s.H; h += s.Hkv) {
-    for (int i0 = (i_start / 64) * 64; i0 < s.Tq; i0 += 64) {
-      load_query_rows<D>(s, b, h, i0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
+  for (int h = kb.g; h < s.H; h += s.Hkv) {
+    for (int i0 = (kb.i_start / 64) * 64; i0 < s.Tq; i0 += 64) {
+      load_query_rows<D>(s, kb.b, h, i0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
       __syncthreads();
       warp_keys_dscores<D>(Ks + warp * 16 * D, Vs + warp * 16 * D, kend + warp * 16, Qs, dOs, lse_s, D_s, S_w, P_w,
                            dS_w, s, i0, scale);
@@ -692,8 +703,8 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc2(AttnShape s, TcKey
       __syncthreads();  // the next tile overwrites Q and dO
     }
   }
-  store_acc_rows<D>(acc_dk, S_w, dk + kv_off, kv_ld, j0 + warp * 16, s.Tk, nk);
-  store_acc_rows<D>(acc_dv, S_w, dv + kv_off, kv_ld, j0 + warp * 16, s.Tk, nk);
+  store_acc_rows<D>(acc_dk, S_w, dk + kb.kv_off, kb.kv_ld, kb.j0 + warp * 16, s.Tk, kb.nk);
+  store_acc_rows<D>(acc_dv, S_w, dv + kb.kv_off, kb.kv_ld, kb.j0 + warp * 16, s.Tk, kb.nk);
 }
 
 template <int D>
