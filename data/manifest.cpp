@@ -2,6 +2,9 @@
 
 #include "util/files.h"
 
+#include <xxhash.h>
+
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +23,18 @@ std::string token_hash_hex(uint64_t xxh3) {
   std::snprintf(s, sizeof s, "%016llx", (unsigned long long)xxh3);
   return s;
 }
+
+static_assert(std::endian::native == std::endian::little, "token hashes assume a little-endian host");
+
+TokenHash::TokenHash() : state_(XXH3_createState()) {
+  WIOLA_CHECK(state_ && XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_)) == XXH_OK,
+              "cannot start a content hash (out of memory)");
+}
+TokenHash::~TokenHash() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+void TokenHash::add(const int32_t* ids, size_t n) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), ids, n * sizeof(int32_t));
+}
+std::string TokenHash::hex() const { return token_hash_hex(XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_))); }
 
 namespace {
 

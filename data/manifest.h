@@ -28,8 +28,23 @@ struct ManifestSplit {
   std::vector<ManifestShard> shards;
 };
 
-// `bytes` (n little-endian uint32 token ids) as a content hash: 16 hex digits.
+// An XXH3-64 value as a content hash's text: 16 lowercase hex digits.
 std::string token_hash_hex(uint64_t xxh3);
+
+// A content hash computed as the tokens stream by (int32 ids < 2^31, whose
+// bytes on a little-endian host are the uint32 ones).
+class TokenHash {
+ public:
+  TokenHash();
+  ~TokenHash();
+  TokenHash(const TokenHash&) = delete;
+  TokenHash& operator=(const TokenHash&) = delete;
+  void add(const int32_t* ids, size_t n);
+  std::string hex() const;  // of everything added so far
+
+ private:
+  void* state_;  // XXH3_state_t
+};
 
 struct Manifest {
   std::string path;  // where it was read from / written to

@@ -2,10 +2,8 @@
 
 #include <omp.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <atomic>
-#include <bit>
 #include <chrono>
 #include <csignal>
 #include <cmath>
@@ -91,9 +89,7 @@ class Progress {
 class SplitWriter {
  public:
   SplitWriter(std::string name, const fs::path& tmp_dir, const ShardMeta& proto, const PrepOptions& opt)
-      : name_(std::move(name)), tmp_dir_(tmp_dir), proto_(proto), opt_(opt), stream_(XXH3_createState(), XXH3_freeState) {
-    WIOLA_CHECK(stream_ && XXH3_64bits_reset(stream_.get()) == XXH_OK, "prep: cannot start a hash");
-  }
+      : name_(std::move(name)), tmp_dir_(tmp_dir), proto_(proto), opt_(opt) {}
 
   void add_document(const std::vector<int32_t>& ids) {
     buf_.insert(buf_.end(), ids.begin(), ids.end());
@@ -105,7 +101,7 @@ class SplitWriter {
   }
   void finish() {
     if (!buf_.empty()) flush(buf_.size());
-    split_.xxh3 = token_hash_hex(XXH3_64bits_digest(stream_.get()));
+    split_.xxh3 = stream_.hex();
   }
   const ManifestSplit& split() const { return split_; }
 
@@ -123,13 +119,11 @@ class SplitWriter {
     meta.num_tokens = n;
     meta.num_documents = docs;
     write_shard((tmp_dir_ / file).string(), buf_.data(), n, meta, opt_.shard);
-    // The content hashes (data/manifest.h) of int32 ids: their bytes are the
-    // uint32 ones on a little-endian host (ids are < 2^31).
-    static_assert(std::endian::native == std::endian::little, "token hashes assume a little-endian host");
-    const size_t bytes = size_t(n) * sizeof(int32_t);
-    WIOLA_CHECK(XXH3_64bits_update(stream_.get(), buf_.data(), bytes) == XXH_OK, "prep: hash update failed");
-    split_.shards.push_back(ManifestShard{file, (tmp_dir_ / file).string(), n, docs,
-                                          token_hash_hex(XXH3_64bits(buf_.data(), bytes))});
+    // The content hashes (data/manifest.h): the shard's and the split's stream.
+    TokenHash shard;
+    shard.add(buf_.data(), n);
+    stream_.add(buf_.data(), n);
+    split_.shards.push_back(ManifestShard{file, (tmp_dir_ / file).string(), n, docs, shard.hex()});
     buf_.erase(buf_.begin(), buf_.begin() + std::ptrdiff_t(n));
   }
 
@@ -140,7 +134,7 @@ class SplitWriter {
   std::vector<int32_t> buf_;
   std::deque<uint64_t> doc_ends_;
   ManifestSplit split_;
-  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> stream_;  // the split's content hash
+  TokenHash stream_;  // the split's content hash
 };
 
 }  // namespace
@@ -277,6 +271,87 @@ PrepResult run_prep(const PrepOptions& opt) {
     throw;
   }
   return res;
+}
+
+namespace {
+
+// One shard of a split: its problems into `problems`; its tokens into the
+// split's hash stream. Returns false when it could not be read to the end.
+bool verify_shard(const Manifest& m, const ManifestShard& e, TokenHash& split_stream,
+                  std::vector<std::string>& problems, DataVerifyStats& st) {
+  try {
+    const ShardReader r(e.path);
+    const ShardMeta& s = r.meta();
+    if (s.tokenizer_sha256 != m.tokenizer_sha256 || s.vocab_size != m.vocab_size || s.eos_id != m.eos_id)
+      problems.push_back(e.path + ": made with another tokenizer than the manifest says (sha256, vocab or eos)");
+    if (s.num_tokens != e.num_tokens || s.num_documents != e.num_documents)
+      problems.push_back(e.path + ": holds " + std::to_string(s.num_tokens) + " tokens / " +
+                         std::to_string(s.num_documents) + " documents, the manifest says " +
+                         std::to_string(e.num_tokens) + " / " + std::to_string(e.num_documents));
+    TokenHash shard_stream;
+    std::vector<int32_t> buf(size_t(1) << 20);
+    for (uint64_t at = 0; at < r.size(); at += buf.size()) {
+      const uint64_t n = std::min<uint64_t>(buf.size(), r.size() - at);
+      r.read(at, n, buf.data());  // checks every id < vocab_size
+      shard_stream.add(buf.data(), n);
+      split_stream.add(buf.data(), n);
+    }
+    ++st.shards;
+    st.tokens += r.size();
+    if (e.xxh3.empty()) {
+      ++st.hashes_absent;
+    } else {
+      ++st.hashes_checked;
+      const std::string got = shard_stream.hex();
+      if (got != e.xxh3)
+        problems.push_back(e.path + ": content hash " + got + ", the manifest says " + e.xxh3 +
+                           " (the tokens changed since wiola prep wrote them)");
+    }
+    return true;
+  } catch (const Error& err) {
+    problems.push_back(err.what());
+    return false;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> verify_data(const std::string& path, DataVerifyStats* stats) {
+  std::vector<std::string> problems;
+  DataVerifyStats st;
+  std::error_code ec;
+  const std::string manifest = fs::is_directory(path, ec) ? (fs::path(path) / kManifestName).string() : path;
+  Manifest m;
+  try {
+    m = read_manifest(manifest);
+  } catch (const Error& e) {
+    problems.push_back(e.what());
+    if (stats) *stats = st;
+    return problems;
+  }
+  for (const auto& [name, split] : m.splits) {
+    TokenHash stream;
+    bool whole = true;
+    uint64_t tokens = 0;
+    for (const ManifestShard& e : split.shards) {
+      whole = verify_shard(m, e, stream, problems, st) && whole;
+      tokens += e.num_tokens;
+    }
+    if (tokens != split.num_tokens)
+      problems.push_back(manifest + ": split '" + name + "' says " + std::to_string(split.num_tokens) +
+                         " tokens, its shards " + std::to_string(tokens));
+    if (split.xxh3.empty()) {
+      ++st.hashes_absent;
+    } else if (whole) {
+      ++st.hashes_checked;
+      const std::string got = stream.hex();
+      if (got != split.xxh3)
+        problems.push_back(manifest + ": split '" + name + "': content hash " + got + ", the manifest says " +
+                           split.xxh3 + " (shards reordered, replaced or changed)");
+    }
+  }
+  if (stats) *stats = st;
+  return problems;
 }
 
 void print_chinchilla_report(FILE* f, uint64_t train_tokens) {

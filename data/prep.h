@@ -43,6 +43,22 @@ struct PrepResult {
 
 PrepResult run_prep(const PrepOptions& opt);
 
+struct DataVerifyStats {
+  int shards = 0;          // read
+  uint64_t tokens = 0;     // read
+  int hashes_checked = 0;  // shard and split content hashes compared
+  int hashes_absent = 0;   // shards and splits whose manifest records none (an older prep)
+};
+
+// Everything `wiola prep --verify` checks of a prep output (its manifest.json
+// or its folder), reading every token once: each shard of each split opens as
+// a token shard (header, dtype, every id < vocab) made with the manifest's
+// tokenizer and holding the manifest's counts; its content hash, and each
+// split's over its shards in order, equal the manifest's where it records
+// them (data/manifest.h). One line per problem naming the file (empty: sound).
+// A manifest that cannot be read is one problem, not an exception.
+std::vector<std::string> verify_data(const std::string& path, DataVerifyStats* stats = nullptr);
+
 // Tokens held against the Chinchilla budget 20·N of each model size (docs/model.md §1).
 void print_chinchilla_report(FILE* f, uint64_t train_tokens);
 

@@ -1,4 +1,5 @@
-// `wiola prep`: tokenize text into HDF5 token shards + manifest (docs/model.md §6).
+// `wiola prep`: tokenize text into HDF5 token shards + manifest (docs/model.md §6);
+// `wiola prep --verify PATH` checks such an output against its manifest.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
@@ -7,14 +8,40 @@
 #include "data/prep.h"
 #include "util/error.h"
 
+namespace {
+
+// `wiola prep --verify PATH`: the problems, one a line, then OK or DAMAGED.
+int verify_prep_output(const std::string& path) {
+  wiola::DataVerifyStats st;
+  const std::vector<std::string> problems = wiola::verify_data(path, &st);
+  for (const std::string& p : problems) std::printf("%s\n", p.c_str());
+  const std::string hashes = std::to_string(st.hashes_checked) + " content hashes match" +
+                             (st.hashes_absent ? ", " + std::to_string(st.hashes_absent) +
+                                                     " absent (a prep from before they were recorded)"
+                                               : "");
+  if (problems.empty()) {
+    std::printf("OK: %s: %d shards, %llu tokens read; counts and %s\n", path.c_str(), st.shards,
+                (unsigned long long)st.tokens, hashes.c_str());
+    return 0;
+  }
+  std::printf("DAMAGED: %s: %zu problem%s\n", path.c_str(), problems.size(), problems.size() == 1 ? "" : "s");
+  return 1;
+}
+
+}  // namespace
+
 int wiola_cmd_prep(int argc, char** argv) {
   CLI::App app{"Tokenize text (plain text or JSONL) into HDF5 token shards with a manifest", "wiola prep"};
   wiola::PrepOptions opt;
-  std::string format = "auto";
+  std::string format = "auto", verify;
   bool no_progress = false;
-  app.add_option("INPUT", opt.inputs, "text / JSONL files, directories or globs")->required();
-  app.add_option("--tokenizer", opt.tokenizer_path, "Hugging Face tokenizer.json (byte-level BPE)")->required();
-  app.add_option("-o,--output", opt.output_dir, "output folder (shards + manifest.json)")->required();
+  app.add_option("INPUT", opt.inputs, "text / JSONL files, directories or globs");
+  app.add_option("--tokenizer", opt.tokenizer_path, "Hugging Face tokenizer.json (byte-level BPE)");
+  app.add_option("-o,--output", opt.output_dir, "output folder (shards + manifest.json)");
+  app.add_option("--verify", verify,
+                 "instead: check a prep output (its folder or manifest.json): every shard read through, its counts "
+                 "and content hashes against the manifest; exit 1 naming each problem")
+      ->excludes("INPUT", "--tokenizer", "--output");
   app.add_option("--format", format, "auto (.jsonl/.json/.ndjson -> jsonl), text or jsonl");
   app.add_flag("--doc-per-file", opt.reader.doc_per_file, "text: each file is one document (default: blank lines separate documents)");
   app.add_option("--text-field", opt.reader.text_field, "JSONL field holding the text");
@@ -30,6 +57,10 @@ int wiola_cmd_prep(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (!verify.empty()) return verify_prep_output(verify);
+  for (const auto& [what, missing] : {std::pair{"INPUT", opt.inputs.empty()}, std::pair{"--tokenizer", opt.tokenizer_path.empty()},
+                                      std::pair{"--output", opt.output_dir.empty()}})
+    WIOLA_CHECK(!missing, what, " is required (or --verify PATH; see wiola prep --help)");
   opt.reader.format = wiola::parse_input_format(format);
   opt.progress = !no_progress;
   wiola::PrepResult r = wiola::run_prep(opt);

@@ -4,6 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+
+#include <nlohmann/json.hpp>
 
 #include "data/loader.h"
 #include "data/manifest.h"
@@ -157,6 +160,74 @@ TEST(Prep, ContentHashesCoverTheTokensInOrder) {
               std::string::npos)
         << e.what();
   }
+}
+
+// wiola prep --verify: a sound output passes with every hash compared; shards
+// listed in another order fail on the split's hash alone; a shard cut short
+// or swapped for another is named; a manifest without hashes passes on counts.
+TEST(Prep, VerifyNamesWhatChanged) {
+  test::TempDir dir("prep-verify");
+  std::string text;
+  for (const auto& d : docs8()) text += d + "\n\n\n";
+  test::write_text(dir / "corpus.txt", text);
+  PrepOptions o = options(dir, {dir / "corpus.txt"});
+  o.shard_tokens = 20;
+  o.val_fraction = 0.25;
+  run_prep(o);
+  const std::string out = dir / "out", manifest = out + "/manifest.json";
+  const Manifest m = read_manifest(manifest);
+  const size_t n_shards = m.splits.at("train").shards.size() + m.splits.at("val").shards.size();
+  ASSERT_GE(m.splits.at("train").shards.size(), 3u);
+
+  DataVerifyStats st;
+  EXPECT_TRUE(verify_data(out, &st).empty());
+  EXPECT_EQ(st.shards, int(n_shards));
+  EXPECT_EQ(st.tokens, m.splits.at("train").num_tokens + m.splits.at("val").num_tokens);
+  EXPECT_EQ(st.hashes_checked, int(n_shards) + 2);
+  EXPECT_EQ(st.hashes_absent, 0);
+
+  auto edited = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    const std::string d = dir / name;
+    fs::copy(out, d, fs::copy_options::recursive);
+    std::ifstream in(d + "/manifest.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    edit(j);
+    test::write_text(d + "/manifest.json", j.dump(1));
+    return d;
+  };
+  // The first two train shards listed the other way round (counts kept).
+  const std::string swapped = edited("swapped", [](nlohmann::json& j) {
+    auto& sh = j["splits"]["train"]["shards"];
+    std::swap(sh[0], sh[1]);
+  });
+  std::vector<std::string> p = verify_data(swapped, &st);
+  ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
+  EXPECT_NE(p[0].find("manifest.json: split 'train': content hash "), std::string::npos) << p[0];
+  // A shard replaced by another of the same split: its hash (and counts if they differ) named.
+  const std::string replaced = edited("replaced", [](nlohmann::json&) {});
+  fs::copy_file(replaced + "/train-00001.h5", replaced + "/train-00000.h5", fs::copy_options::overwrite_existing);
+  p = verify_data(replaced, &st);
+  ASSERT_FALSE(p.empty());
+  EXPECT_NE(p[0].find("train-00000.h5: "), std::string::npos) << p[0];
+  // A shard cut short: not readable, named; the split's hash is not judged.
+  const std::string cut = edited("cut", [](nlohmann::json&) {});
+  fs::resize_file(cut + "/train-00002.h5", 100);
+  p = verify_data(cut, &st);
+  ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
+  EXPECT_NE(p[0].find("train-00002.h5"), std::string::npos) << p[0];
+  // An older manifest without hashes: sound on its counts.
+  const std::string old = edited("old", [](nlohmann::json& j) {
+    for (auto& [name, split] : j["splits"].items()) {
+      split.erase("xxh3");
+      for (auto& sh : split["shards"]) sh.erase("xxh3");
+    }
+  });
+  EXPECT_TRUE(verify_data(old, &st).empty());
+  EXPECT_EQ(st.hashes_checked, 0);
+  EXPECT_EQ(st.hashes_absent, int(n_shards) + 2);
+  // No manifest: one problem, no exception.
+  p = verify_data(dir / "nothing", &st);
+  ASSERT_EQ(p.size(), 1u);
 }
 
 TEST(Prep, JsonlDirectoriesGlobsAndDocPerFile) {
