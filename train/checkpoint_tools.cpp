@@ -7,11 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <limits>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -292,7 +292,6 @@ std::vector<std::string> tensor_order(const Reader& r) {
   return out;
 }
 
-
 // Reader::verify's problems as one error naming the folder; then the layout of
 // one process holding the whole model its config describes (local = global,
 // so a tensor's flat buffer is its global row-major array), checked against
@@ -357,6 +356,7 @@ std::vector<std::string> model_keys_differ(const nlohmann::json& a, const nlohma
     if (!ma.contains(k) || !mb.contains(k) || ma[k] != mb[k]) out.push_back(k);
   return out;
 }
+
 }  // namespace
 
 ModelConfig model_config(const Reader& r) {
@@ -517,7 +517,9 @@ DiffResult diff(const std::string& folder_a, const std::string& folder_b, bool w
     WIOLA_CHECK(!with_optimizer || holds_optimizer(r->manifest()), r->folder(),
                 ": holds weights only (no optimizer state): drop --with-optimizer");
   const ParamLayout lay = verified_global_layout(ra);
-  verified_global_layout(rb);
+  const size_t tensors_b = verified_global_layout(rb).entries().size();
+  WIOLA_CHECK(tensors_b == lay.entries().size(), "'", folder_a, "' holds ", lay.entries().size(), " tensors, '",
+              folder_b, "' ", tensors_b, ": not the same model");
   for (const ParamEntry& e : lay.entries()) {
     WIOLA_CHECK(rb.manifest()["tensors"].contains(e.name), "checkpoint '", folder_b, "' lacks ", e.name,
                 ", which '", folder_a, "' holds: not the same model");

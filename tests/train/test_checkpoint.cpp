@@ -743,6 +743,15 @@ TEST_F(CheckpointTest, DiffRefusesAnotherModelAndADamagedCheckpoint) {
   EXPECT_CONTAINS(error_of([&] { ckpt::diff(reference().string(), other.string(), false); }),
                   "model.embed_tokens.weight is [24, 16] in '" + reference().string() + "' and [32, 16] in '" +
                       other.string() + "': not the same model");
+  // One layer more: every tensor of the reference is there with its shape, and more.
+  ModelConfig deeper = cfg_;
+  deeper.L = 5;
+  const fs::path more = dir_ / "deeper-model";
+  write_checkpoint(more, deeper, {1, {{0, 5}}, 1});
+  EXPECT_CONTAINS(error_of([&] { ckpt::diff(reference().string(), more.string(), false); }),
+                  "'" + reference().string() + "' holds " + std::to_string(ParamLayout(cfg_, ModelShard{}).entries().size()) +
+                      " tensors, '" + more.string() + "' " +
+                      std::to_string(ParamLayout(deeper, ModelShard{}).entries().size()) + ": not the same model");
   const fs::path bad = copy("damaged");
   fs::resize_file(bad / "rank-00005.h5", fs::file_size(bad / "rank-00005.h5") - 7);
   EXPECT_CONTAINS(error_of([&] { ckpt::diff(reference().string(), bad.string(), false); }),
