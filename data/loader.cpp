@@ -56,15 +56,6 @@ struct Xoshiro256ss {
   }
 };
 
-// "" when the two tokenizer identities agree, else what differs, as
-// " (vocab_size A vs B, eos_id A vs B, tokenizer sha256 a… vs b…)".
-std::string tokenizer_difference(uint32_t vocab_a, uint32_t eos_a, const std::string& sha_a, uint32_t vocab_b,
-                                 uint32_t eos_b, const std::string& sha_b) {
-  if (vocab_a == vocab_b && eos_a == eos_b && sha_a == sha_b) return "";
-  return detail::concat(" (vocab_size ", vocab_a, " vs ", vocab_b, ", eos_id ", eos_a, " vs ", eos_b,
-                        ", tokenizer sha256 ", sha_a.substr(0, 12), "… vs ", sha_b.substr(0, 12), "…)");
-}
-
 bool looks_like_hdf5(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   char sig[8] = {};
@@ -73,6 +64,13 @@ bool looks_like_hdf5(const std::string& path) {
 }
 
 }  // namespace
+
+std::string tokenizer_difference(uint32_t vocab_a, uint32_t eos_a, const std::string& sha_a, uint32_t vocab_b,
+                                 uint32_t eos_b, const std::string& sha_b) {
+  if (vocab_a == vocab_b && eos_a == eos_b && sha_a == sha_b) return "";
+  return detail::concat(" (vocab_size ", vocab_a, " vs ", vocab_b, ", eos_id ", eos_a, " vs ", eos_b,
+                        ", tokenizer sha256 ", sha_a.substr(0, 12), "… vs ", sha_b.substr(0, 12), "…)");
+}
 
 std::vector<uint32_t> epoch_permutation(uint64_t n, uint64_t seed, uint64_t epoch) {
   WIOLA_CHECK(n < (uint64_t(1) << 32), "epoch_permutation: ", n, " samples is more than 2^32");

@@ -51,6 +51,11 @@ struct LoaderState {
   bool operator==(const LoaderState&) const = default;
 };
 
+// "" when two tokenizer identities agree, else what differs, as
+// " (vocab_size A vs B, eos_id A vs B, tokenizer sha256 a… vs b…)".
+std::string tokenizer_difference(uint32_t vocab_a, uint32_t eos_a, const std::string& sha_a, uint32_t vocab_b,
+                                 uint32_t eos_b, const std::string& sha_b);
+
 struct DatasetInfo {
   uint32_t vocab_size;
   uint32_t eos_id;

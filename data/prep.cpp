@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "data/loader.h"
 #include "data/tokenizer.h"
 #include "util/error.h"
 
@@ -282,8 +283,9 @@ bool verify_shard(const Manifest& m, const ManifestShard& e, TokenHash& split_st
   try {
     const ShardReader r(e.path);
     const ShardMeta& s = r.meta();
-    if (s.tokenizer_sha256 != m.tokenizer_sha256 || s.vocab_size != m.vocab_size || s.eos_id != m.eos_id)
-      problems.push_back(e.path + ": made with another tokenizer than the manifest says (sha256, vocab or eos)");
+    const std::string diff =
+        tokenizer_difference(s.vocab_size, s.eos_id, s.tokenizer_sha256, m.vocab_size, m.eos_id, m.tokenizer_sha256);
+    if (!diff.empty()) problems.push_back(e.path + ": made with another tokenizer than the manifest says" + diff);
     if (s.num_tokens != e.num_tokens || s.num_documents != e.num_documents)
       problems.push_back(e.path + ": holds " + std::to_string(s.num_tokens) + " tokens / " +
                          std::to_string(s.num_documents) + " documents, the manifest says " +

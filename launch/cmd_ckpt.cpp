@@ -193,10 +193,9 @@ bool tensor_within(const wiola::ckpt::TensorDiff& d, const DiffBounds& b) {
 }
 
 bool diff_within(const wiola::ckpt::DiffResult& r, const DiffBounds& b) {
-  if (b.exact()) return r.differing == 0 && std::all_of(r.tensors.begin(), r.tensors.end(),
-                                                         [](const auto& d) { return d.differing == 0; });
-  return r.model_rel <= b.tol && std::all_of(r.tensors.begin(), r.tensors.end(),
-                                             [&](const auto& d) { return tensor_within(d, b); });
+  // Bit for bit: every tensor (model_rel is 0 then); else the model too.
+  return (b.exact() || r.model_rel <= b.tol) &&
+         std::all_of(r.tensors.begin(), r.tensors.end(), [&](const auto& d) { return tensor_within(d, b); });
 }
 
 json diff_json(const wiola::ckpt::DiffResult& r, const DiffBounds& b, bool same) {

@@ -35,6 +35,14 @@ std::vector<std::string> docs8() {
           "Fourth document here", "Fifth", "Sixth — with a dash", "Seventh 12345", "Eighth and last"};
 }
 
+// `docs` as a text corpus at `path` (blank-line runs separate documents).
+std::string write_corpus(const std::string& path, const std::vector<std::string>& docs) {
+  std::string text;
+  for (const auto& d : docs) text += d + "\n\n\n";
+  test::write_text(path, text);
+  return path;
+}
+
 // Everything in the output folder (names).
 std::vector<std::string> listing(const std::string& d) {
   std::vector<std::string> v;
@@ -46,10 +54,7 @@ std::vector<std::string> listing(const std::string& d) {
 
 TEST(Prep, TextDocumentsToShardsAndManifest) {
   test::TempDir dir("prep-text");
-  std::string text;
-  for (const auto& d : docs8()) text += d + "\n\n\n";  // blank-line runs separate documents
-  test::write_text(dir / "corpus.txt", text);
-  PrepOptions o = options(dir, {dir / "corpus.txt"});
+  PrepOptions o = options(dir, {write_corpus(dir / "corpus.txt", docs8())});
   o.shard_tokens = 20;
   o.val_fraction = 0.25;
   PrepResult r = run_prep(o);
@@ -99,12 +104,6 @@ TEST(Prep, TextDocumentsToShardsAndManifest) {
 // malformed one in a manifest is an error naming the field.
 TEST(Prep, ContentHashesCoverTheTokensInOrder) {
   test::TempDir dir("prep-hash");
-  auto corpus = [&](const std::string& name, std::vector<std::string> docs) {
-    std::string text;
-    for (const auto& d : docs) text += d + "\n\n\n";
-    test::write_text(dir / name, text);
-    return dir / name;
-  };
   auto hash_of = [](const int32_t* p, size_t n) { return token_hash_hex(XXH3_64bits(p, n * sizeof(int32_t))); };
   Tokenizer tok = Tokenizer::load(test::kWiolaTokenizer);
   std::vector<int32_t> stream;
@@ -118,7 +117,7 @@ TEST(Prep, ContentHashesCoverTheTokensInOrder) {
   std::vector<std::string> hashes;
   for (const auto& [name, docs, threads] : {std::tuple{"a", docs8(), 2}, std::tuple{"b", docs8(), 1},
                                             std::tuple{"c", swapped, 2}}) {
-    PrepOptions o = options(dir, {corpus(std::string(name) + ".txt", docs)});
+    PrepOptions o = options(dir, {write_corpus(dir / (std::string(name) + ".txt"), docs)});
     const std::string out = dir / name, manifest = out + "/manifest.json";
     o.output_dir = out;
     o.shard_tokens = 20;
@@ -167,10 +166,7 @@ TEST(Prep, ContentHashesCoverTheTokensInOrder) {
 // or swapped for another is named; a manifest without hashes passes on counts.
 TEST(Prep, VerifyNamesWhatChanged) {
   test::TempDir dir("prep-verify");
-  std::string text;
-  for (const auto& d : docs8()) text += d + "\n\n\n";
-  test::write_text(dir / "corpus.txt", text);
-  PrepOptions o = options(dir, {dir / "corpus.txt"});
+  PrepOptions o = options(dir, {write_corpus(dir / "corpus.txt", docs8())});
   o.shard_tokens = 20;
   o.val_fraction = 0.25;
   run_prep(o);
