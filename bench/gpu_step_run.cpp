@@ -48,7 +48,10 @@ Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, int batch, b
   wiola::Model<float> model(*ops, cfg, wiola::ModelShard{}, nullptr, mo);
   model.init(1);
   std::vector<wiola::dist::ParamSegment> segs;
-  for (const auto& e : model.layout().entries()) segs.push_back({e.offset, e.size(), e.decay, true});
+  for (const auto& e : model.layout().entries()) {
+    segs.push_back({e.offset, e.size(), e.decay, true});
+    if (e.span > e.size()) segs.push_back({e.offset + e.size(), e.span - e.size(), false, false, true});
+  }
   wiola::dist::DistAdamW adam(*ops, model.params(), model.grads(), model.n_params(), segs,
                               wiola::dist::AdamWConfig{}, nullptr, nullptr);
   std::mt19937_64 rng(7);

@@ -71,7 +71,7 @@ DistAdamW::DistAdamW(Ops<float>& ops, float* params, float* grads, size_t n,
     const size_t l0 = zero_active() ? b.local : b.start;
     for (const ParamSegment& s : segs_) {
       const size_t lo = std::max(g0, s.offset), hi = std::min(g1, s.offset + s.size);
-      if (lo >= hi) continue;
+      if (lo >= hi || s.padding) continue;  // padding: no piece, never touched
       pieces_.push_back({lo, hi - lo, l0 + (lo - g0), k, s.decay, s.in_norm});
     }
   }

@@ -30,11 +30,14 @@ namespace wiola::dist {
 
 // A contiguous run of parameters with one optimizer treatment. in_norm=false:
 // a replica counted by another rank (e.g. TP-replicated γ/δ on tp rank ≠ 0,
-// the tied-embedding copy on the last stage).
+// the tied-embedding copy on the last stage). padding: the zeros between
+// tensors (model/params.h), reduced with their bucket but never scaled,
+// counted in the norm or updated, so they stay zero.
 struct ParamSegment {
   size_t offset = 0, size = 0;
   bool decay = true;
   bool in_norm = true;
+  bool padding = false;
 };
 
 // The default gradient bucket (fp32 bytes); the cost model (perf/) sizes
@@ -68,7 +71,8 @@ size_t zero_padded_elems(size_t n, int dp, size_t bucket_bytes);
 class DistAdamW {
  public:
   // params, grads: flat fp32 buffers of n elements in backend memory; every
-  // DP rank holds the full replica. segments cover [0, n) in order.
+  // DP rank holds the full replica. segments cover [0, n) in order (the
+  // layout's padding too, as padding segments).
   // dp: data-parallel group, data plane (gradient buckets, parameter shards;
   // nullptr or size 1: no DP). norm_group: control-plane group over which
   // distinct parameters' squared norms are summed (the tp×pp ranks of one dp

@@ -16,7 +16,8 @@ namespace fs = std::filesystem;
 namespace wiola::infer {
 
 namespace {
-// Every parameter of the whole model, host fp32, in the flat layout order.
+// Every parameter of the whole model, host fp32, in the flat layout (padding
+// zero).
 std::vector<float> read_params(ckpt::Reader& r, const ParamLayout& layout) {
   std::vector<float> host(layout.total());
   for (const ParamEntry& e : layout.entries()) {

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <csignal>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,18 @@ void take_over_stop_signals() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
+// A test hook: WIOLA_PARAM_ALIGN=N lays the parameters out on multiples of N
+// elements instead of wiola::kParamAlign (1: the packed layout of checkpoints
+// written before tensors were aligned; tests/dist/equivalence.sh).
+size_t param_align_from_env() {
+  const char* v = std::getenv("WIOLA_PARAM_ALIGN");
+  if (!v || !*v) return wiola::kParamAlign;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  WIOLA_CHECK(*end == 0 && n >= 1, "WIOLA_PARAM_ALIGN='", v, "': expected a positive number of elements");
+  return size_t(n);
+}
+
 }  // namespace
 
 int wiola_cmd_train(int argc, char** argv) {
@@ -49,6 +62,7 @@ int wiola_cmd_train(int argc, char** argv) {
   }
   wiola::TrainOptions opt;
   opt.quiet = quiet;
+  opt.param_align = param_align_from_env();
   for (const std::string& s : dump_specs) {
     const auto colon = s.find(':');
     WIOLA_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < s.size(),

@@ -60,7 +60,7 @@ template <class T>
 Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
                 TpCollectives* tp, const ModelOptions& opt)
     : ops_(ops), cfg_(cfg), shard_(shard), tp_(tp), opt_(opt), prec_(ops.precision()),
-      layout_((cfg.validate(), cfg), shard), ld_(cfg, shard),
+      layout_((cfg.validate(), cfg), shard, opt.param_align), ld_(cfg, shard),
       impl_(std::make_unique<Impl>()) {
   WIOLA_CHECK(cfg.Lambda <= kMaxLambda, "model.lookback (", cfg.Lambda, ") must be at most ", kMaxLambda);
   WIOLA_CHECK(opt.micro_batch >= 1, "micro-batch must be at least 1 (got ", opt.micro_batch, ")");
@@ -81,19 +81,21 @@ Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
   atm_open_.resize(size_t(cfg.L));
   atm_valid_.assign(size_t(cfg.L), false);
   // Flat ranges for grad-ready reports: a layer's tensors are contiguous.
+  // Each range runs to the end of its last tensor's span, so the padding
+  // is reported with it and every bucket of the optimizer completes.
   for (int l = shard.layer_begin; l < l1; ++l) {
     const std::string prefix = layer_param_name(l, "");
     size_t lo = layout_.total(), hi = 0;
     for (const ParamEntry& e : layout_.entries())
       if (e.name.compare(0, prefix.size(), prefix) == 0) {
         lo = std::min(lo, e.offset);
-        hi = std::max(hi, e.offset + e.size());
+        hi = std::max(hi, e.offset + e.span);
       }
     layer_range_.emplace_back(lo, hi);
   }
   if (const ParamEntry* e = layout_.try_find("model.norm.weight")) {
     const ParamEntry& o = layout_.find("model.norm.offset");
-    norm_range_ = {std::min(e->offset, o.offset), std::max(e->offset + e->size(), o.offset + o.size())};
+    norm_range_ = {std::min(e->offset, o.offset), std::max(e->offset + e->span, o.offset + o.span)};
   }
 
   Impl& m = *impl_;
@@ -254,7 +256,7 @@ typename Model<T>::Memory Model<T>::plan_memory(Ops<T>& ops, const ModelConfig& 
                                                 const ModelOptions& opt, const Precision& prec) {
   // Mirrors the constructor's allocations (tests/model checks the two agree).
   const LocalDims ld(cfg, shard);
-  const ParamLayout layout(cfg, shard);
+  const ParamLayout layout(cfg, shard, opt.param_align);
   const size_t n = layout.total(), N = size_t(opt.micro_batch) * cfg.T, d = size_t(cfg.d);
   const size_t res = dtype_bytes(prec.residual), act = dtype_bytes(prec.act), st = sizeof(T);
   Memory r;

@@ -29,6 +29,7 @@ struct ModelOptions {
   bool keep_logits = false;  // copy logits to the host in train_micro_step (dump)
   int slots = 1;           // micro-batches whose activations a stage keeps at once
                            // (pipeline schedules: 1F1B needs pp - stage)
+  size_t param_align = kParamAlign;  // ParamLayout alignment (1: packed, for tests)
 };
 
 // KV cache for incremental decoding: per layer SRPE'd keys and values of
@@ -55,14 +56,20 @@ class Model {
   const ParamLayout& layout() const { return layout_; }
   const ModelOptions& options() const { return opt_; }
   void set_keep_logits(bool on) { opt_.keep_logits = on; }
+  // Length of the flat buffers: the parameters plus the layout's padding
+  // (layout().n_elements() counts the parameters alone).
   size_t n_params() const { return layout_.total(); }
   // Flat master parameters and gradients [n_params] in backend memory, in
-  // the compute type T (what the optimizer updates and reduces).
+  // the compute type T (what the optimizer updates and reduces). Padding is
+  // zero in both and stays zero: nothing computes or updates it.
   T* params() { return params_.data(); }
   T* grads() { return grads_.data(); }
   // What the forward reads: matrices from the weight copy, γ/δ/φ from the
   // master (ModelParams::bind_forward).
   const ModelParams& p() const { return w_; }
+  // The separate weight copy GEMMs read, [n_params] in the precision's
+  // weight type (null when they read params()).
+  CPtr weight_copy() const { return weights_.data(); }
 
   // Counter-based initial values (docs/model.md §3): independent of the layout.
   void init(uint64_t seed);
@@ -129,8 +136,10 @@ class Model {
   void stage_backward(int slot);
   // Called with flat [offset, offset+size) ranges of grads() as they become
   // final during the backward passes while armed (the trainer arms it for the
-  // last micro-batch of a step, to start gradient reduction early). The
-  // embedding is never reported (the trainer sums it between stages first).
+  // last micro-batch of a step, to start gradient reduction early). Ranges
+  // include the padding after each tensor (entry spans), so the reports and
+  // the embedding's span tile the buffer. The embedding is never reported
+  // (the trainer sums it between stages first).
   using GradReadyFn = std::function<void(size_t offset, size_t size)>;
   void set_grad_ready(GradReadyFn fn) { grad_ready_ = std::move(fn); }
   void arm_grad_ready(bool on) { grad_ready_armed_ = on; }

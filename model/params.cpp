@@ -1,5 +1,6 @@
 #include "model/params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -39,12 +40,24 @@ std::vector<int32_t> range_rows(int begin, int count, int tp_size) {
 }  // namespace
 
 void ParamLayout::add(ParamEntry e) {
-  e.offset = total_;
-  total_ += e.size();
+  WIOLA_CHECK(!e.follows || !entries_.empty(), "internal: ", e.name, " follows no entry");
+  e.offset = e.follows ? total_ : (total_ + align_ - 1) / align_ * align_;
+  if (!entries_.empty()) entries_.back().span = e.offset - entries_.back().offset;
+  e.span = e.size();
+  total_ = e.offset + e.size();
+  elements_ += e.size();
   entries_.push_back(std::move(e));
 }
 
-ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& s) {
+std::vector<ParamLayout::Range> ParamLayout::padding() const {
+  std::vector<Range> out;
+  for (const ParamEntry& e : entries_)
+    if (e.span > e.size()) out.push_back({e.offset + e.size(), e.span - e.size()});
+  return out;
+}
+
+ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& s, size_t align) : align_(align) {
+  WIOLA_CHECK(align_ >= 1, "parameter alignment must be at least 1 element");
   const LocalDims ld(c, s);
   const int d = c.d, hd = c.H * c.dh(), kvd = c.Hkv * c.dh();
   const int lhd = ld.H * ld.dh, lkvd = ld.Hkv * ld.dh;
@@ -78,17 +91,22 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& s) {
     add(mat("model.embed_tokens.weight", ld.V, d, c.V, d,
             range_rows(ld.v0, ld.V, s.tp_size), {}, false));
   }
+  auto follows = [](ParamEntry e) {
+    e.follows = true;
+    return e;
+  };
   for (int l = s.layer_begin; l < s.end(c); ++l) {
     auto n = [&](const char* suffix) { return layer_param_name(l, suffix); };
     add(vec(n("input_layernorm.weight"), InitKind::Ones, 0, false));
     add(vec(n("input_layernorm.offset"), InitKind::Zeros, 0, false));
     // q, k, v and gate read the same input and sit next to each other, so
     // the four are one [H dh + 2 Hkv dh + H dh, d] matrix for one GEMM
-    // (LayerParams::wqkvg).
+    // (LayerParams::wqkvg): only q is aligned, k, v and gate follow it with
+    // no padding (in the presets each is a multiple of kParamAlign anyway).
     add(mat(n("self_attn.q_proj.weight"), lhd, d, hd, d, qrows, {}, false));
-    add(mat(n("self_attn.k_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false));
-    add(mat(n("self_attn.v_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false));
-    add(mat(n("self_attn.gate_proj.weight"), lhd, d, hd, d, qrows, {}, false));
+    add(follows(mat(n("self_attn.k_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false)));
+    add(follows(mat(n("self_attn.v_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false)));
+    add(follows(mat(n("self_attn.gate_proj.weight"), lhd, d, hd, d, qrows, {}, false)));
     add(mat(n("self_attn.ctx_k_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false));
     add(mat(n("self_attn.ctx_v_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false));
     add(mat(n("self_attn.o_proj.weight"), d, lhd, d, hd, {}, qrows, false));
@@ -214,6 +232,7 @@ double counter_normal(uint64_t seed, const std::string& name, uint64_t index) {
 // (A 1.5B model is 2.2e9 draws: minutes on one core, seconds on all.)
 template <class T>
 void init_params_host(const ParamLayout& layout, uint64_t seed, T* out) {
+  for (const ParamLayout::Range& r : layout.padding()) std::fill_n(out + r.offset, r.size, T(0));
   for (const ParamEntry& e : layout.entries()) {
     T* p = out + e.offset;
     const uint64_t key = counter_key(seed, e.name);

@@ -1,5 +1,7 @@
 // Parameter layout: every tensor of docs/model.md §3 as a slice of one flat buffer
-// (llm.c style), so gradients, AdamW state and ZeRO shards mirror it.
+// (llm.c style), so gradients, AdamW state and ZeRO shards mirror it. Each
+// tensor starts on a multiple of the layout's alignment (kParamAlign); the
+// elements between tensors are padding, zero in every buffer of the layout.
 // Under TP a process holds a selection of global rows or columns of a tensor;
 // the maps here say which, so initialisation and the numerics dump work on
 // global element indices and every layout starts from the same model.
@@ -24,6 +26,10 @@ struct ParamEntry {
   std::vector<int32_t> row_map;  // local row -> global row (empty: identity)
   std::vector<int32_t> col_map;  // local col -> global col (empty: identity)
   size_t offset = 0;           // into the flat buffer
+  size_t span = 0;             // size() plus the padding after it: the next entry
+                               // (or the buffer's end) is at offset + span
+  bool follows = false;        // placed right after the previous entry, unaligned
+                               // (one GEMM operand with it: wq|wk|wv|wgate)
   bool decay = true;           // AdamW weight decay applies
   bool tp_replicated = false;  // identical on every TP rank (count once in norms)
   InitKind init = InitKind::Normal;
@@ -38,18 +44,38 @@ struct ParamEntry {
   }
 };
 
+// Where tensors start in the flat buffers, in elements: 128 is 256 bytes of
+// the bf16 weight copy and 512 of the fp32 master, gradients and moments, so
+// every GEMM operand meets cuBLAS's alignment for its vectorised kernels.
+inline constexpr size_t kParamAlign = 128;
+
 class ParamLayout {
  public:
-  ParamLayout(const ModelConfig& cfg, const ModelShard& shard);
+  // align: every entry but those that follow their predecessor starts on a
+  // multiple of it (1: the packed layout of checkpoints written before
+  // tensors were aligned, kept for tests).
+  ParamLayout(const ModelConfig& cfg, const ModelShard& shard, size_t align = kParamAlign);
   const std::vector<ParamEntry>& entries() const { return entries_; }
+  // Length of the flat buffers: parameters plus padding.
   size_t total() const { return total_; }
+  // Parameters only (the sum of entry sizes; total() less the padding).
+  size_t n_elements() const { return elements_; }
+  size_t alignment() const { return align_; }
+  // The padding: [offset, offset + size) ranges between entries, in order.
+  struct Range {
+    size_t offset = 0, size = 0;
+  };
+  std::vector<Range> padding() const;
   const ParamEntry& find(const std::string& name) const;  // throws if absent
   const ParamEntry* try_find(const std::string& name) const;
 
  private:
+  // Appends an entry at the next aligned offset, or right after the previous
+  // one when e.follows.
   void add(ParamEntry e);
+  size_t align_ = kParamAlign;
   std::vector<ParamEntry> entries_;
-  size_t total_ = 0;
+  size_t total_ = 0, elements_ = 0;
 };
 
 // docs/model.md §3 names.
@@ -82,7 +108,8 @@ struct ModelParams {
 };
 
 // Counter-based initial values: element value depends only on (seed, tensor
-// name, global element index). Writes host memory `out` (layout.total()).
+// name, global element index). Writes host memory `out` (layout.total()),
+// padding included (zero).
 template <class T>
 void init_params_host(const ParamLayout& layout, uint64_t seed, T* out);
 

@@ -278,7 +278,7 @@ void Checkpointer::check_identity(const ckpt::Reader& r, bool weights_only) cons
 
 void Checkpointer::read_params(ckpt::Reader& r) {
   const ParamLayout& lay = model_.layout();
-  std::vector<float> host(lay.total());
+  std::vector<float> host(lay.total());  // padding: zero
   for (const ParamEntry& e : lay.entries()) r.read("param", e, 0, e.size(), host.data() + e.offset);
   ops_.upload(model_.params(), host.data(), host.size() * sizeof(float));
   model_.refresh_weights();
@@ -297,7 +297,10 @@ ResumeState Checkpointer::resume(const std::string& folder) {
   const ParamLayout& lay = model_.layout();
   size_t owned_total = 0;
   for (const auto& rg : adam_.owned_ranges()) owned_total += rg.size;
-  std::vector<float> m(owned_total), v(owned_total);  // overwritten whole below
+  // Tensors are read by name, so any layout's checkpoint (the packed one of
+  // before tensors were aligned included) fills them; the padding in the
+  // owned ranges stays zero.
+  std::vector<float> m(owned_total), v(owned_total);
   size_t pos = 0;
   for (const auto& rg : adam_.owned_ranges()) {
     for (const ParamEntry& e : lay.entries()) {

@@ -9,6 +9,10 @@ namespace wiola {
 using dist::Comm;
 using dist::DType;
 
+ParamLayout full_layout(const ModelConfig& cfg, const ParamLayout& mine) {
+  return ParamLayout(cfg, ModelShard{}, mine.alignment());
+}
+
 // Gathers per-rank flat buffers (each in its own shard's layout) into the
 // single-process layout on world rank 0. Contributors: the dp == 0 ranks;
 // rank 0 rebuilds every contributor's ParamLayout to map its elements to
@@ -23,7 +27,7 @@ std::vector<float> gather_full(dist::Grid& grid, const ModelConfig& cfg, const P
     if (grid.coord().dp == 0) world.isend(local.data(), local.size(), DType::F32, 0, tag).wait();
     return {};
   }
-  const ParamLayout full(cfg, ModelShard{});
+  const ParamLayout full = full_layout(cfg, mine);
   std::vector<float> out(full.total(), 0.0f);
   auto scatter = [&](const ParamLayout& lay, const std::vector<float>& buf) {
     for (const ParamEntry& e : lay.entries()) {
@@ -39,7 +43,7 @@ std::vector<float> gather_full(dist::Grid& grid, const ModelConfig& cfg, const P
     const dist::GridCoord c = dist::grid_coord(g, r);
     if (c.dp != 0) continue;
     const auto [l0, l1] = stages[size_t(c.pp)];
-    const ParamLayout lay(cfg, ModelShard{c.tp, g.tp, l0, l1});
+    const ParamLayout lay(cfg, ModelShard{c.tp, g.tp, l0, l1}, mine.alignment());
     buf.resize(lay.total());
     world.irecv(buf.data(), buf.size(), DType::F32, r, tag).wait();
     scatter(lay, buf);

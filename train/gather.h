@@ -13,9 +13,14 @@
 
 namespace wiola {
 
-// Per-rank flat host buffers (each in its own shard's layout) into the
-// single-process layout on world rank 0 (empty elsewhere). Contributors: the
-// dp == 0 ranks; stages: every pipeline stage's layer range.
+// The single-process layout of the whole model with `mine`'s alignment: what
+// gather_full returns is laid out by it.
+ParamLayout full_layout(const ModelConfig& cfg, const ParamLayout& mine);
+
+// Per-rank flat host buffers (each in its own shard's layout, all with
+// mine's alignment) into full_layout(cfg, mine) on world rank 0 (empty
+// elsewhere; padding zero). Contributors: the dp == 0 ranks; stages: every
+// pipeline stage's layer range.
 std::vector<float> gather_full(dist::Grid& grid, const ModelConfig& cfg, const ParamLayout& mine,
                                const std::vector<float>& local,
                                const std::vector<std::pair<int, int>>& stages);

@@ -118,6 +118,7 @@ std::vector<dist::ParamSegment> optimizer_segments(const ParamLayout& layout, in
     bool in_norm = !(e.tp_replicated && tp_rank != 0);
     if (e.name == "model.embed_tokens.weight") in_norm = embed_in_norm;
     segs.push_back({e.offset, e.size(), e.decay, in_norm});
+    if (e.span > e.size()) segs.push_back({e.offset + e.size(), e.span - e.size(), false, false, true});
   }
   return segs;
 }
@@ -374,6 +375,7 @@ void Trainer::State::build_model_and_optimizer() {
   mo.micro_batch = B;
   mo.recompute = tr.recompute;
   mo.slots = slots;
+  mo.param_align = opt.param_align;
   model = std::make_unique<Model<float>>(ops, rc.model, ModelShard{me.tp, par.tp, l0, l1}, tpc.get(), mo);
   model->init(tr.seed);
 
@@ -700,7 +702,8 @@ StepOutcome Trainer::step(int64_t t) {
   if (s.embed && s.rc.parallel.pp > 1)
     s.grid->data(GroupKind::Embed).all_reduce(model.grads() + s.embed->offset, model.grads() + s.embed->offset,
                                                s.embed->size(), DType::F32, ReduceOp::Sum);
-  if (s.embed && s.overlap && !dumping) s.adam->grad_ready(s.embed->offset, s.embed->size());
+  // (Its span: the padding after it belongs to no other report.)
+  if (s.embed && s.overlap && !dumping) s.adam->grad_ready(s.embed->offset, s.embed->span);
   StepOutcome out;
   out.loss = s.world_loss() / double(s.GB * s.T);
   s.cur.comm += seconds_since(te);
@@ -755,7 +758,7 @@ void Trainer::dump_step(int64_t t, const StepOutcome& out, StepDump& dump,
                     {"warmup", s.budget.warmup}};
   dist::set_context("stage " + std::to_string(s.me.pp) + " step " + std::to_string(t) +
                     " writing the numerics dump");
-  write_step_dump(s.dumps.at(t), ParamLayout(s.rc.model, ModelShard{}), dump);
+  write_step_dump(s.dumps.at(t), full_layout(s.rc.model, s.model->layout()), dump);
 }
 
 // The first eval_batches global batches of one validation source.

@@ -39,6 +39,10 @@ struct TrainOptions {
   // Polled once per step on every rank (a signal flag); when any rank says
   // yes, all stop after the same step, write a checkpoint and return.
   std::function<bool()> stop_requested;
+  // ParamLayout alignment of the model's flat buffers. Results do not depend
+  // on it; 1 (the packed layout before tensors were aligned) lets tests
+  // write such checkpoints (`wiola train` reads WIOLA_PARAM_ALIGN).
+  size_t param_align = kParamAlign;
 };
 
 struct TrainSummary {
@@ -53,7 +57,8 @@ struct TrainSummary {
 // AdamW segments of a parameter layout: decay per docs/model.md §4. A tensor
 // counts in the gradient norm on exactly one rank: TP-replicated tensors only
 // on tp rank 0, and the tied embedding only where embed_in_norm (the first
-// stage; the last stage holds a copy when pp > 1).
+// stage; the last stage holds a copy when pp > 1). The padding after a
+// tensor is a padding segment (never updated).
 std::vector<dist::ParamSegment> optimizer_segments(const ParamLayout& layout, int tp_rank = 0,
                                                    bool embed_in_norm = true);
 

@@ -17,6 +17,13 @@
 #                                             checkpoints every 2, stop, resume
 #                                             to step 10; bit for bit equal to
 #                                             run NAME (uninterrupted)
+#   equivalence.sh resume_packed WIOLA WORK NAME NP [--set ...]
+#                                             as resume, but the first 5 steps
+#                                             lay the parameters out packed
+#                                             (WIOLA_PARAM_ALIGN=1: the layout
+#                                             before tensors were aligned):
+#                                             its checkpoint continues aligned
+#                                             bit for bit like run NAME
 #   equivalence.sh reshard WIOLA WORK NAME NP1 [--set ...] -- NP2 [--set ...]
 #                                             5 steps on layout 1, resume on
 #                                             layout 2: within 1e-5 of the
@@ -43,19 +50,31 @@ if [ "$mode" = setup ]; then
   exit 0
 fi
 mpirun_() { "${MPIEXEC:-mpiexec}" -n "$1" --bind-to none "$wiola" train "${common[@]}" "${@:2}"; }
-if [ "$mode" = resume ] || [ "$mode" = reshard ]; then
+if [ "$mode" = resume ] || [ "$mode" = resume_packed ] || [ "$mode" = reshard ]; then
   name=$1; np1=$2; shift 2
   first=(); second=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do first+=("$1"); shift; done
   np2=$np1; second=("${first[@]}")
   if [ "$mode" = reshard ]; then shift; np2=$1; shift; second=("$@"); fi
   out="$work/ckpt_$name"
+  # resume_packed: the first part writes its checkpoints from the packed layout.
+  if [ "$mode" = resume_packed ]; then out="$work/ckpt_packed_$name"; export WIOLA_PARAM_ALIGN=1; fi
   rm -rf "$out" "$out.h5"
   where=(--set "train.run_dir=$out" --set "checkpoint.dir=$out/ck")
   mpirun_ "$np1" "${first[@]}" "${where[@]}" --set train.max_steps=5 --set checkpoint.every=2
+  unset WIOLA_PARAM_ALIGN
+  cp "$out/report.json" "$out/report_part1.json"
   ls "$out/ck"
   mpirun_ "$np2" "${second[@]}" "${where[@]}" --dump-step "10:$out.h5"
-  if [ "$mode" = resume ]; then
+  if [ "$mode" = resume_packed ]; then  # the first part really had no padding
+    "$python" - "$out/report_part1.json" "$out/report.json" <<'PY'
+import json, sys
+packed, aligned = ([m["grads"] for m in json.load(open(f))["memory_mib_per_rank"]] for f in sys.argv[1:])
+print("gradient buffers per rank (MiB): packed", packed, "aligned", aligned)
+assert all(p < a for p, a in zip(packed, aligned)), "the first part's buffers are not the packed layout's"
+PY
+  fi
+  if [ "$mode" = resume ] || [ "$mode" = resume_packed ]; then
     "$python" "$here/compare_runs.py" --exact "$work/$name" "$work/$name.h5" "$out" "$out.h5"
   else
     "$python" "$here/compare_runs.py" "${tols[@]}" "$work/single" "$work/single.h5" "$out" "$out.h5"

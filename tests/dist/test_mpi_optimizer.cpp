@@ -310,3 +310,50 @@ TEST(DistAdamW, RejectsBadSegments) {
                          nullptr),
                wiola::Error);
 }
+
+// The parameter layout's padding (model/params.h) as a padding segment: never
+// scaled, counted or updated, so whatever gradient lands there its values
+// and moments keep what they were, and the rest of the buffer steps bit for
+// bit as when the padding is an ordinary no-decay segment with zero gradient
+// (ZeRO chunks and buckets cut through it; step 1 is clipped).
+TEST(DistAdamW, PaddingSegmentIsNeverTouched) {
+  auto world = mpi_world_comm();
+  auto ops = make_cpu_ops<float>();
+  std::vector<ParamSegment> padded = kSegs;
+  padded[1].padding = true;  // [500, 510)
+  auto run = [&](const std::vector<ParamSegment>& segs, bool junk_in_padding, const AdamWConfig& cfg) {
+    Buffer<float> p(*ops, kN), g(*ops, kN);
+    std::vector<float> host(kN);
+    for (size_t i = 0; i < kN; ++i) host[i] = init_param(0, i);
+    ops->upload(p.data(), host.data(), kN * sizeof(float));
+    DistAdamW opt(*ops, p.data(), g.data(), kN, segs, cfg, world.get(), nullptr);
+    DistRun out;
+    for (int s = 1; s <= 3; ++s) {
+      for (size_t i = 0; i < kN; ++i) host[i] = grad(0, world->rank(), s, i);
+      for (size_t i = 500; i < 510; ++i) host[i] = junk_in_padding ? 1e3f * float(i) : 0.0f;
+      ops->upload(g.data(), host.data(), kN * sizeof(float));
+      out.results.push_back(opt.step(1e-2, opt.applied_steps() + 1));
+    }
+    out.p.resize(kN);
+    ops->download(out.p.data(), p.data(), kN * sizeof(float));
+    opt.gather_moments(out.m, out.v);
+    return out;
+  };
+  for (bool zero : {true, false}) {
+    SCOPED_TRACE(zero ? "ZeRO" : "no ZeRO");
+    AdamWConfig cfg;
+    cfg.zero = zero;
+    cfg.bucket_bytes = 160;
+    const DistRun pad = run(padded, true, cfg), plain = run(kSegs, false, cfg);
+    for (size_t i = 500; i < 510; ++i) {
+      EXPECT_EQ(pad.p[i], init_param(0, i)) << i;
+      EXPECT_EQ(pad.m[i], 0.0f) << i;
+      EXPECT_EQ(pad.v[i], 0.0f) << i;
+    }
+    EXPECT_EQ(std::memcmp(pad.p.data(), plain.p.data(), kN * sizeof(float)), 0);
+    EXPECT_EQ(pad.m, plain.m);
+    EXPECT_EQ(pad.v, plain.v);
+    for (int s = 0; s < 3; ++s) EXPECT_EQ(pad.results[s].grad_norm, plain.results[s].grad_norm) << "step " << s + 1;
+    EXPECT_LT(1.0, pad.results[0].grad_norm) << "step 1 should be clipped";
+  }
+}

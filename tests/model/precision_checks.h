@@ -21,10 +21,14 @@ namespace wiola::checks {
 
 using MakeOps = std::function<std::unique_ptr<Ops<float>>()>;
 
-// AdamW segments (decay as docs/model.md §4), every tensor in the norm.
+// AdamW segments (decay as docs/model.md §4), every tensor in the norm, the
+// layout's padding as padding segments.
 inline std::vector<dist::ParamSegment> segments(const ParamLayout& layout) {
   std::vector<dist::ParamSegment> s;
-  for (const ParamEntry& e : layout.entries()) s.push_back({e.offset, e.size(), e.decay, true});
+  for (const ParamEntry& e : layout.entries()) {
+    s.push_back({e.offset, e.size(), e.decay, true});
+    if (e.span > e.size()) s.push_back({e.offset + e.size(), e.span - e.size(), false, false, true});
+  }
   return s;
 }
 

@@ -1032,7 +1032,7 @@ TEST(PaperModel, Shape) {
   const int B = 2, Tn = cfg.T, V = cfg.V;
   Model<float> m(*ops, cfg, ModelShard{}, nullptr, ModelOptions{B, false, false});
   m.init(17);
-  EXPECT_EQ(int64_t(m.n_params()), cfg.param_count());
+  EXPECT_EQ(int64_t(m.layout().n_elements()), cfg.param_count());
   auto in = rand_tokens(size_t(B) * Tn, V, 141);
   const auto z = m.forward_logits(in.data(), false);
   ASSERT_EQ(z.size(), size_t(B) * Tn * V);  // [B, T, V]
@@ -1320,16 +1320,20 @@ TEST(PaperCausalLM, ParamCount) {
                         3 * d * c.dA + 2 * d * c.dB + 2 * d * d + 4 * d + 1;
     EXPECT_EQ(c.L * per + int64_t(c.V) * d + 2 * d, n) << name;
   }
-  // The flat parameter layout holds exactly that many values (no allocation here).
-  EXPECT_EQ(int64_t(ParamLayout(model_preset("wiola-120m"), ModelShard{}).total()), 147297804);
-  EXPECT_EQ(int64_t(ParamLayout(model_preset("wiola-360m"), ModelShard{}).total()), 318048272);
+  // The flat parameter layout holds exactly that many values (no allocation
+  // here), plus the padding that aligns its tensors: φ's 127 per layer in
+  // these presets (every other tensor is a multiple of 128 elements).
+  EXPECT_EQ(int64_t(ParamLayout(model_preset("wiola-120m"), ModelShard{}).n_elements()), 147297804);
+  EXPECT_EQ(int64_t(ParamLayout(model_preset("wiola-360m"), ModelShard{}).n_elements()), 318048272);
+  EXPECT_EQ(int64_t(ParamLayout(model_preset("wiola-360m"), ModelShard{}).total()), 318048272 + 16 * 127);
   // The 360m published file: 318,048,272 fp32 values = 1,272,193,088 bytes of data.
-  EXPECT_EQ(int64_t(ParamLayout(model_preset("wiola-360m"), ModelShard{}).total()) * 4, 1272193088);
+  EXPECT_EQ(int64_t(ParamLayout(model_preset("wiola-360m"), ModelShard{}).n_elements()) * 4, 1272193088);
   // Tensor count: 18 per layer + embedding + final gamma, delta.
   const ModelConfig t = tiny_cfg();
   const ParamLayout lay(t, ModelShard{});
   EXPECT_EQ(lay.entries().size(), size_t(18 * t.L + 3));
-  EXPECT_EQ(int64_t(lay.total()), t.param_count());
+  EXPECT_EQ(int64_t(lay.n_elements()), t.param_count());
+  EXPECT_EQ(int64_t(ParamLayout(t, ModelShard{}, 1).total()), t.param_count());  // packed: no padding
   EXPECT_EQ(lay.find("model.embed_tokens.weight").size(), size_t(t.V) * t.d);
   EXPECT_EQ(lay.find("model.layers.0.self_attn.ctx_gate_logit").size(), 1u);
 }
