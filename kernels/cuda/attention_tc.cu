@@ -2,7 +2,9 @@
 // (the training default): flash-style tiles, the same visibility rule and
 // outputs as the row kernels of attention.cu, which fp32 mode and head dims
 // outside {32, 64, 96, 128} keep using. WIOLA_CUDA_ATTENTION=rows selects the
-// row kernels in bf16 too (docs/gpu.md).
+// row kernels in bf16 too (docs/gpu.md); WIOLA_CUDA_ATTENTION=fa2 the forward
+// of attention_fa2.cu (FlashAttention-2 form), WIOLA_CUDA_ATTENTION_BWD=fa2 its
+// backward.
 //
 // Forward: one block per (64 query rows, head h, sequence b); four warps, 16
 // query rows each. Per tile of 64 key rows (up to the prefix the block's last
@@ -22,6 +24,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.cuh"
 #include "util/error.h"
@@ -54,18 +57,6 @@ constexpr size_t tc_smem_bytes(int D) {
          + size_t(kTileK) * 4;          // the key tile's visibility ends
 }
 
-// Key rows visible to position p: a prefix of [0, nk) (rows sorted by key_end).
-__device__ int visible_prefix(const TcKeys& keys, int b, int Tk, int nk, int p) {
-  if (!keys.key_end) return min(nk, max(p + 1, 0));
-  const int32_t* e = keys.key_end + size_t(b) * Tk;
-  int lo = 0, hi = nk;  // first row with key_end > p
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (e[mid] <= p) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 
 // The visibility ends of key rows [j0, j0 + 64) into kend[64]: key j is
 // visible to position p iff kend[j - j0] <= p. Rows at or past jmax get
@@ -263,7 +254,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys
   }
   const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
   const int i_last = min(i0 + kTileQ, s.Tq) - 1;
-  const int kmax = visible_prefix(keys, b, s.Tk, nk, s.q_pos0 + i_last);
+  const int kmax = visible_prefix(keys.key_end, b, s.Tk, nk, s.q_pos0 + i_last);
   TileRegs<D> kr, vr;
   if (kmax > 0) {
     kr.issue(k, kv_off, kv_ld, 0, kmax);
@@ -501,7 +492,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys 
   const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D;
   const float scale = rsqrtf(float(D));
   const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
-  const int kmax = visible_prefix(keys, b, s.Tk, nk, s.q_pos0 + min(i0 + 64, s.Tq) - 1);
+  const int kmax = visible_prefix(keys.key_end, b, s.Tk, nk, s.q_pos0 + min(i0 + 64, s.Tq) - 1);
   const size_t kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
 
   for (int h = g; h < s.H; h += s.Hkv) {
@@ -564,36 +555,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys 
     for (int rr = 0; rr < 16; ++rr) {
       const int r = warp * 16 + rr, i = i0 + r;
       if (i >= s.Tq) continue;
-      const size_t row = (size_t(b) * s.Tq + i) * kv_ld + size_t(g) * D;
-      const bool self = keys.self_open && keys.self_open[size_t(b) * s.Tq + i];
-      float ak[D / 32 > 0 ? D / 32 : 1], av[D / 32 > 0 ? D / 32 : 1];
-#pragma unroll
-      for (int e = 0; e < D / 32; ++e) ak[e] = av[e] = 0.f;
-      for (int h = g; self && h < s.H; h += s.Hkv) {
-        const size_t qrow = (size_t(b) * s.Tq + i) * q_ld + size_t(h) * D;
-        const size_t at = (size_t(b) * s.H + h) * s.Tq + i;
-        float sq = 0.f, sd = 0.f;
-#pragma unroll
-        for (int e = 0; e < D / 32; ++e) {
-          const int c = lane + 32 * e;
-          sq += ld(q + qrow + c) * ld(raw_k + row + c);
-          sd += ld(dout + qrow + c) * ld(raw_v + row + c);
-        }
-        const float pj = __expf(warp_sum(sq) * scale - lse[at]);
-        const float ds = pj * (warp_sum(sd) - Dterm[at]) * scale;
-#pragma unroll
-        for (int e = 0; e < D / 32; ++e) {
-          const int c = lane + 32 * e;
-          ak[e] += ds * ld(q + qrow + c);
-          av[e] += pj * ld(dout + qrow + c);
-        }
-      }
-#pragma unroll
-      for (int e = 0; e < D / 32; ++e) {
-        const int c = lane + 32 * e;
-        draw_k[row + c] = __float2bfloat16(ak[e]);
-        draw_v[row + c] = __float2bfloat16(av[e]);
-      }
+      raw_key_grad_row<D>(s, keys.self_open, b, i, g, lane, q, raw_k, raw_v, lse, Dterm, dout, draw_k, draw_v);
     }
   }
 }
@@ -755,10 +717,10 @@ void launch_tc(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k, CP
                                                      dev<float>(lse));
 }
 
-// Whether this device grants a block `bytes` of shared memory (A100 and H100
-// do for every head dim here; smaller parts fall back to the row kernels).
-// The limit is read once per process: one device per rank.
-bool fits_smem(size_t bytes) {
+
+}  // namespace
+
+bool attention_smem_fits(size_t bytes) {
   static const int max_optin = [] {
     int dev = 0, v = 0;
     check(cudaGetDevice(&dev), "cudaGetDevice");
@@ -768,29 +730,40 @@ bool fits_smem(size_t bytes) {
   return bytes <= size_t(max_optin);
 }
 
-}  // namespace
-
-bool attention_bwd_v2() {
+// WIOLA_CUDA_ATTENTION_BWD: v1 (the default), v2 or fa2 (attention_fa2.cu's
+// backward, mma.sync fragments).
+static const char* attention_bwd_variant() {
   const char* e = std::getenv("WIOLA_CUDA_ATTENTION_BWD");
-  if (!e || !*e || std::strcmp(e, "v1") == 0) return false;
-  WIOLA_CHECK(std::strcmp(e, "v2") == 0, "WIOLA_CUDA_ATTENTION_BWD=", e, ": expected v1 (the default) or v2 "
-              "(key-owning warps, accumulators in registers)");
-  return true;
+  if (!e || !*e) return "v1";
+  WIOLA_CHECK(std::strcmp(e, "v1") == 0 || std::strcmp(e, "v2") == 0 || std::strcmp(e, "fa2") == 0,
+              "WIOLA_CUDA_ATTENTION_BWD=", e, ": expected v1 (the default), v2 (key-owning warps, accumulators in "
+              "registers) or fa2 (the FlashAttention-2 form, attention_fa2.cu)");
+  return e;
 }
 
-bool attention_tc_enabled() {
+bool attention_bwd_v2() { return std::strcmp(attention_bwd_variant(), "v2") == 0; }
+
+// WIOLA_CUDA_ATTENTION: tc (the default for bf16), fa2 (the forward of
+// attention_fa2.cu) or rows.
+static const char* attention_variant() {
   const char* e = std::getenv("WIOLA_CUDA_ATTENTION");
-  if (!e || !*e || std::strcmp(e, "tc") == 0) return true;
-  WIOLA_CHECK(std::strcmp(e, "rows") == 0, "WIOLA_CUDA_ATTENTION=", e, ": expected tc (tensor cores, the default "
-              "for bf16) or rows");
-  return false;
+  if (!e || !*e) return "tc";
+  WIOLA_CHECK(std::strcmp(e, "tc") == 0 || std::strcmp(e, "fa2") == 0 || std::strcmp(e, "rows") == 0,
+              "WIOLA_CUDA_ATTENTION=", e, ": expected tc (tensor cores, the default for bf16), fa2 (the "
+              "FlashAttention-2 form of the forward, attention_fa2.cu) or rows (the row kernels)");
+  return e;
 }
+
+bool attention_tc_enabled() { return std::strcmp(attention_variant(), "rows") != 0; }
+
+bool attention_fa2_enabled() { return std::strcmp(attention_variant(), "fa2") == 0; }
 
 bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
                       CPtr raw_v, Ptr o, Ptr lse) {
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || o.dtype() != DType::BF16 || !attention_tc_enabled())
     return false;
-  if (s.dh % 32 != 0 || s.dh > 128 || !fits_smem(tc_smem_bytes(s.dh))) return false;
+  if (attention_fa2_enabled() && attention_fwd_fa2(c, s, keys, q, k, v, raw_k, raw_v, o, lse)) return true;
+  if (s.dh % 32 != 0 || s.dh > 128 || !attention_smem_fits(tc_smem_bytes(s.dh))) return false;
   if (s.Tq <= 0 || s.B <= 0 || s.H <= 0) return true;  // nothing to do
   const TcKeys tk{keys.key_end, keys.n_keys, keys.self_open};
   switch (s.dh) {
@@ -808,8 +781,11 @@ bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, C
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || dout.dtype() != DType::BF16 ||
       dq.dtype() != DType::BF16 || !attention_tc_enabled() || s.q_pos0 != 0)
     return false;
+  if (std::strcmp(attention_bwd_variant(), "fa2") == 0 &&
+      attention_bwd_fa2(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v))
+    return true;
   if (s.dh % 32 != 0 || s.dh > 128 ||
-      !fits_smem(std::max(tc_bwd_smem_bytes(s.dh, 2), tc_bwd2_smem_bytes(s.dh))))
+      !attention_smem_fits(std::max(tc_bwd_smem_bytes(s.dh, 2), tc_bwd2_smem_bytes(s.dh))))
     return false;
   if (s.B <= 0 || s.H <= 0 || (s.Tq <= 0 && s.Tk <= 0)) return true;
   const TcKeys tk{keys.key_end, keys.n_keys, keys.self_open};

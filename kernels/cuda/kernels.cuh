@@ -80,9 +80,26 @@ void atm_merge_rows_bwd(Ctx c, CPtr dout, int B, int Tn, int w, const int32_t* g
 // 32, 64, 96, 128). Returns false, launching nothing, where it does not apply (fp32, other
 // head dims, WIOLA_CUDA_ATTENTION=rows); attention_fwd then runs the row kernel.
 bool attention_tc_enabled();
+// WIOLA_CUDA_ATTENTION=fa2: the forward runs attention_fa2.cu's kernel (the
+// FlashAttention-2 form: register fragments, cp.async double buffering); tc,
+// the default, until fa2 is measured on a GPU.
+bool attention_fa2_enabled();
+// attention_fa2.cu: the forward of attention_fwd_tc in the FlashAttention-2
+// form (bf16, head dims 32, 64, 96, 128, 16-byte aligned q, k, v, o); false,
+// launching nothing, where it does not apply.
+bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
+                       CPtr raw_v, Ptr o, Ptr lse);
 // WIOLA_CUDA_ATTENTION_BWD=v2 selects the second form of the tensor-core
-// backward (attention_tc.cu); v1, the default, is the one measured on a GPU.
+// backward (attention_tc.cu), fa2 attention_fa2.cu's; v1, the default, is the
+// one measured on a GPU.
 bool attention_bwd_v2();
+// attention_fa2.cu: the backward in the FlashAttention-2 form (bf16, head dims
+// 32, 64, 96, 128, 16-byte aligned q, k, v, dout, dq, dk, dv; q_pos0 = 0); a
+// dK/dV kernel and a dQ kernel, deterministic; false, launching nothing, where
+// it does not apply.
+bool attention_bwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
+                       CPtr raw_v, CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k,
+                       Ptr draw_v);
 bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
                       CPtr raw_v, Ptr o, Ptr lse);
 // The backward's dq, dk, dv and raw-key gradients from D = rowsum(dO * O)

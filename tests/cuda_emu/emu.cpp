@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define WIOLA_EMU_ASAN 1
 #endif
@@ -67,6 +68,7 @@ constexpr size_t kStackBytes = 128 << 10;
 constexpr size_t kDefaultSmem = 48 << 10;     // dynamic shared memory without the opt-in
 constexpr size_t kOptinSmem = 227 << 10;      // H100's opt-in limit per block
 constexpr size_t kDeviceBytes = size_t(80) << 30;
+constexpr size_t kGatherBytes = 64;           // a lane's part of warp_all_gather, at most
 
 // ---- errors ----------------------------------------------------------------------
 // The pending error and its message: returned (and cleared) by the next
@@ -106,6 +108,8 @@ struct Fiber {
   int index, lane, warp;
   State st;
   unsigned shuffles;  // shuffles done: picks the slot buffer
+  unsigned gathers;   // warp_all_gathers done: picks the gather buffer
+  std::shared_ptr<PtxThreadState> ptx;  // emu_ptx.cpp's, once used
 };
 
 struct BlockRun {
@@ -117,6 +121,13 @@ struct BlockRun {
     unsigned gen;  // which shuffle of its thread wrote it
   };
   std::vector<Slot> slots[2];  // one per thread, two buffers: shuffle values
+  struct GatherSlot {
+    unsigned char data[kGatherBytes];
+    const char* what;  // the operation
+    unsigned gen;      // which gather of its thread wrote it
+  };
+  // As slots, for warp_all_gather; empty until a block's first gather.
+  std::vector<GatherSlot> gather[2];
   unsigned char* smem;
   std::string error;  // the block's first error
 };
@@ -177,6 +188,10 @@ void fiber_main() {
     (*t_run->body)();
   } catch (const std::exception& e) {
     fiber_error(std::string("exception in device code: ") + e.what());
+  }
+  if (t_fiber->ptx) {  // e.g. cp.async copies never waited for
+    const std::string left = ptx_unfinished_at_exit(*t_fiber->ptx);
+    if (!left.empty()) thread_error(left);
   }
   t_fiber->st = State::Done;
   to_scheduler(true);  // never resumed
@@ -302,6 +317,7 @@ bool run_block(BlockRun& r, dim3 grid, dim3 block, uint3 bid) {
   r.fibers.assign(size_t(n), Fiber{});
   r.slots[0].assign(size_t(n), {0, ~0u});
   r.slots[1].assign(size_t(n), {0, ~0u});
+  for (auto& g : r.gather) g.clear();  // keeps the capacity
   for (int i = 0; i < n; ++i) {
     Fiber& f = r.fibers[size_t(i)];
     f.index = i;
@@ -309,6 +325,7 @@ bool run_block(BlockRun& r, dim3 grid, dim3 block, uint3 bid) {
     f.warp = i / kWarp;
     f.st = State::Ready;
     f.shuffles = 0;
+    f.gathers = 0;
     f.c.tid = uint3{unsigned(i) % block.x, unsigned(i) / block.x % block.y, unsigned(i) / (block.x * block.y)};
     f.c.bid = bid;
     f.c.bdim = block;
@@ -316,6 +333,13 @@ bool run_block(BlockRun& r, dim3 grid, dim3 block, uint3 bid) {
     // Stack tops staggered by 64 bytes a fiber: at one page offset they would
     // all share an L1 set, and every switch would miss.
     f.stack_bottom = t_stacks[size_t(i)]->bottom();
+#ifdef WIOLA_EMU_ASAN
+    // Frames that never return leave AddressSanitizer's redzones in the
+    // stack's shadow: every fiber ends in a switch, and a failed block's
+    // fibers stop anywhere. The next fiber on the stack would trip on them
+    // (asan.CudaEmu.PtxFaults did, after the launches that fail before it).
+    __asan_unpoison_memory_region(f.stack_bottom, kStackBytes);
+#endif
     f.sp = initial_stack(f.stack_bottom + kStackBytes - 64 * size_t(i % 64));
   }
   for (;;) {
@@ -393,6 +417,53 @@ uint64_t shuffle(unsigned mask, uint64_t in, int src_lane) {
     return in;
   }
   return slots[size_t(src)].value;
+}
+
+void thread_error(const std::string& msg) { fiber_error("thread " + std::to_string(current().index) + ": " + msg); }
+
+// As shuffle: one warp barrier per gather, two buffers alternating. A lane
+// whose slot is not of this gather did not arrive at it.
+bool warp_all_gather(const char* what, const void* in, size_t bytes, void* out) {
+  Fiber& f = current();
+  BlockRun& r = *t_run;
+  const int n = int(r.fibers.size());
+  if (bytes > kGatherBytes) {
+    std::fprintf(stderr, "cuda-emu: warp_all_gather of %zu bytes a lane (at most %zu)\n", bytes, kGatherBytes);
+    std::abort();
+  }
+  if ((f.warp + 1) * kWarp > n) {
+    thread_error(std::string(what) + " needs the whole warp; the block's last warp has " +
+                 std::to_string(n - f.warp * kWarp) + " threads");
+    return false;
+  }
+  if (r.gather[0].empty())
+    for (auto& g : r.gather) g.assign(size_t(n), BlockRun::GatherSlot{{}, "", ~0u});
+  const unsigned gen = f.gathers++;
+  std::vector<BlockRun::GatherSlot>& slots = r.gather[gen & 1u];
+  BlockRun::GatherSlot& mine = slots[size_t(f.index)];
+  std::memcpy(mine.data, in, bytes);
+  mine.what = what;
+  mine.gen = gen;
+  syncwarp(0xffffffffu);
+  for (int l = 0; l < kWarp; ++l) {
+    const size_t src = size_t(f.warp * kWarp + l);
+    const BlockRun::GatherSlot& s = slots[src];
+    if (s.gen != gen || std::strcmp(s.what, what) != 0) {
+      thread_error(std::string(what) + " needs the whole warp, converged: lane " + std::to_string(l) +
+                   (r.fibers[src].st == State::Done && s.gen != gen
+                        ? " has exited (undefined on the GPU)"
+                        : " is at another warp operation (the warp is not converged)"));
+      return false;
+    }
+    std::memcpy(static_cast<unsigned char*>(out) + size_t(l) * bytes, s.data, bytes);
+  }
+  return true;
+}
+
+PtxThreadState& ptx_thread_state() {
+  Fiber& f = current();
+  if (!f.ptx) f.ptx = new_ptx_thread_state();
+  return *f.ptx;
 }
 
 void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

@@ -20,8 +20,12 @@
 //
 // What it cannot tell: timing, memory coalescing, bank conflicts, register
 // pressure, races that neither thread order exposes, and the tensor cores'
-// own rounding (wmma accumulates here in fp32 in a fixed order).
+// own rounding (wmma and mma.sync accumulate here in fp32 in a fixed order).
 #pragma once
+
+// Code that must differ under the emulator tests this (kernels/cuda/ptx.cuh:
+// its inline PTX becomes calls of emu_ptx.cpp).
+#define WIOLA_CUDA_EMULATOR 1
 
 #include <cmath>
 #include <cstddef>
@@ -29,6 +33,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -39,7 +44,9 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __align__(n) alignas(n)
+// GCC's attribute, not alignas: CUDA's `__shared__ __align__(16) T x[n]`
+// puts it after `static`, where alignas may not stand.
+#define __align__(n) __attribute__((aligned(n)))
 // Blocks run one at a time, so a function-local static is the block's shared
 // memory. (Static shared arrays keep their contents between blocks; dynamic
 // shared memory is poisoned per block.)
@@ -50,6 +57,9 @@ struct uint3 {
 };
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
+};
+struct alignas(8) float2 {
+  float x, y;
 };
 struct alignas(16) float4 {
   float x, y, z, w;
@@ -91,6 +101,24 @@ unsigned char* dynamic_smem();
 void set_reverse_order(bool reverse);
 // True if [p, p + bytes) lies inside one live cudaMalloc allocation.
 bool in_device_memory(const void* p, size_t bytes);
+
+// ---- for the warp-level PTX instructions (emu_ptx.cpp) ----
+// Reports an error of the running thread (named in the message): the launch
+// fails with the block's first.
+void thread_error(const std::string& msg);
+// A warp-collective exchange: each lane gives `bytes` (at most 64) at `in`,
+// and every lane receives all 32 lanes' in `out` (lane l's at out + l *
+// bytes), all given before any lane goes on. `what` names the operation;
+// lanes must all be at the same one. Needs the whole warp, converged: a lane
+// that exited or is elsewhere is reported (and false returned).
+bool warp_all_gather(const char* what, const void* in, size_t bytes, void* out);
+// Per-thread state of emu_ptx.cpp (the cp.async copies in flight), created
+// there on first use, fresh for every block; emu.cpp only keeps it and asks,
+// at the thread's exit, what is left unfinished.
+struct PtxThreadState;
+PtxThreadState& ptx_thread_state();
+std::shared_ptr<PtxThreadState> new_ptx_thread_state();             // emu_ptx.cpp
+std::string ptx_unfinished_at_exit(const PtxThreadState& state);    // emu_ptx.cpp: "" if nothing
 
 // Work that a stream holds until it completes: the emulated NCCL's messages
 // (nccl_emu.cpp). Kernels, copies and GEMMs run when they are issued, after

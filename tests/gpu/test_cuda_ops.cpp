@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <tuple>
@@ -315,6 +316,25 @@ TEST(CudaOps, AttentionPlainAndAtm) {
   }
 }
 
+// Rounds h through the bf16 buffer dst on the GPU; returns the rounded values.
+Vec bf16_round_trip(Ops<float>& gpu, const Vec& h, DynBuffer<float>& dst) {
+  Buffer<float> f(gpu, h.size());
+  gpu.upload(f.data(), h.data(), f.bytes());
+  gpu.convert(f.data(), dst.data(), h.size());
+  gpu.convert(dst.data(), f.data(), h.size());
+  Vec r(h.size());
+  gpu.download(r.data(), f.data(), f.bytes());
+  return r;
+}
+// n values of the bf16 buffer src as floats.
+Vec bf16_download(Ops<float>& gpu, CPtr src, size_t n) {
+  Buffer<float> f(gpu, n);
+  gpu.convert(src, f.data(), n);
+  Vec r(n);
+  gpu.download(r.data(), f.data(), f.bytes());
+  return r;
+}
+
 // The bf16 attention on tensor cores (kernels/cuda/attention_tc.cu), forward
 // and backward, against the CPU on exactly the GPU's bf16 inputs: plain causal
 // and ATM keys with self-open raw keys, two full 64-row tiles and a partial
@@ -327,23 +347,8 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
   REQUIRE_GPU();
   auto gpu = make_cuda_ops(CudaPrecision::BF16);
   auto cpu = make_backend<float>("cpu");
-  // Rounds h through a bf16 buffer on the GPU; returns the rounded values.
-  auto to_bf16 = [&](const Vec& h, DynBuffer<float>& dst) {
-    Buffer<float> f(*gpu, h.size());
-    gpu->upload(f.data(), h.data(), f.bytes());
-    gpu->convert(f.data(), dst.data(), h.size());
-    gpu->convert(dst.data(), f.data(), h.size());
-    Vec r(h.size());
-    gpu->download(r.data(), f.data(), f.bytes());
-    return r;
-  };
-  auto from_bf16 = [&](CPtr src, size_t n) {
-    Buffer<float> f(*gpu, n);
-    gpu->convert(src, f.data(), n);
-    Vec r(n);
-    gpu->download(r.data(), f.data(), f.bytes());
-    return r;
-  };
+  auto to_bf16 = [&](const Vec& h, DynBuffer<float>& dst) { return bf16_round_trip(*gpu, h, dst); };
+  auto from_bf16 = [&](CPtr src, size_t n) { return bf16_download(*gpu, src, n); };
   for (int dh : {32, 64, 96, 128}) {
     AttnShape s;
     s.B = 2; s.Tq = s.Tk = 150; s.H = 4; s.Hkv = 2; s.dh = dh;
@@ -438,6 +443,160 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
       }
     }
   }
+}
+
+// The FlashAttention-2 form of the bf16 forward (kernels/cuda/attention_fa2.cu,
+// WIOLA_CUDA_ATTENTION=fa2) beside the tensor-core forward, against the CPU on
+// exactly the GPU's bf16 inputs, at every head dim it takes, with 4 query heads
+// on 2 KV groups: T = 67 (a full 64-row tile and a partial one) and T = 200
+// (four key tiles: the running max moves from tile to tile and O is rescaled),
+// plain causal and ATM keys with self-open raw keys, each followed by the
+// tensor-core backward on fa2's o and lse; and a decoding shape (67 queries
+// from position 133 over 200 keys, forward only: the tensor-core backward
+// takes q_pos0 = 0). The cases with a backward run again with
+// WIOLA_CUDA_ATTENTION_BWD=fa2 (attention_fa2.cu's backward), twice, the two
+// runs bit-identical. Bounds those of AttentionTensorCoresBf16.
+TEST(CudaOps, AttentionFa2Bf16) {
+  REQUIRE_GPU();
+  auto gpu = make_cuda_ops(CudaPrecision::BF16);
+  auto cpu = make_backend<float>("cpu");
+  struct Case {
+    int Tq, Tk, q_pos0;
+  };
+  for (int dh : {32, 64, 96, 128})
+    for (const Case c : {Case{67, 67, 0}, Case{200, 200, 0}, Case{67, 200, 133}}) {
+#ifdef WIOLA_CUDA_EMU
+      // On the emulator (three runs in CI: emu, rev, asan) the four-tile and
+      // decoding shapes at d_h = 64 only; every head dim still runs T = 67
+      // (two tiles, odd T). The GPU runs them all.
+      if (dh != 64 && (c.Tq != c.Tk || c.Tq == 200)) continue;
+#endif
+      AttnShape s;
+      s.B = 2; s.Tq = c.Tq; s.Tk = c.Tk; s.q_pos0 = c.q_pos0; s.H = 4; s.Hkv = 2; s.dh = dh;
+      const bool decoding = c.q_pos0 != 0;
+      const size_t nq = size_t(s.B) * s.Tq * s.H * dh, nk = size_t(s.B) * s.Tk * s.Hkv * dh;
+      const size_t nl = size_t(s.B) * s.H * s.Tq;
+      DynBuffer<float> gq(*gpu, DType::BF16, nq), gk(*gpu, DType::BF16, nk), gv(*gpu, DType::BF16, nk),
+          gdo(*gpu, DType::BF16, nq);
+      const Vec q = bf16_round_trip(*gpu, randn(nq, 50), gq), k = bf16_round_trip(*gpu, randn(nk, 51), gk),
+                v = bf16_round_trip(*gpu, randn(nk, 52), gv), dout = bf16_round_trip(*gpu, randn(nq, 53), gdo);
+      std::vector<uint8_t> open(size_t(s.B) * s.Tq, 0);
+      for (int b = 0; b < s.B; ++b)
+        for (int t = 1 + b; t + 1 < s.Tq; t += 4) open[size_t(b) * s.Tq + t] = 1;
+      const AtmLayout lay = atm_layout(open, s.B, s.Tq);
+      for (int with_atm = 0; with_atm < (decoding ? 1 : 2); ++with_atm) {
+        Buffer<float, int32_t> ke(*gpu, lay.key_end.size()), ng(*gpu, lay.n_groups.size()),
+            gf(*gpu, lay.group_first.size());
+        Buffer<float, uint8_t> so(*gpu, open.size());
+        gpu->upload(ke.data(), lay.key_end.data(), ke.bytes());
+        gpu->upload(ng.data(), lay.n_groups.data(), ng.bytes());
+        gpu->upload(gf.data(), lay.group_first.data(), gf.bytes());
+        gpu->upload(so.data(), open.data(), so.bytes());
+        DynBuffer<float> mk(*gpu, DType::BF16, nk), mv(*gpu, DType::BF16, nk), go(*gpu, DType::BF16, nq),
+            gdq(*gpu, DType::BF16, nq), gdk(*gpu, DType::BF16, nk), gdv(*gpu, DType::BF16, nk),
+            gdrk(*gpu, DType::BF16, nk), gdrv(*gpu, DType::BF16, nk);
+        Buffer<float> glse(*gpu, nl);
+        CPtr keys_k = gk.data(), keys_v = gv.data(), raw_k, raw_v;
+        Ptr draw_k, draw_v;
+        AttnKeys gkeys{};
+        if (with_atm) {
+          gpu->atm_merge_rows(gk.data(), s.B, s.Tq, s.Hkv * dh, gf.data(), ke.data(), ng.data(), mk.data());
+          gpu->atm_merge_rows(gv.data(), s.B, s.Tq, s.Hkv * dh, gf.data(), ke.data(), ng.data(), mv.data());
+          keys_k = mk.data(); keys_v = mv.data(); raw_k = gk.data(); raw_v = gv.data();
+          draw_k = gdrk.data(); draw_v = gdrv.data();
+          gkeys = AttnKeys{ke.data(), ng.data(), so.data()};
+        }
+        // o and lse, then (bwd) the tensor-core backward's gradients from them.
+        auto run_gpu = [&](bool bwd) {
+          gpu->attention_fwd(s, gkeys, gq.data(), keys_k, keys_v, raw_k, raw_v, go.data(), glse.data());
+          Vec l(nl);
+          gpu->download(l.data(), glse.data(), glse.bytes());
+          std::vector<Vec> out{bf16_download(*gpu, go.data(), nq), l};
+          if (!bwd) return out;
+          gpu->attention_bwd(s, gkeys, gq.data(), keys_k, keys_v, raw_k, raw_v, go.data(), glse.data(), gdo.data(),
+                             gdq.data(), gdk.data(), gdv.data(), draw_k, draw_v);
+          out.push_back(bf16_download(*gpu, gdq.data(), nq));
+          out.push_back(bf16_download(*gpu, gdk.data(), nk));
+          out.push_back(bf16_download(*gpu, gdv.data(), nk));
+          if (with_atm) {
+            out.push_back(bf16_download(*gpu, gdrk.data(), nk));
+            out.push_back(bf16_download(*gpu, gdrv.data(), nk));
+          }
+          return out;
+        };
+        setenv("WIOLA_CUDA_ATTENTION", "fa2", 1);
+        const auto fa2 = run_gpu(!decoding);
+        // The fa2 backward (WIOLA_CUDA_ATTENTION_BWD=fa2) on the same o and
+        // lse, twice: the two runs must agree bit for bit.
+        std::vector<Vec> fa2b, fa2b_again;
+        if (!decoding) {
+          setenv("WIOLA_CUDA_ATTENTION_BWD", "fa2", 1);
+          fa2b = run_gpu(true);
+          fa2b_again = run_gpu(true);
+          unsetenv("WIOLA_CUDA_ATTENTION_BWD");
+        }
+        unsetenv("WIOLA_CUDA_ATTENTION");
+        const auto tc = run_gpu(false);
+
+        // The CPU on the same (bf16-valued) inputs.
+        const Vec mkh = with_atm ? bf16_download(*gpu, mk.data(), nk) : k,
+                  mvh = with_atm ? bf16_download(*gpu, mv.data(), nk) : v;
+        OnBackend r(*cpu);
+        float *cq = r.in(q), *ck = r.in(mkh), *cv = r.in(mvh), *crk = r.in(k), *crv = r.in(v), *cdo = r.in(dout);
+        float *co = r.in(Vec(nq)), *clse = r.in(Vec(nl)), *cdq = r.in(Vec(nq)), *cdk = r.in(Vec(nk)),
+              *cdv = r.in(Vec(nk)), *cdrk = r.in(Vec(nk)), *cdrv = r.in(Vec(nk));
+        Buffer<float, int32_t> cke(*cpu, lay.key_end.size()), cng(*cpu, lay.n_groups.size());
+        Buffer<float, uint8_t> cso(*cpu, open.size());
+        cpu->upload(cke.data(), lay.key_end.data(), cke.bytes());
+        cpu->upload(cng.data(), lay.n_groups.data(), cng.bytes());
+        cpu->upload(cso.data(), open.data(), cso.bytes());
+        const AttnKeys ckeys = with_atm ? AttnKeys{cke.data(), cng.data(), cso.data()} : AttnKeys{};
+        cpu->attention_fwd(s, ckeys, cq, ck, cv, with_atm ? crk : nullptr, with_atm ? crv : nullptr, co, clse);
+        std::vector<Vec> ref{r.out(co, nq), r.out(clse, nl)};
+        if (!decoding) {
+          cpu->attention_bwd(s, ckeys, cq, ck, cv, with_atm ? crk : nullptr, with_atm ? crv : nullptr, co, clse, cdo,
+                             cdq, cdk, cdv, with_atm ? cdrk : nullptr, with_atm ? cdrv : nullptr);
+          for (auto [p, n] : {std::pair{cdq, nq}, std::pair{cdk, nk}, std::pair{cdv, nk}}) ref.push_back(r.out(p, n));
+          if (with_atm) {
+            ref.push_back(r.out(cdrk, nk));
+            ref.push_back(r.out(cdrv, nk));
+          }
+        }
+
+        const char* names[] = {"o", "lse", "dq", "dk", "dv", "draw_k", "draw_v"};
+        const double tols[] = {2e-2, 1e-3, 3e-2, 3e-2, 3e-2, 3e-2, 3e-2};
+        std::string name = "dh=" + std::to_string(dh) + " T=" + std::to_string(s.Tq);
+        if (decoding) name += " from " + std::to_string(s.q_pos0);
+        if (with_atm) name += " ATM";
+        std::vector<std::pair<const char*, const std::vector<Vec>*>> runs{{"fa2", &fa2}, {"tc", &tc}};
+        if (!decoding) runs.emplace_back("fa2 bwd", &fa2b);
+        for (const auto& [kernel, got] : runs) {
+          ASSERT_LE(got->size(), ref.size());
+          ASSERT_EQ(got->size(), std::string(kernel) == "tc" ? size_t(2) : ref.size());
+          for (size_t t = 0; t < got->size(); ++t) {
+            const double e = rel(ref[t], (*got)[t]);
+            std::printf("  attention bf16 %-20s %-7s %-7s max rel %.2e (tol %.0e)\n", name.c_str(), kernel, names[t],
+                        e, tols[t]);
+            EXPECT_LT(e, tols[t]) << name << " " << kernel << " " << names[t];
+          }
+        }
+        if (!decoding) {
+          // Deterministic: the second run gave the same bits.
+          ASSERT_EQ(fa2b_again.size(), fa2b.size());
+          for (size_t t = 0; t < fa2b.size(); ++t)
+            EXPECT_EQ(0, std::memcmp(fa2b[t].data(), fa2b_again[t].data(), fa2b[t].size() * sizeof(float)))
+                << name << " fa2 bwd " << names[t] << ": two runs differ";
+          // The fa2 backward ran (the tensor-core backward sums in another
+          // order and rounds P and dS elsewhere: some gradient bits differ).
+          bool differs = false;
+          for (size_t t = 2; t < fa2b.size(); ++t) differs = differs || fa2b[t] != fa2[t];
+          EXPECT_TRUE(differs) << name << ": WIOLA_CUDA_ATTENTION_BWD=fa2 gave the tc backward's gradients";
+        }
+        // The fa2 kernel ran (a fallback to the tensor-core kernel would give
+        // its outputs bit for bit: fa2 sums in another order, in base 2).
+        EXPECT_NE(fa2[1], tc[1]) << name << ": WIOLA_CUDA_ATTENTION=fa2 gave the tc kernel's lse";
+      }
+    }
 }
 
 TEST(CudaOps, GemmAndConvert) {
@@ -572,6 +731,208 @@ TEST(CudaModel, Bf16TrainingTracksFp32) {
   EXPECT_LT(f.back(), f.front());
   EXPECT_LT(h.back(), h.front());
   EXPECT_LT(worst, 0.05);
+}
+
+// The flat elementwise kernels move 16 bytes per access (vec_map,
+// kernels/cuda/common.cuh): a head element by element up to the first
+// 16-byte boundary, whole packs, a tail element by element, and every
+// element the scalar way where the operands' misalignments differ. Each op,
+// in each storage mix it runs in, at sizes 1, 7, 8, 9 and 4097 with its
+// operands at element offsets 0..7 of their buffers (exactly as long as
+// needed, so that AddressSanitizer sees an access past the end):
+// - bit for bit against the same op with its inputs one element further on
+//   than its outputs (misalignments that differ: all scalar). Outputs start
+//   as different bytes in the two runs, so an element that either run
+//   leaves unwritten differs, and the bytes before the offset must keep them;
+// - against the CPU backend ("cpu"; "cpu-bf16" where an operand is bf16)
+//   within ElementwiseForwardBackward's bounds (absolute where outputs are
+//   below 1), bf16 outputs within one bf16 rounding: an element read or
+//   written in the wrong place, or left as it was, fails.
+TEST(CudaOps, VectorisedElementwiseMatchesScalar) {
+  REQUIRE_GPU();
+  enum Role { In, Out, InOut };
+  struct Operand {
+    DType t;
+    Role role;
+    bool positive = false;  // |randn| (AdamW's second moment)
+  };
+  struct Case {
+    std::string name;
+    std::vector<Operand> ops;
+    double tol;  // fp32 outputs against the CPU
+    std::function<void(Ops<float>&, const std::vector<Ptr>&, size_t)> run;
+  };
+  const DType F = DType::F32, H = DType::BF16;
+  std::vector<Case> cases;
+  for (DType t : {F, H}) {
+    const std::string s = t == F ? " f32" : " bf16";
+    cases.push_back({"add" + s, {{t, In}, {t, In}, {t, Out}}, 2e-6,
+                     [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) { o.add(p[0], p[1], p[2], n); }});
+    cases.push_back({"axpy" + s, {{t, In}, {t, InOut}}, 2e-6,
+                     [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) { o.axpy(0.75f, p[0], p[1], n); }});
+    cases.push_back({"scale" + s, {{t, InOut}}, 2e-6,
+                     [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) { o.scale(p[0], -1.25f, n); }});
+    cases.push_back({"accumulate" + s, {{DType::F64, In}, {t, InOut}}, 2e-6,
+                     [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) {
+                       o.accumulate(p[0].as<double>(), p[1], n);
+                     }});
+    cases.push_back({"swiglu_fwd" + s, {{t, In}, {t, In}, {t, Out}}, 2e-6,
+                     [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) { o.swiglu_fwd(p[0], p[1], n, p[2]); }});
+    cases.push_back({"swiglu_bwd" + s, {{t, In}, {t, In}, {t, In}, {t, Out}, {t, Out}}, 2e-6,
+                     [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) {
+                       o.swiglu_bwd(p[0], p[1], p[2], n, p[3], p[4]);
+                     }});
+    cases.push_back({"gelu_fwd" + s, {{t, In}, {t, Out}}, 2e-6,
+                     [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) { o.gelu_fwd(p[0], n, p[1]); }});
+    cases.push_back({"gelu_bwd" + s, {{t, In}, {t, In}, {t, Out}}, 2e-6,
+                     [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) { o.gelu_bwd(p[0], p[1], n, p[2]); }});
+    cases.push_back({"sigmoid_gate_fwd" + s, {{t, In}, {t, In}, {t, Out}}, 2e-6,
+                     [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) {
+                       o.sigmoid_gate_fwd(p[0], p[1], n, p[2]);
+                     }});
+    cases.push_back({"sigmoid_gate_bwd" + s, {{t, In}, {t, In}, {t, In}, {t, Out}, {t, Out}}, 2e-6,
+                     [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) {
+                       o.sigmoid_gate_bwd(p[0], p[1], p[2], n, p[3], p[4]);
+                     }});
+    // phi: one fp32 scalar (the kernel's beta), not a mapped operand.
+    cases.push_back({"blend_fwd" + s, {{t, In}, {t, In}, {t, Out}}, 2e-6,
+                     [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) {
+                       Buffer<float> phi(o, 1);
+                       const float v = -0.7f;
+                       o.upload(phi.data(), &v, sizeof v);
+                       o.blend_fwd(p[0], p[1], phi.data(), n, p[2]);
+                     }});
+    for (DType d : {F, H}) {
+      const std::string sd = s + (d == F ? "->f32" : "->bf16");
+      cases.push_back({"convert" + sd, {{t, In}, {d, Out}}, 2e-6,
+                       [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) { o.convert(p[0], p[1], n); }});
+      // fusion: pre, a, b (and da, db, dpre) of type t, res / dout / out of type d.
+      cases.push_back({"fusion_fwd" + sd, {{t, In}, {t, In}, {t, In}, {d, Out}}, 2e-6,
+                       [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) {
+                         o.fusion_fwd(p[0], p[1], p[2], nullptr, n, p[3]);
+                       }});
+      cases.push_back({"fusion_fwd+res" + sd, {{t, In}, {t, In}, {t, In}, {d, In}, {d, Out}}, 2e-6,
+                       [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) {
+                         o.fusion_fwd(p[0], p[1], p[2], p[3], n, p[4]);
+                       }});
+      cases.push_back({"fusion_bwd" + sd, {{t, In}, {t, In}, {t, In}, {d, In}, {t, Out}, {t, Out}, {t, Out}}, 2e-6,
+                       [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) {
+                         o.fusion_bwd(p[0], p[1], p[2], p[3], n, p[4], p[5], p[6]);
+                       }});
+    }
+  }
+  cases.push_back({"adamw", {{F, InOut}, {F, In}, {F, InOut}, {F, InOut, true}}, 1e-6,
+                   [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) {
+                     o.adamw(p[0], p[1], p[2], p[3], n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05);
+                   }});
+
+  // Storage bytes of fp32 values in type t.
+  auto bytes_of = [](DType t, const Vec& v) {
+    std::vector<unsigned char> b(v.size() * dtype_bytes(t));
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (t == DType::F32) std::memcpy(&b[i * 4], &v[i], 4);
+      else if (t == DType::F64) {
+        const double d = v[i];
+        std::memcpy(&b[i * 8], &d, 8);
+      } else {
+        const uint16_t h = bf16_round(v[i]);
+        std::memcpy(&b[i * 2], &h, 2);
+      }
+    }
+    return b;
+  };
+  auto values_of = [](DType t, const std::vector<unsigned char>& b) {
+    Vec v(b.size() / dtype_bytes(t));
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (t == DType::F32) std::memcpy(&v[i], &b[i * 4], 4);
+      else {
+        uint16_t h;
+        std::memcpy(&h, &b[i * 2], 2);
+        v[i] = bf16_widen(h);
+      }
+    }
+    return v;
+  };
+  // Runs c on `o` with operand k at element offset off + (shift if an input)
+  // of a buffer that ends where the operand does, every byte before it
+  // `fill`; returns each written operand's n elements' bytes (empty where
+  // its bytes before the offset changed).
+  auto run = [&](Ops<float>& o, const Case& c, const std::vector<Vec>& in, size_t n, size_t off, size_t shift,
+                 unsigned char fill) {
+    std::vector<DynBuffer<float>> bufs;
+    std::vector<Ptr> ptrs;
+    std::vector<size_t> at;
+    for (size_t k = 0; k < c.ops.size(); ++k) {
+      const Operand& op = c.ops[k];
+      const size_t a = off + (op.role == In ? shift : 0), e = dtype_bytes(op.t);
+      bufs.emplace_back(o, op.t, a + n);
+      std::vector<unsigned char> b(bufs.back().bytes(), fill);
+      if (op.role != Out) {
+        const auto d = bytes_of(op.t, in[k]);
+        std::memcpy(&b[a * e], d.data(), d.size());
+      }
+      o.upload(bufs.back().data().raw(), b.data(), b.size());
+      ptrs.push_back(bufs.back().data() + a);
+      at.push_back(a);
+    }
+    c.run(o, ptrs, n);
+    std::vector<std::vector<unsigned char>> outs;
+    for (size_t k = 0; k < c.ops.size(); ++k) {
+      if (c.ops[k].role == In) continue;
+      std::vector<unsigned char> b(bufs[k].bytes());
+      o.download(b.data(), bufs[k].data().raw(), b.size());
+      const size_t e = dtype_bytes(c.ops[k].t);
+      const bool kept = std::all_of(b.begin(), b.begin() + long(at[k] * e), [&](unsigned char x) { return x == fill; });
+      outs.emplace_back(kept ? std::vector<unsigned char>(b.begin() + long(at[k] * e), b.end())
+                             : std::vector<unsigned char>());
+    }
+    return outs;
+  };
+
+  auto gpu = make_cuda_ops(CudaPrecision::FP32);
+  auto cpu = make_backend<float>("cpu");
+  auto cpu_bf16 = make_backend<float>("cpu-bf16");
+  int failures = 0;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    const bool any_bf16 =
+        std::any_of(c.ops.begin(), c.ops.end(), [](const Operand& op) { return op.t == DType::BF16; });
+    Ops<float>& ref = any_bf16 ? *cpu_bf16 : *cpu;
+    double worst = 0;
+    for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(9), size_t(4097)}) {
+      std::vector<Vec> in;
+      for (size_t k = 0; k < c.ops.size(); ++k) {
+        Vec v = randn(n, 1000 * ci + 10 * k + n);
+        if (c.ops[k].positive)
+          for (auto& x : v) x = std::abs(x);
+        in.push_back(v);
+      }
+      const auto want = run(ref, c, in, n, 0, 0, 0);
+      for (size_t off = 0; off < 8; ++off) {
+        const auto vec = run(*gpu, c, in, n, off, 0, 0x55);
+        const auto scalar = run(*gpu, c, in, n, off, 1, 0xaa);
+        size_t w = 0;
+        for (size_t k = 0; k < c.ops.size(); ++k) {
+          if (c.ops[k].role == In) continue;
+          const std::string where =
+              c.name + " n=" + std::to_string(n) + " offset " + std::to_string(off) + " operand " + std::to_string(k);
+          EXPECT_FALSE(vec[w].empty()) << where << ": bytes before the operand written";
+          EXPECT_FALSE(scalar[w].empty()) << where << ": bytes before the operand written (all-scalar run)";
+          EXPECT_TRUE(vec[w] == scalar[w]) << where << ": not bit for bit the all-scalar run";
+          if (!vec[w].empty()) {
+            const double bound = c.ops[k].t == DType::BF16 ? 0.0079 : c.tol;
+            const double e = rel(values_of(c.ops[k].t, want[w]), values_of(c.ops[k].t, vec[w]), 1.0);
+            worst = std::max(worst, c.ops[k].t == DType::BF16 ? 0.0 : e);
+            EXPECT_LT(e, bound) << where << ": against the CPU";
+            if (e >= bound || vec[w] != scalar[w]) ++failures;
+          }
+          ++w;
+        }
+        if (failures > 20) FAIL() << "more than 20 mismatches";
+      }
+    }
+    std::printf("  %-28s fp32 outputs' worst diff to the CPU %.2e (tol %.0e)\n", c.name.c_str(), worst, c.tol);
+  }
 }
 
 }  // namespace

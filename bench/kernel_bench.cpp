@@ -1,0 +1,831 @@
+// wiola_kernel_bench: the CUDA backend's kernels one at a time at the shapes
+// of wiola-360m's training step (B = 4, T = 2048, d = 1024, 16 query heads on
+// 4 KV groups, d_h = 64, 16 layers), through the op interface in bf16
+// (make_cuda_ops(CudaPrecision::BF16)). It needs neither MPI nor HDF5, so it
+// travels in the GPU kit (tests/gpu/kit_kernels.sh); tests/cuda_emu builds it
+// on the CUDA emulator as wiola_kernel_bench_emu and runs --small.
+//
+// Sections (--only picks one):
+//   attention  attention_fwd with WIOLA_CUDA_ATTENTION = tc, fa2, rows and
+//              attention_bwd with WIOLA_CUDA_ATTENTION_BWD = v1, v2, fa2 (and
+//              the row kernels' backward), for a plain causal layer and an ATM
+//              layer (merge plan from the backend's own atm_similarity /
+//              atm_plan / atm_merge_rows, as model/layer.cpp builds it). Each
+//              variant is first checked against the CPU backend on a small
+//              shape (same heads) with the bounds of test_cuda_ops's
+//              AttentionTensorCoresBf16; one that fails is not timed, one
+//              whose switch value is refused is recorded as skipped.
+//   gemm       every distinct GEMM of the step (model/layer.cpp, linear.h,
+//              model.cpp) with bf16 operands through the backend's gemm,
+//              with the parameter operand 256-byte aligned and misaligned by
+//              --misalign elements (the packed parameter layout's offsets).
+//   memory     norms, a residual add, DSFF activations, AdamW over the
+//              model's parameters and the fp32 -> bf16 weight refresh, in
+//              GB/s of the bytes each must read and write.
+// Every time is CUDA events around each of --reps calls after --warmup
+// untimed ones (the op interface's timeline); the median is reported. Each
+// result is one JSON line appended to --json and flushed at once, so a run
+// cut off by a time limit keeps what it measured, plus a line on stdout.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/atm_plan.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops.h"
+#include "model/config.h"
+#include "util/error.h"
+
+namespace {
+
+using wiola::AttnKeys;
+using wiola::AttnShape;
+using wiola::Buffer;
+using wiola::CPtr;
+using wiola::DType;
+using wiola::DynBuffer;
+using wiola::Ops;
+using wiola::Ptr;
+using wiola::Trans;
+using json = nlohmann::json;
+using Vec = std::vector<float>;
+
+// ---- options, shapes, output -------------------------------------------------------
+
+struct Options {
+  std::string json_path, only;
+  int reps = 20, warmup = 5, misalign = 2;
+  bool small = false;
+  double peak_gbps = 3350, peak_tflops = 989;
+};
+
+// The benchmarked configuration: wiola-360m's step, or --small's tiny one.
+struct Shapes {
+  wiola::ModelConfig cfg;
+  int B = 4, T = 2048;
+  int check_B = 1, check_T = 160;  // the correctness check's attention shape
+  int N() const { return B * T; }
+  int dh() const { return cfg.dh(); }
+};
+
+Shapes make_shapes(bool small) {
+  Shapes s;
+  s.cfg = wiola::model_preset("wiola-360m");
+  if (small) {
+    s.cfg.name = "kernel-bench-small";
+    s.cfg.d = 128; s.cfg.L = 1; s.cfg.H = 4; s.cfg.Hkv = 2; s.cfg.dA = 128; s.cfg.dB = 512; s.cfg.V = 512;
+    s.cfg.T = 64;
+    s.B = 2; s.T = 64;
+    s.check_B = 1; s.check_T = 80;
+  }
+  s.cfg.validate();
+  return s;
+}
+
+class Report {
+ public:
+  explicit Report(const std::string& path) {
+    if (path.empty()) return;
+    f_ = std::fopen(path.c_str(), "w");
+    WIOLA_CHECK(f_, "wiola_kernel_bench: cannot write ", path);
+  }
+  ~Report() {
+    if (f_) std::fclose(f_);
+  }
+  Report(const Report&) = delete;
+  Report& operator=(const Report&) = delete;
+  void emit(const json& j) {
+    if (!f_) return;
+    std::fprintf(f_, "%s\n", j.dump().c_str());
+    std::fflush(f_);
+  }
+
+ private:
+  FILE* f_ = nullptr;
+};
+
+// WIOLA_CUDA_* switches for one variant; the values the process started with
+// come back when it ends (the kit may have exported WIOLA_CUDA_ATTENTION).
+class EnvScope {
+ public:
+  explicit EnvScope(const std::map<std::string, std::string>& vars) {
+    for (const auto& [k, v] : vars) {
+      const char* old = std::getenv(k.c_str());
+      saved_.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+      setenv(k.c_str(), v.c_str(), 1);
+    }
+  }
+  ~EnvScope() {
+    for (const auto& [k, v] : saved_) {
+      if (v) setenv(k.c_str(), v->c_str(), 1);
+      else unsetenv(k.c_str());
+    }
+  }
+  EnvScope(const EnvScope&) = delete;
+  EnvScope& operator=(const EnvScope&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+// ---- timing ----------------------------------------------------------------------------
+
+struct Timing {
+  double ms = 0, ms_min = 0, ms_max = 0;  // median, fastest, slowest of the reps
+  int reps = 0;
+};
+
+// f() `warmup` times untimed, then `reps` times with an event (the op
+// interface's timeline on the backend's stream) before and after each.
+Timing time_op(Ops<float>& ops, const Options& o, const std::function<void()>& f) {
+  for (int i = 0; i < o.warmup; ++i) f();
+  ops.synchronize();
+  auto tl = ops.make_timeline();
+  std::vector<int> marks{tl->mark()};
+  for (int i = 0; i < o.reps; ++i) {
+    f();
+    marks.push_back(tl->mark());
+  }
+  ops.synchronize();
+  std::vector<double> ms;
+  for (int i = 0; i < o.reps; ++i) ms.push_back(1e3 * tl->seconds(marks[size_t(i)], marks[size_t(i) + 1]));
+  std::sort(ms.begin(), ms.end());
+  Timing t;
+  t.reps = o.reps;
+  t.ms_min = ms.front();
+  t.ms_max = ms.back();
+  const size_t n = ms.size();
+  t.ms = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  return t;
+}
+
+void put_timing(json& j, const Timing& t) {
+  j["ms"] = t.ms;
+  j["ms_min"] = t.ms_min;
+  j["ms_max"] = t.ms_max;
+  j["reps"] = t.reps;
+}
+
+// ---- buffers ---------------------------------------------------------------------------
+
+Vec randn(size_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  Vec v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// Host values rounded to bf16, uploaded as bf16; returns the rounded values.
+Vec upload_bf16(Ops<float>& ops, const Vec& h, DynBuffer<float>& dst) {
+  std::vector<uint16_t> bits(h.size());
+  Vec r(h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    bits[i] = wiola::bf16_round(h[i]);
+    r[i] = wiola::bf16_widen(bits[i]);
+  }
+  ops.upload(dst.data().raw(), bits.data(), bits.size() * 2);
+  return r;
+}
+
+Vec download_bf16(Ops<float>& ops, CPtr src, size_t n) {
+  std::vector<uint16_t> bits(n);
+  ops.download(bits.data(), src.raw(), n * 2);
+  Vec r(n);
+  for (size_t i = 0; i < n; ++i) r[i] = wiola::bf16_widen(bits[i]);
+  return r;
+}
+
+template <class E>
+std::vector<E> download_vec(Ops<float>& ops, const E* src, size_t n) {
+  std::vector<E> h(n);
+  ops.download(h.data(), src, n * sizeof(E));
+  return h;
+}
+
+// Fills n elements of a float32 or bf16 buffer with random values in (-1, 1)
+// ((0, 1) if positive): one block of at most 1 Mi elements from the host,
+// then doubled on the device, so that a 300 M-element buffer fills in
+// milliseconds. (Random operands, not zeros: tensor cores fed zeros run
+// cooler and faster than on real data.)
+void fill(Ops<float>& ops, Ptr p, size_t n, uint64_t seed, bool positive = false) {
+  if (!n) return;
+  const size_t es = wiola::dtype_bytes(p.dtype());
+  const size_t block = std::min<size_t>(n, size_t(1) << 20);
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> u(positive ? 0.f : -1.f, 1.f);
+  std::vector<unsigned char> host(block * es);
+  for (size_t i = 0; i < block; ++i) {
+    const float x = u(g);
+    if (p.dtype() == DType::BF16) {
+      const uint16_t b = wiola::bf16_round(x);
+      std::memcpy(&host[i * es], &b, 2);
+    } else {
+      WIOLA_CHECK(p.dtype() == DType::F32, "fill: float32 or bfloat16 buffers only");
+      std::memcpy(&host[i * es], &x, 4);
+    }
+  }
+  char* base = static_cast<char*>(p.raw());
+  ops.upload(base, host.data(), block * es);
+  for (size_t done = block; done < n;) {
+    const size_t c = std::min(done, n - done);
+    ops.copy(base + done * es, base, c * es);
+    done += c;
+  }
+}
+
+// max |a - b| / max(max |a|, floor): test_cuda_ops.cpp's measure.
+double rel(const Vec& ref, const Vec& got, double floor = 1e-20) {
+  double d = 0, m = floor;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    d = std::max(d, std::abs(double(ref[i]) - double(got[i])));
+    m = std::max(m, std::abs(double(ref[i])));
+  }
+  return d / m;
+}
+
+const char* dtype_short(DType t) { return t == DType::BF16 ? "bf16" : t == DType::F32 ? "f32" : "?"; }
+
+// ---- attention ---------------------------------------------------------------------------
+
+// FLOPs as FlashAttention counts them: causal forward 2 * 2 * B * H * T^2 * dh / 2
+// (QK^T and PV, half the square), backward 2.5 x forward. An ATM layer is
+// counted as the plain causal layer it replaces (its merged keys do less).
+constexpr const char* kAttnFlopRule =
+    "FlashAttention: causal fwd = 2*2*B*H*T*T*dh/2, bwd = 2.5*fwd; ATM layers counted as plain causal";
+double attn_fwd_flops(const AttnShape& s) { return 2.0 * 2.0 * s.B * s.H * double(s.Tq) * s.Tq * s.dh / 2.0; }
+
+// One attention problem on the GPU: bf16 q, k, v, dout; for ATM the merge plan
+// of random X-tilde and the merged keys and values; outputs.
+struct AttnProblem {
+  AttnShape s;
+  bool atm = false;
+  size_t nq = 0, nk = 0, nl = 0;
+  DynBuffer<float> q, k, v, dout, mk, mv, o, dq, dk, dv, drk, drv;
+  Buffer<float> lse;
+  Buffer<float, int32_t> key_end, n_groups, group_first;
+  Buffer<float, uint8_t> open;
+  double tau = 0, merged_pairs = 0, keys_frac = 1;
+  // Host copies (bf16 values) for the correctness check.
+  Vec hq, hk, hv, hdout;
+
+  AttnKeys keys() const {
+    if (!atm) return AttnKeys{};
+    return AttnKeys{key_end.data(), n_groups.data(), open.data()};
+  }
+  CPtr keys_k() const { return atm ? CPtr(mk.data()) : CPtr(k.data()); }
+  CPtr keys_v() const { return atm ? CPtr(mv.data()) : CPtr(v.data()); }
+  void fwd(Ops<float>& g) {
+    g.attention_fwd(s, keys(), q.data(), keys_k(), keys_v(), atm ? CPtr(k.data()) : CPtr(),
+                    atm ? CPtr(v.data()) : CPtr(), o.data(), lse.data());
+  }
+  void bwd(Ops<float>& g) {
+    g.attention_bwd(s, keys(), q.data(), keys_k(), keys_v(), atm ? CPtr(k.data()) : CPtr(),
+                    atm ? CPtr(v.data()) : CPtr(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(), dv.data(),
+                    atm ? drk.data() : Ptr(), atm ? drv.data() : Ptr());
+  }
+};
+
+// The ATM merge plan as model/layer.cpp's atm_decide makes it: cosine of
+// neighbouring rows of X-tilde (fp32, [B, T, d]) and Algorithm 1, on the
+// backend. X is random, so tau is chosen from the similarities themselves:
+// the smallest that merges at most 25 % of the adjacent pairs (Algorithm 1's
+// greedy pass run on the host to pick it, then on the backend for the plan).
+void atm_plan_for(Ops<float>& g, AttnProblem& p, int d, uint64_t seed) {
+  const int B = p.s.B, T = p.s.Tq;
+  Buffer<float> x(g, size_t(B) * T * d);
+  const Vec hx = randn(x.size(), seed);
+  g.upload(x.data(), hx.data(), x.bytes());
+  Buffer<float, double> rho(g, size_t(B) * (T - 1));
+  g.atm_similarity(x.data(), B, T, d, rho.data());
+  const std::vector<double> hr = download_vec(g, rho.data(), rho.size());
+  auto merged = [&](double tau) {
+    std::vector<uint8_t> open(static_cast<size_t>(T));
+    size_t n = 0;
+    for (int b = 0; b < B; ++b) {
+      wiola::atm_greedy_row(hr.data() + size_t(b) * (T - 1), T, tau, open.data());
+      for (uint8_t o : open) n += o;
+    }
+    return double(n) / (double(B) * (T - 1));
+  };
+  std::vector<double> sorted = hr;
+  std::sort(sorted.begin(), sorted.end());
+  size_t lo = 0, hi = sorted.size() - 1;  // merged(sorted[hi]) == 0 <= 0.25
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (merged(sorted[mid]) <= 0.25) hi = mid;
+    else lo = mid + 1;
+  }
+  p.tau = sorted[lo];
+  p.merged_pairs = merged(p.tau);
+  const size_t bt = size_t(B) * T;
+  p.open = Buffer<float, uint8_t>(g, bt);
+  p.group_first = Buffer<float, int32_t>(g, bt);
+  p.key_end = Buffer<float, int32_t>(g, bt);
+  p.n_groups = Buffer<float, int32_t>(g, size_t(B));
+  g.atm_plan(rho.data(), B, T, p.tau, p.open.data(), p.group_first.data(), p.key_end.data(), p.n_groups.data());
+  const int w = p.s.Hkv * p.s.dh;
+  g.atm_merge_rows(p.k.data(), B, T, w, p.group_first.data(), p.key_end.data(), p.n_groups.data(), p.mk.data());
+  g.atm_merge_rows(p.v.data(), B, T, w, p.group_first.data(), p.key_end.data(), p.n_groups.data(), p.mv.data());
+  const std::vector<int32_t> ng = download_vec(g, p.n_groups.data(), size_t(B));
+  double keys = 0;
+  for (int32_t n : ng) keys += n;
+  p.keys_frac = keys / double(bt);
+}
+
+std::unique_ptr<AttnProblem> make_attn(Ops<float>& g, const Shapes& sh, int B, int T, bool atm, uint64_t seed) {
+  auto p = std::make_unique<AttnProblem>();
+  AttnShape& s = p->s;
+  s.B = B; s.Tq = s.Tk = T; s.H = sh.cfg.H; s.Hkv = sh.cfg.Hkv; s.dh = sh.dh();
+  p->atm = atm;
+  p->nq = size_t(B) * T * s.H * s.dh;
+  p->nk = size_t(B) * T * s.Hkv * s.dh;
+  p->nl = size_t(B) * s.H * T;
+  auto bf = [&](size_t n) { return DynBuffer<float>(g, DType::BF16, n); };
+  p->q = bf(p->nq); p->k = bf(p->nk); p->v = bf(p->nk); p->dout = bf(p->nq);
+  p->o = bf(p->nq); p->dq = bf(p->nq); p->dk = bf(p->nk); p->dv = bf(p->nk);
+  p->lse = Buffer<float>(g, p->nl);
+  p->hq = upload_bf16(g, randn(p->nq, seed + 1), p->q);
+  p->hk = upload_bf16(g, randn(p->nk, seed + 2), p->k);
+  p->hv = upload_bf16(g, randn(p->nk, seed + 3), p->v);
+  p->hdout = upload_bf16(g, randn(p->nq, seed + 4), p->dout);
+  if (atm) {
+    p->mk = bf(p->nk); p->mv = bf(p->nk); p->drk = bf(p->nk); p->drv = bf(p->nk);
+    atm_plan_for(g, *p, sh.cfg.d, seed + 5);
+  }
+  g.synchronize();
+  return p;
+}
+
+// The CPU backend's o, lse, dq, dk, dv (and draw_k, draw_v for ATM) on
+// exactly the GPU problem's bf16 inputs (merged keys as the GPU merged them).
+std::vector<Vec> cpu_reference(Ops<float>& g, const AttnProblem& p) {
+  auto cpu = wiola::make_cpu_ops<float>();
+  const Vec mk = p.atm ? download_bf16(g, p.mk.data(), p.nk) : p.hk;
+  const Vec mv = p.atm ? download_bf16(g, p.mv.data(), p.nk) : p.hv;
+  std::vector<Buffer<float>> bufs;
+  auto in = [&](const Vec& h) {
+    bufs.emplace_back(*cpu, h.size());
+    cpu->upload(bufs.back().data(), h.data(), h.size() * sizeof(float));
+    return bufs.back().data();
+  };
+  float *q = in(p.hq), *k = in(mk), *v = in(mv), *rk = in(p.hk), *rv = in(p.hv), *dout = in(p.hdout);
+  float *o = in(Vec(p.nq)), *lse = in(Vec(p.nl)), *dq = in(Vec(p.nq)), *dk = in(Vec(p.nk)), *dv = in(Vec(p.nk));
+  float *drk = in(Vec(p.nk)), *drv = in(Vec(p.nk));
+  const size_t bt = size_t(p.s.B) * p.s.Tq;
+  Buffer<float, int32_t> ke(*cpu, bt), ng(*cpu, size_t(p.s.B));
+  Buffer<float, uint8_t> so(*cpu, bt);
+  AttnKeys keys{};
+  if (p.atm) {
+    cpu->upload(ke.data(), download_vec(g, p.key_end.data(), bt).data(), ke.bytes());
+    cpu->upload(ng.data(), download_vec(g, p.n_groups.data(), size_t(p.s.B)).data(), ng.bytes());
+    cpu->upload(so.data(), download_vec(g, p.open.data(), bt).data(), so.bytes());
+    keys = AttnKeys{ke.data(), ng.data(), so.data()};
+  }
+  cpu->attention_fwd(p.s, keys, q, k, v, p.atm ? rk : nullptr, p.atm ? rv : nullptr, o, lse);
+  cpu->attention_bwd(p.s, keys, q, k, v, p.atm ? rk : nullptr, p.atm ? rv : nullptr, o, lse, dout, dq, dk, dv,
+                     p.atm ? drk : nullptr, p.atm ? drv : nullptr);
+  auto out = [&](const float* x, size_t n) { return download_vec(*cpu, x, n); };
+  std::vector<Vec> r{out(o, p.nq), out(lse, p.nl), out(dq, p.nq), out(dk, p.nk), out(dv, p.nk)};
+  if (p.atm) {
+    r.push_back(out(drk, p.nk));
+    r.push_back(out(drv, p.nk));
+  }
+  return r;
+}
+
+// test_cuda_ops.cpp's AttentionTensorCoresBf16 bounds.
+const char* const kAttnNames[] = {"o", "lse", "dq", "dk", "dv", "draw_k", "draw_v"};
+const double kAttnTols[] = {2e-2, 1e-3, 3e-2, 3e-2, 3e-2, 3e-2, 3e-2};
+
+struct AttnVariant {
+  std::string name;  // as in the JSON: "fwd tc", "bwd v2", ...
+  bool bwd;
+  std::map<std::string, std::string> env;
+};
+
+// The check: the variant's outputs on the small problem against the CPU.
+// (A backward variant's forward is the default tensor-core one: the
+// backward reads its o and lse.) Returns the max relative error per output.
+json check_variant(Ops<float>& g, AttnProblem& p, const std::vector<Vec>& ref, const AttnVariant& var, bool& ok) {
+  std::vector<Vec> got;
+  {
+    EnvScope fwd_env(var.bwd ? std::map<std::string, std::string>{{"WIOLA_CUDA_ATTENTION", "tc"}} : var.env);
+    p.fwd(g);
+  }
+  got.push_back(download_bf16(g, p.o.data(), p.nq));
+  got.push_back(download_vec(g, p.lse.data(), p.nl));
+  if (var.bwd) {
+    EnvScope bwd_env(var.env);
+    p.bwd(g);
+    got.push_back(download_bf16(g, p.dq.data(), p.nq));
+    got.push_back(download_bf16(g, p.dk.data(), p.nk));
+    got.push_back(download_bf16(g, p.dv.data(), p.nk));
+    if (p.atm) {
+      got.push_back(download_bf16(g, p.drk.data(), p.nk));
+      got.push_back(download_bf16(g, p.drv.data(), p.nk));
+    }
+  }
+  json err = json::object(), tol = json::object();
+  ok = true;
+  // A backward variant is judged on its gradients (its o and lse are tc's).
+  for (size_t t = var.bwd ? 2 : 0; t < got.size(); ++t) {
+    const double e = rel(ref[t], got[t]);
+    err[kAttnNames[t]] = e;
+    tol[kAttnNames[t]] = kAttnTols[t];
+    if (!(e < kAttnTols[t])) ok = false;
+  }
+  return json{{"B", p.s.B}, {"T", p.s.Tq}, {"max_rel", err}, {"tol", tol}};
+}
+
+bool is_refusal(const std::string& msg) {
+  return msg.rfind("WIOLA_CUDA_ATTENTION", 0) == 0 && msg.find("expected") != std::string::npos;
+}
+
+void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
+  const std::vector<AttnVariant> variants = {
+      {"fwd tc", false, {{"WIOLA_CUDA_ATTENTION", "tc"}}},
+      {"fwd fa2", false, {{"WIOLA_CUDA_ATTENTION", "fa2"}}},
+      {"fwd rows", false, {{"WIOLA_CUDA_ATTENTION", "rows"}}},
+      {"bwd v1", true, {{"WIOLA_CUDA_ATTENTION", "tc"}, {"WIOLA_CUDA_ATTENTION_BWD", "v1"}}},
+      {"bwd v2", true, {{"WIOLA_CUDA_ATTENTION", "tc"}, {"WIOLA_CUDA_ATTENTION_BWD", "v2"}}},
+      {"bwd fa2", true, {{"WIOLA_CUDA_ATTENTION", "tc"}, {"WIOLA_CUDA_ATTENTION_BWD", "fa2"}}},
+      {"bwd rows", true, {{"WIOLA_CUDA_ATTENTION", "rows"}}},
+  };
+  for (bool atm : {false, true}) {
+    const char* layer = atm ? "atm" : "causal";
+    auto small = make_attn(g, sh, sh.check_B, sh.check_T, atm, atm ? 200 : 100);
+    const std::vector<Vec> ref = cpu_reference(g, *small);
+    auto big = make_attn(g, sh, sh.B, sh.T, atm, atm ? 400 : 300);
+    const double f_fwd = attn_fwd_flops(big->s);
+    for (const AttnVariant& var : variants) {
+      json j{{"section", "attention"}, {"name", "attention " + var.name + " " + layer},
+             {"dir", var.bwd ? "bwd" : "fwd"}, {"variant", var.name.substr(4)}, {"layer", layer}, {"env", var.env},
+             {"B", big->s.B}, {"T", big->s.Tq}, {"H", big->s.H}, {"Hkv", big->s.Hkv}, {"dh", big->s.dh},
+             {"flop_rule", kAttnFlopRule}};
+      if (atm)
+        j["atm"] = {{"tau", big->tau}, {"merged_pair_frac", big->merged_pairs}, {"keys_frac", big->keys_frac},
+                    {"check_merged_pair_frac", small->merged_pairs}};
+      std::string line;
+      try {
+        bool ok = false;
+        j["check"] = check_variant(g, *small, ref, var, ok);
+        j["ok"] = ok;
+        if (ok) {
+          // Its forward once (a backward reads o and lse), then the timed op.
+          {
+            EnvScope e(var.bwd ? std::map<std::string, std::string>{{"WIOLA_CUDA_ATTENTION", "tc"}} : var.env);
+            big->fwd(g);
+          }
+          EnvScope e(var.env);
+          const Timing t = time_op(g, o, [&] { var.bwd ? big->bwd(g) : big->fwd(g); });
+          put_timing(j, t);
+          const double flops = var.bwd ? 2.5 * f_fwd : f_fwd;
+          j["flops"] = flops;
+          j["tflops"] = flops / (t.ms * 1e-3) / 1e12;
+          char buf[256];
+          std::snprintf(buf, sizeof buf, "%8.3f ms  %7.1f TFLOP/s", t.ms, j["tflops"].get<double>());
+          line = buf;
+        } else {
+          line = "FAILED its check (not timed): " + j["check"]["max_rel"].dump();
+        }
+      } catch (const std::exception& e) {
+        const std::string msg = e.what();
+        g.synchronize();
+        if (is_refusal(msg)) {
+          j["skipped"] = true;
+          j["ok"] = false;
+          j["message"] = msg;
+          line = "skipped: " + msg;
+        } else {
+          j["ok"] = false;
+          j["error"] = msg;
+          line = "ERROR: " + msg;
+        }
+      }
+      rep.emit(j);
+      std::printf("attention %-9s %-6s B=%d T=%d H=%d Hkv=%d dh=%d: %s\n", var.name.c_str(), layer, big->s.B,
+                  big->s.Tq, big->s.H, big->s.Hkv, big->s.dh, line.c_str());
+    }
+  }
+}
+
+// ---- GEMMs -----------------------------------------------------------------------------
+
+// One GEMM call of the step, as the model issues it (row-major, ops.h's gemm).
+struct GemmCall {
+  std::string role;
+  Trans ta, tb;
+  int m, n, k, lda, ldb, ldc;
+  float beta;
+  DType c;       // C's storage type in the bf16 step (activations bf16; residual, gradients fp32)
+  char param;    // the operand that is a parameter tensor: 'B' (weight) or 'C' (its gradient)
+  long count;    // calls per step
+  const char* note = "";
+};
+
+// Every GEMM of one wiola-360m step without recompute (model/layer.cpp,
+// model/linear.h, model/model.cpp): y = x W^T is gemm(N, T); dx = dy W is
+// gemm(N, N); dW += dy^T x is gemm(T, N).
+std::vector<GemmCall> step_gemms(const Shapes& sh) {
+  const auto& c = sh.cfg;
+  const int N = sh.N(), d = c.d, hd = c.H * c.dh(), kvd = c.Hkv * c.dh(), dA = c.dA, dB = c.dB, V = c.V;
+  const int qkvg = 2 * hd + 2 * kvd, nc = c.Lambda;
+  const long L = c.L;
+  long ctx_rows = 0;  // context rows summed over layers: min(Lambda, l + 1)
+  for (int l = 0; l < c.L; ++l) ctx_rows += c.n_ctx(l);
+  const DType bf = DType::BF16, f32 = DType::F32;
+  const Trans n_ = Trans::N, t_ = Trans::T;
+  const char* conv = "the step's fp32 operand (X-tilde, summaries or dX-half) is rounded to bf16 first";
+  std::vector<GemmCall> g = {
+      // forward
+      {"qkvg fwd", n_, t_, N, qkvg, d, d, d, qkvg, 0, bf, 'B', L, conv},
+      {"ctx k/v fwd", n_, t_, N, kvd, d, d, d, nc * kvd, 0, bf, 'B', 2 * ctx_rows, conv},
+      {"o_proj fwd", n_, t_, N, d, hd, hd, hd, d, 0, f32, 'B', L, ""},
+      {"dsff a gate/up fwd", n_, t_, N, dA, d, d, d, dA, 0, bf, 'B', 2 * L, ""},
+      {"dsff a down fwd", n_, t_, N, d, dA, dA, dA, d, 0, bf, 'B', L, ""},
+      {"dsff b up fwd", n_, t_, N, dB, d, d, d, dB, 0, bf, 'B', L, ""},
+      {"dsff b down fwd", n_, t_, N, d, dB, dB, dB, d, 0, bf, 'B', L, ""},
+      {"fusion fwd", n_, t_, N, d, d, d, 2 * d, d, 1, bf, 'B', 2 * L, ""},
+      {"logits fwd", n_, t_, N, V, d, d, d, V, 0, bf, 'B', 1, ""},
+      // backward: data
+      {"logits bwd data", n_, n_, N, d, V, V, d, d, 0, bf, 'B', 1, ""},
+      {"fusion bwd data", n_, n_, N, d, d, d, 2 * d, d, 1, bf, 'B', 2 * L, ""},
+      {"dsff b down bwd data", n_, n_, N, dB, d, d, dB, dB, 0, bf, 'B', L, ""},
+      {"dsff b up bwd data", n_, n_, N, d, dB, dB, d, d, 0, f32, 'B', L, ""},
+      {"dsff a down bwd data", n_, n_, N, dA, d, d, dA, dA, 0, bf, 'B', L, ""},
+      {"dsff a gate/up bwd data", n_, n_, N, d, dA, dA, d, d, 1, f32, 'B', 2 * L, ""},
+      {"o_proj bwd data", n_, n_, N, hd, d, d, hd, hd, 0, bf, 'B', L, conv},
+      {"ctx k/v bwd data", n_, n_, N, d, kvd, nc * kvd, d, d, 1, f32, 'B', 2 * ctx_rows, ""},
+      {"qkvg bwd data", n_, n_, N, d, qkvg, qkvg, d, d, 0, f32, 'B', L, ""},
+      // backward: weights
+      {"logits bwd weight", t_, n_, V, d, N, V, d, d, 1, f32, 'C', 1, ""},
+      {"fusion bwd weight", t_, n_, d, d, N, d, d, 2 * d, 1, f32, 'C', 2 * L, ""},
+      {"dsff b down bwd weight", t_, n_, d, dB, N, d, dB, dB, 1, f32, 'C', L, ""},
+      {"dsff a down bwd weight", t_, n_, d, dA, N, d, dA, dA, 1, f32, 'C', L, ""},
+      {"dsff b up bwd weight", t_, n_, dB, d, N, dB, d, d, 1, f32, 'C', L, ""},
+      {"dsff a gate/up bwd weight", t_, n_, dA, d, N, dA, d, d, 1, f32, 'C', 2 * L, ""},
+      {"o_proj bwd weight", t_, n_, d, hd, N, d, hd, hd, 1, f32, 'C', L, conv},
+      {"ctx k/v bwd weight", t_, n_, kvd, d, N, nc * kvd, d, d, 1, f32, 'C', 2 * ctx_rows, conv},
+      {"qkvg bwd weight", t_, n_, qkvg, d, N, qkvg, d, d, 1, f32, 'C', L, conv},
+  };
+  return g;
+}
+
+// Elements an operand of op(X)[rows, cols] with leading dimension ld spans.
+size_t span(Trans t, int rows, int cols, int ld) {
+  return t == Trans::N ? size_t(rows - 1) * ld + cols : size_t(cols - 1) * ld + rows;
+}
+
+void run_gemm(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
+  // Calls with the same shape, layout and C type are one distinct GEMM.
+  struct Distinct {
+    GemmCall call;
+    std::vector<std::string> roles;
+    long count = 0;
+  };
+  std::vector<Distinct> gemms;
+  for (const GemmCall& c : step_gemms(sh)) {
+    auto same = [&](const Distinct& x) {
+      const GemmCall& y = x.call;
+      return y.ta == c.ta && y.tb == c.tb && y.m == c.m && y.n == c.n && y.k == c.k && y.lda == c.lda &&
+             y.ldb == c.ldb && y.ldc == c.ldc && y.beta == c.beta && y.c == c.c && y.param == c.param;
+    };
+    auto it = std::find_if(gemms.begin(), gemms.end(), same);
+    if (it == gemms.end()) it = gemms.insert(gemms.end(), Distinct{c, {}, 0});
+    it->roles.push_back(c.role);
+    it->count += c.count;
+  }
+  // One A, B and C buffer for all, each the largest any GEMM needs plus room
+  // for the misaligned offset; random bf16 operands, C zeroed.
+  const size_t pad = size_t(o.misalign) + 128;
+  size_t na = 0, nb = 0, c_bytes = 0;
+  for (const auto& x : gemms) {
+    const GemmCall& c = x.call;
+    na = std::max(na, span(c.ta, c.m, c.k, c.lda));
+    nb = std::max(nb, span(c.tb, c.k, c.n, c.ldb));
+    c_bytes = std::max(c_bytes, span(Trans::N, c.m, c.n, c.ldc) * wiola::dtype_bytes(c.c));
+  }
+  DynBuffer<float> A(g, DType::BF16, na + pad), Bm(g, DType::BF16, nb + pad);
+  Buffer<float, unsigned char> C(g, c_bytes + pad * 4);
+  fill(g, A.data(), A.size(), 11);
+  fill(g, Bm.data(), Bm.size(), 12);
+  g.zero(C.data(), C.bytes());
+  g.synchronize();
+
+  double total_flops = 0, total_ms[2] = {0, 0};
+  bool all_ok[2] = {true, true};
+  for (const auto& x : gemms) {
+    const GemmCall& c = x.call;
+    const double flops = 2.0 * c.m * c.n * double(c.k);
+    total_flops += flops * double(x.count);
+    for (int mis = 0; mis < 2; ++mis) {
+      const size_t off = mis ? size_t(o.misalign) : 0;
+      const CPtr a = A.data();
+      const CPtr b = Bm.data() + (c.param == 'B' ? off : 0);
+      const Ptr cp = Ptr(C.data(), c.c) + (c.param == 'C' ? off : 0);
+      json j{{"section", "gemm"}, {"name", "gemm " + c.role + (mis ? " misaligned" : "")}, {"roles", x.roles},
+             {"ta", c.ta == Trans::T ? "T" : "N"}, {"tb", c.tb == Trans::T ? "T" : "N"}, {"m", c.m}, {"n", c.n},
+             {"k", c.k}, {"lda", c.lda}, {"ldb", c.ldb}, {"ldc", c.ldc}, {"beta", c.beta}, {"a", "bf16"},
+             {"b", "bf16"}, {"c", dtype_short(c.c)}, {"compute", "fp32"}, {"per_step", x.count},
+             {"aligned", !mis}, {"param_operand", std::string(1, c.param)},
+             {"param_offset_elems", off}, {"flops", flops}};
+      if (*c.note) j["note"] = c.note;
+      std::string line;
+      try {
+        const Timing t = time_op(g, o, [&] {
+          g.gemm(c.ta, c.tb, c.m, c.n, c.k, 1.f, a, c.lda, b, c.ldb, c.beta, cp, c.ldc);
+        });
+        put_timing(j, t);
+        const double tf = flops / (t.ms * 1e-3) / 1e12;
+        j["tflops"] = tf;
+        j["frac_peak"] = tf / o.peak_tflops;
+        j["ok"] = true;
+        total_ms[mis] += t.ms * double(x.count);
+        char buf[128];
+        std::snprintf(buf, sizeof buf, "%8.3f ms  %7.1f TFLOP/s (%4.0f %% of %.0f)", t.ms, tf, 100 * tf / o.peak_tflops,
+                      o.peak_tflops);
+        line = buf;
+      } catch (const std::exception& e) {
+        g.synchronize();
+        j["ok"] = false;
+        j["error"] = e.what();
+        line = std::string("ERROR: ") + e.what();
+        all_ok[mis] = false;
+      }
+      rep.emit(j);
+      const std::string label = x.roles.size() > 1 ? c.role + " +" + std::to_string(x.roles.size() - 1) : c.role;
+      std::printf("gemm %-29s %s%s x%-3ld %5d x %5d x %5d %s: %s\n", label.c_str(), c.ta == Trans::T ? "T" : "N",
+                  c.tb == Trans::T ? "T" : "N", x.count, c.m, c.n, c.k, mis ? "misaligned" : "aligned   ",
+                  line.c_str());
+    }
+  }
+  // The step's GEMMs: their FLOPs over the sum of count x median time.
+  for (int mis = 0; mis < 2; ++mis) {
+    json j{{"section", "gemm"}, {"name", std::string("gemm step total") + (mis ? " misaligned" : "")},
+           {"aligned", !mis}, {"flops", total_flops}, {"distinct", gemms.size()}, {"ok", all_ok[mis]}};
+    if (all_ok[mis]) {
+      j["ms"] = total_ms[mis];
+      j["tflops"] = total_flops / (total_ms[mis] * 1e-3) / 1e12;
+      j["frac_peak"] = j["tflops"].get<double>() / o.peak_tflops;
+    }
+    rep.emit(j);
+    std::printf("gemm step total (%s): %.1f GFLOP in %.3f ms, %.1f TFLOP/s\n", mis ? "misaligned" : "aligned",
+                total_flops / 1e9, total_ms[mis], all_ok[mis] ? j["tflops"].get<double>() : 0.0);
+  }
+}
+
+// ---- memory-bound ops ------------------------------------------------------------------
+
+void run_memory(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
+  const size_t N = size_t(sh.N()), d = size_t(sh.cfg.d), nd = N * d;
+  const size_t nA = N * size_t(sh.cfg.dA), nB = N * size_t(sh.cfg.dB);
+  const size_t P = size_t(sh.cfg.param_count());
+  auto report = [&](const std::string& name, const std::string& what, const std::string& bytes_rule, double bytes,
+                    const std::function<void()>& f) {
+    json j{{"section", "memory"}, {"name", name}, {"what", what}, {"bytes", bytes}, {"bytes_rule", bytes_rule},
+           {"peak_gbps", o.peak_gbps}};
+    std::string line;
+    try {
+      const Timing t = time_op(g, o, f);
+      put_timing(j, t);
+      const double gbps = bytes / (t.ms * 1e-3) / 1e9;
+      j["gbps"] = gbps;
+      j["frac_peak"] = gbps / o.peak_gbps;
+      j["ok"] = true;
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "%8.3f ms  %7.1f GB/s (%4.0f %% of %.0f)", t.ms, gbps, 100 * gbps / o.peak_gbps,
+                    o.peak_gbps);
+      line = buf;
+    } catch (const std::exception& e) {
+      g.synchronize();
+      j["ok"] = false;
+      j["error"] = e.what();
+      line = std::string("ERROR: ") + e.what();
+    }
+    rep.emit(j);
+    std::printf("memory %-18s %-36s: %s\n", name.c_str(), what.c_str(), line.c_str());
+  };
+  const std::string rows = "[" + std::to_string(N) + ", " + std::to_string(d) + "]";
+  {
+    // The norms (model/layer.cpp): ln1 fp32 -> fp32 (X-tilde stays fp32),
+    // ln2 fused with the residual add, fp32 in -> bf16 out; backward all fp32.
+    Buffer<float> x(g, nd), x2(g, nd), s(g, nd), dy(g, nd), dx(g, nd), y32(g, nd), gamma(g, d), delta(g, d),
+        dgamma(g, d), ddelta(g, d), rstd(g, N);
+    DynBuffer<float> y16(g, DType::BF16, nd);
+    fill(g, x.data(), nd, 21);
+    fill(g, x2.data(), nd, 22);
+    fill(g, dy.data(), nd, 23);
+    fill(g, gamma.data(), d, 24, true);
+    fill(g, delta.data(), d, 25);
+    g.zero(dgamma.data(), dgamma.bytes());
+    g.zero(ddelta.data(), ddelta.bytes());
+    const double eps = sh.cfg.eps, D = double(nd);
+    report("rmsnorm_fwd", rows + " f32 -> f32", "read x 4 + write y 4 B/elem (+ rstd)", D * 8 + 4.0 * N,
+           [&] { g.rmsnorm_fwd(x.data(), gamma.data(), delta.data(), int(N), int(d), eps, y32.data(), rstd.data()); });
+    report("add_rmsnorm_fwd", rows + " f32 + f32 -> f32, bf16", "read a, b 4+4 + write s 4, y 2 B/elem (+ rstd)",
+           D * 14 + 4.0 * N, [&] {
+             g.add_rmsnorm_fwd(x.data(), x2.data(), s.data(), gamma.data(), delta.data(), int(N), int(d), eps,
+                               y16.data(), rstd.data());
+           });
+    report("rmsnorm_bwd", rows + " f32", "read x, dy, dres 4+4+4 + write dx 4 B/elem (+ rstd; the minimum: "
+           "the kernel reads x and dy again for dgamma, ddelta)", D * 16 + 4.0 * N, [&] {
+             g.rmsnorm_bwd(x.data(), gamma.data(), delta.data(), rstd.data(), dy.data(), int(N), int(d), x2.data(),
+                           dx.data(), dgamma.data(), ddelta.data());
+           });
+    report("add", rows + " f32", "read a, b 4+4 + write 4 B/elem", D * 12,
+           [&] { g.add(x.data(), x2.data(), s.data(), nd); });
+  }
+  {
+    // DSFF activations in bf16.
+    DynBuffer<float> ga(g, DType::BF16, nA), ua(g, DType::BF16, nA), ha(g, DType::BF16, nA);
+    fill(g, ga.data(), nA, 31);
+    fill(g, ua.data(), nA, 32);
+    report("swiglu_fwd", "[" + std::to_string(N) + ", " + std::to_string(sh.cfg.dA) + "] bf16",
+           "read g, u 2+2 + write h 2 B/elem", double(nA) * 6, [&] { g.swiglu_fwd(ga.data(), ua.data(), nA, ha.data()); });
+  }
+  {
+    DynBuffer<float> ub(g, DType::BF16, nB), hb(g, DType::BF16, nB);
+    fill(g, ub.data(), nB, 33);
+    report("gelu_fwd", "[" + std::to_string(N) + ", " + std::to_string(sh.cfg.dB) + "] bf16",
+           "read x 2 + write y 2 B/elem", double(nB) * 4, [&] { g.gelu_fwd(ub.data(), nB, hb.data()); });
+  }
+  {
+    // The optimizer over every parameter (fp32 p, g, m, v) and the weight
+    // copy's refresh after it (fp32 -> bf16).
+    Buffer<float> p(g, P), gr(g, P), m(g, P), v(g, P);
+    DynBuffer<float> w(g, DType::BF16, P);
+    fill(g, p.data(), P, 41);
+    fill(g, gr.data(), P, 42);
+    fill(g, m.data(), P, 43);
+    fill(g, v.data(), P, 44, true);
+    const std::string params = std::to_string(P) + " params (" + sh.cfg.name + ")";
+    int t = 0;
+    report("adamw", params + " f32", "read p, g, m, v 16 + write p, m, v 12 B/param", double(P) * 28, [&] {
+      ++t;
+      g.adamw(p.data(), gr.data(), m.data(), v.data(), P, 1e-4, 0.9, 0.95, 1e-8, 0.1, 1 - std::pow(0.9, t),
+              1 - std::pow(0.95, t));
+    });
+    report("convert f32->bf16", params, "read 4 + write 2 B/elem", double(P) * 6,
+           [&] { g.convert(p.data(), w.data(), P); });
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"The CUDA backend's kernels at wiola-360m's step shapes: attention variants, GEMMs, memory-bound ops",
+               "wiola_kernel_bench"};
+  Options o;
+  app.add_option("--json", o.json_path, "write one JSON line per result here, each flushed at once");
+  app.add_option("--reps", o.reps, "timed calls per measurement (median reported)")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed calls first")->capture_default_str();
+  app.add_flag("--small", o.small, "tiny shapes (the emulator's dry run): T = 64, d = 128, H = 4, Hkv = 2, L = 1");
+  app.add_option("--only", o.only, "one section")->check(CLI::IsMember({"attention", "gemm", "memory"}));
+  app.add_option("--peak-gbps", o.peak_gbps, "memory bandwidth for the fraction of peak (H100 SXM: 3350)")
+      ->capture_default_str();
+  app.add_option("--peak-tflops", o.peak_tflops, "bf16 dense peak for the GEMMs' fraction (H100/H200 SXM: 989)")
+      ->capture_default_str();
+  app.add_option("--misalign", o.misalign, "elements the parameter operand is moved by in the misaligned GEMMs")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (o.small) {  // few reps unless asked for more
+    if (!app.count("--reps")) o.reps = 2;
+    if (!app.count("--warmup")) o.warmup = 1;
+  }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  try {
+    WIOLA_CHECK(o.reps >= 1 && o.warmup >= 0 && o.misalign >= 0, "--reps >= 1, --warmup >= 0, --misalign >= 0");
+    const Shapes sh = make_shapes(o.small);
+    auto g = wiola::make_cuda_ops(wiola::CudaPrecision::BF16);
+    Report rep(o.json_path);
+    const auto& c = sh.cfg;
+    json meta{{"section", "meta"}, {"device", g->device_name()}, {"config", c.name}, {"B", sh.B}, {"T", sh.T},
+              {"d", c.d}, {"H", c.H}, {"Hkv", c.Hkv}, {"dh", c.dh()}, {"L", c.L}, {"dA", c.dA}, {"dB", c.dB},
+              {"V", c.V}, {"params", c.param_count()}, {"reps", o.reps}, {"warmup", o.warmup},
+              {"timing", "CUDA events around each rep; median"}, {"precision", "bf16"},
+              {"peak_gbps", o.peak_gbps}, {"peak_tflops", o.peak_tflops}};
+    rep.emit(meta);
+    std::printf("wiola_kernel_bench on %s: %s, B=%d T=%d d=%d H=%d Hkv=%d dh=%d L=%d, %d reps after %d warm-up\n",
+                g->device_name().c_str(), c.name.c_str(), sh.B, sh.T, c.d, c.H, c.Hkv, c.dh(), c.L, o.reps, o.warmup);
+    if (o.only.empty() || o.only == "attention") run_attention(*g, sh, o, rep);
+    if (o.only.empty() || o.only == "gemm") run_gemm(*g, sh, o, rep);
+    if (o.only.empty() || o.only == "memory") run_memory(*g, sh, o, rep);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wiola_kernel_bench: error: %s\n", e.what());
+    return 1;
+  }
+}

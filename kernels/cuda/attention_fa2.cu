@@ -1,0 +1,921 @@
+// Self-attention forward in the FlashAttention-2 form, for bf16 activations
+// at head dims 32, 64, 96, 128 (WIOLA_CUDA_ATTENTION=fa2; attention_tc.cu's
+// WMMA kernel stays the default until this one is measured on a GPU), and a
+// backward in the same form (WIOLA_CUDA_ATTENTION_BWD=fa2, described at
+// "backward" below; v1 stays the default until measured). Same
+// contract and outputs as attention_tc.cu's forward (kernels/ops.h,
+// attention_fwd): o, and lse in fp32, which the tensor-core backward reads.
+//
+// One block per (64 query rows, head h, sequence b), four warps of 16 query
+// rows; the query tiles run last to first (the causal tiles with the most
+// keys start first). Everything goes through the warp-level instructions of
+// ptx.cuh (mma.m16n8k16, ldmatrix, cp.async), whose fragment layouts are
+// documented there:
+// - Q is copied once (cp.async) and kept as A fragments in registers.
+// - K and V tiles of 64 rows are double-buffered in shared memory: the copies
+//   of tile t+1 are in flight while tile t is computed. Rows are padded to
+//   D + 8 elements, so the eight 16-byte rows an ldmatrix reads lie on
+//   distinct banks.
+// - S = Q K^T into fp32 fragments (K by ldmatrix, non-transposed, gives the
+//   col-major B operand), masked by visibility where the tile is not wholly
+//   visible to the block's first query; the online softmax runs on the
+//   fragments (a row's four values of a quad reduced with __shfl_xor_sync),
+//   in base 2 with the scale folded into one FMA; each lane keeps a partial
+//   row sum, reduced over its quad at the end.
+// - P goes to bf16 A fragments straight from the S accumulators (an
+//   m16n8k16 C fragment pair is the A fragment of the next product) and
+//   O += P V with V by ldmatrix .trans; O, m, l stay in registers (fp32).
+// - Key tiles stop at the last one visible to the block's last query.
+// - A query whose position opens a merged pair adds its own raw key/value
+//   after the tiles: q . raw_k by the row's quad (a shuffle reduction), then
+//   m, l and O are updated, as attention_tc.cu does.
+// - O / l goes out as bf16 through the warp's own rows of the Q tile (16-byte
+//   stores), lse = m + log l in fp32.
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.cuh"
+#include "kernels/cuda/ptx.cuh"
+
+namespace wiola::cuda {
+namespace {
+
+constexpr int kFaRows = 64;  // query rows of a block, key rows of a tile
+constexpr int kFaWarps = 4, kFaThreads = 32 * kFaWarps;
+
+// The row stride of the shared tiles, in elements: 16 bytes of padding.
+constexpr int fa_ld(int D) { return D + 8; }
+
+// Shared memory of the forward: Q, K[2], V[2] tiles [64][D + 8] (bf16) and the
+// visibility ends of the two K/V tiles in flight.
+constexpr size_t fa2_fwd_smem_bytes(int D) { return size_t(5 * kFaRows * fa_ld(D)) * 2 + size_t(2 * kFaRows) * 4; }
+
+// Blocks per SM the register allocation is held to (__launch_bounds__).
+constexpr int fa2_fwd_min_blocks(int D) { return D <= 64 ? 3 : 2; }
+
+
+// Rows [r0, r0 + 64) of the bf16 matrix src (rows ld apart, columns [0, D))
+// into the shared tile dst [64][D + 8] by cp.async, 16 bytes a copy; rows at
+// or past `valid` are zero-filled.
+template <int D>
+__device__ __forceinline__ void fa_copy_tile(bf16_t* dst, const bf16_t* src, size_t ld, int r0, int valid) {
+  constexpr int kChunks = D / 8, kPer = kFaRows * kChunks / kFaThreads;
+  static_assert(kFaRows * kChunks % kFaThreads == 0, "a tile is a whole number of copies per thread");
+#pragma unroll
+  for (int t = 0; t < kPer; ++t) {
+    const int idx = int(threadIdx.x) + t * kFaThreads, r = idx / kChunks, c = (idx % kChunks) * 8;
+    const bool ok = r0 + r < valid;
+    ptx::cp_async_16_zfill(dst + r * fa_ld(D) + c, ok ? src + size_t(r0 + r) * ld + c : src, ok);
+  }
+}
+
+// The visibility ends of key rows [j0, j0 + 64) into kend[64]: key j is
+// visible to position p iff kend[j - j0] <= p; rows at or past jmax get
+// INT_MAX (never visible).
+__device__ __forceinline__ void fa_key_ends(int* kend, const AttnKeys& keys, int b, int Tk, int j0, int jmax) {
+  for (int c = threadIdx.x; c < kFaRows; c += blockDim.x) {
+    const int j = j0 + c;
+    kend[c] = j >= jmax ? INT_MAX : keys.key_end ? keys.key_end[size_t(b) * Tk + j] : j;
+  }
+}
+
+// The two bf16 of a packed register as floats.
+__device__ __forceinline__ float bf16_lo(uint32_t r) {
+  const uint32_t u = r << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+__device__ __forceinline__ float bf16_hi(uint32_t r) {
+  const uint32_t u = r & 0xffff0000u;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+__device__ __forceinline__ uint32_t ld_u32(const bf16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+template <int D>
+__global__ void __launch_bounds__(kFaThreads, fa2_fwd_min_blocks(D))
+    k_attn_fwd_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+                   const bf16_t* raw_k, const bf16_t* raw_v, bf16_t* o, float* lse) {
+  // KQ: 16-wide k steps of Q K^T; NO: 8-wide column tiles of O; NS: of S;
+  // KP: 16-wide k steps of P V.
+  constexpr int LD = fa_ld(D), KQ = D / 16, NO = D / 8, NS = kFaRows / 8, KP = kFaRows / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);          // [64][LD]
+  bf16_t* Ks = Qs + kFaRows * LD;                         // [2][64][LD]
+  bf16_t* Vs = Ks + 2 * kFaRows * LD;                     // [2][64][LD]
+  int* kend = reinterpret_cast<int*>(Vs + 2 * kFaRows * LD);  // [2][64]
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tq = lane & 3;
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * kFaRows, h = blockIdx.y, b = blockIdx.z, g = h % s.Hkv;
+  const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D;
+  const bf16_t* qb = q + size_t(b) * s.Tq * q_ld + size_t(h) * D;
+  const bf16_t* kb = k + size_t(b) * s.Tk * kv_ld + size_t(g) * D;
+  const bf16_t* vb = v + size_t(b) * s.Tk * kv_ld + size_t(g) * D;
+  const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
+  const int kmax = visible_prefix(keys.key_end, b, s.Tk, nk, s.q_pos0 + min(i0 + kFaRows, s.Tq) - 1);
+  const int n_tiles = (kmax + kFaRows - 1) / kFaRows;
+
+  // Copies: Q (group 1), then K and V tile 0 (group 2).
+  fa_copy_tile<D>(Qs, qb, q_ld, i0, s.Tq);
+  ptx::cp_async_commit();
+  if (n_tiles > 0) {
+    fa_copy_tile<D>(Ks, kb, kv_ld, 0, kmax);
+    fa_copy_tile<D>(Vs, vb, kv_ld, 0, kmax);
+    fa_key_ends(kend, keys, b, s.Tk, 0, kmax);
+  }
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<1>();
+  __syncthreads();
+
+  // The warp's 16 rows of Q as A fragments: matrix i of the x4 is rows
+  // (i & 1) * 8.., columns (i >> 1) * 8.. of the 16 x 16 block.
+  uint32_t qf[KQ][4];
+#pragma unroll
+  for (int kk = 0; kk < KQ; ++kk)
+    ptx::ldmatrix_x4(qf[kk], Qs + (warp * 16 + (lane & 8) + (lane & 7)) * LD + kk * 16 + (lane >> 4) * 8);
+
+  // The lane's rows r = 0, 1: the warp's rows gr and gr + 8. m in base 2
+  // units (the scaled score times log2 e); l the lane's share of the sum.
+  const int row0 = i0 + warp * 16 + gr;
+  const int pos[2] = {s.q_pos0 + row0, s.q_pos0 + row0 + 8};
+  const float scale = rsqrtf(float(D)), scale_log2 = scale * 1.4426950408889634f;
+  float acc_o[NO][4];
+#pragma unroll
+  for (int n = 0; n < NO; ++n) acc_o[n][0] = acc_o[n][1] = acc_o[n][2] = acc_o[n][3] = 0.f;
+  float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
+
+  for (int t = 0; t < n_tiles; ++t) {
+    const int cur = t & 1;
+    if (t + 1 < n_tiles) {  // the next tile's copies fly while this one is computed
+      const int nxt = cur ^ 1;
+      fa_copy_tile<D>(Ks + nxt * kFaRows * LD, kb, kv_ld, (t + 1) * kFaRows, kmax);
+      fa_copy_tile<D>(Vs + nxt * kFaRows * LD, vb, kv_ld, (t + 1) * kFaRows, kmax);
+      fa_key_ends(kend + nxt * kFaRows, keys, b, s.Tk, (t + 1) * kFaRows, kmax);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<1>();
+    } else {
+      ptx::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16_t* Kt = Ks + cur * kFaRows * LD;
+    const bf16_t* Vt = Vs + cur * kFaRows * LD;
+    const int* ke = kend + cur * kFaRows;
+
+    // S = Q K^T: matrix i of an x4 of K is key rows (i >> 1) * 8.., columns
+    // (i & 1) * 8..: the B fragments of column tiles n and n + 1.
+    float acc_s[NS][4];
+#pragma unroll
+    for (int n = 0; n < NS; ++n) acc_s[n][0] = acc_s[n][1] = acc_s[n][2] = acc_s[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk)
+#pragma unroll
+      for (int n = 0; n < NS; n += 2) {
+        uint32_t kf[4];
+        ptx::ldmatrix_x4(kf, Kt + (8 * n + (lane >> 4) * 8 + (lane & 7)) * LD + kk * 16 + (lane & 8));
+        const uint32_t b0[2] = {kf[0], kf[1]}, b1[2] = {kf[2], kf[3]};
+        ptx::mma_bf16_16816(acc_s[n], qf[kk], b0, acc_s[n]);
+        ptx::mma_bf16_16816(acc_s[n + 1], qf[kk], b1, acc_s[n + 1]);
+      }
+
+    // Visibility: only a tile with a key that the block's first query does
+    // not see (keys sorted by their ends; past kmax INT_MAX) needs the mask.
+    if (ke[kFaRows - 1] > s.q_pos0 + i0) {
+#pragma unroll
+      for (int n = 0; n < NS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (ke[8 * n + 2 * tq + (e & 1)] > pos[e >> 1]) acc_s[n][e] = -INFINITY;
+    }
+
+    // Online softmax on the fragments: values e = 0, 1 are row 0's, 2, 3 row 1's.
+    float m_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < NS; ++n) mx = fmaxf(mx, fmaxf(acc_s[n][2 * r], acc_s[n][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_r[r], mx * scale_log2);
+      m_use[r] = m_new == -INFINITY ? 0.f : m_new;  // a row with nothing visible yet
+      const float alpha = exp2f(m_r[r] - m_use[r]);
+      m_r[r] = m_new;
+      l_r[r] *= alpha;
+#pragma unroll
+      for (int n = 0; n < NO; ++n) {
+        acc_o[n][2 * r] *= alpha;
+        acc_o[n][2 * r + 1] *= alpha;
+      }
+    }
+    // P = exp(S - m) as bf16 A fragments: the C fragments of column tiles
+    // 2kk and 2kk + 1 are the A fragment of k step kk.
+    uint32_t pf[KP][4];
+#pragma unroll
+    for (int kk = 0; kk < KP; ++kk)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float* sv = acc_s[2 * kk + half];
+        const float p0 = exp2f(fmaf(sv[0], scale_log2, -m_use[0])), p1 = exp2f(fmaf(sv[1], scale_log2, -m_use[0]));
+        const float p2 = exp2f(fmaf(sv[2], scale_log2, -m_use[1])), p3 = exp2f(fmaf(sv[3], scale_log2, -m_use[1]));
+        l_r[0] += p0 + p1;
+        l_r[1] += p2 + p3;
+        pf[kk][2 * half] = ptx::pack_bf16(p0, p1);
+        pf[kk][2 * half + 1] = ptx::pack_bf16(p2, p3);
+      }
+
+    // O += P V: matrix i of an x4 .trans of V is key rows (i & 1) * 8..,
+    // columns (i >> 1) * 8..: the B fragments of column tiles n and n + 1.
+#pragma unroll
+    for (int kk = 0; kk < KP; ++kk)
+#pragma unroll
+      for (int n = 0; n < NO; n += 2) {
+        uint32_t vf[4];
+        ptx::ldmatrix_x4_trans(vf, Vt + (16 * kk + (lane & 8) + (lane & 7)) * LD + 8 * n + (lane >> 4) * 8);
+        const uint32_t b0[2] = {vf[0], vf[1]}, b1[2] = {vf[2], vf[3]};
+        ptx::mma_bf16_16816(acc_o[n], pf[kk], b0, acc_o[n]);
+        ptx::mma_bf16_16816(acc_o[n + 1], pf[kk], b1, acc_o[n + 1]);
+      }
+    __syncthreads();  // the tile after next overwrites this one's buffers
+  }
+  ptx::cp_async_wait<0>();  // (no tiles: the empty group)
+
+  // The row sums over the quad.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 1);
+    l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 2);
+  }
+
+  // The raw self key/value of a query that opens a merged pair: the lane
+  // holds row r's Q at columns 16kk + 2tq (+1) in qf[kk][r] and 16kk + 8 +
+  // 2tq (+1) in qf[kk][2 + r], and O at columns 8n + 2tq (+1).
+  if (keys.self_open) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = row0 + 8 * r;
+      const bool open = i < s.Tq && keys.self_open[size_t(b) * s.Tq + i];
+      const size_t row = (size_t(b) * s.Tq + (open ? i : 0)) * kv_ld + size_t(g) * D;
+      float dot = 0.f;
+      if (open) {
+#pragma unroll
+        for (int kk = 0; kk < KQ; ++kk) {
+          const uint32_t k0 = ld_u32(raw_k + row + kk * 16 + 2 * tq), k8 = ld_u32(raw_k + row + kk * 16 + 8 + 2 * tq);
+          dot += bf16_lo(qf[kk][r]) * bf16_lo(k0) + bf16_hi(qf[kk][r]) * bf16_hi(k0) +
+                 bf16_lo(qf[kk][2 + r]) * bf16_lo(k8) + bf16_hi(qf[kk][2 + r]) * bf16_hi(k8);
+        }
+      }
+      dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+      dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+      if (open) {
+        const float sc = dot * scale_log2, m_new = fmaxf(m_r[r], sc);
+        const float alpha = exp2f(m_r[r] - m_new), pj = exp2f(sc - m_new);
+        m_r[r] = m_new;
+        l_r[r] = l_r[r] * alpha + pj;
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+          const uint32_t rv = ld_u32(raw_v + row + 8 * n + 2 * tq);
+          acc_o[n][2 * r] = acc_o[n][2 * r] * alpha + pj * bf16_lo(rv);
+          acc_o[n][2 * r + 1] = acc_o[n][2 * r + 1] * alpha + pj * bf16_hi(rv);
+        }
+      }
+    }
+  }
+
+  // O / l as bf16 into the warp's own 16 rows of the Q tile (only this warp
+  // read them), then out in 16-byte rows; lse = m + log l.
+  bf16_t* Ow = Qs + warp * 16 * LD;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float inv = l_r[r] > 0.f ? 1.f / l_r[r] : 0.f;
+#pragma unroll
+    for (int n = 0; n < NO; ++n)
+      *reinterpret_cast<uint32_t*>(Ow + (gr + 8 * r) * LD + 8 * n + 2 * tq) =
+          ptx::pack_bf16(acc_o[n][2 * r] * inv, acc_o[n][2 * r + 1] * inv);
+  }
+  __syncwarp();
+  bf16_t* ob = o + size_t(b) * s.Tq * q_ld + size_t(h) * D;
+#pragma unroll
+  for (int idx = lane; idx < 16 * NO; idx += 32) {
+    const int r = idx / NO, c = (idx % NO) * 8, i = i0 + warp * 16 + r;
+    if (i < s.Tq) *reinterpret_cast<uint4*>(ob + size_t(i) * q_ld + c) = *reinterpret_cast<const uint4*>(Ow + r * LD + c);
+  }
+  if (tq == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = row0 + 8 * r;
+      if (i < s.Tq)
+        lse[(size_t(b) * s.H + h) * s.Tq + i] = l_r[r] > 0.f ? m_r[r] * 0.6931471805599453f + logf(l_r[r]) : -INFINITY;
+    }
+  }
+}
+
+
+template <int D>
+void launch_fa2_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                    Ptr o, Ptr lse) {
+  const size_t smem = fa2_fwd_smem_bytes(D);
+  static const bool attr_set = [&] {
+    check(cudaFuncSetAttribute(k_attn_fwd_fa2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+          "attention_fwd (fa2): shared memory size");
+    return true;
+  }();
+  (void)attr_set;
+  const dim3 grid(unsigned((s.Tq + kFaRows - 1) / kFaRows), unsigned(s.H), unsigned(s.B));
+  k_attn_fwd_fa2<D><<<grid, kFaThreads, smem, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
+                                                     dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<bf16_t>(o),
+                                                     dev<float>(lse));
+}
+
+bool aligned(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
+
+// ---- backward (WIOLA_CUDA_ATTENTION_BWD=fa2; not yet measured on a GPU) -----------------
+// Deterministic without atomics, as attention_tc.cu's: one kernel owns key
+// tiles, another query tiles; both recompute P = exp(S * scale - lse) from the
+// forward's lse and take D = rowsum(dO * O) from attention.cu's row kernel.
+// The products run on mma.m16n8k16 fragments as the forward's do:
+// - dK/dV: one block per (64 key rows, KV group g, sequence b), a warp per 16
+//   key rows. Over the group's heads in order and, per head, the query tiles
+//   from the first that sees the block's first key row, with Q, dO tiles (and
+//   their lse, D) double-buffered by cp.async: S^T = K Q^T (K as A fragments,
+//   Q by ldmatrix), P^T = exp(S^T * scale - lse) where visible, straight into
+//   bf16 A fragments; dV += P^T dO (dO by ldmatrix .trans); dP^T = V dO^T;
+//   dS^T = P^T (dP^T - D) in place of P^T's fragments; dK += dS^T Q (Q by
+//   ldmatrix .trans). dK, dV stay in fp32 fragments to the end, dK * scale.
+//   At d_h <= 64 the warp's K and V rows are held as A fragments; above, they
+//   are reloaded from shared memory by ldmatrix at every tile (registers).
+// - dQ: one block per (64 query rows, head h, sequence b), a warp per 16
+//   query rows, key tiles up to the prefix the last row sees, K and V double-
+//   buffered: S = Q K^T, P, dP = dO V^T, dS = P (dP - D), dQ += dS K (K by
+//   ldmatrix .trans); then a row that opens a merged pair adds its raw key's
+//   share (quad reductions, as the forward). Q and dO held as A fragments at
+//   d_h <= 64, reloaded above.
+// - draw_k, draw_v: a warp per (row, group), the group's heads in order, the
+//   computation of attention_tc.cu's dQ kernel.
+// lse enters in base 2 (times log2 e); a row with no visible key (lse = -inf)
+// or past Tq gets lse = +inf there, so its P is 0 without a mask.
+
+constexpr bool fa_bwd_hold(int D) { return D <= 64; }
+
+// Shared memory of the dK/dV kernel: K, V, Q[2], dO[2] tiles [64][D + 8]
+// (bf16), lse[2][64], D[2][64] (fp32) and the key rows' ends [64].
+constexpr size_t fa2_dkv_smem_bytes(int D) { return size_t(6 * kFaRows * fa_ld(D)) * 2 + size_t(5 * kFaRows) * 4; }
+// Of the dQ kernel: Q, dO, K[2], V[2] tiles and the key tiles' ends [2][64].
+constexpr size_t fa2_dq_smem_bytes(int D) { return size_t(6 * kFaRows * fa_ld(D)) * 2 + size_t(2 * kFaRows) * 4; }
+
+// The warp's A fragment of rows [r0, r0 + 16), columns [16kk, 16kk + 16) of a
+// shared tile.
+template <int D>
+__device__ __forceinline__ void fa_load_a(uint32_t (&a)[4], const bf16_t* tile, int r0, int kk) {
+  const int lane = threadIdx.x & 31;
+  ptx::ldmatrix_x4(a, tile + (r0 + (lane & 8) + (lane & 7)) * fa_ld(D) + kk * 16 + (lane >> 4) * 8);
+}
+// B fragments of column tiles n, n + 1 at k step kk, B = T^T for a shared
+// tile T whose rows are B's columns (non-transposed ldmatrix).
+template <int D>
+__device__ __forceinline__ void fa_load_b_rows(uint32_t (&b0)[2], uint32_t (&b1)[2], const bf16_t* tile, int n,
+                                               int kk) {
+  const int lane = threadIdx.x & 31;
+  uint32_t f[4];
+  ptx::ldmatrix_x4(f, tile + (8 * n + (lane >> 4) * 8 + (lane & 7)) * fa_ld(D) + kk * 16 + (lane & 8));
+  b0[0] = f[0], b0[1] = f[1], b1[0] = f[2], b1[1] = f[3];
+}
+// B fragments of column tiles n, n + 1 at k step kk, B = T for a shared tile
+// T whose rows are B's rows (ldmatrix .trans).
+template <int D>
+__device__ __forceinline__ void fa_load_b_cols(uint32_t (&b0)[2], uint32_t (&b1)[2], const bf16_t* tile, int n,
+                                               int kk) {
+  const int lane = threadIdx.x & 31;
+  uint32_t f[4];
+  ptx::ldmatrix_x4_trans(f, tile + (16 * kk + (lane & 8) + (lane & 7)) * fa_ld(D) + 8 * n + (lane >> 4) * 8);
+  b0[0] = f[0], b0[1] = f[1], b1[0] = f[2], b1[1] = f[3];
+}
+
+// A row's lse in base 2 for the backward: +inf for a row past Tq or with no
+// visible key (P = 0 there).
+__device__ __forceinline__ float fa_lse2(const float* lse, size_t at, bool valid) {
+  const float l = valid ? lse[at] : -INFINITY;
+  return l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+}
+
+// The warp's 16 x D fp32 fragments (times mul) as bf16 rows [j, j + 16) of
+// dst (rows ld apart; rows at or past `last` skipped, at or past `zero_from`
+// written as 0), through the warp's own rows `stage` of a shared tile.
+template <int D>
+__device__ __forceinline__ void fa_store_rows(const float (&acc)[D / 8][4], float mul, bf16_t* stage, bf16_t* dst,
+                                              size_t ld, int j, int last, int zero_from) {
+  constexpr int LD = fa_ld(D), NO = D / 8;
+  const int lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m = j + gr + 8 * r < zero_from ? mul : 0.f;
+#pragma unroll
+    for (int n = 0; n < NO; ++n)
+      *reinterpret_cast<uint32_t*>(stage + (gr + 8 * r) * LD + 8 * n + 2 * tq) =
+          ptx::pack_bf16(acc[n][2 * r] * m, acc[n][2 * r + 1] * m);
+  }
+  __syncwarp();
+#pragma unroll
+  for (int idx = lane; idx < 16 * NO; idx += 32) {
+    const int r = idx / NO, c = (idx % NO) * 8;
+    if (j + r < last)
+      *reinterpret_cast<uint4*>(dst + size_t(j + r) * ld + c) = *reinterpret_cast<const uint4*>(stage + r * LD + c);
+  }
+  __syncwarp();
+}
+
+// The (head, query tile) pairs of a dK/dV block, in order: heads g, g + Hkv,
+// ... and per head query tiles qt0, qt0 + 1, ...
+struct FaDkvIter {
+  int g, Hkv, qt0, n_qt;
+  __device__ int head(int it) const { return g + (it / n_qt) * Hkv; }
+  __device__ int row0(int it) const { return (qt0 + it % n_qt) * kFaRows; }
+};
+
+// Copies of item `it`'s Q and dO tiles into buffer Qs, dOs (cp.async) and its
+// rows' lse (base 2) and D into ls, Ds (plain stores).
+template <int D>
+__device__ __forceinline__ void fa_dkv_issue(const AttnShape& s, int b, const FaDkvIter& iter, int it,
+                                             const bf16_t* q, const bf16_t* dout, const float* lse,
+                                             const float* Dterm, bf16_t* Qs, bf16_t* dOs, float* ls, float* Ds) {
+  const int h = iter.head(it), i0 = iter.row0(it);
+  const size_t q_ld = size_t(s.H) * D, off = size_t(b) * s.Tq * q_ld + size_t(h) * D;
+  fa_copy_tile<D>(Qs, q + off, q_ld, i0, s.Tq);
+  fa_copy_tile<D>(dOs, dout + off, q_ld, i0, s.Tq);
+  for (int c = threadIdx.x; c < kFaRows; c += blockDim.x) {
+    const int i = i0 + c;
+    const size_t at = (size_t(b) * s.H + h) * s.Tq + i;
+    ls[c] = fa_lse2(lse, at, i < s.Tq);
+    Ds[c] = i < s.Tq ? Dterm[at] : 0.f;
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kFaThreads, 2)
+    k_attn_dkv_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v, const float* lse,
+                   const float* Dterm, const bf16_t* dout, bf16_t* dk, bf16_t* dv) {
+  // KD: 16-wide k steps over d_h; ND: 8-wide column tiles of dK, dV; NQ: of
+  // S^T (queries); KQ: 16-wide k steps over queries.
+  constexpr int LD = fa_ld(D), KD = D / 16, ND = D / 8, NQ = kFaRows / 8, KQ = kFaRows / 16;
+  constexpr bool kHold = fa_bwd_hold(D);
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16_t* Ks = reinterpret_cast<bf16_t*>(smem);  // [64][LD]
+  bf16_t* Vs = Ks + kFaRows * LD;                 // [64][LD]
+  bf16_t* Qs = Vs + kFaRows * LD;                 // [2][64][LD]
+  bf16_t* dOs = Qs + 2 * kFaRows * LD;            // [2][64][LD]
+  float* lse_s = reinterpret_cast<float*>(dOs + 2 * kFaRows * LD);  // [2][64]
+  float* D_s = lse_s + 2 * kFaRows;                                 // [2][64]
+  int* kend = reinterpret_cast<int*>(D_s + 2 * kFaRows);            // [64]
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tq = lane & 3;
+  const int j0 = blockIdx.x * kFaRows, g = blockIdx.y, b = blockIdx.z;
+  const size_t kv_ld = size_t(s.Hkv) * D, kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
+  const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
+  // The first query that sees the block's first key row (rows sorted by key_end).
+  const int first = j0 < nk ? max(0, (keys.key_end ? keys.key_end[size_t(b) * s.Tk + j0] : j0) - s.q_pos0) : s.Tq;
+  FaDkvIter iter;
+  iter.g = g, iter.Hkv = s.Hkv, iter.qt0 = first / kFaRows;
+  iter.n_qt = max(0, (s.Tq + kFaRows - 1) / kFaRows - iter.qt0);
+  const int n_it = iter.n_qt > 0 ? iter.n_qt * ((s.H - g + s.Hkv - 1) / s.Hkv) : 0;
+
+  fa_copy_tile<D>(Ks, k + kv_off, kv_ld, j0, nk);
+  fa_copy_tile<D>(Vs, v + kv_off, kv_ld, j0, nk);
+  fa_key_ends(kend, keys, b, s.Tk, j0, nk);
+  if (n_it > 0) fa_dkv_issue<D>(s, b, iter, 0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+  __syncthreads();
+
+  const int kr0 = warp * 16;  // the warp's key rows in the tile
+  uint32_t kf[kHold ? KD : 1][4], vf[kHold ? KD : 1][4];
+  if constexpr (kHold) {
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      fa_load_a<D>(kf[kk], Ks, kr0, kk);
+      fa_load_a<D>(vf[kk], Vs, kr0, kk);
+    }
+  }
+  const int ke[2] = {kend[kr0 + gr], kend[kr0 + gr + 8]};
+  const float scale = rsqrtf(float(D)), scale_log2 = scale * 1.4426950408889634f;
+  float acc_dk[ND][4], acc_dv[ND][4];
+#pragma unroll
+  for (int n = 0; n < ND; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[n][e] = acc_dv[n][e] = 0.f;
+
+  for (int it = 0; it < n_it; ++it) {
+    const int cur = it & 1;
+    if (it + 1 < n_it) {  // the next item's copies fly while this one is computed
+      const int nxt = cur ^ 1;
+      fa_dkv_issue<D>(s, b, iter, it + 1, q, dout, lse, Dterm, Qs + nxt * kFaRows * LD, dOs + nxt * kFaRows * LD,
+                      lse_s + nxt * kFaRows, D_s + nxt * kFaRows);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<1>();
+    } else {
+      ptx::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16_t* Qt = Qs + cur * kFaRows * LD;
+    const bf16_t* dOt = dOs + cur * kFaRows * LD;
+    const float* ls = lse_s + cur * kFaRows;
+    const float* Ds = D_s + cur * kFaRows;
+    const int p0 = s.q_pos0 + iter.row0(it);  // the tile's first query position
+
+    // S^T = K Q^T: the warp's 16 key rows against the tile's 64 queries.
+    float acc_s[NQ][4];
+#pragma unroll
+    for (int n = 0; n < NQ; ++n) acc_s[n][0] = acc_s[n][1] = acc_s[n][2] = acc_s[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      uint32_t a[4];
+      if constexpr (kHold) {
+        a[0] = kf[kk][0], a[1] = kf[kk][1], a[2] = kf[kk][2], a[3] = kf[kk][3];
+      } else {
+        fa_load_a<D>(a, Ks, kr0, kk);
+      }
+#pragma unroll
+      for (int n = 0; n < NQ; n += 2) {
+        uint32_t b0[2], b1[2];
+        fa_load_b_rows<D>(b0, b1, Qt, n, kk);
+        ptx::mma_bf16_16816(acc_s[n], a, b0, acc_s[n]);
+        ptx::mma_bf16_16816(acc_s[n + 1], a, b1, acc_s[n + 1]);
+      }
+    }
+    // P^T = exp(S^T * scale - lse) as bf16 A fragments (C tiles 2kk, 2kk + 1
+    // are k step kk's A fragment); masked only where some key row of the
+    // block is not visible to the tile's first query.
+    const bool mask = kend[kFaRows - 1] > p0;
+    uint32_t pf[KQ][4];
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int n = 2 * kk + half;
+        float p[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = 8 * n + 2 * tq + (e & 1);
+          p[e] = exp2f(fmaf(acc_s[n][e], scale_log2, -ls[c]));
+          if (mask && ke[e >> 1] > p0 + c) p[e] = 0.f;
+        }
+        pf[kk][2 * half] = ptx::pack_bf16(p[0], p[1]);
+        pf[kk][2 * half + 1] = ptx::pack_bf16(p[2], p[3]);
+      }
+    // dV += P^T dO.
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk)
+#pragma unroll
+      for (int n = 0; n < ND; n += 2) {
+        uint32_t b0[2], b1[2];
+        fa_load_b_cols<D>(b0, b1, dOt, n, kk);
+        ptx::mma_bf16_16816(acc_dv[n], pf[kk], b0, acc_dv[n]);
+        ptx::mma_bf16_16816(acc_dv[n + 1], pf[kk], b1, acc_dv[n + 1]);
+      }
+    // dP^T = V dO^T (into acc_s).
+#pragma unroll
+    for (int n = 0; n < NQ; ++n) acc_s[n][0] = acc_s[n][1] = acc_s[n][2] = acc_s[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      uint32_t a[4];
+      if constexpr (kHold) {
+        a[0] = vf[kk][0], a[1] = vf[kk][1], a[2] = vf[kk][2], a[3] = vf[kk][3];
+      } else {
+        fa_load_a<D>(a, Vs, kr0, kk);
+      }
+#pragma unroll
+      for (int n = 0; n < NQ; n += 2) {
+        uint32_t b0[2], b1[2];
+        fa_load_b_rows<D>(b0, b1, dOt, n, kk);
+        ptx::mma_bf16_16816(acc_s[n], a, b0, acc_s[n]);
+        ptx::mma_bf16_16816(acc_s[n + 1], a, b1, acc_s[n + 1]);
+      }
+    }
+    // dS^T = P^T (dP^T - D), in place of P^T's fragments.
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int n = 2 * kk + half, c = 8 * n + 2 * tq;
+        const float d0 = Ds[c], d1 = Ds[c + 1];
+        const uint32_t r0 = pf[kk][2 * half], r1 = pf[kk][2 * half + 1];
+        pf[kk][2 * half] = ptx::pack_bf16(bf16_lo(r0) * (acc_s[n][0] - d0), bf16_hi(r0) * (acc_s[n][1] - d1));
+        pf[kk][2 * half + 1] = ptx::pack_bf16(bf16_lo(r1) * (acc_s[n][2] - d0), bf16_hi(r1) * (acc_s[n][3] - d1));
+      }
+    // dK += dS^T Q (the scale at the end).
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk)
+#pragma unroll
+      for (int n = 0; n < ND; n += 2) {
+        uint32_t b0[2], b1[2];
+        fa_load_b_cols<D>(b0, b1, Qt, n, kk);
+        ptx::mma_bf16_16816(acc_dk[n], pf[kk], b0, acc_dk[n]);
+        ptx::mma_bf16_16816(acc_dk[n + 1], pf[kk], b1, acc_dk[n + 1]);
+      }
+    __syncthreads();  // the item after next overwrites this one's buffers
+  }
+  ptx::cp_async_wait<0>();
+
+  // Out through the warp's own K and V rows (only this warp reads them).
+  fa_store_rows<D>(acc_dk, scale, Ks + kr0 * LD, dk + kv_off, kv_ld, j0 + kr0, s.Tk, nk);
+  fa_store_rows<D>(acc_dv, 1.f, Vs + kr0 * LD, dv + kv_off, kv_ld, j0 + kr0, s.Tk, nk);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kFaThreads, 2)
+    k_attn_dq_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+                  const bf16_t* raw_k, const bf16_t* raw_v, const float* lse, const float* Dterm,
+                  const bf16_t* dout, bf16_t* dq) {
+  // KD: 16-wide k steps over d_h; ND: 8-wide column tiles of dQ; NS: of S;
+  // KS: 16-wide k steps over keys.
+  constexpr int LD = fa_ld(D), KD = D / 16, ND = D / 8, NS = kFaRows / 8, KS = kFaRows / 16;
+  constexpr bool kHold = fa_bwd_hold(D);
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);          // [64][LD]
+  bf16_t* dOs = Qs + kFaRows * LD;                        // [64][LD]
+  bf16_t* Ks = dOs + kFaRows * LD;                        // [2][64][LD]
+  bf16_t* Vs = Ks + 2 * kFaRows * LD;                     // [2][64][LD]
+  int* kend = reinterpret_cast<int*>(Vs + 2 * kFaRows * LD);  // [2][64]
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tq = lane & 3;
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * kFaRows, h = blockIdx.y, b = blockIdx.z, g = h % s.Hkv;
+  const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D;
+  const size_t q_off = size_t(b) * s.Tq * q_ld + size_t(h) * D, kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
+  const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
+  const int kmax = visible_prefix(keys.key_end, b, s.Tk, nk, s.q_pos0 + min(i0 + kFaRows, s.Tq) - 1);
+  const int n_tiles = (kmax + kFaRows - 1) / kFaRows;
+
+  // Copies: Q and dO (group 1), then K and V tile 0 (group 2).
+  fa_copy_tile<D>(Qs, q + q_off, q_ld, i0, s.Tq);
+  fa_copy_tile<D>(dOs, dout + q_off, q_ld, i0, s.Tq);
+  ptx::cp_async_commit();
+  if (n_tiles > 0) {
+    fa_copy_tile<D>(Ks, k + kv_off, kv_ld, 0, kmax);
+    fa_copy_tile<D>(Vs, v + kv_off, kv_ld, 0, kmax);
+    fa_key_ends(kend, keys, b, s.Tk, 0, kmax);
+  }
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<1>();
+  __syncthreads();
+
+  const int qr0 = warp * 16;  // the warp's query rows in the tile
+  uint32_t qf[kHold ? KD : 1][4], df[kHold ? KD : 1][4];
+  if constexpr (kHold) {
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      fa_load_a<D>(qf[kk], Qs, qr0, kk);
+      fa_load_a<D>(df[kk], dOs, qr0, kk);
+    }
+  }
+  const int row0 = i0 + qr0 + gr;
+  const int pos[2] = {s.q_pos0 + row0, s.q_pos0 + row0 + 8};
+  float lse2[2], Dr[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = row0 + 8 * r;
+    const size_t at = (size_t(b) * s.H + h) * s.Tq + i;
+    lse2[r] = fa_lse2(lse, at, i < s.Tq);
+    Dr[r] = i < s.Tq ? Dterm[at] : 0.f;
+  }
+  const float scale = rsqrtf(float(D)), scale_log2 = scale * 1.4426950408889634f;
+  float acc_dq[ND][4];
+#pragma unroll
+  for (int n = 0; n < ND; ++n) acc_dq[n][0] = acc_dq[n][1] = acc_dq[n][2] = acc_dq[n][3] = 0.f;
+
+  for (int t = 0; t < n_tiles; ++t) {
+    const int cur = t & 1;
+    if (t + 1 < n_tiles) {
+      const int nxt = cur ^ 1;
+      fa_copy_tile<D>(Ks + nxt * kFaRows * LD, k + kv_off, kv_ld, (t + 1) * kFaRows, kmax);
+      fa_copy_tile<D>(Vs + nxt * kFaRows * LD, v + kv_off, kv_ld, (t + 1) * kFaRows, kmax);
+      fa_key_ends(kend + nxt * kFaRows, keys, b, s.Tk, (t + 1) * kFaRows, kmax);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<1>();
+    } else {
+      ptx::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16_t* Kt = Ks + cur * kFaRows * LD;
+    const bf16_t* Vt = Vs + cur * kFaRows * LD;
+    const int* ke = kend + cur * kFaRows;
+
+    // S = Q K^T.
+    float acc_s[NS][4];
+#pragma unroll
+    for (int n = 0; n < NS; ++n) acc_s[n][0] = acc_s[n][1] = acc_s[n][2] = acc_s[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      uint32_t a[4];
+      if constexpr (kHold) {
+        a[0] = qf[kk][0], a[1] = qf[kk][1], a[2] = qf[kk][2], a[3] = qf[kk][3];
+      } else {
+        fa_load_a<D>(a, Qs, qr0, kk);
+      }
+#pragma unroll
+      for (int n = 0; n < NS; n += 2) {
+        uint32_t b0[2], b1[2];
+        fa_load_b_rows<D>(b0, b1, Kt, n, kk);
+        ptx::mma_bf16_16816(acc_s[n], a, b0, acc_s[n]);
+        ptx::mma_bf16_16816(acc_s[n + 1], a, b1, acc_s[n + 1]);
+      }
+    }
+    // P = exp(S * scale - lse) where visible, as bf16 A fragments.
+    const bool mask = ke[kFaRows - 1] > s.q_pos0 + i0;
+    uint32_t pf[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int n = 2 * kk + half;
+        float p[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          p[e] = exp2f(fmaf(acc_s[n][e], scale_log2, -lse2[e >> 1]));
+          if (mask && ke[8 * n + 2 * tq + (e & 1)] > pos[e >> 1]) p[e] = 0.f;
+        }
+        pf[kk][2 * half] = ptx::pack_bf16(p[0], p[1]);
+        pf[kk][2 * half + 1] = ptx::pack_bf16(p[2], p[3]);
+      }
+    // dP = dO V^T (into acc_s).
+#pragma unroll
+    for (int n = 0; n < NS; ++n) acc_s[n][0] = acc_s[n][1] = acc_s[n][2] = acc_s[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      uint32_t a[4];
+      if constexpr (kHold) {
+        a[0] = df[kk][0], a[1] = df[kk][1], a[2] = df[kk][2], a[3] = df[kk][3];
+      } else {
+        fa_load_a<D>(a, dOs, qr0, kk);
+      }
+#pragma unroll
+      for (int n = 0; n < NS; n += 2) {
+        uint32_t b0[2], b1[2];
+        fa_load_b_rows<D>(b0, b1, Vt, n, kk);
+        ptx::mma_bf16_16816(acc_s[n], a, b0, acc_s[n]);
+        ptx::mma_bf16_16816(acc_s[n + 1], a, b1, acc_s[n + 1]);
+      }
+    }
+    // dS = P (dP - D), in place of P's fragments.
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int n = 2 * kk + half;
+        const uint32_t r0 = pf[kk][2 * half], r1 = pf[kk][2 * half + 1];
+        pf[kk][2 * half] = ptx::pack_bf16(bf16_lo(r0) * (acc_s[n][0] - Dr[0]), bf16_hi(r0) * (acc_s[n][1] - Dr[0]));
+        pf[kk][2 * half + 1] =
+            ptx::pack_bf16(bf16_lo(r1) * (acc_s[n][2] - Dr[1]), bf16_hi(r1) * (acc_s[n][3] - Dr[1]));
+      }
+    // dQ += dS K (the scale at the end).
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+      for (int n = 0; n < ND; n += 2) {
+        uint32_t b0[2], b1[2];
+        fa_load_b_cols<D>(b0, b1, Kt, n, kk);
+        ptx::mma_bf16_16816(acc_dq[n], pf[kk], b0, acc_dq[n]);
+        ptx::mma_bf16_16816(acc_dq[n + 1], pf[kk], b1, acc_dq[n + 1]);
+      }
+    __syncthreads();  // the tile after next overwrites this one's buffers
+  }
+  ptx::cp_async_wait<0>();  // (no tiles: the empty group)
+
+  // The raw self key of a row that opens a merged pair: P_j = exp(q . raw_k *
+  // scale - lse), dS_j = P_j (dO . raw_v - D), dQ += dS_j raw_k. The lane
+  // holds columns 8n + 2tq (+1) of its rows; Q and dO from the warp's rows.
+  if (keys.self_open) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = row0 + 8 * r;
+      const bool open = i < s.Tq && keys.self_open[size_t(b) * s.Tq + i];
+      const size_t row = (size_t(b) * s.Tq + (open ? i : 0)) * kv_ld + size_t(g) * D;
+      const bf16_t* qr = Qs + (qr0 + gr + 8 * r) * LD;
+      const bf16_t* dr = dOs + (qr0 + gr + 8 * r) * LD;
+      float sq = 0.f, sd = 0.f;
+      if (open) {
+#pragma unroll
+        for (int n = 0; n < ND; ++n) {
+          const int c = 8 * n + 2 * tq;
+          const uint32_t rk = ld_u32(raw_k + row + c), rv = ld_u32(raw_v + row + c);
+          const uint32_t qv = ld_u32(qr + c), dv = ld_u32(dr + c);
+          sq += bf16_lo(qv) * bf16_lo(rk) + bf16_hi(qv) * bf16_hi(rk);
+          sd += bf16_lo(dv) * bf16_lo(rv) + bf16_hi(dv) * bf16_hi(rv);
+        }
+      }
+      sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+      sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+      sd += __shfl_xor_sync(0xffffffffu, sd, 1);
+      sd += __shfl_xor_sync(0xffffffffu, sd, 2);
+      if (open) {
+        const float ds = exp2f(fmaf(sq, scale_log2, -lse2[r])) * (sd - Dr[r]);
+#pragma unroll
+        for (int n = 0; n < ND; ++n) {
+          const uint32_t rk = ld_u32(raw_k + row + 8 * n + 2 * tq);
+          acc_dq[n][2 * r] += ds * bf16_lo(rk);
+          acc_dq[n][2 * r + 1] += ds * bf16_hi(rk);
+        }
+      }
+    }
+  }
+  __syncwarp();  // the warp's Q rows are read above and restaged below
+  fa_store_rows<D>(acc_dq, scale, Qs + qr0 * LD, dq + q_off, q_ld, i0 + qr0, s.Tq, s.Tq);
+}
+
+// draw_k, draw_v of row i of group g in sequence b, a warp each: the group's
+// heads in order (attention_tc.cu's dQ kernel computes them the same way);
+// zero where the row does not open a merged pair.
+template <int D>
+__global__ void __launch_bounds__(kFaThreads)
+    k_attn_draw_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* raw_k, const bf16_t* raw_v,
+                    const float* lse, const float* Dterm, const bf16_t* dout, bf16_t* draw_k, bf16_t* draw_v) {
+  const int lane = threadIdx.x & 31;
+  const size_t w = size_t(blockIdx.x) * kFaWarps + (threadIdx.x >> 5);
+  if (w >= size_t(s.B) * s.Tq * s.Hkv) return;  // the whole warp
+  const int g = int(w % s.Hkv), i = int(w / s.Hkv % s.Tq), b = int(w / (size_t(s.Hkv) * s.Tq));
+  raw_key_grad_row<D>(s, keys.self_open, b, i, g, lane, q, raw_k, raw_v, lse, Dterm, dout, draw_k, draw_v);
+}
+
+template <int D>
+void launch_fa2_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                    CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
+  const size_t smem_kv = fa2_dkv_smem_bytes(D), smem_q = fa2_dq_smem_bytes(D);
+  static const bool attr_set = [&] {
+    const char* what = "attention_bwd (fa2): shared memory size";
+    check(cudaFuncSetAttribute(k_attn_dkv_fa2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)), what);
+    check(cudaFuncSetAttribute(k_attn_dq_fa2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)), what);
+    return true;
+  }();
+  (void)attr_set;
+  if (s.Tk > 0) {
+    const dim3 grid(unsigned((s.Tk + kFaRows - 1) / kFaRows), unsigned(s.Hkv), unsigned(s.B));
+    k_attn_dkv_fa2<D><<<grid, kFaThreads, smem_kv, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
+                                                          dev<float>(lse), Dterm, dev<bf16_t>(dout), dev<bf16_t>(dk),
+                                                          dev<bf16_t>(dv));
+  }
+  if (s.Tq > 0) {
+    const dim3 grid(unsigned((s.Tq + kFaRows - 1) / kFaRows), unsigned(s.H), unsigned(s.B));
+    k_attn_dq_fa2<D><<<grid, kFaThreads, smem_q, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
+                                                        dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse), Dterm,
+                                                        dev<bf16_t>(dout), dev<bf16_t>(dq));
+    if (draw_k) {
+      const size_t rows = size_t(s.B) * s.Tq * s.Hkv;
+      k_attn_draw_fa2<D><<<unsigned((rows + kFaWarps - 1) / kFaWarps), kFaThreads, 0, c.s>>>(
+          s, keys, dev<bf16_t>(q), dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse), Dterm,
+          dev<bf16_t>(dout), dev<bf16_t>(draw_k), dev<bf16_t>(draw_v));
+    }
+  }
+}
+
+
+}  // namespace
+
+bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
+                       CPtr raw_v, Ptr o, Ptr lse) {
+  if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || v.dtype() != DType::BF16 || o.dtype() != DType::BF16)
+    return false;
+  if (s.dh % 32 != 0 || s.dh > 128 || !attention_smem_fits(fa2_fwd_smem_bytes(s.dh))) return false;
+  // cp.async and the 16-byte stores of o need 16-byte aligned rows (rows are
+  // multiples of 64 bytes: the bases decide); the raw rows are read in pairs.
+  if (!aligned(dev<bf16_t>(q), 16) || !aligned(dev<bf16_t>(k), 16) || !aligned(dev<bf16_t>(v), 16) ||
+      !aligned(dev<bf16_t>(o), 16) || !aligned(dev<bf16_t>(raw_k), 4) || !aligned(dev<bf16_t>(raw_v), 4))
+    return false;
+  if (s.Tq <= 0 || s.B <= 0 || s.H <= 0) return true;  // nothing to do
+  switch (s.dh) {
+    case 32: launch_fa2_fwd<32>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 64: launch_fa2_fwd<64>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 96: launch_fa2_fwd<96>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 128: launch_fa2_fwd<128>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    default: return false;
+  }
+}
+
+bool attention_bwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
+                       CPtr raw_v, CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k,
+                       Ptr draw_v) {
+  if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || v.dtype() != DType::BF16 ||
+      dout.dtype() != DType::BF16 || dq.dtype() != DType::BF16 || dk.dtype() != DType::BF16 ||
+      dv.dtype() != DType::BF16)
+    return false;
+  if (s.dh % 32 != 0 || s.dh > 128 || !attention_smem_fits(fa2_dkv_smem_bytes(s.dh)) ||
+      !attention_smem_fits(fa2_dq_smem_bytes(s.dh)))
+    return false;
+  // cp.async and the 16-byte stores need 16-byte aligned rows; the raw rows
+  // are read in pairs.
+  if (!aligned(dev<bf16_t>(q), 16) || !aligned(dev<bf16_t>(k), 16) || !aligned(dev<bf16_t>(v), 16) ||
+      !aligned(dev<bf16_t>(dout), 16) || !aligned(dev<bf16_t>(dq), 16) || !aligned(dev<bf16_t>(dk), 16) ||
+      !aligned(dev<bf16_t>(dv), 16) || !aligned(dev<bf16_t>(raw_k), 4) || !aligned(dev<bf16_t>(raw_v), 4))
+    return false;
+  if (s.B <= 0 || s.H <= 0 || (s.Tq <= 0 && s.Tk <= 0)) return true;  // nothing to do
+  switch (s.dh) {
+    case 32: launch_fa2_bwd<32>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
+    case 64: launch_fa2_bwd<64>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
+    case 96: launch_fa2_bwd<96>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
+    case 128: launch_fa2_bwd<128>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
+    default: return false;
+  }
+}
+
+}  // namespace wiola::cuda

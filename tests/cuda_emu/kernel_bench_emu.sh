@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The GPU kit's kernel benchmark on the CUDA emulator (ctest kernel_bench_emu):
+# bench/kernel_bench.cpp with --small, then its JSON lines checked: each one
+# valid JSON; every attention variant present, checked against the CPU and
+# timed (ok, a positive time, its errors within their bounds), or skipped with
+# the message of the refused switch value; every GEMM (aligned and
+# misaligned) and memory-bound op ok with a positive time.
+# usage: kernel_bench_emu.sh <wiola_kernel_bench_emu> <python> <work dir>
+set -euo pipefail
+bench=$1 py=$2 dir=$3
+mkdir -p "$dir"
+rm -f "$dir/kernels.jsonl"
+"$bench" --small --json "$dir/kernels.jsonl"
+"$py" - "$dir/kernels.jsonl" <<'PY'
+import json, sys
+rows = []
+for n, line in enumerate(open(sys.argv[1]), 1):
+    try:
+        rows.append(json.loads(line))
+    except ValueError as e:
+        sys.exit(f"line {n} is not JSON ({e}): {line!r}")
+assert rows and rows[0]["section"] == "meta", "the first line is not the meta line"
+by_name = {r["name"]: r for r in rows[1:]}
+assert len(by_name) == len(rows) - 1, "a result name appears twice"
+required = [f"attention {v} {layer}" for layer in ("causal", "atm")
+            for v in ("fwd tc", "fwd fa2", "fwd rows", "bwd v1", "bwd v2", "bwd fa2", "bwd rows")]
+required += ["gemm step total", "gemm step total misaligned"]
+required += ["rmsnorm_fwd", "add_rmsnorm_fwd", "rmsnorm_bwd", "add", "swiglu_fwd", "gelu_fwd", "adamw",
+             "convert f32->bf16"]
+missing = [n for n in required if n not in by_name]
+assert not missing, f"missing results: {missing}"
+timed = skipped = 0
+for r in rows[1:]:
+    if r.get("skipped"):
+        assert r["section"] == "attention" and r.get("message"), f"skipped without a message: {r}"
+        skipped += 1
+        continue
+    assert r.get("ok") is True, f"not ok: {r}"
+    assert r.get("ms", 0) > 0, f"no positive time: {r}"
+    if r["section"] == "attention":
+        assert r["tflops"] > 0 and all(e < r["check"]["tol"][k] for k, e in r["check"]["max_rel"].items()), r
+    timed += 1
+for v in ("fwd tc", "fwd rows", "bwd v1", "bwd v2", "bwd rows"):
+    for layer in ("causal", "atm"):
+        assert not by_name[f"attention {v} {layer}"].get("skipped"), f"{v} {layer} skipped"
+atm = by_name["attention fwd tc atm"]["atm"]
+assert 0.15 <= atm["merged_pair_frac"] <= 0.3, f"ATM merged {atm['merged_pair_frac']} of the pairs"
+gemms = [r for r in rows if r["section"] == "gemm" and "roles" in r]
+assert len(gemms) >= 2 and len(gemms) % 2 == 0, f"{len(gemms)} GEMM lines"
+print(f"kernel_bench_emu: ok ({timed} timed, {skipped} skipped, {len(gemms) // 2} distinct GEMMs)")
+PY
