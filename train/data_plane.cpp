@@ -1,5 +1,10 @@
 #include "train/data_plane.h"
 
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
 #include "dist/diagnostics.h"
 #include "dist/staged_comm.h"
 #include "util/error.h"
@@ -11,11 +16,37 @@
 
 namespace wiola {
 
-DataPlane choose_data_plane(Ops<float>& ops, const std::string& mode, int world_size) {
+std::string ranks_sharing_a_gpu(Ops<float>& ops, dist::Comm& world) {
+#ifdef WIOLA_HAVE_CUDA
+  // Every rank's identity, gathered as fixed-size strings. Each rank computes
+  // the same answer from the same table, so all of them choose alike.
+  using Id = std::array<char, 320>;
+  Id mine{};
+  const std::string id = cuda_device_identity(ops);
+  std::memcpy(mine.data(), id.data(), std::min(id.size(), mine.size() - 1));
+  std::vector<Id> all(size_t(world.size()));
+  world.all_gather(mine.data(), all.data(), mine.size(), DType::U8);
+  for (size_t a = 0; a < all.size(); ++a)
+    for (size_t b = a + 1; b < all.size(); ++b)
+      if (all[a][0] && std::strcmp(all[a].data(), all[b].data()) == 0)
+        return "ranks " + std::to_string(a) + " and " + std::to_string(b) + " share GPU " + all[a].data();
+#else
+  (void)ops;
+  (void)world;
+#endif
+  return "";
+}
+
+DataPlane choose_data_plane(Ops<float>& ops, const std::string& mode, int world_size,
+                            const std::string& shared_gpu) {
 #ifdef WIOLA_HAVE_CUDA
   if (void* stream = cuda_stream_of(ops)) {
+    WIOLA_CHECK(mode != "nccl" || shared_gpu.empty(), "parallel.data_plane = \"nccl\": ", shared_gpu,
+                ", and NCCL needs a GPU per rank; set parallel.data_plane = \"staged\" (or \"auto\", which "
+                "chooses it there) to pass tensors through host memory");
     // One rank alone moves nothing: NCCL would only cost its start-up.
-    const bool want = mode == "nccl" || (mode == "auto" && world_size > 1 && dist::nccl_available());
+    const bool want =
+        mode == "nccl" || (mode == "auto" && world_size > 1 && shared_gpu.empty() && dist::nccl_available());
     if (want) {
       dist::nccl();  // "nccl" without the library: the loader's error
       return {dist::nccl_data_plane(stream, [](const std::string& m) { dist::abort_job(m, 3); }), "nccl"};
@@ -28,6 +59,7 @@ DataPlane choose_data_plane(Ops<float>& ops, const std::string& mode, int world_
   WIOLA_CHECK(mode != "nccl", "parallel.data_plane = \"nccl\": this build has no CUDA backend "
               "(configure with -DWIOLA_CUDA=ON)");
   (void)world_size;
+  (void)shared_gpu;
 #endif
   auto staged = dist::data_plane_for(ops);
   const std::string name = staged ? "mpi-staged" : "mpi";

@@ -1,6 +1,7 @@
 // Which data plane carries backend tensors between ranks (parallel.data_plane,
 // docs/gpu.md "Several GPUs"): NCCL for GPU backends, MPI otherwise (staged
-// through host memory where the backend's memory is not host memory).
+// through host memory where the backend's memory is not host memory, and
+// where ranks share a GPU, which NCCL refuses).
 #pragma once
 
 #include <string>
@@ -15,8 +16,16 @@ struct DataPlane {
   std::string name;                // "nccl", "mpi" or "mpi-staged"
 };
 
-// mode: "auto", "nccl" or "staged"; world_size: ranks in the job. "nccl"
-// without a CUDA backend, or without libnccl.so.2, is an error naming why.
-DataPlane choose_data_plane(Ops<float>& ops, const std::string& mode, int world_size);
+// Two ranks of `world` whose backends run on the same GPU, in words ("ranks
+// 0 and 1 share GPU host/0000:1b:00"); empty when every rank has a GPU of its
+// own or the backend is not CUDA. Collective over `world`.
+std::string ranks_sharing_a_gpu(Ops<float>& ops, dist::Comm& world);
+
+// mode: "auto", "nccl" or "staged"; world_size: ranks in the job; shared_gpu:
+// ranks_sharing_a_gpu's finding ("auto" then stages through host memory).
+// "nccl" without a CUDA backend, without libnccl.so.2, or on ranks that share
+// a GPU, is an error naming why.
+DataPlane choose_data_plane(Ops<float>& ops, const std::string& mode, int world_size,
+                            const std::string& shared_gpu = "");
 
 }  // namespace wiola

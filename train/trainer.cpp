@@ -340,8 +340,13 @@ void Trainer::State::open_validation(uint64_t data_seed) {
 // memory), this rank's pipeline stage and its schedule.
 void Trainer::State::build_grid_and_schedule() {
   const auto& par = rc.parallel;
-  DataPlane plane = choose_data_plane(ops, par.data_plane, world.size());
+  // Ranks that share a GPU (several ranks on one device) cannot use NCCL.
+  const std::string shared_gpu = world.size() > 1 ? ranks_sharing_a_gpu(ops, world) : "";
+  DataPlane plane = choose_data_plane(ops, par.data_plane, world.size(), shared_gpu);
   data_plane = plane.name;
+  if (root() && !shared_gpu.empty() && par.data_plane == "auto")
+    std::fprintf(stderr, "wiola train: %s: tensors between ranks go through host memory (NCCL needs a GPU "
+                 "per rank)\n", shared_gpu.c_str());
   grid = std::make_unique<dist::Grid>(dist::GridConfig{par.tp, par.pp, par.dp}, world, plane.factory);
   // TP ranks compute the TP-replicated tensors (norm γ/δ, φ, W_f) each on
   // its own; OpenBLAS's results depend on the thread count, so replicas

@@ -6,6 +6,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -296,6 +299,7 @@ class CudaOps final : public Ops<float> {
   }
 
   cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
 
  private:
   cuda::Ctx ctx() { return cuda::Ctx{stream_, mem_}; }
@@ -313,10 +317,29 @@ std::unique_ptr<Ops<float>> make_cuda_ops(CudaPrecision precision, int device) {
   return std::make_unique<CudaOps>(precision, device);
 }
 
+namespace {
+CudaOps* cuda_ops_of(Ops<float>& ops) {
+  // A profiled backend (kernels/profiled_ops.h) wraps the CUDA one.
+  if (auto* p = dynamic_cast<ProfiledOps<float>*>(&ops)) return cuda_ops_of(p->inner());
+  return dynamic_cast<CudaOps*>(&ops);
+}
+}  // namespace
+
+std::string cuda_device_identity(Ops<float>& ops) {
+  const CudaOps* c = cuda_ops_of(ops);
+  if (!c) return "";
+  cudaDeviceProp p{};
+  cuda::check(cudaGetDeviceProperties(&p, c->device()), "cudaGetDeviceProperties");
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  char id[320];
+  std::snprintf(id, sizeof id, "%s/%04x:%02x:%02x", host, unsigned(p.pciDomainID), unsigned(p.pciBusID),
+                unsigned(p.pciDeviceID));
+  return id;
+}
+
 void* cuda_stream_of(Ops<float>& ops) {
-  // A profiled backend (kernels/profiled_ops.h) runs on its inner one's stream.
-  if (auto* p = dynamic_cast<ProfiledOps<float>*>(&ops)) return cuda_stream_of(p->inner());
-  auto* c = dynamic_cast<CudaOps*>(&ops);
+  CudaOps* c = cuda_ops_of(ops);
   return c ? static_cast<void*>(c->stream()) : nullptr;
 }
 

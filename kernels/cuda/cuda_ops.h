@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "kernels/ops.h"
 
@@ -33,5 +34,10 @@ std::unique_ptr<Ops<float>> make_cuda_ops(CudaPrecision precision, int device = 
 // its communication against it), also through a ProfiledOps around it;
 // nullptr for any other backend.
 void* cuda_stream_of(Ops<float>& ops);
+
+// Which GPU a CUDA backend runs on, as "host/domain:bus:device" (its PCI
+// address), so that ranks can tell whether they share one (NCCL needs one GPU
+// per rank); empty for any other backend.
+std::string cuda_device_identity(Ops<float>& ops);
 
 }  // namespace wiola

@@ -591,6 +591,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   p->multiProcessorCount = 132;
   p->maxThreadsPerBlock = 1024;
   p->warpSize = 32;
+  p->pciBusID = device;  // each emulated device a bus of its own
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int device) {

@@ -24,13 +24,26 @@ for part in bin lib openmpi; do
 done
 chmod +x "$unpacked"/bin/*
 kit_bin=$unpacked/bin
+# mpirun, its daemon, PMIx's plugins and the help files (kit_build.sh).
+if [ -e "$kit/mpi.tgz" ] && { [ ! -e "$unpacked/mpi" ] || [ "$kit/mpi.tgz" -nt "$unpacked/mpi" ]; }; then
+  rm -rf "$unpacked/mpi" && tar xzf "$kit/mpi.tgz" -C "$unpacked" && touch "$unpacked/mpi"
+fi
+kit_mpirun=$unpacked/mpi/bin/mpirun
 cublas_dirs=$(find / \( -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' \) 2>/dev/null \
               -not -path '*/proc/*' | xargs -r -n1 dirname | sort -u | tr '\n' ':')
 export LD_LIBRARY_PATH="$unpacked/lib:${cublas_dirs}${LD_LIBRARY_PATH:-}"
 # `wiola` is an MPI program run without mpirun: Open MPI's isolated
 # singleton starts no orted, and loads its plugins from the kit.
 export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_mca_base_component_path="$unpacked/openmpi"
-export OMPI_MCA_mca_base_component_show_load_errors=0 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self
+export OMPI_MCA_mca_base_component_show_load_errors=0 OMPI_MCA_pml=ob1
+# Several ranks on one host (the kit's mpirun): shared memory between them,
+# copied through a buffer (CMA needs ptrace rights a VM may not grant), and
+# Open MPI and PMIx relocated to the kit (help files, PMIx's plugins); PMIx's
+# plain hash store (its shared-memory one is the fragile part in a VM).
+export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OPAL_PREFIX="$unpacked/mpi" PMIX_PREFIX="$unpacked/mpi" PMIX_MCA_gds=hash
+export PMIX_MCA_mca_base_component_path="$unpacked/mpi/lib/pmix"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # hwloc (under Open MPI) needs none of its plugins (GL, OpenCL, PCI, XML).
 mkdir -p "$unpacked/hwloc" && export HWLOC_PLUGINS_PATH="$unpacked/hwloc"
 OUT=${OUT:-/tmp/wiola-out}

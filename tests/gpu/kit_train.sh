@@ -20,6 +20,10 @@
 #             checkpoint: every cached-decoding token is the full forward's argmax
 #   eval      `wiola eval` of the fp32 checkpoint on cuda-fp32 and on the CPU:
 #             losses within 1e-5 relative
+#   main_fp32 the main job (configs/brown-small.toml, 300 steps) on cuda-fp32
+#             against its CPU curve committed in tests/gpu/ref: |loss
+#             difference| <= 0.02 at every step after step 50
+#   main_bf16 the same in bf16 (the default backend): <= 0.05 (below)
 #   speed     wiola-120m at T = 1024, 8 sequences a step, bf16, 30 steps with
 #             a checkpoint at the end: the trainer's tokens/s, MFU and peak
 #             memory (report.json), not judged
@@ -31,23 +35,11 @@
 # KIT_TRAIN_SPEED=0 skips the speed check.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-if [ -z "${KIT_TRAIN_BIN:-}" ]; then
-  . tests/gpu/kit_env.sh
-  w=$kit_bin/wiola
-else
-  w=$KIT_TRAIN_BIN
-  OUT=${OUT:-/tmp/wiola-out}; mkdir -p "$OUT"
-fi
-py=${WIOLA_PYTHON:-$(command -v python3)}
+KIT_BIN=${KIT_BIN:-${KIT_TRAIN_BIN:-}}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+. tests/gpu/kit_lib.sh
 exec > >(tee "$OUT/train.log") 2>&1
-results=$work/results.jsonl
-: > "$results"
-record() {  # record NAME OK(0|1) JSON-FIGURES
-  echo "{\"check\": \"$1\", \"ok\": $([ "$2" = 1 ] && echo true || echo false), \"figures\": $3}" >> "$results"
-  echo "== $1: $([ "$2" = 1 ] && echo PASS || echo FAIL) $3"
-}
 
 dry=${KIT_TRAIN_DRY:-0}
 if [ "$dry" = 1 ]; then
@@ -62,48 +54,6 @@ common=("${model[@]}" --set train.lr_max=1e-3 --set train.log_every=1
         --set "data.path=$work/shards/manifest.json" -q)
 train() {  # train NAME [--set ...]: run dir $work/NAME, checkpoints in $work/NAME/ck
   "$w" train "${common[@]}" --set "train.run_dir=$work/$1" --set "checkpoint.dir=$work/$1/ck" "${@:2}"
-}
-# The worst relative loss difference between two runs' metrics.jsonl, whether
-# both logged the same steps, each once, and whether every loss is identical;
-# {"error": ...} when a run logged nothing.
-loss_rel() {
-  "$py" - "$1/metrics.jsonl" "$2/metrics.jsonl" <<'PY'
-import json, sys
-def losses(path):
-    seen = {}
-    for line in open(path):
-        m = json.loads(line) if line.strip() else {}
-        if "loss" in m and "step" in m:
-            if m["step"] in seen:
-                raise ValueError(f"{path}: step {m['step']} logged twice")
-            seen[m["step"]] = m["loss"]
-    return seen
-try:
-    a, b = losses(sys.argv[1]), losses(sys.argv[2])
-except (OSError, ValueError) as e:
-    print(json.dumps({"error": str(e)}))
-    sys.exit()
-worst = max((abs(a[k] - b[k]) / abs(a[k]) for k in a if k in b), default=float("inf"))
-print(json.dumps({"steps": [len(a), len(b)], "same_steps": sorted(a) == sorted(b), "worst_loss_rel": worst,
-                  "identical": a == b}))
-PY
-}
-# Exit 0 when loss_rel's figures $1 say the runs logged the same steps and
-# (with "identical") the same losses, else within 1e-5.
-losses_ok() {
-  "$py" -c 'import json,sys; d=json.loads(sys.argv[1]); ok=d.get("same_steps") and (d["identical"] if sys.argv[2] == "identical" else d["worst_loss_rel"] < 1e-5)
-sys.exit(0 if ok else 1)' "$1" "$2"
-}
-# `wiola ckpt diff` figures as JSON, and its verdict.
-ckpt_diff() {  # ckpt_diff A B [diff options]: prints the figures; status 0 when SAME
-  "$w" ckpt diff --json "$@" > "$work/diff.json" 2> "$work/diff.err"
-  local rc=$?
-  "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); t=[x for x in d["tensors"] if x["differing"]]
-w=max(t, key=lambda x: float(x["rel"]), default=None)
-print(json.dumps({"same": d["same"], "bounds": d["bounds"], "differing": d["differing"], "elements": d["elements"],
-  "model_rel": d["model_rel"], "worst_tensor": w and {"name": w["kind"] + "/" + w["name"], "rel": w["rel"]}}))' \
-    "$work/diff.json" 2>/dev/null || echo "{\"error\": $("$py" -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$work/diff.err")}"
-  return $rc
 }
 lines() { [ -f "$1/metrics.jsonl" ] && wc -l < "$1/metrics.jsonl" || echo 0; }
 # Starts a run in the background and sends SIGNAL once its metrics reach
@@ -123,12 +73,7 @@ interrupt() {  # interrupt NAME SIGNAL AT
 }
 
 "$w" --version
-echo "== data: $text_bytes bytes of Brown, wiola prep"
-{ xz -dc data/brown/brown.txt.xz 2>/dev/null ||
-  "$py" -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open("data/brown/brown.txt.xz").read())'; } |
-  head -c "$text_bytes" > "$work/brown.txt"
-"$w" prep --no-progress --tokenizer data/wiola360m/tokenizer.json --output "$work/shards" "$work/brown.txt" |
-  tail -2 || { echo "prep failed"; exit 1; }
+prep_brown "$text_bytes" || { echo "prep failed"; exit 1; }
 
 # ---- resume: SIGTERM, SIGKILL, bit for bit ----
 echo "== resume (cuda, bf16): $steps steps, a checkpoint every $every"
@@ -211,6 +156,58 @@ PY
 ok=0; "$py" -c 'import json,sys; d=json.loads(sys.argv[1]); sys.exit(0 if d["rel"] is not None and d["rel"] < 1e-5 else 1)' "$ev" && ok=1
 record eval $ok "$ev"
 
+# ---- main_fp32, main_bf16: the main job's configuration on the GPU ----
+# configs/brown-small.toml (wiola-small, 300 steps on all of Brown), against
+# the CPU run's losses committed in tests/gpu/ref (no CPU rerun here), at every
+# logged step after step 50 (the dry run: 1 step, judged):
+#   main_fp32  cuda-fp32: |loss difference| <= 0.02 (the issue's bar; the
+#              CPU run on 2 threads instead of 1 stays within 2.1e-4)
+#   main_bf16  cuda (bf16, the default): <= 0.05. bf16 storage alone moves the
+#              curve further: the CPU backend with the GPU's bf16 storage
+#              (cpu-bf16) differs from the committed fp32 CPU curve by up to
+#              0.036 after step 50 (measured on the build host, 2026-11-27).
+# The GPU's metrics come back in $OUT for the plot (tests/gpu/plot_main_job.py).
+ref=tests/gpu/ref/brown-small-cpu.jsonl
+main_steps=300 main_after=50
+[ "$dry" = 1 ] && main_steps=1 main_after=0
+prep_brown 0 "$work/brown_all" >/dev/null
+main_check() {  # main_check NAME BACKEND BOUND
+  echo "== $1: configs/brown-small.toml on $2, $main_steps steps, against $ref"
+  # train.max_steps stops the run early without changing its schedule (steps = 300).
+  "$w" train --config configs/brown-small.toml --set train.backend=$2 --set train.max_steps=$main_steps \
+    --set "data.path=$work/brown_all/manifest.json" --set "train.run_dir=$work/$1" \
+    --set "checkpoint.dir=$work/$1/ck" -q
+  local rc=$? mf ok=0
+  cp "$work/$1/metrics.jsonl" "$OUT/$1_gpu_metrics.jsonl" 2>/dev/null
+  mf=$("$py" - "$ref" "$work/$1/metrics.jsonl" "$work/brown_all/manifest.json" "$main_after" "$3" <<'PY'
+import json, sys
+def losses(path):
+    return {m["step"]: m["loss"] for m in map(json.loads, filter(str.strip, open(path))) if "loss" in m}
+try:
+    cpu, gpu = losses(sys.argv[1]), losses(sys.argv[2])
+    xxh3 = json.load(open(sys.argv[3]))["splits"]["train"].get("xxh3")
+except (OSError, ValueError, KeyError) as e:
+    print(json.dumps({"error": str(e)}))
+    sys.exit()
+after, bound = int(sys.argv[4]), float(sys.argv[5])
+d = {k: abs(gpu[k] - cpu[k]) for k in gpu if k in cpu}
+judged = [k for k in d if k > after]
+worst = max(judged, key=d.get, default=None)
+print(json.dumps({"bound": bound, "data_train_xxh3": xxh3, "steps_compared": len(d), "steps_judged": len(judged),
+                  "worst_after": worst and {"step": worst, "abs_diff": d[worst]},
+                  "worst_any": max(d.values(), default=None), "final": {"cpu": cpu.get(max(gpu, default=0)),
+                  "gpu": gpu.get(max(gpu, default=0))}, "ok": bool(judged) and d[worst] <= bound and
+                  xxh3 == "9c175ec4b48c156d"}))
+PY
+)
+  [ "$rc" = 0 ] && "$py" -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1]).get("ok") else 1)' "$mf" && ok=1
+  record "$1" $ok "{\"exit\": $rc, \"against_cpu\": $mf}"
+  "$py" tests/gpu/plot_main_job.py "$ref" "$work/$1/metrics.jsonl" "$OUT/$1.png" --labels "CPU fp32" "GPU $2" \
+    2>/dev/null || echo "$1: no plot here (matplotlib?): tests/gpu/plot_main_job.py on $OUT/$1_gpu_metrics.jsonl"
+}
+main_check main_fp32 cuda-fp32 0.02
+main_check main_bf16 cuda 0.05
+
 # ---- speed: the trainer's own throughput ----
 if [ "$dry" != 1 ] && [ "${KIT_TRAIN_SPEED:-1}" != 0 ]; then
   echo "== speed: wiola-120m, T = 1024, 8 sequences a step, bf16, 30 steps"
@@ -225,11 +222,4 @@ print(json.dumps({k: r.get(k) for k in ("tokens_per_s", "time_per_step_s", "mfu"
   record speed $([ $rc = 0 ] && echo 1 || echo 0) "{\"exit\": $rc, \"report\": $sp}"
 fi
 
-"$py" - "$results" "$OUT/train.json" <<'PY'
-import json, sys
-checks = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-out = {"passed": sum(c["ok"] for c in checks), "failed": [c["check"] for c in checks if not c["ok"]], "checks": checks}
-json.dump(out, open(sys.argv[2], "w"), indent=1)
-print(f"kit_train: {out['passed']} of {len(checks)} checks passed" + (f"; failed: {', '.join(out['failed'])}" if out["failed"] else ""))
-sys.exit(1 if out["failed"] else 0)
-PY
+summarise "$OUT/train.json" kit_train

@@ -271,6 +271,9 @@ TEST_F(RunConfigTest, DataPlane) {
   auto opaque = make_backend<float>("cpu-opaque");
   EXPECT_EQ(choose_data_plane(*opaque, "auto", 4).name, "mpi-staged");
   EXPECT_CONTAINS(error_of([&] { choose_data_plane(*cpu, "nccl", 2); }), "parallel.data_plane = \"nccl\"");
+  // Not a CUDA backend: a shared GPU changes nothing (the emulator's
+  // emu.layout_shared_* tests cover the CUDA backend's choice).
+  EXPECT_EQ(choose_data_plane(*opaque, "auto", 4, "ranks 0 and 1 share GPU h/0000:00:00").name, "mpi-staged");
 }
 
 TEST_F(RunConfigTest, HeadsNotDivisibleByKvHeads) {

@@ -38,6 +38,7 @@ struct cudaDeviceProp {
   int multiProcessorCount;
   int maxThreadsPerBlock;
   int warpSize;
+  int pciDomainID, pciBusID, pciDeviceID;
 };
 
 const char* cudaGetErrorName(cudaError_t e);
