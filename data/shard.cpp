@@ -103,6 +103,7 @@ void write_shard(const std::string& path, const int32_t* tokens, uint64_t n, con
     H5Pset_shuffle(dcpl.id);
     if (opt.deflate_level > 0) H5Pset_deflate(dcpl.id, unsigned(opt.deflate_level));
     H5Pset_fletcher32(dcpl.id);  // per-chunk checksum: corrupt data fails the read
+    H5Pset_obj_track_times(dcpl.id, false);  // no timestamps: the same tokens, the same bytes
     H5Handle dset(H5Dcreate2(file.id, "tokens", u16 ? H5T_STD_U16LE : H5T_STD_U32LE, space.id, H5P_DEFAULT,
                              dcpl.id, H5P_DEFAULT),
                   H5Dclose);

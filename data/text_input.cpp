@@ -1,14 +1,16 @@
 #include "data/text_input.h"
 
 #include <glob.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "data/byte_level.h"
 #include "util/error.h"
@@ -92,39 +94,219 @@ bool ends_with(const std::string& s, const char* suf) {
   size_t n = std::strlen(suf);
   return s.size() >= n && s.compare(s.size() - n, n, suf) == 0;
 }
+// Compression by file name suffix.
+enum class Codec { kNone, kGzip, kZstd };
+Codec codec_of(const std::string& path) {
+  if (ends_with(path, ".gz")) return Codec::kGzip;
+  if (ends_with(path, ".zst")) return Codec::kZstd;
+  return Codec::kNone;
+}
+
+// A file's bytes, decompressed on the fly when its name ends in .gz (every
+// member of a multi-member gzip file, as `cat a.gz b.gz` makes) or .zst
+// (every frame); constant memory. Errors name the file, the line reached
+// (`line`, kept by the reader) and the compressed and uncompressed offsets.
+class ByteSource {
+ public:
+  explicit ByteSource(const std::string& path) : path_(path), codec_(codec_of(path)) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) fail(path, ": is a directory, expected a file");
+    f_ = std::fopen(path.c_str(), "rb");
+    if (!f_) fail(path, ": cannot open: ", std::strerror(errno));
+    if (codec_ == Codec::kGzip) {
+      if (inflateInit2(&zs_, 15 + 16) != Z_OK) {  // 16: gzip wrapper only
+        std::fclose(f_);
+        fail(path, ": cannot start gzip decompression");
+      }
+    } else if (codec_ == Codec::kZstd) {
+      dctx_ = ZSTD_createDCtx();
+      if (!dctx_) {
+        std::fclose(f_);
+        fail(path, ": cannot start zstd decompression");
+      }
+    }
+    if (codec_ != Codec::kNone) in_.resize(size_t(1) << 17);
+  }
+  ~ByteSource() {
+    if (codec_ == Codec::kGzip) inflateEnd(&zs_);
+    if (dctx_) ZSTD_freeDCtx(dctx_);
+    if (f_) std::fclose(f_);
+  }
+  ByteSource(const ByteSource&) = delete;
+  ByteSource& operator=(const ByteSource&) = delete;
+
+  // Up to n (> 0) bytes of content into buf; 0 only at the end.
+  size_t read(char* buf, size_t n) {
+    size_t got = 0;
+    switch (codec_) {
+      case Codec::kNone:
+        got = std::fread(buf, 1, n, f_);
+        raw_read_ += got;
+        if (got < n && std::ferror(f_)) fail(path_, ": read error");
+        break;
+      case Codec::kGzip: got = read_gzip(buf, n); break;
+      case Codec::kZstd: got = read_zstd(buf, n); break;
+    }
+    out_bytes_ += got;
+    return got;
+  }
+  uint64_t raw_read() const { return raw_read_; }  // file bytes consumed so far
+
+  uint64_t line = 0;
+
+ private:
+  // Refills the compressed input buffer (all of it consumed); false at end of file.
+  size_t refill() {
+    if (eof_) return 0;
+    size_t got = std::fread(in_.data(), 1, in_.size(), f_);
+    if (got < in_.size()) {
+      if (std::ferror(f_)) fail(path_, ": read error");
+      eof_ = true;
+    }
+    raw_read_ += got;
+    return got;
+  }
+  [[noreturn]] void corrupt(const char* what, const std::string& detail, uint64_t unconsumed) {
+    fail(path_, ":", line + 1, ": ", what, detail.empty() ? "" : " (" + detail + ")", " at compressed byte ",
+         raw_read_ - unconsumed, " of the file, after ", out_bytes_, " uncompressed bytes");
+  }
+
+  size_t read_gzip(char* buf, size_t n) {
+    zs_.next_out = reinterpret_cast<Bytef*>(buf);
+    zs_.avail_out = uInt(std::min<size_t>(n, 1u << 30));
+    const uInt want = zs_.avail_out;
+    for (;;) {
+      if (zs_.avail_in == 0) {
+        zs_.avail_in = uInt(refill());
+        zs_.next_in = reinterpret_cast<Bytef*>(in_.data());
+        if (zs_.avail_in == 0) {
+          if (raw_read_ == 0) corrupt("not gzip data", "the file is empty", 0);
+          if (in_member_) corrupt("truncated gzip data", "the file ends inside a gzip stream", 0);
+          return 0;
+        }
+      }
+      if (!in_member_) {  // another member follows the last one
+        inflateReset(&zs_);
+        in_member_ = true;
+      }
+      int rc = inflate(&zs_, Z_NO_FLUSH);
+      if (rc == Z_STREAM_END) {
+        in_member_ = false;
+      } else if (rc == Z_MEM_ERROR) {
+        fail(path_, ": out of memory decompressing gzip data");
+      } else if (rc != Z_OK && !(rc == Z_BUF_ERROR && zs_.avail_in == 0)) {
+        corrupt("corrupt gzip data", zs_.msg ? zs_.msg : "error " + std::to_string(rc), zs_.avail_in);
+      }
+      if (zs_.avail_out < want) return want - zs_.avail_out;
+    }
+  }
+
+  size_t read_zstd(char* buf, size_t n) {
+    ZSTD_outBuffer out{buf, n, 0};
+    for (;;) {
+      if (zin_.pos == zin_.size) {
+        zin_ = ZSTD_inBuffer{in_.data(), refill(), 0};
+        if (zin_.size == 0) {
+          if (raw_read_ == 0) corrupt("not zstd data", "the file is empty", 0);
+          // Flush what the decoder still holds; a frame left open means truncation.
+          size_t r = ZSTD_decompressStream(dctx_, &out, &zin_);
+          if (ZSTD_isError(r)) corrupt("corrupt zstd data", ZSTD_getErrorName(r), 0);
+          if (out.pos > 0) return out.pos;
+          if (zstd_left_ != 0) corrupt("truncated zstd data", "the file ends inside a zstd frame", 0);
+          return 0;
+        }
+      }
+      size_t r = ZSTD_decompressStream(dctx_, &out, &zin_);
+      if (ZSTD_isError(r)) corrupt("corrupt zstd data", ZSTD_getErrorName(r), zin_.size - zin_.pos);
+      zstd_left_ = r;
+      if (out.pos > 0) return out.pos;
+    }
+  }
+
+  std::string path_;
+  Codec codec_;
+  std::FILE* f_ = nullptr;
+  std::vector<char> in_;
+  bool eof_ = false;
+  uint64_t raw_read_ = 0, out_bytes_ = 0;
+  z_stream zs_{};
+  bool in_member_ = true;
+  ZSTD_DCtx* dctx_ = nullptr;
+  ZSTD_inBuffer zin_{nullptr, 0, 0};
+  size_t zstd_left_ = 1;  // 0 right after a frame ends
+};
+
+// std::getline over a ByteSource: false when no line is left; `newline`
+// says whether the line ended in '\n' (the last one may not).
+class LineReader {
+ public:
+  explicit LineReader(ByteSource& src) : src_(src), buf_(size_t(1) << 16) {}
+  bool next(std::string& line) {
+    line.clear();
+    for (;;) {
+      if (pos_ == len_) {
+        if (!eof_) {
+          len_ = src_.read(buf_.data(), buf_.size());
+          pos_ = 0;
+          eof_ = len_ == 0;
+        }
+        if (eof_) return !line.empty();
+      }
+      const char* s = buf_.data() + pos_;
+      const void* nl = std::memchr(s, '\n', len_ - pos_);
+      if (nl) {
+        const size_t k = size_t(static_cast<const char*>(nl) - s);
+        line.append(s, k);
+        pos_ += k + 1;
+        return true;
+      }
+      line.append(s, len_ - pos_);
+      pos_ = len_;
+    }
+  }
+
+ private:
+  ByteSource& src_;
+  std::vector<char> buf_;
+  size_t pos_ = 0, len_ = 0;
+  bool eof_ = false;
+};
 }  // namespace
+
+std::string strip_compression_suffix(const std::string& path) {
+  if (ends_with(path, ".gz")) return path.substr(0, path.size() - 3);
+  if (ends_with(path, ".zst")) return path.substr(0, path.size() - 4);
+  return path;
+}
 
 void read_documents(const std::string& path, const DocReaderOptions& opt,
                     const std::function<void(std::string&&)>& on_doc,
                     const std::function<void(uint64_t)>& on_bytes) {
   InputFormat fmt = opt.format;
+  const std::string name = strip_compression_suffix(path);
   if (fmt == InputFormat::kAuto)
-    fmt = (ends_with(path, ".jsonl") || ends_with(path, ".json") || ends_with(path, ".ndjson")) ? InputFormat::kJsonl
+    fmt = (ends_with(name, ".jsonl") || ends_with(name, ".json") || ends_with(name, ".ndjson")) ? InputFormat::kJsonl
                                                                                                  : InputFormat::kText;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) fail(path, ": is a directory, expected a file");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path, ": cannot open: ", std::strerror(errno));
+  ByteSource src(path);
   if (fmt == InputFormat::kText && opt.doc_per_file) {
-    std::stringstream ss;
-    ss << f.rdbuf();
-    if (f.bad()) fail(path, ": read error");
-    std::string doc = ss.str();
-    on_bytes(doc.size());
+    std::string doc;
+    char chunk[1 << 16];
+    for (size_t n; (n = src.read(chunk, sizeof chunk)) > 0;) doc.append(chunk, n);
+    on_bytes(src.raw_read());
     size_t bad = 0;
     if (!valid_utf8(doc, &bad)) fail(path, ": invalid UTF-8 at byte offset ", bad);
     while (!doc.empty() && (doc.back() == '\n' || doc.back() == '\r')) doc.pop_back();
     if (!is_blank(doc)) on_doc(std::move(doc));
     return;
   }
+  LineReader lines(src);
   std::string line, doc;
-  uint64_t line_no = 0, pending = 0;
-  while (std::getline(f, line)) {
-    ++line_no;
-    pending += line.size() + (f.eof() ? 0 : 1);  // the last line may lack its newline
-    if (pending >= (1u << 20)) {
-      on_bytes(pending);
-      pending = 0;
+  uint64_t line_no = 0, reported = 0;  // file bytes reported through on_bytes
+  while (lines.next(line)) {
+    src.line = ++line_no;
+    if (src.raw_read() - reported >= (1u << 20)) {
+      on_bytes(src.raw_read() - reported);
+      reported = src.raw_read();
     }
     check_utf8(path, line_no, line);
     if (fmt == InputFormat::kJsonl) {
@@ -150,9 +332,8 @@ void read_documents(const std::string& path, const DocReaderOptions& opt,
     if (!doc.empty()) doc += '\n';
     doc += line;
   }
-  if (f.bad()) fail(path, ": read error");
   if (!doc.empty()) on_doc(std::move(doc));
-  on_bytes(pending);
+  on_bytes(src.raw_read() - reported);
 }
 
 }  // namespace wiola

@@ -1,16 +1,20 @@
 // prep: documents -> shards + manifest; splits; input kinds; failures leave nothing.
 #include <gtest/gtest.h>
 #include <xxhash.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
 #include "data/loader.h"
 #include "data/manifest.h"
 #include "data/prep.h"
+#include "data/shard.h"
 #include "data/tokenizer.h"
 #include "data_test_util.h"
 #include "util/error.h"
@@ -326,6 +330,217 @@ TEST(Prep, BrownCorpusCounts) {
   TokenLoader l(r.manifest_path, "train", 2048, 8, 0, 1, 1);
   l.expect(32000, Tokenizer::load(test::kWiolaTokenizer).sha256());
   EXPECT_EQ(l.info().num_samples, (m.splits.at("train").num_tokens - 1) / 2048);
+}
+
+// --- Compressed inputs (.gz, .zst) ------------------------------------------
+
+std::string gzip_of(const std::string& data) {
+  z_stream zs{};
+  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&zs, uLong(data.size())), '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  zs.avail_in = uInt(data.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = uInt(out.size());
+  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+std::string zstd_of(const std::string& data) {
+  std::string out(ZSTD_compressBound(data.size()), '\0');
+  size_t n = ZSTD_compress(out.data(), out.size(), data.data(), data.size(), 3);
+  EXPECT_FALSE(ZSTD_isError(n));
+  out.resize(n);
+  return out;
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// A shard's token ids. (The .h5 files themselves differ in HDF5's object
+// modification times when written in different seconds.)
+std::vector<int32_t> shard_tokens(const std::string& path) {
+  const ShardReader r(path);
+  std::vector<int32_t> ids(r.size());
+  r.read(0, r.size(), ids.data());
+  return ids;
+}
+
+// A corpus large enough to take several compressed read buffers: docs8()
+// and then documents with varied (poorly compressible) content.
+std::vector<std::string> many_docs() {
+  std::vector<std::string> d = docs8();
+  uint64_t x = 88172645463325252ull;
+  for (int i = 0; i < 6000; ++i) {
+    std::string doc = "Document " + std::to_string(i) + ":";
+    for (int w = 0; w < 8; ++w) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      doc += " w" + std::to_string(x % 100000);
+    }
+    if (i % 7 == 0) doc += "\nsecond line, café 日本";
+    d.push_back(doc);
+  }
+  return d;
+}
+
+std::string jsonl_of(const std::vector<std::string>& docs) {
+  std::string s;
+  for (const auto& d : docs) s += nlohmann::json{{"text", d}}.dump() + "\n";
+  return s;
+}
+
+// The manifest less what names or measures the input files (input_bytes:
+// compressed sizes), as JSON text.
+std::string manifest_content(const std::string& path) {
+  nlohmann::json j = nlohmann::json::parse(file_bytes(path));
+  j["prep"].erase("input_bytes");
+  return j.dump();
+}
+
+// The same documents as plain text and JSONL, and each gzip- and
+// zstd-compressed, give shards of identical tokens and the same manifest
+// (token and document counts, content hashes; all but input_bytes), whether
+// read as a file, from a folder or a glob.
+TEST(Prep, CompressedInputsGiveIdenticalShards) {
+  test::TempDir dir("prep-compressed");
+  const std::vector<std::string> docs = many_docs();
+  const std::string text = file_bytes(write_corpus(dir / "plain.txt", docs));
+  const std::string jsonl = jsonl_of(docs);
+  test::write_text(dir / "plain.jsonl", jsonl);
+  fs::create_directories(dir / "in");
+  struct Input {
+    std::string name, bytes;
+  };
+  const std::vector<Input> inputs = {
+      {"c.txt.gz", gzip_of(text)},       {"c.txt.zst", zstd_of(text)},     {"c.gz", gzip_of(text)},
+      {"c.zst", zstd_of(text)},          {"c.jsonl.gz", gzip_of(jsonl)},   {"c.jsonl.zst", zstd_of(jsonl)},
+      {"c.ndjson.gz", gzip_of(jsonl)}};
+  ASSERT_GT(inputs[1].bytes.size(), size_t(1) << 17);  // several compressed read buffers
+  std::vector<std::string> paths = {dir / "plain.jsonl"};
+  for (const Input& in : inputs) {
+    test::write_text(dir / in.name, in.bytes);
+    paths.push_back(dir / in.name);
+  }
+  test::write_text(dir / "in/only.jsonl.zst", zstd_of(jsonl));
+  paths.push_back(dir / "in");          // a folder holding one .jsonl.zst
+  paths.push_back(dir / "c.txt.g*");    // a glob matching c.txt.gz
+
+  auto prep = [&](const std::string& input, const std::string& out) {
+    PrepOptions o = options(dir, {input});
+    o.output_dir = out;
+    o.shard_tokens = 50'000;
+    o.val_fraction = 0.1;
+    return run_prep(o);
+  };
+  PrepResult want = prep(dir / "plain.txt", dir / "out-plain");
+  ASSERT_GE(want.manifest.splits.at("train").shards.size(), 2u);
+  ASSERT_EQ(want.manifest.splits.at("train").num_documents + want.manifest.splits.at("val").num_documents,
+            docs.size());
+  const std::string want_manifest = manifest_content(want.manifest_path);
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string out = dir / ("out-" + std::to_string(i));
+    PrepResult got = prep(paths[i], out);
+    SCOPED_TRACE(paths[i]);
+    for (const char* split : {"train", "val"}) {
+      const ManifestSplit& w = want.manifest.splits.at(split);
+      const ManifestSplit& g = got.manifest.splits.at(split);
+      EXPECT_EQ(g.xxh3, w.xxh3) << split;
+      EXPECT_EQ(g.num_tokens, w.num_tokens) << split;
+      EXPECT_EQ(g.num_documents, w.num_documents) << split;
+      ASSERT_EQ(g.shards.size(), w.shards.size()) << split;
+      for (size_t s = 0; s < w.shards.size(); ++s) {
+        EXPECT_EQ(g.shards[s].xxh3, w.shards[s].xxh3);
+        EXPECT_TRUE(shard_tokens(g.shards[s].path) == shard_tokens(w.shards[s].path)) << g.shards[s].path;
+      }
+    }
+    EXPECT_EQ(manifest_content(got.manifest_path), want_manifest);
+    EXPECT_EQ(got.input_bytes, fs::is_directory(paths[i]) ? fs::file_size(dir / "in/only.jsonl.zst")
+                               : paths[i].find('*') != std::string::npos ? fs::file_size(dir / "c.txt.gz")
+                                                                         : fs::file_size(paths[i]));
+  }
+  // The bytes reported consumed are the compressed file's size.
+  for (const char* name : {"c.txt.gz", "c.jsonl.zst"}) {
+    uint64_t consumed = 0, n = 0;
+    read_documents(dir / name, {}, [&](std::string&&) { ++n; }, [&](uint64_t b) { consumed += b; });
+    EXPECT_EQ(n, docs.size()) << name;
+    EXPECT_EQ(consumed, fs::file_size(dir / name)) << name;
+  }
+}
+
+// Concatenated gzip members (`cat a.gz b.gz`) and zstd frames read as the
+// concatenation of their contents.
+TEST(Prep, MultiMemberGzipAndMultiFrameZstd) {
+  test::TempDir dir("prep-multi");
+  const std::vector<std::string> all = docs8();
+  const std::vector<std::string> a(all.begin(), all.begin() + 5), b(all.begin() + 5, all.end());
+  const std::string ta = file_bytes(write_corpus(dir / "a.txt", a));
+  const std::string tb = file_bytes(write_corpus(dir / "b.txt", b));
+  test::write_text(dir / "ab.txt.gz", gzip_of(ta) + gzip_of(tb));
+  test::write_text(dir / "ab.txt.zst", zstd_of(ta) + zstd_of(tb));
+  test::write_text(dir / "ab.jsonl.gz", gzip_of(jsonl_of(a)) + gzip_of("") + gzip_of(jsonl_of(b)));
+  for (const char* name : {"ab.txt.gz", "ab.txt.zst", "ab.jsonl.gz"}) {
+    std::vector<std::string> got;
+    read_documents(dir / name, {}, [&](std::string&& d) { got.push_back(d); }, [](uint64_t) {});
+    EXPECT_EQ(got, docs8()) << name;
+  }
+  PrepOptions o = options(dir, {dir / "ab.txt.gz"});
+  o.val_fraction = 0;
+  PrepResult r = run_prep(o);
+  EXPECT_EQ(r.manifest.splits.at("train").num_documents, 8u);
+}
+
+// A corrupt .gz (bytes flipped mid-stream) and a truncated .zst or .gz each
+// fail with one error naming the file and how far it got, and leave no
+// output (and an earlier complete output untouched).
+TEST(Prep, CorruptOrTruncatedCompressedInputFails) {
+  test::TempDir dir("prep-corrupt");
+  const std::string text = file_bytes(write_corpus(dir / "plain.txt", many_docs()));
+  PrepOptions o = options(dir, {dir / "plain.txt"});
+  run_prep(o);  // a previous, complete output
+  const auto before = listing(dir / "out");
+  const std::string before_manifest = file_bytes(dir / "out/manifest.json");
+
+  std::string gz = gzip_of(text);
+  for (size_t i = gz.size() / 2; i < gz.size() / 2 + 16; ++i) gz[i] = char(~gz[i]);
+  test::write_text(dir / "flipped.txt.gz", gz);
+  std::string zst = zstd_of(text);
+  test::write_text(dir / "cut.txt.zst", zst.substr(0, zst.size() * 2 / 3));
+  std::string gz2 = gzip_of(text);
+  test::write_text(dir / "cut.jsonl.gz", gzip_of(jsonl_of(many_docs())).substr(0, gz2.size() / 2));
+  test::write_text(dir / "empty.txt.gz", "");
+  test::write_text(dir / "notgzip.gz", text.substr(0, 1000));
+  for (const auto& [name, what] : {std::pair{"flipped.txt.gz", "corrupt gzip data"},
+                                   std::pair{"cut.txt.zst", "truncated zstd data"},
+                                   std::pair{"cut.jsonl.gz", "truncated gzip data"},
+                                   std::pair{"empty.txt.gz", "not gzip data"},
+                                   std::pair{"notgzip.gz", "corrupt gzip data"}}) {
+    o = options(dir, {dir / "plain.txt", dir / name});
+    o.shard_tokens = 1000;  // shards are written before the error
+    try {
+      run_prep(o);
+      ADD_FAILURE() << name << ": no error";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(dir / name), std::string::npos) << msg;
+      EXPECT_NE(msg.find(what), std::string::npos) << msg;
+      EXPECT_NE(msg.find("at compressed byte "), std::string::npos) << msg;
+      EXPECT_NE(msg.find(" uncompressed bytes"), std::string::npos) << msg;
+    }
+    EXPECT_EQ(listing(dir / "out"), before) << name;
+    EXPECT_EQ(file_bytes(dir / "out/manifest.json"), before_manifest) << name;
+  }
+  // The line reached is named: the error comes after the first lines were read.
+  try {
+    read_documents(dir / "cut.txt.zst", {}, [](std::string&&) {}, [](uint64_t) {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find(dir / "cut.txt.zst:1:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(dir / "cut.txt.zst:"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
