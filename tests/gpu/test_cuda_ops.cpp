@@ -197,7 +197,10 @@ TEST(CudaOps, GcladPiecesAndAtm) {
   const Vec x = randn(size_t(N) * d, 12), dout = randn(size_t(N) * d, 13);
   // The scans split positions into 32 chunks and columns into blocks of 32:
   // fewer positions than chunks, and a ragged last chunk and column block.
-  for (auto [sB, sTn, sd] : {std::tuple{B, Tn, d}, std::tuple{2, 301, 40}}) {
+  for (const auto& shape : {std::tuple{B, Tn, d}, std::tuple{2, 301, 40}}) {
+    // Plain names, not structured bindings: clang before 16 cannot capture
+    // those in the lambda below (scripts/sanitize.sh builds with clang).
+    const int sB = std::get<0>(shape), sTn = std::get<1>(shape), sd = std::get<2>(shape);
     const Vec sx = randn(size_t(sB) * sTn * sd, 12), sdout = randn(size_t(sB) * sTn * sd, 13),
               carry0 = randn(size_t(sB) * sd, 19);
     same_on_gpu("prefix means", 1e-6, [&](Ops<float>& o) {
