@@ -14,6 +14,7 @@ PACKAGES=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libpcre2-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev libxxhash-dev libhwy-dev
   zlib1g-dev libzstd-dev  # compressed prep inputs (.gz, .zst)
+  libssl-dev  # SHA-256 (data/sha256.cpp) from OpenSSL's libcrypto
   python3 python3-torch python3-h5py python3-numpy python3-matplotlib python3-pip python3-xxhash
   valgrind xz-utils
   slurm-wlm munge libpmix-dev  # one-node Slurm for the launch tests (scripts/slurm_local.sh)

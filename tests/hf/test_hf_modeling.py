@@ -108,7 +108,8 @@ def test_training_with_atm_merges_equals_reference():
 
 
 def test_cached_decoding_equals_full_forward():
-    # float64 at a large init: the same numbers; float32 at the training init: SPEC's 1e-4 bar
+    # float64 at a large init: the same numbers; float32 at the training init: the 1e-4 bar of docs/model.md
+    # §2 (Inference) and §8 (Numerical tolerances)
     # (a large init makes this model chaotic enough to amplify float32 rounding ~1000x).
     for (dtype, std, tol) in ((torch.float64, 0.3, 1e-10), (torch.float32, 0.02, 1e-4)):
         _check_cached(dtype, std, tol)
