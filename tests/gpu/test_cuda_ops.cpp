@@ -338,6 +338,40 @@ Vec bf16_download(Ops<float>& gpu, CPtr src, size_t n) {
   return r;
 }
 
+// The device side of one bf16 attention call in the tests below: the ATM
+// layout uploaded, the merged keys and values (with_atm), the outputs and
+// gradients, and the key and raw-key pointers the op takes.
+struct GpuAttnCall {
+  Buffer<float, int32_t> ke, ng, gf;
+  Buffer<float, uint8_t> so;
+  DynBuffer<float> mk, mv, go, gdq, gdk, gdv, gdrk, gdrv;
+  Buffer<float> glse;
+  CPtr keys_k, keys_v, raw_k, raw_v;
+  Ptr draw_k, draw_v;
+  AttnKeys keys{};
+  GpuAttnCall(Ops<float>& gpu, const AttnShape& s, const AtmLayout& lay, const std::vector<uint8_t>& open, CPtr k,
+              CPtr v, bool with_atm)
+      : ke(gpu, lay.key_end.size()), ng(gpu, lay.n_groups.size()), gf(gpu, lay.group_first.size()),
+        so(gpu, open.size()), mk(gpu, DType::BF16, nk(s)), mv(gpu, DType::BF16, nk(s)),
+        go(gpu, DType::BF16, nq(s)), gdq(gpu, DType::BF16, nq(s)), gdk(gpu, DType::BF16, nk(s)),
+        gdv(gpu, DType::BF16, nk(s)), gdrk(gpu, DType::BF16, nk(s)), gdrv(gpu, DType::BF16, nk(s)),
+        glse(gpu, size_t(s.B) * s.H * s.Tq), keys_k(k), keys_v(v) {
+    gpu.upload(ke.data(), lay.key_end.data(), ke.bytes());
+    gpu.upload(ng.data(), lay.n_groups.data(), ng.bytes());
+    gpu.upload(gf.data(), lay.group_first.data(), gf.bytes());
+    gpu.upload(so.data(), open.data(), so.bytes());
+    if (with_atm) {
+      gpu.atm_merge_rows(k, s.B, s.Tq, s.Hkv * s.dh, gf.data(), ke.data(), ng.data(), mk.data());
+      gpu.atm_merge_rows(v, s.B, s.Tq, s.Hkv * s.dh, gf.data(), ke.data(), ng.data(), mv.data());
+      keys_k = mk.data(); keys_v = mv.data(); raw_k = k; raw_v = v;
+      draw_k = gdrk.data(); draw_v = gdrv.data();
+      keys = AttnKeys{ke.data(), ng.data(), so.data()};
+    }
+  }
+  static size_t nq(const AttnShape& s) { return size_t(s.B) * s.Tq * s.H * s.dh; }
+  static size_t nk(const AttnShape& s) { return size_t(s.B) * s.Tk * s.Hkv * s.dh; }
+};
+
 // The bf16 attention on tensor cores (kernels/cuda/attention_tc.cu), forward
 // and backward, against the CPU on exactly the GPU's bf16 inputs: plain causal
 // and ATM keys with self-open raw keys, two full 64-row tiles and a partial
@@ -367,38 +401,18 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
     const AtmLayout lay = atm_layout(open, s.B, s.Tq);
     for (bool with_atm : {false, true}) {
       // The GPU: merged rows (ATM) in bf16, then forward and backward.
-      Buffer<float, int32_t> ke(*gpu, lay.key_end.size()), ng(*gpu, lay.n_groups.size()),
-          gf(*gpu, lay.group_first.size());
-      Buffer<float, uint8_t> so(*gpu, open.size());
-      gpu->upload(ke.data(), lay.key_end.data(), ke.bytes());
-      gpu->upload(ng.data(), lay.n_groups.data(), ng.bytes());
-      gpu->upload(gf.data(), lay.group_first.data(), gf.bytes());
-      gpu->upload(so.data(), open.data(), so.bytes());
-      DynBuffer<float> mk(*gpu, DType::BF16, nk), mv(*gpu, DType::BF16, nk), go(*gpu, DType::BF16, nq),
-          gdq(*gpu, DType::BF16, nq), gdk(*gpu, DType::BF16, nk), gdv(*gpu, DType::BF16, nk),
-          gdrk(*gpu, DType::BF16, nk), gdrv(*gpu, DType::BF16, nk);
-      Buffer<float> glse(*gpu, nl);
-      CPtr keys_k = gk.data(), keys_v = gv.data(), raw_k, raw_v;
-      Ptr draw_k, draw_v;
-      AttnKeys gkeys{};
-      if (with_atm) {
-        gpu->atm_merge_rows(gk.data(), s.B, s.Tq, s.Hkv * dh, gf.data(), ke.data(), ng.data(), mk.data());
-        gpu->atm_merge_rows(gv.data(), s.B, s.Tq, s.Hkv * dh, gf.data(), ke.data(), ng.data(), mv.data());
-        keys_k = mk.data(); keys_v = mv.data(); raw_k = gk.data(); raw_v = gv.data();
-        draw_k = gdrk.data(); draw_v = gdrv.data();
-        gkeys = AttnKeys{ke.data(), ng.data(), so.data()};
-      }
+      GpuAttnCall c(*gpu, s, lay, open, gk.data(), gv.data(), with_atm);
       auto run_gpu = [&] {
-        gpu->attention_fwd(s, gkeys, gq.data(), keys_k, keys_v, raw_k, raw_v, go.data(), glse.data());
-        gpu->attention_bwd(s, gkeys, gq.data(), keys_k, keys_v, raw_k, raw_v, go.data(), glse.data(), gdo.data(),
-                           gdq.data(), gdk.data(), gdv.data(), draw_k, draw_v);
+        gpu->attention_fwd(s, c.keys, gq.data(), c.keys_k, c.keys_v, c.raw_k, c.raw_v, c.go.data(), c.glse.data());
+        gpu->attention_bwd(s, c.keys, gq.data(), c.keys_k, c.keys_v, c.raw_k, c.raw_v, c.go.data(), c.glse.data(),
+                           gdo.data(), c.gdq.data(), c.gdk.data(), c.gdv.data(), c.draw_k, c.draw_v);
         Vec l(nl);
-        gpu->download(l.data(), glse.data(), glse.bytes());
-        std::vector<Vec> out{from_bf16(go.data(), nq), l, from_bf16(gdq.data(), nq), from_bf16(gdk.data(), nk),
-                             from_bf16(gdv.data(), nk)};
+        gpu->download(l.data(), c.glse.data(), c.glse.bytes());
+        std::vector<Vec> out{from_bf16(c.go.data(), nq), l, from_bf16(c.gdq.data(), nq), from_bf16(c.gdk.data(), nk),
+                             from_bf16(c.gdv.data(), nk)};
         if (with_atm) {
-          out.push_back(from_bf16(gdrk.data(), nk));
-          out.push_back(from_bf16(gdrv.data(), nk));
+          out.push_back(from_bf16(c.gdrk.data(), nk));
+          out.push_back(from_bf16(c.gdrv.data(), nk));
         }
         return out;
       };
@@ -411,7 +425,7 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
       unsetenv("WIOLA_CUDA_ATTENTION");
 
       // The CPU on the same (bf16-valued) inputs.
-      const Vec mkh = with_atm ? from_bf16(mk.data(), nk) : k, mvh = with_atm ? from_bf16(mv.data(), nk) : v;
+      const Vec mkh = with_atm ? from_bf16(c.mk.data(), nk) : k, mvh = with_atm ? from_bf16(c.mv.data(), nk) : v;
       OnBackend r(*cpu);
       float *cq = r.in(q), *ck = r.in(mkh), *cv = r.in(mvh), *crk = r.in(k), *crv = r.in(v), *cdo = r.in(dout);
       float *co = r.in(Vec(nq)), *clse = r.in(Vec(nl)), *cdq = r.in(Vec(nq)), *cdk = r.in(Vec(nk)),
@@ -467,16 +481,16 @@ TEST(CudaOps, AttentionFa2Bf16) {
     int Tq, Tk, q_pos0;
   };
   for (int dh : {32, 64, 96, 128})
-    for (const Case c : {Case{67, 67, 0}, Case{200, 200, 0}, Case{67, 200, 133}}) {
+    for (const Case shape : {Case{67, 67, 0}, Case{200, 200, 0}, Case{67, 200, 133}}) {
 #ifdef WIOLA_CUDA_EMU
       // On the emulator (three runs in CI: emu, rev, asan) the four-tile and
       // decoding shapes at d_h = 64 only; every head dim still runs T = 67
       // (two tiles, odd T). The GPU runs them all.
-      if (dh != 64 && (c.Tq != c.Tk || c.Tq == 200)) continue;
+      if (dh != 64 && (shape.Tq != shape.Tk || shape.Tq == 200)) continue;
 #endif
       AttnShape s;
-      s.B = 2; s.Tq = c.Tq; s.Tk = c.Tk; s.q_pos0 = c.q_pos0; s.H = 4; s.Hkv = 2; s.dh = dh;
-      const bool decoding = c.q_pos0 != 0;
+      s.B = 2; s.Tq = shape.Tq; s.Tk = shape.Tk; s.q_pos0 = shape.q_pos0; s.H = 4; s.Hkv = 2; s.dh = dh;
+      const bool decoding = shape.q_pos0 != 0;
       const size_t nq = size_t(s.B) * s.Tq * s.H * dh, nk = size_t(s.B) * s.Tk * s.Hkv * dh;
       const size_t nl = size_t(s.B) * s.H * s.Tq;
       DynBuffer<float> gq(*gpu, DType::BF16, nq), gk(*gpu, DType::BF16, nk), gv(*gpu, DType::BF16, nk),
@@ -488,42 +502,22 @@ TEST(CudaOps, AttentionFa2Bf16) {
         for (int t = 1 + b; t + 1 < s.Tq; t += 4) open[size_t(b) * s.Tq + t] = 1;
       const AtmLayout lay = atm_layout(open, s.B, s.Tq);
       for (int with_atm = 0; with_atm < (decoding ? 1 : 2); ++with_atm) {
-        Buffer<float, int32_t> ke(*gpu, lay.key_end.size()), ng(*gpu, lay.n_groups.size()),
-            gf(*gpu, lay.group_first.size());
-        Buffer<float, uint8_t> so(*gpu, open.size());
-        gpu->upload(ke.data(), lay.key_end.data(), ke.bytes());
-        gpu->upload(ng.data(), lay.n_groups.data(), ng.bytes());
-        gpu->upload(gf.data(), lay.group_first.data(), gf.bytes());
-        gpu->upload(so.data(), open.data(), so.bytes());
-        DynBuffer<float> mk(*gpu, DType::BF16, nk), mv(*gpu, DType::BF16, nk), go(*gpu, DType::BF16, nq),
-            gdq(*gpu, DType::BF16, nq), gdk(*gpu, DType::BF16, nk), gdv(*gpu, DType::BF16, nk),
-            gdrk(*gpu, DType::BF16, nk), gdrv(*gpu, DType::BF16, nk);
-        Buffer<float> glse(*gpu, nl);
-        CPtr keys_k = gk.data(), keys_v = gv.data(), raw_k, raw_v;
-        Ptr draw_k, draw_v;
-        AttnKeys gkeys{};
-        if (with_atm) {
-          gpu->atm_merge_rows(gk.data(), s.B, s.Tq, s.Hkv * dh, gf.data(), ke.data(), ng.data(), mk.data());
-          gpu->atm_merge_rows(gv.data(), s.B, s.Tq, s.Hkv * dh, gf.data(), ke.data(), ng.data(), mv.data());
-          keys_k = mk.data(); keys_v = mv.data(); raw_k = gk.data(); raw_v = gv.data();
-          draw_k = gdrk.data(); draw_v = gdrv.data();
-          gkeys = AttnKeys{ke.data(), ng.data(), so.data()};
-        }
+        GpuAttnCall c(*gpu, s, lay, open, gk.data(), gv.data(), with_atm);
         // o and lse, then (bwd) the tensor-core backward's gradients from them.
         auto run_gpu = [&](bool bwd) {
-          gpu->attention_fwd(s, gkeys, gq.data(), keys_k, keys_v, raw_k, raw_v, go.data(), glse.data());
+          gpu->attention_fwd(s, c.keys, gq.data(), c.keys_k, c.keys_v, c.raw_k, c.raw_v, c.go.data(), c.glse.data());
           Vec l(nl);
-          gpu->download(l.data(), glse.data(), glse.bytes());
-          std::vector<Vec> out{bf16_download(*gpu, go.data(), nq), l};
+          gpu->download(l.data(), c.glse.data(), c.glse.bytes());
+          std::vector<Vec> out{bf16_download(*gpu, c.go.data(), nq), l};
           if (!bwd) return out;
-          gpu->attention_bwd(s, gkeys, gq.data(), keys_k, keys_v, raw_k, raw_v, go.data(), glse.data(), gdo.data(),
-                             gdq.data(), gdk.data(), gdv.data(), draw_k, draw_v);
-          out.push_back(bf16_download(*gpu, gdq.data(), nq));
-          out.push_back(bf16_download(*gpu, gdk.data(), nk));
-          out.push_back(bf16_download(*gpu, gdv.data(), nk));
+          gpu->attention_bwd(s, c.keys, gq.data(), c.keys_k, c.keys_v, c.raw_k, c.raw_v, c.go.data(), c.glse.data(),
+                             gdo.data(), c.gdq.data(), c.gdk.data(), c.gdv.data(), c.draw_k, c.draw_v);
+          out.push_back(bf16_download(*gpu, c.gdq.data(), nq));
+          out.push_back(bf16_download(*gpu, c.gdk.data(), nk));
+          out.push_back(bf16_download(*gpu, c.gdv.data(), nk));
           if (with_atm) {
-            out.push_back(bf16_download(*gpu, gdrk.data(), nk));
-            out.push_back(bf16_download(*gpu, gdrv.data(), nk));
+            out.push_back(bf16_download(*gpu, c.gdrk.data(), nk));
+            out.push_back(bf16_download(*gpu, c.gdrv.data(), nk));
           }
           return out;
         };
@@ -542,8 +536,8 @@ TEST(CudaOps, AttentionFa2Bf16) {
         const auto tc = run_gpu(false);
 
         // The CPU on the same (bf16-valued) inputs.
-        const Vec mkh = with_atm ? bf16_download(*gpu, mk.data(), nk) : k,
-                  mvh = with_atm ? bf16_download(*gpu, mv.data(), nk) : v;
+        const Vec mkh = with_atm ? bf16_download(*gpu, c.mk.data(), nk) : k,
+                  mvh = with_atm ? bf16_download(*gpu, c.mv.data(), nk) : v;
         OnBackend r(*cpu);
         float *cq = r.in(q), *ck = r.in(mkh), *cv = r.in(mvh), *crk = r.in(k), *crv = r.in(v), *cdo = r.in(dout);
         float *co = r.in(Vec(nq)), *clse = r.in(Vec(nl)), *cdq = r.in(Vec(nq)), *cdk = r.in(Vec(nk)),
