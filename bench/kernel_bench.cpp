@@ -178,6 +178,43 @@ void put_timing(json& j, const Timing& t) {
   j["reps"] = t.reps;
 }
 
+// A rate: its JSON key, its unit, and the amount per unit per second.
+struct RateUnit {
+  const char* key;
+  const char* unit;
+  double scale;
+};
+constexpr RateUnit kTflops{"tflops", "TFLOP/s", 1e12}, kGbps{"gbps", "GB/s", 1e9};
+struct Rated {
+  bool ok = false;
+  double ms = 0;     // the median, when ok
+  std::string line;  // what stdout shows for it
+};
+// Times f and records in j its timing, its rate (amount over the median
+// time) and the rate's share of peak; on an error, the error instead.
+Rated time_rated(Ops<float>& g, const Options& o, json& j, const RateUnit& u, double amount, double peak,
+                 const std::function<void()>& f) {
+  Rated r;
+  try {
+    const Timing t = time_op(g, o, f);
+    put_timing(j, t);
+    const double rate = amount / (t.ms * 1e-3) / u.scale;
+    j[u.key] = rate;
+    j["frac_peak"] = rate / peak;
+    j["ok"] = true;
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%8.3f ms  %7.1f %s (%4.0f %% of %.0f)", t.ms, rate, u.unit, 100 * rate / peak,
+                  peak);
+    r = {true, t.ms, buf};
+  } catch (const std::exception& e) {
+    g.synchronize();
+    j["ok"] = false;
+    j["error"] = e.what();
+    r.line = std::string("ERROR: ") + e.what();
+  }
+  return r;
+}
+
 // ---- buffers ---------------------------------------------------------------------------
 
 Vec randn(size_t n, uint64_t seed) {
@@ -643,28 +680,12 @@ void run_gemm(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
              {"aligned", !mis}, {"param_operand", std::string(1, c.param)},
              {"param_offset_elems", off}, {"flops", flops}};
       if (*c.note) j["note"] = c.note;
-      std::string line;
-      try {
-        const Timing t = time_op(g, o, [&] {
-          g.gemm(c.ta, c.tb, c.m, c.n, c.k, 1.f, a, c.lda, b, c.ldb, c.beta, cp, c.ldc);
-        });
-        put_timing(j, t);
-        const double tf = flops / (t.ms * 1e-3) / 1e12;
-        j["tflops"] = tf;
-        j["frac_peak"] = tf / o.peak_tflops;
-        j["ok"] = true;
-        total_ms[mis] += t.ms * double(x.count);
-        char buf[128];
-        std::snprintf(buf, sizeof buf, "%8.3f ms  %7.1f TFLOP/s (%4.0f %% of %.0f)", t.ms, tf, 100 * tf / o.peak_tflops,
-                      o.peak_tflops);
-        line = buf;
-      } catch (const std::exception& e) {
-        g.synchronize();
-        j["ok"] = false;
-        j["error"] = e.what();
-        line = std::string("ERROR: ") + e.what();
-        all_ok[mis] = false;
-      }
+      const Rated r = time_rated(g, o, j, kTflops, flops, o.peak_tflops, [&] {
+        g.gemm(c.ta, c.tb, c.m, c.n, c.k, 1.f, a, c.lda, b, c.ldb, c.beta, cp, c.ldc);
+      });
+      if (r.ok) total_ms[mis] += r.ms * double(x.count);
+      else all_ok[mis] = false;
+      const std::string& line = r.line;
       rep.emit(j);
       const std::string label = x.roles.size() > 1 ? c.role + " +" + std::to_string(x.roles.size() - 1) : c.role;
       std::printf("gemm %-29s %s%s x%-3ld %5d x %5d x %5d %s: %s\n", label.c_str(), c.ta == Trans::T ? "T" : "N",
@@ -697,26 +718,9 @@ void run_memory(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) 
                     const std::function<void()>& f) {
     json j{{"section", "memory"}, {"name", name}, {"what", what}, {"bytes", bytes}, {"bytes_rule", bytes_rule},
            {"peak_gbps", o.peak_gbps}};
-    std::string line;
-    try {
-      const Timing t = time_op(g, o, f);
-      put_timing(j, t);
-      const double gbps = bytes / (t.ms * 1e-3) / 1e9;
-      j["gbps"] = gbps;
-      j["frac_peak"] = gbps / o.peak_gbps;
-      j["ok"] = true;
-      char buf[128];
-      std::snprintf(buf, sizeof buf, "%8.3f ms  %7.1f GB/s (%4.0f %% of %.0f)", t.ms, gbps, 100 * gbps / o.peak_gbps,
-                    o.peak_gbps);
-      line = buf;
-    } catch (const std::exception& e) {
-      g.synchronize();
-      j["ok"] = false;
-      j["error"] = e.what();
-      line = std::string("ERROR: ") + e.what();
-    }
+    const Rated r = time_rated(g, o, j, kGbps, bytes, o.peak_gbps, f);
     rep.emit(j);
-    std::printf("memory %-18s %-36s: %s\n", name.c_str(), what.c_str(), line.c_str());
+    std::printf("memory %-18s %-36s: %s\n", name.c_str(), what.c_str(), r.line.c_str());
   };
   const std::string rows = "[" + std::to_string(N) + ", " + std::to_string(d) + "]";
   {
