@@ -1,7 +1,7 @@
 // The warp-level tensor-core and copy instructions of the FlashAttention-2
 // style kernels, one wrapper each: inline PTX on the GPU (sm_80 and later),
 // the CUDA emulator's implementation of the same instruction in CI
-// (tests/cuda_emu, emu_ptx.cpp), so that a kernel written against these
+// (tools/cuda_emu, emu_ptx.cpp), so that a kernel written against these
 // wrappers runs unchanged in both. Fragment layouts are the PTX ISA's
 // ("Matrix Fragments for mma.m16n8k16", "ldmatrix"); the kit's ptx_probe
 // compares the emulator's mapping with the GPU's.

@@ -1,4 +1,4 @@
-// The CUDA emulator's own checks (tests/cuda_emu/emu.h), in CUDA: the build
+// The CUDA emulator's own checks (tools/cuda_emu/emu.h), in CUDA: the build
 // rewrites this file as it rewrites kernels/cuda/*.cu. First that it runs
 // kernels as a GPU does (block reductions over shuffles and shared memory,
 // wmma's documented layouts, cub's sort, cuBLAS's column-major GemmEx); then

@@ -9,7 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/gpu/kit_env.sh
-# The emulator's fragment layouts (tests/cuda_emu/emu_ptx.cpp) against the
+# The emulator's fragment layouts (tools/cuda_emu/emu_ptx.cpp) against the
 # GPU's: every difference is printed; exit 1 on any.
 "$kit_bin/ptx_probe" --compare "$kit/ptx_probe_emu.txt" 2>&1 | tee "$OUT/ptx_probe.log"
 rc_probe=${PIPESTATUS[0]}

@@ -12,7 +12,7 @@
 //
 // The kit (tests/gpu/kit_build.sh) carries the emulator's dump and the GPU
 // runs --compare against it (kit_tests.sh): a difference means the
-// emulator's fragment layouts (tests/cuda_emu/emu_ptx.cpp) are not the GPU's.
+// emulator's fragment layouts (tools/cuda_emu/emu_ptx.cpp) are not the GPU's.
 // Every value is an integer that bf16 and fp32 hold exactly (at most 256 in
 // bf16) and every sum is exact in any order, so the two must agree exactly.
 //

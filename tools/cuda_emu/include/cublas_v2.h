@@ -1,6 +1,6 @@
-// cuBLAS for the emulator (tests/cuda_emu/emu.h): the types of the entry
+// cuBLAS for the emulator (tools/cuda_emu/emu.h): the types of the entry
 // points the CUDA backend binds (kernels/cuda/cublas_lib.cuh); the emulated
-// functions themselves are in tests/cuda_emu/cublas_emu.cpp.
+// functions themselves are in tools/cuda_emu/cublas_emu.cpp.
 #pragma once
 
 #include "cuda_runtime.h"

@@ -1,12 +1,12 @@
 // The CUDA runtime API as far as the CUDA backend uses it, for the emulator
-// (tests/cuda_emu/emu.h). "Device" memory is host memory that the emulator
+// (tools/cuda_emu/emu.h). "Device" memory is host memory that the emulator
 // tracks; kernels, copies and GEMMs run when they are issued, and streams
 // order only the work they hold (the emulated NCCL's operations, emu.h Held).
 #pragma once
 
 #include <cstddef>
 
-#include "tests/cuda_emu/emu.h"
+#include "tools/cuda_emu/emu.h"
 
 enum cudaError_t {
   cudaSuccess = 0,

@@ -1,4 +1,4 @@
-// NCCL for the CUDA emulator (tests/cuda_emu/emu.h): the entry points of
+// NCCL for the CUDA emulator (tools/cuda_emu/emu.h): the entry points of
 // dist/nccl/nccl_lib.h, replacing the library the real build loads.
 //
 // - A one-rank communicator needs no MPI (the GPU kit's contract tests have
@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "dist/nccl/nccl_lib.h"
-#include "tests/cuda_emu/emu.h"
+#include "tools/cuda_emu/emu.h"
 
 namespace wiola::dist {
 namespace {

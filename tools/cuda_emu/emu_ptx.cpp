@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kernels/cuda/ptx.cuh"
-#include "tests/cuda_emu/emu.h"
+#include "tools/cuda_emu/emu.h"
 
 namespace wiola_emu {
 

@@ -1,4 +1,4 @@
-// nvcuda::wmma for the emulator (tests/cuda_emu/emu.h). A fragment holds the
+// nvcuda::wmma for the emulator (tools/cuda_emu/emu.h). A fragment holds the
 // whole 16x16 tile, so it needs no lane layout: the kernels only move whole
 // fragments (load, fill, mma, store), never their elements. Loads and stores
 // are warp-collective: all lanes arrive before any lane reads or writes, as
@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #include "cuda_bf16.h"
-#include "tests/cuda_emu/emu.h"
+#include "tools/cuda_emu/emu.h"
 
 namespace nvcuda::wmma {
 

@@ -1,4 +1,4 @@
-// bf16 for the emulator (tests/cuda_emu/emu.h): the storage types (one bf16,
+// bf16 for the emulator (tools/cuda_emu/emu.h): the storage types (one bf16,
 // and two as one 32-bit register for the tensor-core operands of
 // kernels/cuda/ptx.cuh) and the conversions the CUDA backend uses, rounding
 // to nearest even as the hardware.
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "tests/cuda_emu/emu.h"
+#include "tools/cuda_emu/emu.h"
 
 struct __nv_bfloat16 {
   uint16_t bits;

@@ -11,11 +11,11 @@
 // NaNs instead of passing silently.
 //
 // The build (WIOLA_CUDA_EMU=ON) compiles each .cu file as C++ with this
-// header forced in first and tests/cuda_emu/include ahead of the toolkit, after
+// header forced in first and tools/cuda_emu/include ahead of the toolkit, after
 // rewriting its launches `k<<<grid, block, smem, stream>>>(args)` into
 // `::wiola_emu::Launch("k", grid, block, smem, stream).run(k)(args)` and its
 // `extern __shared__` array into a pointer to the block's dynamic shared
-// memory (tests/cuda_emu/CMakeLists.txt). The tests run it in two thread
+// memory (tools/cuda_emu/CMakeLists.txt). The tests run it in two thread
 // orders (WIOLA_EMU_ORDER=reverse) and once more under AddressSanitizer.
 //
 // What it cannot tell: timing, memory coalescing, bank conflicts, register

@@ -1,4 +1,4 @@
-// cub for the emulator (tests/cuda_emu/emu.h): the radix sort the CUDA
+// cub for the emulator (tools/cuda_emu/emu.h): the radix sort the CUDA
 // backend uses, as a stable sort on the host (radix sort is stable too).
 #pragma once
 

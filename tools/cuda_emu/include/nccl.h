@@ -1,6 +1,6 @@
-// NCCL for the CUDA emulator (tests/cuda_emu/emu.h): the types of the entry
+// NCCL for the CUDA emulator (tools/cuda_emu/emu.h): the types of the entry
 // points the NCCL communicator binds (dist/nccl/nccl_lib.h); the emulated
-// library (one rank without MPI, several over MPI) is tests/cuda_emu/nccl_emu.cpp.
+// library (one rank without MPI, several over MPI) is tools/cuda_emu/nccl_emu.cpp.
 #pragma once
 
 #include "cuda_runtime.h"

@@ -1,4 +1,4 @@
-// cuBLAS for the CUDA emulator (tests/cuda_emu/emu.h): the entry points of
+// cuBLAS for the CUDA emulator (tools/cuda_emu/emu.h): the entry points of
 // kernels/cuda/cublas_lib.cuh, replacing the library the real build loads.
 // GemmEx checks what cuBLAS checks (types, leading dimensions) and, beyond
 // it, that every operand lies inside one device allocation; the product is

@@ -1,4 +1,4 @@
-// The CUDA emulator's runtime (tests/cuda_emu/emu.h): launches run their
+// The CUDA emulator's runtime (tools/cuda_emu/emu.h): launches run their
 // blocks one after another on the calling thread, each block's threads as
 // fibers that switch only at barriers, warp operations and exit (a stack
 // switch of the callee-saved registers: ucontext's signal-mask system calls
@@ -7,7 +7,7 @@
 // (emu.h Held) and of waits on events. Errors found while running a kernel are reported by the next
 // cudaGetLastError or synchronisation, with a message naming the kernel,
 // block and threads.
-#include "tests/cuda_emu/emu.h"
+#include "tools/cuda_emu/emu.h"
 
 #include <cuda_runtime.h>
 #include <sys/mman.h>
@@ -582,7 +582,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   if (!valid_device(device))
     return raise(cudaErrorInvalidDevice, "cudaGetDeviceProperties: device " + std::to_string(device));
   *p = cudaDeviceProp{};
-  std::snprintf(p->name, sizeof p->name, "%s", "CUDA emulator on the CPU (tests/cuda_emu)");
+  std::snprintf(p->name, sizeof p->name, "%s", "CUDA emulator on the CPU (tools/cuda_emu)");
   p->totalGlobalMem = wiola_emu::kDeviceBytes;
   p->sharedMemPerBlock = wiola_emu::kDefaultSmem;
   p->sharedMemPerBlockOptin = wiola_emu::kOptinSmem;

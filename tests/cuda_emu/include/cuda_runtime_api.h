@@ -1,4 +1,0 @@
-// The emulator's runtime API (tests/cuda_emu/include/cuda_runtime.h).
-#pragma once
-
-#include "cuda_runtime.h"
