@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -28,9 +29,11 @@
 #include "kernels/ops.h"
 #include "launch/cli.h"
 #include "perf/calibrate.h"
+#include "perf/device_profile.h"
 #include "perf/planner.h"
 #include "train/run_config.h"
 #include "util/error.h"
+#include "util/files.h"
 #include "data/text_input.h"
 #include "util/files.h"
 
@@ -218,6 +221,28 @@ int calibrate_link(int argc, char** argv, const std::string& out) {
 
 }  // namespace
 
+namespace {
+
+// --fit-profile: the profile of the kit's benchmarks, written where asked and
+// used for this plan.
+std::unique_ptr<ComputeModel> fit_and_write_profile(const std::string& key, const std::string& bench,
+                                                    const std::string& kernels, const std::string& build,
+                                                    std::string date, const std::string& out) {
+  if (date.empty()) {
+    const std::time_t now = std::time(nullptr);
+    char buf[16];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+    date = buf;
+  }
+  const DeviceProfile p = fit_device_profile_files(bench, kernels, key, build, date);
+  const std::string text = device_profile_to_json(p).dump(2) + "\n";
+  if (!out.empty()) wiola::write_text_atomic(out, text);
+  std::printf("device profile%s%s:\n%s", out.empty() ? "" : " written to ", out.c_str(), text.c_str());
+  return profile_compute_model(p);
+}
+
+}  // namespace
+
 int wiola_cmd_plan(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--calibrate-link") return calibrate_link(argc, argv, argv[i + 1]);
@@ -238,7 +263,18 @@ int wiola_cmd_plan(int argc, char** argv) {
   app.add_option("--seq-len", seq_len, "override the model's T");
   app.add_option("--layout", layout, "predict this layout only: tp=,pp=,dp=,mb=,m=,zero=on|off,recompute=on|off");
   app.add_option("--top", top, "layouts listed")->capture_default_str();
-  app.add_option("--efficiency", efficiency, "GPU: share of the dense BF16 peak the GEMMs reach")->capture_default_str();
+  app.add_option("--efficiency", efficiency, "GPU: share of the dense BF16 peak the GEMMs reach (implies --datasheet)")
+      ->capture_default_str();
+  GpuComputeChoice gpu_model;
+  std::string fit_bench, fit_kernels, fit_build = "unknown", fit_date, fit_out;
+  app.add_option("--profile", gpu_model.profile_file, "GPU: time stages with this device profile (JSON)");
+  app.add_flag("--datasheet", gpu_model.datasheet,
+               "GPU: datasheet peak x --efficiency, not the card's committed device profile (perf/profiles)");
+  app.add_option("--fit-profile", fit_bench, "GPU: fit a device profile to wiola_gpu_bench's JSON and use it");
+  app.add_option("--fit-kernels", fit_kernels, "--fit-profile: wiola_kernel_bench's kernels.jsonl (attention rates)");
+  app.add_option("--fit-build", fit_build, "--fit-profile: the wiola commit measured")->capture_default_str();
+  app.add_option("--fit-date", fit_date, "--fit-profile: the date measured (default: today)");
+  app.add_option("--fit-out", fit_out, "--fit-profile: write the profile here (e.g. perf/profiles/h100.json)");
   app.add_option("--tokens", tokens, "training tokens of the run estimate (default: Chinchilla, 20 x params)");
   app.add_option("--ckpt-minutes", ckpt_minutes, "checkpoint interval of the run estimate")->capture_default_str();
   app.add_flag("--blocking-ckpt", blocking_ckpt, "checkpoints write in the loop (default: background)");
@@ -303,8 +339,10 @@ int wiola_cmd_plan(int argc, char** argv) {
     prec = Precision{DType::F32, DType::F32, DType::F32, false};
   } else {
     cl = Cluster::gpu(gpu, gpus, inter);
-    const Accelerator& a = *find_accelerator(cl.device);
-    cm = flops_compute_model(cl.peak_flops, efficiency, a.memory_tbs * 1e3 * 0.8);
+    gpu_model.efficiency = efficiency;
+    gpu_model.datasheet = gpu_model.datasheet || app.count("--efficiency") > 0;
+    cm = fit_bench.empty() ? gpu_compute_model(cl, gpu_model) : fit_and_write_profile(cl.device, fit_bench, fit_kernels,
+                                                                                      fit_build, fit_date, fit_out);
   }
   std::printf("wiola plan: %s (%.3gB parameters, T=%d) on %d %s%s, global batch %d sequences (%d tokens)\n",
               is_gpt ? g.name.c_str() : c.name.c_str(), params / 1e9, T, devices, cpu ? "CPU rank" : cl.device.c_str(),

@@ -124,4 +124,21 @@ double stage_flops(const ModelConfig& c, const Layout& lay, int stage) {
   return f.fwd + f.bwd;
 }
 
+StageKinds stage_kinds(const ModelConfig& c, const Layout& lay, int stage) {
+  const ModelShard s = stage_shard(c, lay, stage);
+  const StageFlops f = stage_flops_split(c, lay, stage);
+  const int nl = s.end(c) - s.layer_begin;
+  StageKinds k;
+  k.dh = c.dh();
+  k.recompute = lay.recompute;
+  // The causal attention's share of the forward: each layer's, split over TP by heads.
+  k.attn_fwd = attention_step_flops(c, lay.micro_batch) / 3.0 * nl / c.L / lay.tp;
+  k.gemm_fwd = f.fwd - k.attn_fwd;
+  k.gemm_bwd = f.bwd - (lay.recompute ? 3.0 : 2.0) * k.attn_fwd;
+  // The memory-bound rest, in tokens x d x layers (split over TP like the rest).
+  k.units_fwd = double(lay.micro_batch) * c.T * c.d * nl / lay.tp;
+  k.units_bwd = (lay.recompute ? 3.0 : 2.0) * k.units_fwd;
+  return k;
+}
+
 }  // namespace wiola::perf

@@ -81,4 +81,17 @@ struct StageFlops {
 StageFlops stage_flops_split(const ModelConfig& c, const Layout& lay, int stage);
 double stage_flops(const ModelConfig& c, const Layout& lay, int stage);
 
+// One stage's micro-batch of work in the terms of a device profile
+// (perf/device_profile.h): GEMM FLOPs, the causal attention's forward FLOPs (our count,
+// which the profile's FlashAttention-counted rates time as the same work),
+// and memory-bound units (tokens x d x layers).
+struct StageKinds {
+  double gemm_fwd = 0, gemm_bwd = 0;   // backward: with the recomputed forward
+  double attn_fwd = 0;                 // one forward of the stage's attention
+  bool recompute = false;              // the backward reruns the forward (attention included)
+  double units_fwd = 0, units_bwd = 0;
+  int dh = 0;
+};
+StageKinds stage_kinds(const ModelConfig& c, const Layout& lay, int stage);
+
 }  // namespace wiola::perf

@@ -41,6 +41,7 @@ Workload wiola_workload(const ModelConfig& c, const Layout& lay, const Precision
     const StageFlops f = stage_flops_split(c, lay, s);
     sw.fwd_flops = f.fwd;
     sw.bwd_flops = f.bwd;
+    sw.kinds = stage_kinds(c, lay, s);
     const size_t padded = params_reduced(c, lay, sh, kBucketBytes);
     sw.traffic = rank_traffic(c, lay, sh, double(padded), res);
     sw.tp_bytes = sw.traffic.tp / m;

@@ -42,6 +42,7 @@ struct StageWork {
   double opt_elems = 0;    // parameters AdamW updates here
   Traffic traffic;         // per step, by group
   Memory memory;
+  StageKinds kinds;        // the same work by kind, for a device profile (Wiola workloads)
 };
 
 struct Workload {
