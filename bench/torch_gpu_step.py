@@ -5,7 +5,10 @@ write it fast — the model of tests/reference/wiola_ref.py (one GEMM for Q, K,
 V and the gate, one for the DSFF up-projections) with self-attention through
 torch.nn.functional.scaled_dot_product_attention (GQA layout; causal flash path
 in plain layers, the ATM visibility mask in ATM layers), bf16 autocast with
-fp32 master weights, fused AdamW, and optionally torch.compile.
+fp32 master weights, fused AdamW, and optionally torch.compile; compiled, the
+ATM layers run on FlexAttention (torch >= 2.5) with the ATM visibility as a
+block mask (--no-flex: SDPA with a dense mask), which the output's
+"atm_attention" names.
 
     python3 bench/torch_gpu_step.py --device cuda --dtype bf16 --d 1024 --L 16 ...
     python3 bench/torch_gpu_step.py --check     # CPU, float64: same model as the reference
@@ -33,6 +36,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import wiola_ref as W  # noqa: E402
 
 HAVE_SDPA = hasattr(F, "scaled_dot_product_attention")
+try:  # torch >= 2.5: FlexAttention, the ATM visibility as a block mask (--flex)
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    HAVE_FLEX = True
+except ImportError:
+    HAVE_FLEX = False
+# What the ATM layers run on: "sdpa" (a dense boolean mask) or "flex"
+# (FlexAttention with a block mask; compiled with the step by --compile).
+ATM_KERNEL = {"name": "sdpa", "error": None}
 
 
 def _attend(q, k, v, allowed, causal):
@@ -60,6 +71,24 @@ def _attend(q, k, v, allowed, causal):
     return torch.matmul(torch.softmax(s, dim=-1), v)
 
 
+def _attend_flex(q, k, v, opens):
+    """The ATM visibility (query t sees slot u iff u == t, or u < t and u does
+    not open a pair) as FlexAttention's block mask: the causal tiles, with the
+    openers of each batch row masked inside them. None (and the reason kept
+    in ATM_KERNEL) when FlexAttention fails here; the caller uses SDPA."""
+    B, H, T, _ = q.shape
+
+    def visible(b, h, q_idx, kv_idx):
+        return (kv_idx == q_idx) | ((kv_idx < q_idx) & ~opens[b, kv_idx])
+
+    try:
+        mask = create_block_mask(visible, B, None, T, T, device=q.device)
+        return flex_attention(q, k, v, block_mask=mask, scale=1.0, enable_gqa=k.shape[1] != H)
+    except Exception as e:  # noqa: BLE001 - recorded in the output, SDPA takes over
+        ATM_KERNEL.update(name="sdpa", error=f"flex failed: {type(e).__name__}: {e}"[:200])
+        return None
+
+
 def fast_self_attention(q, k, v, R, merge_open):
     """Drop-in for wiola_ref.self_attention (same arguments and result):
     q [B, G, R*T, dh] pre-scaled (row r*T + t: head h = r*G + g), k, v
@@ -81,9 +110,11 @@ def fast_self_attention(q, k, v, R, merge_open):
         v_prev = torch.cat([v[:, :, :1], v[:, :, :-1]], 2)
         ks = torch.where(cl, (k_prev + k) * 0.5, k)
         vs = torch.where(cl, (v_prev + v) * 0.5, v)
-        strict = torch.ones(T, T, dtype=torch.bool, device=q.device).tril(-1)
-        allowed = (strict[None] & ~mo[:, None, :]) | torch.eye(T, dtype=torch.bool, device=q.device)[None]
-        o = _attend(qh, ks, vs, allowed[:, None], False)
+        o = _attend_flex(qh, ks, vs, mo) if ATM_KERNEL["name"] == "flex" else None
+        if o is None:
+            strict = torch.ones(T, T, dtype=torch.bool, device=q.device).tril(-1)
+            allowed = (strict[None] & ~mo[:, None, :]) | torch.eye(T, dtype=torch.bool, device=q.device)[None]
+            o = _attend(qh, ks, vs, allowed[:, None], False)
     return o.view(B, G, R, T, dh).reshape(B, G, RT, dh)
 
 
@@ -125,6 +156,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--compile", action="store_true", help="torch.compile the forward + loss")
+    ap.add_argument("--no-flex", action="store_true",
+                    help="with --compile: ATM layers on SDPA with a dense mask, not FlexAttention's block mask")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--check", action="store_true", help="CPU float64 self-check against the reference")
@@ -154,6 +187,8 @@ def main(argv=None) -> int:
 
     compiled = "off"
     fn = loss_fn
+    if a.compile and HAVE_FLEX and not a.no_flex and not a.no_atm:
+        ATM_KERNEL["name"] = "flex"
     if a.compile:
         try:
             fn = torch.compile(loss_fn)
@@ -189,6 +224,7 @@ def main(argv=None) -> int:
     step_s = sorted(times)[len(times) // 2]
     out = {"tokens_per_s": round(a.B * cfg.T / step_s, 1), "step_ms": round(step_s * 1e3, 2), "loss": loss,
            "torch": torch.__version__, "device": str(dev), "dtype": a.dtype, "compile": compiled, "sdpa": HAVE_SDPA,
+           "atm_attention": ATM_KERNEL["name"] + (f" ({ATM_KERNEL['error']})" if ATM_KERNEL["error"] else ""),
            "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if dev.type == "cuda" else None,
            "config": {"d": a.d, "L": a.L, "H": a.H, "Hkv": a.Hkv, "dA": a.dA, "dB": a.dB, "V": a.V, "T": a.T,
                       "B": a.B, "tau": a.tau, "atm": not a.no_atm}}
