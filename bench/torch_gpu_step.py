@@ -210,6 +210,7 @@ def main(argv=None) -> int:
                 raise
             compiled = f"failed: {type(e).__name__}: {e}"[:200]
             fn = loss_fn
+            ATM_KERNEL["name"] = "sdpa"  # FlexAttention uncompiled would be a slow strawman
             with amp:
                 lv = fn(tok)
         lv.backward()
