@@ -1,13 +1,17 @@
 // `wiola prep`: raw text -> HDF5 token shards + manifest (docs/model.md §6).
-// Documents are tokenized in parallel (OpenMP) in input order, each followed
-// by the EOS id; every round(1/val_fraction)-th document (exactly
-// floor((d+1)·f) > floor(d·f) for document d) goes to the "val" split, the
-// rest to "train". Each split is cut into shards of shard_tokens tokens
-// (the last one shorter). Shards and the manifest are written in a private
-// temporary folder inside the output folder and moved into place only after
-// everything succeeded, manifest last; on error or Ctrl-C the temporary
-// folder is removed, so the output folder never holds a manifest that names
-// missing or partial shards.
+// A reader thread reads (decompresses, parses) the inputs in order, drops
+// exact duplicates (--dedup) and assigns each document its split while the
+// documents read before it are tokenized in parallel (OpenMP); each document
+// is followed by the EOS id. Every round(1/val_fraction)-th kept document
+// (exactly floor((d+1)·f) > floor(d·f) for document d) goes to the "val"
+// split, the rest to "train". Each split is cut into shards of shard_tokens
+// tokens (the last one shorter). The output is the same for any thread count.
+// Shards are written into DIR/.prep-partial/ with a progress record after
+// each (data/prep_progress.h), so a killed or interrupted prep rerun with the
+// same inputs and options resumes and gives the same bytes; they are moved
+// into place only after all input was read, manifest last, so the output
+// folder never holds a manifest that names missing or partial shards. An
+// error removes the partial folder; a signal (or kill -9) leaves it to resume.
 #pragma once
 
 #include <cstdint>
@@ -29,9 +33,13 @@ struct PrepOptions {
   uint64_t shard_tokens = 100'000'000;
   double val_fraction = 0.01;  // of documents, in [0, 1)
   int threads = 0;             // 0: all cores
+  uint64_t batch_bytes = 0;    // text read ahead per tokenizing batch (0: 8 MB per thread); no effect on the output
   ShardWriteOptions shard;
   bool parse_special = false;  // recognise "<eos>" etc. written in the text
   bool progress = true;        // progress bar on stderr
+  bool dedup = false;          // drop exact duplicate documents (data/doc_dedup.h)
+  bool fresh = false;          // discard an interrupted prep of other inputs/options instead of refusing
+  int test_kill_after_shards = 0;  // tests: SIGKILL this process after that many shards (0: never)
 };
 
 struct PrepResult {
@@ -39,6 +47,10 @@ struct PrepResult {
   std::string manifest_path;
   uint64_t input_bytes = 0;
   double seconds = 0;
+  uint64_t documents = 0;       // kept, in the shards
+  uint64_t duplicates = 0;      // dropped by --dedup
+  uint64_t bad_skipped = 0;     // malformed lines, rows or file tails skipped by --skip-bad
+  uint64_t resumed_shards = 0;  // found written by an interrupted prep and kept
 };
 
 PrepResult run_prep(const PrepOptions& opt);

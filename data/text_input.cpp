@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/byte_level.h"
+#include "data/parquet_input.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -77,7 +78,14 @@ InputFormat parse_input_format(const std::string& s) {
   if (s == "auto") return InputFormat::kAuto;
   if (s == "text" || s == "txt") return InputFormat::kText;
   if (s == "jsonl") return InputFormat::kJsonl;
-  fail("unknown input format '", s, "' (auto, text, jsonl)");
+  if (s == "parquet") return InputFormat::kParquet;
+  fail("unknown input format '", s, "' (auto, text, jsonl, parquet)");
+}
+
+void skip_malformed(const MalformedInput& e, const DocReaderOptions& opt,
+                    const std::function<void(const std::string&)>& on_skip, const char* skipped) {
+  if (!opt.skip_bad) throw e;
+  if (on_skip) on_skip(e.what() + std::string(skipped));
 }
 
 namespace {
@@ -88,7 +96,7 @@ bool is_blank(std::string_view line) {
 }
 void check_utf8(const std::string& path, uint64_t line_no, std::string_view s) {
   size_t bad = 0;
-  if (!valid_utf8(s, &bad)) fail(path, ":", line_no, ": invalid UTF-8 (byte ", bad + 1, " of the line)");
+  if (!valid_utf8(s, &bad)) malformed(path, ":", line_no, ": invalid UTF-8 (byte ", bad + 1, " of the line)");
 }
 bool ends_with(const std::string& s, const char* suf) {
   size_t n = std::strlen(suf);
@@ -167,7 +175,7 @@ class ByteSource {
     return got;
   }
   [[noreturn]] void corrupt(const char* what, const std::string& detail, uint64_t unconsumed) {
-    fail(path_, ":", line + 1, ": ", what, detail.empty() ? "" : " (" + detail + ")", " at compressed byte ",
+    malformed(path_, ":", line + 1, ": ", what, detail.empty() ? "" : " (" + detail + ")", " at compressed byte ",
          raw_read_ - unconsumed, " of the file, after ", out_bytes_, " uncompressed bytes");
   }
 
@@ -279,61 +287,133 @@ std::string strip_compression_suffix(const std::string& path) {
   return path;
 }
 
-void read_documents(const std::string& path, const DocReaderOptions& opt,
-                    const std::function<void(std::string&&)>& on_doc,
-                    const std::function<void(uint64_t)>& on_bytes) {
-  InputFormat fmt = opt.format;
+InputFormat format_of(const std::string& path, const DocReaderOptions& opt) {
+  if (opt.format != InputFormat::kAuto) return opt.format;
   const std::string name = strip_compression_suffix(path);
-  if (fmt == InputFormat::kAuto)
-    fmt = (ends_with(name, ".jsonl") || ends_with(name, ".json") || ends_with(name, ".ndjson")) ? InputFormat::kJsonl
-                                                                                                 : InputFormat::kText;
-  ByteSource src(path);
-  if (fmt == InputFormat::kText && opt.doc_per_file) {
+  if (ends_with(name, ".jsonl") || ends_with(name, ".json") || ends_with(name, ".ndjson")) return InputFormat::kJsonl;
+  if (ends_with(path, ".parquet")) return InputFormat::kParquet;
+  return InputFormat::kText;
+}
+
+namespace {
+
+// One file's documents out of a ByteSource, its consumed bytes reported in
+// steps of 1 MiB, and its malformed parts failed or skipped (--skip-bad).
+class DocumentReader {
+ public:
+  DocumentReader(const std::string& path, const DocReaderOptions& opt,
+                 const std::function<void(std::string&&)>& on_doc, const std::function<void(uint64_t)>& on_bytes,
+                 const std::function<void(const std::string&)>& on_skip)
+      : path_(path), opt_(opt), on_doc_(on_doc), on_bytes_(on_bytes), on_skip_(on_skip), src_(path) {}
+
+  void read(InputFormat fmt) {
+    try {
+      if (fmt == InputFormat::kJsonl) read_jsonl();
+      else if (opt_.doc_per_file) read_whole_file();
+      else read_text();
+    } catch (const MalformedInput& e) {
+      skip(e, "; skipped the rest of the file");
+    }
+    on_bytes_(src_.raw_read() - reported_);
+  }
+
+ private:
+  // The next line (false at the end), numbered for errors.
+  bool next_line(std::string& line) {
+    if (!lines_.next(line)) return false;
+    src_.line = ++line_no_;
+    if (src_.raw_read() - reported_ >= (1u << 20)) {
+      on_bytes_(src_.raw_read() - reported_);
+      reported_ = src_.raw_read();
+    }
+    return true;
+  }
+  void skip(const MalformedInput& e, const char* skipped) { skip_malformed(e, opt_, on_skip_, skipped); }
+
+  // One object per line with a string field; blank lines ignored.
+  void read_jsonl() {
+    std::string line;
+    while (next_line(line)) {
+      try {
+        std::string text = jsonl_text(line);
+        if (!text.empty()) on_doc_(std::move(text));
+      } catch (const MalformedInput& e) {
+        skip(e, "; skipped the line");
+      }
+    }
+  }
+  std::string jsonl_text(const std::string& line) {
+    check_utf8(path_, line_no_, line);
+    if (is_blank(line)) return {};
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      malformed(path_, ":", line_no_, ": not valid JSON (", e.what(), ")");
+    }
+    if (!j.is_object() || !j.contains(opt_.text_field) || !j[opt_.text_field].is_string())
+      malformed(path_, ":", line_no_, ": no string field \"", opt_.text_field, "\"");
+    return j[opt_.text_field].get<std::string>();
+  }
+
+  // Runs of non-blank lines joined by '\n'; a document with a malformed line
+  // is skipped whole.
+  void read_text() {
+    std::string line, doc;
+    bool bad = false;
+    while (next_line(line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (is_blank(line)) {
+        if (!doc.empty() && !bad) on_doc_(std::move(doc));
+        doc.clear();
+        bad = false;
+        continue;
+      }
+      try {
+        check_utf8(path_, line_no_, line);
+      } catch (const MalformedInput& e) {
+        skip(e, "; skipped its document");
+        bad = true;
+      }
+      if (!doc.empty()) doc += '\n';
+      doc += line;
+    }
+    if (!doc.empty() && !bad) on_doc_(std::move(doc));
+  }
+
+  // --doc-per-file: the whole file, trailing newlines dropped.
+  void read_whole_file() {
     std::string doc;
     char chunk[1 << 16];
-    for (size_t n; (n = src.read(chunk, sizeof chunk)) > 0;) doc.append(chunk, n);
-    on_bytes(src.raw_read());
+    for (size_t n; (n = src_.read(chunk, sizeof chunk)) > 0;) doc.append(chunk, n);
     size_t bad = 0;
-    if (!valid_utf8(doc, &bad)) fail(path, ": invalid UTF-8 at byte offset ", bad);
+    if (!valid_utf8(doc, &bad)) malformed(path_, ": invalid UTF-8 at byte offset ", bad);
     while (!doc.empty() && (doc.back() == '\n' || doc.back() == '\r')) doc.pop_back();
-    if (!is_blank(doc)) on_doc(std::move(doc));
+    if (!is_blank(doc)) on_doc_(std::move(doc));
+  }
+
+  const std::string& path_;
+  const DocReaderOptions& opt_;
+  const std::function<void(std::string&&)>& on_doc_;
+  const std::function<void(uint64_t)>& on_bytes_;
+  const std::function<void(const std::string&)>& on_skip_;
+  ByteSource src_;
+  LineReader lines_{src_};
+  uint64_t line_no_ = 0, reported_ = 0;  // reported_: file bytes given to on_bytes
+};
+
+}  // namespace
+
+void read_documents(const std::string& path, const DocReaderOptions& opt,
+                    const std::function<void(std::string&&)>& on_doc,
+                    const std::function<void(uint64_t)>& on_bytes,
+                    const std::function<void(const std::string&)>& on_skip) {
+  const InputFormat fmt = format_of(path, opt);
+  if (fmt == InputFormat::kParquet) {
+    read_parquet_documents(path, opt, on_doc, on_bytes, on_skip);
     return;
   }
-  LineReader lines(src);
-  std::string line, doc;
-  uint64_t line_no = 0, reported = 0;  // file bytes reported through on_bytes
-  while (lines.next(line)) {
-    src.line = ++line_no;
-    if (src.raw_read() - reported >= (1u << 20)) {
-      on_bytes(src.raw_read() - reported);
-      reported = src.raw_read();
-    }
-    check_utf8(path, line_no, line);
-    if (fmt == InputFormat::kJsonl) {
-      if (is_blank(line)) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception& e) {
-        fail(path, ":", line_no, ": not valid JSON (", e.what(), ")");
-      }
-      if (!j.is_object() || !j.contains(opt.text_field) || !j[opt.text_field].is_string())
-        fail(path, ":", line_no, ": no string field \"", opt.text_field, "\"");
-      std::string text = j[opt.text_field].get<std::string>();
-      if (!text.empty()) on_doc(std::move(text));
-      continue;
-    }
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (is_blank(line)) {
-      if (!doc.empty()) on_doc(std::move(doc));
-      doc.clear();
-      continue;
-    }
-    if (!doc.empty()) doc += '\n';
-    doc += line;
-  }
-  if (!doc.empty()) on_doc(std::move(doc));
-  on_bytes(src.raw_read() - reported);
+  DocumentReader(path, opt, on_doc, on_bytes, on_skip).read(fmt);
 }
 
 }  // namespace wiola

@@ -2,6 +2,7 @@
 // `wiola prep --verify PATH` checks such an output against its manifest.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -31,20 +32,20 @@ int verify_prep_output(const std::string& path) {
 }  // namespace
 
 int wiola_cmd_prep(int argc, char** argv) {
-  CLI::App app{"Tokenize text (plain text or JSONL) into HDF5 token shards with a manifest", "wiola prep"};
+  CLI::App app{"Tokenize text (plain text, JSONL or Parquet) into HDF5 token shards with a manifest", "wiola prep"};
   wiola::PrepOptions opt;
   std::string format = "auto", verify;
   bool no_progress = false;
-  app.add_option("INPUT", opt.inputs, "text / JSONL files, directories or globs");
+  app.add_option("INPUT", opt.inputs, "text / JSONL / Parquet files, directories or globs");
   app.add_option("--tokenizer", opt.tokenizer_path, "Hugging Face tokenizer.json (byte-level BPE)");
   app.add_option("-o,--output", opt.output_dir, "output folder (shards + manifest.json)");
   app.add_option("--verify", verify,
                  "instead: check a prep output (its folder or manifest.json): every shard read through, its counts "
                  "and content hashes against the manifest; exit 1 naming each problem")
       ->excludes("INPUT", "--tokenizer", "--output");
-  app.add_option("--format", format, "auto (.jsonl/.json/.ndjson -> jsonl), text or jsonl");
+  app.add_option("--format", format, "auto (.jsonl/.json/.ndjson -> jsonl, .parquet -> parquet), text, jsonl or parquet");
   app.add_flag("--doc-per-file", opt.reader.doc_per_file, "text: each file is one document (default: blank lines separate documents)");
-  app.add_option("--text-field", opt.reader.text_field, "JSONL field holding the text");
+  app.add_option("--text-field", opt.reader.text_field, "JSONL field / Parquet column holding the text");
   app.add_option("--shard-tokens", opt.shard_tokens, "tokens per shard (default 100000000)");
   app.add_option("--val-fraction", opt.val_fraction, "fraction of documents for the val split (default 0.01)");
   app.add_option("--threads", opt.threads, "tokenizer threads (0: all cores)");
@@ -52,6 +53,13 @@ int wiola_cmd_prep(int argc, char** argv) {
   app.add_option("--compression", opt.shard.deflate_level, "deflate level 0-9 (default 4)")->check(CLI::Range(0, 9));
   app.add_flag("--parse-special", opt.parse_special, "recognise special-token text such as <eos> in the input");
   app.add_flag("--no-progress", no_progress, "no progress bar");
+  app.add_flag("--dedup", opt.dedup, "drop exact duplicate documents (the first occurrence stays; counted in the manifest)");
+  app.add_flag("--skip-bad", opt.reader.skip_bad,
+               "skip malformed input (a text document with invalid UTF-8, a bad JSONL line or Parquet row, the rest "
+               "of a corrupt file), counted and reported, instead of failing");
+  app.add_flag("--fresh", opt.fresh,
+               "discard an interrupted prep in the output folder instead of resuming it (needed when the inputs or "
+               "options changed)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -63,6 +71,7 @@ int wiola_cmd_prep(int argc, char** argv) {
     WIOLA_CHECK(!missing, what, " is required (or --verify PATH; see wiola prep --help)");
   opt.reader.format = wiola::parse_input_format(format);
   opt.progress = !no_progress;
+  if (const char* kill = std::getenv("WIOLA_PREP_TEST_KILL_AFTER_SHARDS")) opt.test_kill_after_shards = std::atoi(kill);
   wiola::PrepResult r = wiola::run_prep(opt);
   const auto& m = r.manifest;
   const auto& tr = m.splits.at("train");
@@ -75,6 +84,10 @@ int wiola_cmd_prep(int argc, char** argv) {
   std::printf("  val:   %llu tokens, %llu documents, %zu shard(s)\n", (unsigned long long)va.num_tokens,
               (unsigned long long)va.num_documents, va.shards.size());
   std::printf("  tokenizer sha256 %s, vocab %u, eos %u\n", m.tokenizer_sha256.c_str(), m.vocab_size, m.eos_id);
+  if (r.resumed_shards) std::printf("  resumed: %llu shard(s) kept from the interrupted prep\n", (unsigned long long)r.resumed_shards);
+  if (opt.dedup) std::printf("  dedup: %llu duplicate document(s) removed\n", (unsigned long long)r.duplicates);
+  if (opt.reader.skip_bad)
+    std::printf("  skip-bad: %llu malformed line(s)/row(s)/file tail(s) skipped\n", (unsigned long long)r.bad_skipped);
   wiola::print_chinchilla_report(stdout, tr.num_tokens);
   return 0;
 }

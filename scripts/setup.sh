@@ -70,3 +70,7 @@ pip_install tokenizers "the Hugging Face tokenizer comparison tests" tokenizers
 # "numpy<2" keeps Debian's numpy 1.24 (a plain install pulls numpy 2, and then
 # the import fails). It pins tokenizers<0.21, replacing a newer one.
 pip_install transformers "the Hugging Face export tests" "transformers==4.46.3" "numpy<2"
+# pyarrow's wheel ships Apache Arrow's C++ libraries and headers: the build's
+# Parquet prep input (WIOLA_PARQUET=AUTO turns it on when found) and the test
+# that writes a Parquet file. 17.x: manylinux_2_28, the C++11 ABI (docs/data.md).
+pip_install pyarrow "Parquet prep input and its test" "pyarrow<18"

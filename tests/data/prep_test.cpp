@@ -8,11 +8,13 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "data/loader.h"
 #include "data/manifest.h"
+#include "data/parquet_input.h"
 #include "data/prep.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -540,6 +542,177 @@ TEST(Prep, CorruptOrTruncatedCompressedInputFails) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).find(dir / "cut.txt.zst:1:"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(dir / "cut.txt.zst:"), std::string::npos) << e.what();
+  }
+}
+
+// --- Thread count, --dedup, --skip-bad, Parquet -------------------------------
+
+// Every file of a prep output folder (names and bytes), hidden ones included.
+std::map<std::string, std::string> output_files(const std::string& d) {
+  std::map<std::string, std::string> files;
+  for (const std::string& f : listing(d)) files[f] = file_bytes(d + "/" + f);
+  return files;
+}
+
+// 1, 2 and 4 tokenizer threads, and batches of one to hundreds of
+// documents, give the same bytes: every shard and the manifest.
+TEST(Prep, OutputIndependentOfThreadCount) {
+  test::TempDir dir("prep-threads");
+  const std::string corpus = write_corpus(dir / "c.txt", many_docs());
+  std::vector<std::map<std::string, std::string>> outs;
+  for (const auto& [threads, batch_bytes] : {std::pair{1, 0}, std::pair{2, 3'000}, std::pair{4, 30'000}}) {
+    PrepOptions o = options(dir, {corpus});
+    o.output_dir = dir / ("out-" + std::to_string(threads));
+    o.threads = threads;
+    o.batch_bytes = uint64_t(batch_bytes);
+    o.shard_tokens = 20'000;
+    o.val_fraction = 0.1;
+    run_prep(o);
+    outs.push_back(output_files(o.output_dir));
+  }
+  ASSERT_GE(outs[0].size(), 6u);
+  EXPECT_TRUE(outs[1] == outs[0]) << "2 threads";
+  EXPECT_TRUE(outs[2] == outs[0]) << "4 threads";
+}
+
+// The manifest's "prep" record.
+nlohmann::json prep_record(const std::string& out) {
+  return nlohmann::json::parse(file_bytes(out + "/manifest.json"))["prep"];
+}
+
+// --dedup keeps each text's first occurrence: the corpus with repeats gives
+// the shards of the corpus without them (the same val/train split, since
+// documents are numbered after dedup), and the count in the manifest.
+TEST(Prep, DedupDropsExactRepeats) {
+  test::TempDir dir("prep-dedup");
+  const std::vector<std::string> unique = many_docs();
+  std::vector<std::string> repeated;
+  for (size_t i = 0; i < unique.size(); ++i) {
+    repeated.push_back(unique[i]);
+    if (i % 5 == 4) repeated.push_back(unique[i / 2]);  // an earlier document again
+  }
+  repeated.push_back(unique[0]);
+  const uint64_t repeats = repeated.size() - unique.size();
+  auto prep = [&](const std::vector<std::string>& docs, const std::string& name, bool dedup) {
+    PrepOptions o = options(dir, {write_corpus(dir / (name + ".txt"), docs)});
+    o.output_dir = dir / name;
+    o.shard_tokens = 30'000;
+    o.val_fraction = 0.1;
+    o.dedup = dedup;
+    o.batch_bytes = 30'000;  // several batches
+    return run_prep(o);
+  };
+  const PrepResult want = prep(unique, "unique", false);
+  const PrepResult got = prep(repeated, "dedup", true);
+  EXPECT_EQ(got.duplicates, repeats);
+  EXPECT_EQ(got.documents, unique.size());
+  for (const char* split : {"train", "val"}) {
+    EXPECT_EQ(got.manifest.splits.at(split).xxh3, want.manifest.splits.at(split).xxh3) << split;
+    EXPECT_EQ(got.manifest.splits.at(split).num_documents, want.manifest.splits.at(split).num_documents) << split;
+  }
+  for (const ManifestShard& sh : got.manifest.splits.at("train").shards)
+    EXPECT_EQ(file_bytes(sh.path), file_bytes(dir / ("unique/" + sh.file))) << sh.file;
+  const nlohmann::json rec = prep_record(dir / "dedup");
+  EXPECT_EQ(rec["duplicates_removed"], repeats);
+  EXPECT_EQ(rec["num_documents"], unique.size());
+  EXPECT_FALSE(prep_record(dir / "unique").contains("duplicates_removed")) << "only with --dedup";
+  // Without --dedup every repeat is a document.
+  EXPECT_EQ(prep(repeated, "kept", false).documents, repeated.size());
+}
+
+// Malformed input: one error naming the file and line (row); with
+// --skip-bad a counted skip, and the shards of the good documents alone.
+TEST(Prep, SkipBadCountsWhatItSkips) {
+  test::TempDir dir("prep-skipbad");
+  const std::vector<std::string> good = docs8();
+  std::string jsonl = jsonl_of({good[0], good[1]}) + "{\"text\": \"unterminated\n" + jsonl_of({good[2]}) +
+                      "{\"txt\": \"no field\"}\n" + jsonl_of({good[3]});
+  test::write_text(dir / "a.jsonl", jsonl);
+  test::write_text(dir / "b.txt", good[4] + "\n\nbad \xFF line\nin a document\n\n" + good[5] + "\n");
+  test::write_text(dir / "c.jsonl.gz", gzip_of(jsonl_of({good[6], good[7]})).substr(0, 20));  // truncated
+  write_corpus(dir / "good.txt", good);
+  PrepOptions o = options(dir, {dir / "a.jsonl", dir / "b.txt", dir / "c.jsonl.gz"});
+  o.val_fraction = 0.25;
+  for (const auto& [input, where] : {std::pair{"a.jsonl", "a.jsonl:3: not valid JSON"},
+                                     std::pair{"b.txt", "b.txt:3: invalid UTF-8"},
+                                     std::pair{"c.jsonl.gz", "c.jsonl.gz:1: truncated gzip data"}}) {
+    o.inputs = {dir / input};
+    try {
+      run_prep(o);
+      ADD_FAILURE() << input << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
+    }
+  }
+  o.inputs = {dir / "a.jsonl", dir / "b.txt", dir / "c.jsonl.gz", dir / "d.jsonl"};
+  test::write_text(dir / "d.jsonl", jsonl_of({good[6], good[7]}));
+  o.reader.skip_bad = true;
+  const PrepResult got = run_prep(o);
+  EXPECT_EQ(got.bad_skipped, 4u);  // two JSONL lines, one text document, the rest of the .gz
+  EXPECT_EQ(prep_record(o.output_dir)["bad_skipped"], 4);
+  PrepOptions clean = options(dir, {dir / "good.txt"});
+  clean.output_dir = dir / "clean";
+  clean.val_fraction = 0.25;
+  const PrepResult want = run_prep(clean);
+  for (const char* split : {"train", "val"})
+    EXPECT_EQ(got.manifest.splits.at(split).xxh3, want.manifest.splits.at(split).xxh3) << split;
+}
+
+// Writes `docs` as a Parquet file (column "text", row groups of `group`
+// rows) with pyarrow; false when pyarrow is missing.
+bool write_parquet(const std::string& path, const std::vector<std::string>& docs, int group,
+                   const std::string& scratch) {
+  test::write_text(scratch + "/docs.jsonl", jsonl_of(docs));
+  test::write_text(scratch + "/to_parquet.py",
+                   "import json, sys\nimport pyarrow as pa, pyarrow.parquet as pq\n"
+                   "docs = [json.loads(l)['text'] for l in open(sys.argv[1], encoding='utf-8')]\n"
+                   "pq.write_table(pa.table({'id': list(range(len(docs))), 'text': docs}), sys.argv[2],"
+                   " row_group_size=int(sys.argv[3]))\n");
+  return test::sh(std::string(WIOLA_PYTHON) + " " + scratch + "/to_parquet.py " + scratch + "/docs.jsonl " + path +
+                  " " + std::to_string(group) + " 2>/dev/null") == 0;
+}
+
+// A Parquet file's text column gives the shards of the same documents as
+// JSONL; without WIOLA_PARQUET, one error saying how to enable it.
+TEST(Prep, ParquetGivesTheShardsOfTheSameJsonl) {
+  test::TempDir dir("prep-parquet");
+  const std::vector<std::string> docs = many_docs();
+  if (!parquet_supported()) {
+    test::write_text(dir / "x.parquet", "PAR1");
+    try {
+      run_prep(options(dir, {dir / "x.parquet"}));
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("x.parquet: this wiola was built without Parquet input"), std::string::npos)
+          << e.what();
+    }
+    GTEST_SKIP() << "built without WIOLA_PARQUET";
+  }
+  if (!write_parquet(dir / "docs.parquet", docs, 1000, dir.path.string())) GTEST_SKIP() << "no pyarrow for " WIOLA_PYTHON;
+  test::write_text(dir / "docs.jsonl", jsonl_of(docs));
+  std::vector<PrepResult> r;
+  for (const char* input : {"docs.jsonl", "docs.parquet"}) {
+    PrepOptions o = options(dir, {dir / input});
+    o.output_dir = dir / (std::string("out-") + input);
+    o.shard_tokens = 50'000;
+    o.val_fraction = 0.1;
+    r.push_back(run_prep(o));
+  }
+  ASSERT_GE(r[0].manifest.splits.at("train").shards.size(), 2u);
+  for (const char* split : {"train", "val"}) {
+    const auto &want = r[0].manifest.splits.at(split), &got = r[1].manifest.splits.at(split);
+    EXPECT_EQ(got.xxh3, want.xxh3) << split;
+    ASSERT_EQ(got.shards.size(), want.shards.size()) << split;
+    for (size_t s = 0; s < want.shards.size(); ++s)
+      EXPECT_EQ(file_bytes(got.shards[s].path), file_bytes(want.shards[s].path)) << got.shards[s].file;
+  }
+  PrepOptions o = options(dir, {dir / "docs.parquet"});
+  o.reader.text_field = "body";
+  try {
+    run_prep(o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("docs.parquet: no column \"body\""), std::string::npos) << e.what();
   }
 }
 
