@@ -1,4 +1,5 @@
-# Sourced by scripts/fuzz.sh and scripts/sanitize.sh: configures build-fuzz/,
+# Sourced by scripts/fuzz.sh and scripts/sanitize.sh: configures build-fuzz/ (or
+# the folder given, with extra cmake arguments),
 # a clang build with AddressSanitizer and UndefinedBehaviorSanitizer (and
 # libFuzzer's coverage) of everything (-DWIOLA_FUZZ=ON; CUDA off, the CUDA
 # emulator on). As root it installs clang's runtime if it is missing.
@@ -12,9 +13,11 @@ sanitizer_configure() {
       exit 2
     fi
   fi
-  if [ ! -f build-fuzz/build.ninja ]; then
-    CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
-      -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DWIOLA_FUZZ=ON -DWIOLA_CUDA=OFF >/dev/null
+  local dir=${1:-build-fuzz}
+  shift || true
+  if [ ! -f "$dir/build.ninja" ]; then
+    CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
+      -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DWIOLA_FUZZ=ON -DWIOLA_CUDA=OFF "$@" >/dev/null
   fi
 }
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}

@@ -16,8 +16,20 @@ scripts/build.sh
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 rc=0
 ctest --test-dir build --output-on-failure -j2 --timeout 900 "$@" || rc=$?
+# The whole suite (no ctest arguments, as in CI) also builds a subset with
+# clang under AddressSanitizer and UndefinedBehaviorSanitizer and runs it
+# (scripts/sanitize.sh --ci: the fuzz corpus, the CPU op tests, the run-config
+# and checkpoint unit tests), so that the sanitizer build cannot rot.
+asan_rc=0
+if [ $# -eq 0 ] && [ "${WIOLA_SKIP_SANITIZER:-0}" != 1 ]; then
+  asan_start=$SECONDS
+  scripts/sanitize.sh --ci || asan_rc=$?
+  printf 'test.sh: sanitizer subset %s in %ds\n' "$([ "$asan_rc" -eq 0 ] && echo passed || echo FAILED)" \
+    $((SECONDS - asan_start))
+fi
 elapsed=$((SECONDS - start))
-printf 'test.sh: %s after %dm%02ds (setup + build + ctest)\n' \
-  "$([ "$rc" -eq 0 ] && echo passed || echo "FAILED (ctest exit $rc)")" \
+printf 'test.sh: %s after %dm%02ds (setup + build + ctest + sanitizer subset)\n' \
+  "$([ "$rc" -eq 0 ] && [ "$asan_rc" -eq 0 ] && echo passed || echo "FAILED (ctest exit $rc, sanitizer subset exit $asan_rc)")" \
   $((elapsed / 60)) $((elapsed % 60))
-exit "$rc"
+[ "$rc" -ne 0 ] && exit "$rc"
+exit "$asan_rc"
