@@ -99,17 +99,44 @@ size_t blend_pick(const std::vector<double>& p, const std::vector<uint64_t>& dra
 
 namespace {
 
+// HDF5's cache of decompressed chunks for each open shard of a source: 64 MiB
+// shared by the shards open at once, from 1 to 4 MiB each. In a large corpus
+// random training samples rarely meet a cached chunk whatever its size (a
+// chunk of the default 16384 tokens holds 8 of the millions of samples);
+// in-order reads (validation) need one or two; a small corpus (up to 16
+// shards) keeps 4 MiB each, as before, and with it shards of ~2 M tokens whole.
+size_t chunk_cache_bytes(size_t shards, size_t max_open) {
+  const size_t open = std::max<size_t>(1, max_open == 0 ? shards : std::min(shards, max_open));
+  return std::clamp<size_t>((size_t(64) << 20) / open, size_t(1) << 20, size_t(4) << 20);
+}
+
 // One source's split: its shards as one token stream, and its epoch orders.
+// At most max_open of its shards are open at a time (0: all); a read of a
+// closed one closes the least recently read and reopens it, checking it
+// against the manifest again.
 struct Source {
+  struct File {
+    std::string path;
+    uint64_t num_tokens = 0, num_documents = 0;
+  };
   std::string name;  // the manifest or shard read (for messages)
-  std::vector<std::unique_ptr<ShardReader>> shards;
+  std::vector<File> files;
+  size_t chunk_cache = size_t(4) << 20;  // per open shard: chunk_cache_bytes()
   std::vector<uint64_t> starts;  // first token of each shard in the stream
   DatasetInfo info{};
+  size_t max_open = 0;
+
+  // The open shards (null while closed), when each was last read, and counts.
+  mutable std::mutex io_mu;
+  mutable std::vector<std::unique_ptr<ShardReader>> open;
+  mutable std::vector<uint64_t> last_use;
+  mutable size_t n_open = 0;
+  mutable uint64_t tick = 0, reopens = 0;
 
   mutable std::mutex perm_mu;
   mutable std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const std::vector<uint32_t>>> perms;  // (seed, epoch)
 
-  Source(const std::string& source, const std::string& split, int T);
+  Source(const std::string& source, const std::string& split, int T, size_t max_open);
 
   std::shared_ptr<const std::vector<uint32_t>> perm(uint64_t seed, uint64_t epoch) const {
     std::lock_guard<std::mutex> lock(perm_mu);
@@ -117,7 +144,9 @@ struct Source {
     auto it = perms.find(key);
     if (it != perms.end()) return it->second;
     auto p = std::make_shared<const std::vector<uint32_t>>(epoch_permutation(info.num_samples, seed, epoch));
-    while (perms.size() >= 3) perms.erase(perms.begin());  // keep the newest few
+    // Keep two: a batch across an epoch end reads epochs e and e + 1. Each
+    // is 4 bytes per sample (85 MB at 21 M samples).
+    while (perms.size() >= 2) perms.erase(perms.begin());
     perms[key] = p;
     return p;
   }
@@ -133,14 +162,47 @@ struct Source {
     return idx;
   }
 
+  // Throws unless shard k's attributes are the manifest's.
+  void check(const ShardReader& r, size_t k) const {
+    const ShardMeta& s = r.meta();
+    const std::string diff =
+        tokenizer_difference(s.vocab_size, s.eos_id, s.tokenizer_sha256, info.vocab_size, info.eos_id,
+                             info.tokenizer_sha256);
+    if (!diff.empty()) fail(files[k].path, ": shard does not match the manifest ", name, diff);
+    if (s.num_tokens != files[k].num_tokens || s.num_documents != files[k].num_documents)
+      fail(files[k].path, ": shard holds ", s.num_tokens, " tokens / ", s.num_documents, " documents, manifest ",
+           name, " says ", files[k].num_tokens, " / ", files[k].num_documents);
+  }
+
+  // Shard k, open (io_mu held).
+  const ShardReader& reader(size_t k) const {
+    if (!open[k]) {
+      if (max_open > 0 && n_open >= max_open) {
+        size_t lru = files.size();
+        for (size_t j = 0; j < files.size(); ++j)
+          if (open[j] && (lru == files.size() || last_use[j] < last_use[lru])) lru = j;
+        open[lru].reset();
+        --n_open;
+      }
+      auto r = std::make_unique<ShardReader>(files[k].path, chunk_cache);
+      check(*r, k);
+      open[k] = std::move(r);
+      ++n_open;
+      ++reopens;
+    }
+    last_use[k] = ++tick;
+    return *open[k];
+  }
+
   // Stream tokens [start, start + count), across shard boundaries.
   void read_tokens(uint64_t start, uint64_t left, int32_t* out) const {
     size_t k = size_t(std::upper_bound(starts.begin(), starts.end(), start) - starts.begin()) - 1;
+    std::lock_guard<std::mutex> lock(io_mu);
     while (left > 0) {
-      WIOLA_CHECK(k < shards.size(), name, ": tokens from ", start, " run past the end of the data");
+      WIOLA_CHECK(k < files.size(), name, ": tokens from ", start, " run past the end of the data");
       uint64_t off = start - starts[k];
-      uint64_t n = std::min(left, shards[k]->size() - off);
-      shards[k]->read(off, n, out);
+      uint64_t n = std::min(left, files[k].num_tokens - off);
+      reader(k).read(off, n, out);
       out += n;
       left -= n;
       start += n;
@@ -149,7 +211,8 @@ struct Source {
   }
 };
 
-Source::Source(const std::string& source, const std::string& split, int T) : name(source) {
+Source::Source(const std::string& source, const std::string& split, int T, size_t max_open_shards)
+    : name(source), max_open(max_open_shards) {
   std::error_code ec;
   std::string path = source;
   if (fs::is_directory(path, ec)) {
@@ -160,9 +223,11 @@ Source::Source(const std::string& source, const std::string& split, int T) : nam
     fail(source, ": no such file or directory");
   }
   if (looks_like_hdf5(path)) {
-    shards.push_back(std::make_unique<ShardReader>(path));
-    const ShardMeta& s = shards[0]->meta();
+    open.push_back(std::make_unique<ShardReader>(path));
+    const ShardMeta& s = open[0]->meta();
+    files.push_back({path, s.num_tokens, s.num_documents});
     info = DatasetInfo{s.vocab_size, s.eos_id, s.tokenizer_sha256, s.num_tokens, s.num_documents, 0};
+    n_open = 1;
   } else {
     Manifest man = read_manifest(path);
     auto it = man.splits.find(split);
@@ -171,29 +236,33 @@ Source::Source(const std::string& source, const std::string& split, int T) : nam
       for (auto& [k, v] : man.splits) have += (have.empty() ? "" : ", ") + k;
       fail(path, ": manifest has no split '", split, "' (it has: ", have.empty() ? "none" : have, ")");
     }
+    name = path;
     info = DatasetInfo{man.vocab_size, man.eos_id, man.tokenizer_sha256, 0, 0, 0, man.tokenizer_file, it->second.xxh3};
+    // Every shard is opened and checked now (a bad one fails the start, not
+    // a step hours later); the first max_open stay open.
+    chunk_cache = chunk_cache_bytes(it->second.shards.size(), max_open);
     for (const ManifestShard& e : it->second.shards) {
-      auto r = std::make_unique<ShardReader>(e.path);
-      const ShardMeta& s = r->meta();
-      const std::string diff = tokenizer_difference(s.vocab_size, s.eos_id, s.tokenizer_sha256, man.vocab_size,
-                                                    man.eos_id, man.tokenizer_sha256);
-      if (!diff.empty()) fail(e.path, ": shard does not match the manifest ", path, diff);
-      if (s.num_tokens != e.num_tokens || s.num_documents != e.num_documents)
-        fail(e.path, ": shard holds ", s.num_tokens, " tokens / ", s.num_documents, " documents, manifest ", path,
-             " says ", e.num_tokens, " / ", e.num_documents);
-      info.num_documents += s.num_documents;
-      info.num_tokens += s.num_tokens;
-      shards.push_back(std::move(r));
+      files.push_back({e.path, e.num_tokens, e.num_documents});
+      auto r = std::make_unique<ShardReader>(e.path, chunk_cache);
+      check(*r, files.size() - 1);
+      info.num_documents += e.num_documents;
+      info.num_tokens += e.num_tokens;
+      if (max_open == 0 || n_open < max_open) {
+        open.push_back(std::move(r));
+        ++n_open;
+      } else {
+        open.emplace_back();
+      }
     }
     if (info.num_tokens != it->second.num_tokens)
       fail(path, ": split '", split, "' says ", it->second.num_tokens, " tokens but its shards hold ",
            info.num_tokens);
-    name = path;
   }
+  last_use.assign(files.size(), 0);
   uint64_t first = 0;
-  for (auto& s : shards) {
+  for (const File& f : files) {
     starts.push_back(first);
-    first += s->size();
+    first += f.num_tokens;
   }
   if (info.num_tokens < uint64_t(T) + 1)
     fail(name, ": split '", split, "' holds ", info.num_tokens, " tokens, fewer than T+1 = ", T + 1,
@@ -301,12 +370,12 @@ struct TokenLoader::Impl {
 };
 
 TokenLoader::TokenLoader(const std::string& source, const std::string& split, int T, int global_batch,
-                         int dp_rank, int dp_size, uint64_t seed, bool shuffle, bool prefetch)
+                         int dp_rank, int dp_size, uint64_t seed, bool shuffle, bool prefetch, size_t max_open_shards)
     : TokenLoader(std::vector<BlendSource>{{source, 1.0}}, split, T, global_batch, dp_rank, dp_size, seed, shuffle,
-                  prefetch) {}
+                  prefetch, max_open_shards) {}
 
 TokenLoader::TokenLoader(const std::vector<BlendSource>& blend, const std::string& split, int T, int global_batch,
-                         int dp_rank, int dp_size, uint64_t seed, bool shuffle, bool prefetch)
+                         int dp_rank, int dp_size, uint64_t seed, bool shuffle, bool prefetch, size_t max_open_shards)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   WIOLA_CHECK(T > 0, "loader: sequence length T must be positive (got ", T, ")");
@@ -330,7 +399,7 @@ TokenLoader::TokenLoader(const std::vector<BlendSource>& blend, const std::strin
     WIOLA_CHECK(std::isfinite(b.weight) && b.weight > 0, "loader: source ", k + 1, " (", b.path,
                 ") has weight ", b.weight, "; weights must be positive");
     total += b.weight;
-    m.sources.push_back(std::make_unique<Source>(b.path, split, T));
+    m.sources.push_back(std::make_unique<Source>(b.path, split, T, max_open_shards));
   }
   WIOLA_CHECK(std::isfinite(total), "loader: the blend's weights add up to more than a double holds");
   for (const BlendSource& b : blend) m.share.push_back(b.weight / total);
@@ -367,6 +436,17 @@ size_t TokenLoader::num_sources() const { return impl_->sources.size(); }
 const DatasetInfo& TokenLoader::source_info(size_t k) const { return impl_->sources.at(k)->info; }
 const std::string& TokenLoader::source_name(size_t k) const { return impl_->sources.at(k)->name; }
 double TokenLoader::source_share(size_t k) const { return impl_->share.at(k); }
+
+TokenLoader::ShardStats TokenLoader::shard_stats() const {
+  ShardStats st;
+  for (const auto& s : impl_->sources) {
+    std::lock_guard<std::mutex> lock(s->io_mu);
+    st.shards += s->files.size();
+    st.open += s->n_open;
+    st.reopens += s->reopens;
+  }
+  return st;
+}
 LoaderState TokenLoader::state() const {
   std::lock_guard<std::mutex> lk(impl_->mu);
   return impl_->state;

@@ -18,8 +18,16 @@
 // So after any n samples every source has given within one sample of n*p_k,
 // whatever the batch size or layout, and a blend of one source is that
 // source's plain stream. The state holds each source's cursor and count.
+//
+// What grows with the corpus: the epoch permutation (4 bytes per sample of
+// the split, made once per epoch, the current and the next kept), and one
+// small entry per shard. Open shards are bounded: each source keeps at most
+// max_open_shards open (an HDF5 file, one file descriptor, a chunk cache of
+// 64 MiB / (shards open), 1 to 4 MiB), closing the least recently read to
+// open another.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,6 +50,9 @@ struct SourceCursor {
   uint64_t drawn = 0;             // samples this source gave the blend so far (all epochs)
   bool operator==(const SourceCursor&) const = default;
 };
+
+// Shards one source keeps open at once unless told otherwise; 0 = all.
+inline constexpr size_t kDefaultMaxOpenShards = 64;
 
 struct LoaderState {
   uint64_t seed = 0;
@@ -89,12 +100,17 @@ class TokenLoader {
   // directory holding manifest.json, or a single .h5 shard (split ignored).
   // global_batch = sequences per optimizer step over all DP ranks; it must be
   // a multiple of dp_size. Throws wiola::Error naming the file on bad input.
+  // Every shard is opened and checked against the manifest here; at most
+  // max_open_shards per source stay open (0 = all), and samples do not
+  // depend on it.
   TokenLoader(const std::string& source, const std::string& split, int T, int global_batch, int dp_rank,
-              int dp_size, uint64_t seed, bool shuffle = true, bool prefetch = true);
+              int dp_size, uint64_t seed, bool shuffle = true, bool prefetch = true,
+              size_t max_open_shards = kDefaultMaxOpenShards);
   // A blend of the same split of several sources (made with one tokenizer);
   // one source with any weight is the constructor above.
   TokenLoader(const std::vector<BlendSource>& sources, const std::string& split, int T, int global_batch,
-              int dp_rank, int dp_size, uint64_t seed, bool shuffle = true, bool prefetch = true);
+              int dp_rank, int dp_size, uint64_t seed, bool shuffle = true, bool prefetch = true,
+              size_t max_open_shards = kDefaultMaxOpenShards);
   ~TokenLoader();
   TokenLoader(const TokenLoader&) = delete;
   TokenLoader& operator=(const TokenLoader&) = delete;
@@ -108,6 +124,14 @@ class TokenLoader {
   const DatasetInfo& source_info(size_t k) const;
   const std::string& source_name(size_t k) const;  // the manifest or shard it read
   double source_share(size_t k) const;
+
+  // Shards over all sources, how many are open now, and how many times one
+  // was opened again after the start (reads of a closed shard).
+  struct ShardStats {
+    size_t shards = 0, open = 0;
+    uint64_t reopens = 0;
+  };
+  ShardStats shard_stats() const;
 
   // Fills out[local_batch][T+1] with this rank's slice of the next global
   // batch and advances the state by one global batch.

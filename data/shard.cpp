@@ -132,7 +132,7 @@ void write_shard(const std::string& path, const int32_t* tokens, uint64_t n, con
   }
 }
 
-ShardReader::ShardReader(const std::string& path) : path_(path) {
+ShardReader::ShardReader(const std::string& path, size_t chunk_cache_bytes) : path_(path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail(path, ": no such file");
   if (std::filesystem::is_directory(path, ec)) fail(path, ": is a directory, expected an HDF5 shard");
@@ -149,7 +149,7 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
   try {
     if (H5Lexists(file, "tokens", H5P_DEFAULT) <= 0) fail(path, ": no dataset /tokens (not a wiola token shard)");
     hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
-    H5Pset_chunk_cache(dapl, 521, 4 << 20, 0.75);
+    H5Pset_chunk_cache(dapl, 521, chunk_cache_bytes, 0.75);
     hid_t d = H5Dopen2(file, "tokens", dapl);
     H5Pclose(dapl);
     if (d < 0) fail(path, ": cannot open dataset /tokens (corrupt file?)");

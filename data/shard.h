@@ -8,6 +8,7 @@
 // failures come back as wiola::Error naming the file.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -36,10 +37,12 @@ void write_shard(const std::string& path, const int32_t* tokens, uint64_t n, con
 
 // An open shard; reads hyperslabs of /tokens. Construction validates the
 // file (HDF5, dataset, rank, dtype, attributes) and throws wiola::Error
-// naming the file and the problem.
+// naming the file and the problem. `chunk_cache_bytes`: HDF5's cache of
+// decompressed chunks for /tokens (filled as chunks are read; a chunk larger
+// than it is decompressed on every read).
 class ShardReader {
  public:
-  explicit ShardReader(const std::string& path);
+  explicit ShardReader(const std::string& path, size_t chunk_cache_bytes = size_t(4) << 20);
   ~ShardReader();
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;

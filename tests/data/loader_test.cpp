@@ -1,8 +1,10 @@
-// Sample order (docs/model.md §6), DP slicing, exact resume, validation order, errors.
+// Sample order (docs/model.md §6), DP slicing, exact resume, validation order, errors,
+// a bound on open shards.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 #include <set>
 
@@ -242,6 +244,76 @@ TEST(Loader, BadSourcesAreClearErrors) {
     EXPECT_NE(e.find("count.json: tokenizer.vocab_size is "), std::string::npos) << e;
     EXPECT_NE(e.find(", not an integer from 0 to 4294967295"), std::string::npos) << e;
   }
+}
+
+// ---- bounded open shards ----
+
+// Open file descriptors of this process (entries of /proc/self/fd, less the
+// one reading it).
+int open_fds() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) n += e.path().filename() != "." ? 1 : 0;
+  return n - 1;
+}
+
+TEST(OpenShards, AHandleLimitGivesTheSamplesOfAnUnlimitedLoader) {
+  test::TempDir dir("ld-lru");
+  // 12 shards; the three of 5 tokens make windows (T = 16) that span four shards.
+  std::string man = make_dataset(dir, {700, 5, 5, 5, 900, 333, 1200, 64, 811, 999, 47, 1500});
+  const int T = 16, G = 8, D = 2;
+  const int base = open_fds();
+  std::vector<std::vector<int32_t>> ref;
+  LoaderState mid;
+  {
+    TokenLoader all(man, "train", T, G, 1, D, 3, true, false, /*max_open_shards=*/0);
+    EXPECT_EQ(all.shard_stats().open, 12u);
+    EXPECT_EQ(open_fds() - base, 12);
+    for (int i = 0; i < 110; ++i) {  // 410 samples: past two epochs
+      if (i == 37) mid = all.state();
+      ref.push_back(next(all));
+    }
+    EXPECT_EQ(all.shard_stats().reopens, 0u);
+  }
+  EXPECT_EQ(open_fds(), base);
+  for (size_t max_open : {size_t(1), size_t(3)}) {
+    for (bool prefetch : {false, true}) {
+      TokenLoader l(man, "train", T, G, 1, D, 3, true, prefetch, max_open);
+      EXPECT_LE(l.shard_stats().open, max_open);
+      int most = 0;
+      for (int i = 0; i < 110; ++i) {
+        ASSERT_EQ(next(l), ref[size_t(i)]) << "max_open " << max_open << " prefetch " << prefetch << " batch " << i;
+        most = std::max(most, open_fds() - base);
+        ASSERT_LE(l.shard_stats().open, max_open);
+      }
+      EXPECT_LE(most, int(max_open)) << "descriptors above the start";
+      EXPECT_GT(l.shard_stats().reopens, 0u);
+      l.restore(mid);  // an exact resume with the limit
+      for (int i = 37; i < 50; ++i) ASSERT_EQ(next(l), ref[size_t(i)]) << "resumed batch " << i;
+    }
+    // Validation order and read_tokens (the tail no sample covers) too.
+    TokenLoader v(man, "train", T, G, 0, 1, 0, /*shuffle=*/false, false, max_open);
+    std::vector<int32_t> all(6569);
+    v.read_tokens(0, all.size(), all.data());
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], int32_t(i));
+    for (int i = 0; i < 60; ++i) {
+      std::vector<int32_t> b = next(v);
+      for (int j = 0; j < G; ++j) ASSERT_EQ(b[size_t(j) * (T + 1)], int32_t(((i * G + j) % 410) * T));
+    }
+  }
+  EXPECT_EQ(open_fds(), base);
+}
+
+TEST(OpenShards, AShardChangedAfterTheStartFailsItsReopen) {
+  test::TempDir dir("ld-lru-bad");
+  std::string man = make_dataset(dir, {500, 500, 500});
+  TokenLoader l(man, "train", 10, 4, 0, 1, 0, /*shuffle=*/false, false, /*max_open_shards=*/1);
+  std::vector<int32_t> tok(499, 7);
+  write_shard(dir / "train-1.h5", tok.data(), tok.size(), ShardMeta{kVocab, 2, kSha, 499, 1});
+  std::vector<int32_t> out(600);
+  std::string e = error_of([&] { l.read_tokens(400, 600, out.data()); });
+  EXPECT_NE(e.find("train-1.h5: shard holds 499 tokens / 1 documents, manifest " + man + " says 500 / 1"),
+            std::string::npos)
+      << e;
 }
 
 // ---- blends of several sources (docs/data.md) ----
