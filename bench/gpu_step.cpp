@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "bench/backend_flags.h"
 #include "bench/gpu_step_run.h"
 #include "util/files.h"
 
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   bool no_atm = false;
   app.add_flag("--no-atm", no_atm, "ATM off");
   app.add_option("--json", json_out, "write the figures as JSON here");
+  wiola::add_backend_flags(app, o.backend);
   CLI11_PARSE(app, argc, argv);
   o.atm = !no_atm;
   // Line by line even into a pipe: a run cut off by the kit's time limit

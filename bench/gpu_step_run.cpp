@@ -32,12 +32,13 @@ struct Result {
   double step_ms = 0, tokens_per_s = 0, tflops = 0, mfu = 0, loss = 0, peak_gib = 0;
   wiola::OpProfile profile;  // one more step, each op between two events
   double profiled_step_s = 0;
+  nlohmann::json gemm_tuning;  // gemm = auto: the choices used
 };
 
-Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, int batch, bool recompute, int warmup,
-             int steps, double peak_tflops) {
+Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, const wiola::BackendOptions& backend, int batch,
+             bool recompute, int warmup, int steps, double peak_tflops) {
   const auto t_setup = Clock::now();
-  auto cuda = wiola::make_cuda_ops(p);
+  auto cuda = wiola::make_cuda_ops(p, 0, backend);
   // Timed steps run unprofiled (events around every op would add host
   // work to a launch-bound step); one step after them is profiled.
   wiola::ProfiledOps<float> prof(*cuda);
@@ -52,8 +53,10 @@ Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, int batch, b
     segs.push_back({e.offset, e.size(), e.decay, true});
     if (e.span > e.size()) segs.push_back({e.offset + e.size(), e.span - e.size(), false, false, true});
   }
-  wiola::dist::DistAdamW adam(*ops, model.params(), model.grads(), model.n_params(), segs,
-                              wiola::dist::AdamWConfig{}, nullptr, nullptr);
+  wiola::dist::AdamWConfig ac;
+  ac.zero_grads = true;  // fused into AdamW's pass, as the trainer does
+  wiola::dist::DistAdamW adam(*ops, model.params(), model.grads(), model.n_params(), segs, ac, nullptr, nullptr);
+  adam.set_weight_copy(model.weight_copy());
   std::mt19937_64 rng(7);
   std::vector<int32_t> tok(size_t(batch) * (cfg.T + 1));
   for (size_t i = 0; i < tok.size(); ++i) tok[i] = (i > 0 && rng() % 5 == 0) ? tok[i - 1] : int32_t(rng() % cfg.V);
@@ -69,15 +72,18 @@ Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, int batch, b
     prof.enable(profiled);
     ops->synchronize();
     const auto t0 = Clock::now();
-    model.zero_grads();
     r.loss = model.train_micro_step(tok.data(), scale) * scale;
-    if (!adam.step(1e-4, adam.applied_steps() + 1).skipped) model.refresh_weights();
+    adam.step(1e-4, adam.applied_steps() + 1);  // zeroes the gradients, refreshes the weight copy
     ops->synchronize();
     peak = std::max(peak, device_used_bytes());
     const double took = std::chrono::duration<double>(Clock::now() - t0).count();
     if (profiled) r.profiled_step_s = took;
     else if (s >= warmup) times.push_back(took);
+    // gemm = auto: the first step swept the GEMMs it met; the others use the
+    // choices (as the trainer has its ranks adopt rank 0's after step 1).
+    if (s == 0) cuda->adopt_gemm_tuning(cuda->gemm_tuning());
   }
+  if (const std::string t = cuda->gemm_tuning(); !t.empty()) r.gemm_tuning = nlohmann::json::parse(t);
   prof.enable(false);
   r.profile = prof.profile();
   std::sort(times.begin(), times.end());
@@ -104,17 +110,19 @@ nlohmann::json wiola::run_gpu_step_bench(const GpuStepOptions& o) {
   if (o.seq_len > 0) cfg.T = o.seq_len;
   if (!o.atm) cfg.atm = false;
   cfg.validate();
-  std::printf("GPU step benchmark: %s (%lld parameters, T=%d), batch %d, %s%s%s\n  %s\n", o.preset.c_str(),
-              (long long)cfg.param_count(), cfg.T, o.batch, o.precision.c_str(), o.recompute ? ", recompute" : "",
-              cfg.atm ? "" : ", ATM off", cuda_status());
+  std::printf("GPU step benchmark: %s (%lld parameters, T=%d), batch %d, %s%s%s, attention %s/%s, gemm %s\n  %s\n",
+              o.preset.c_str(), (long long)cfg.param_count(), cfg.T, o.batch, o.precision.c_str(),
+              o.recompute ? ", recompute" : "", cfg.atm ? "" : ", ATM off", o.backend.attention.c_str(),
+              o.backend.attention_bwd.c_str(), o.backend.gemm.c_str(), cuda_status());
   nlohmann::json out = {{"preset", o.preset}, {"T", cfg.T}, {"batch", o.batch}, {"recompute", o.recompute}, {"atm", cfg.atm},
                         {"device", cuda_status()}, {"peak_tflops", o.peak_tflops},
                         {"flops_per_step", train_step_flops(cfg, o.batch)}};
+  for (const auto& [k, v] : backend_option_fields(o.backend)) out["backend_options"][k] = v;
   std::fflush(stdout);
   for (auto [name, p] : {std::pair{"bf16", CudaPrecision::BF16}, std::pair{"fp32", CudaPrecision::FP32}}) {
     if (o.precision != "both" && o.precision != name) continue;
     std::printf("  %s:\n", name);
-    const Result r = bench(p, cfg, o.batch, o.recompute, o.warmup, o.steps, o.peak_tflops);
+    const Result r = bench(p, cfg, o.backend, o.batch, o.recompute, o.warmup, o.steps, o.peak_tflops);
     std::printf("  %s  step %.1f ms | %.0f tokens/s | %.1f TFLOP/s | MFU %.1f %% | peak memory %.2f GiB | loss %.4f\n",
                 name, r.step_ms, r.tokens_per_s, r.tflops, 100 * r.mfu, r.peak_gib, r.loss);
     std::printf("    time per op class in one profiled step (%.1f ms; %% of it):\n%s", 1e3 * r.profiled_step_s,
@@ -127,6 +135,7 @@ nlohmann::json wiola::run_gpu_step_bench(const GpuStepOptions& o) {
     out[name] = {{"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"tflops", r.tflops},
                  {"mfu", r.mfu},         {"setup_s", r.setup_s},         {"peak_gib", r.peak_gib},         {"loss", r.loss},
                  {"profiled_step_ms", 1e3 * r.profiled_step_s}, {"op_class_ms", classes}, {"top_ops", top}};
+    if (!r.gemm_tuning.is_null()) out[name]["gemm_tuning"] = r.gemm_tuning;
   }
   return out;
 }

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/backend_options.h"
+
 namespace wiola {
 
 struct GpuStepOptions {
@@ -19,6 +21,7 @@ struct GpuStepOptions {
   double peak_tflops = 989.0;      // H100/H200 SXM dense bf16
   bool recompute = false;
   bool atm = true;                 // false: ATM off in every layer
+  BackendOptions backend;          // --attention, --attention-bwd, --gemm (bench/backend_flags.h)
 };
 
 // Prints the figures as it goes and returns them (tokens_per_s etc. under

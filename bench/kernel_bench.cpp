@@ -6,8 +6,8 @@
 // on the CUDA emulator as wiola_kernel_bench_emu and runs --small.
 //
 // Sections (--only picks one):
-//   attention  attention_fwd with WIOLA_CUDA_ATTENTION = tc, fa2, rows and
-//              attention_bwd with WIOLA_CUDA_ATTENTION_BWD = v1, v2, fa2 (and
+//   attention  attention_fwd with the backend option attention = tc, fa2,
+//              rows and attention_bwd with attention_bwd = v1, v2, fa2 (and
 //              the row kernels' backward), for a plain causal layer and an ATM
 //              layer (merge plan from the backend's own atm_similarity /
 //              atm_plan / atm_merge_rows, as model/layer.cpp builds it). Each
@@ -35,15 +35,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <map>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench/backend_flags.h"
 #include "kernels/atm_plan.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/gemm_tuning.h"
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "util/error.h"
@@ -69,6 +69,8 @@ struct Options {
   int reps = 20, warmup = 5, misalign = 2;
   bool small = false;
   double peak_gbps = 3350, peak_tflops = 989;
+  wiola::BackendOptions backend;  // --attention, --attention-bwd, --gemm
+  std::string write_tuning;       // --write-tuning FILE
 };
 
 // The benchmarked configuration: wiola-360m's step, or --small's tiny one.
@@ -116,28 +118,21 @@ class Report {
   FILE* f_ = nullptr;
 };
 
-// WIOLA_CUDA_* switches for one variant; the values the process started with
-// come back when it ends (the kit may have exported WIOLA_CUDA_ATTENTION).
-class EnvScope {
+// One variant's backend options for a scope (set_cuda_backend_options); the
+// bench's own (--attention, --attention-bwd, --gemm) come back when it ends.
+class OptionsScope {
  public:
-  explicit EnvScope(const std::map<std::string, std::string>& vars) {
-    for (const auto& [k, v] : vars) {
-      const char* old = std::getenv(k.c_str());
-      saved_.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
-      setenv(k.c_str(), v.c_str(), 1);
-    }
+  OptionsScope(Ops<float>& g, const wiola::BackendOptions& base, const wiola::BackendOptions& variant)
+      : g_(g), base_(base) {
+    wiola::set_cuda_backend_options(g_, variant);
   }
-  ~EnvScope() {
-    for (const auto& [k, v] : saved_) {
-      if (v) setenv(k.c_str(), v->c_str(), 1);
-      else unsetenv(k.c_str());
-    }
-  }
-  EnvScope(const EnvScope&) = delete;
-  EnvScope& operator=(const EnvScope&) = delete;
+  ~OptionsScope() { wiola::set_cuda_backend_options(g_, base_); }
+  OptionsScope(const OptionsScope&) = delete;
+  OptionsScope& operator=(const OptionsScope&) = delete;
 
  private:
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+  Ops<float>& g_;
+  wiola::BackendOptions base_;
 };
 
 // ---- timing ----------------------------------------------------------------------------
@@ -450,22 +445,36 @@ const double kAttnTols[] = {2e-2, 1e-3, 3e-2, 3e-2, 3e-2, 3e-2, 3e-2};
 struct AttnVariant {
   std::string name;  // as in the JSON: "fwd tc", "bwd v2", ...
   bool bwd;
-  std::map<std::string, std::string> env;
+  std::string attention, attention_bwd;  // its backend options
+  // The options of its forward (a backward variant reads the o and lse of
+  // the default tensor-core forward).
+  wiola::BackendOptions fwd(const wiola::BackendOptions& base) const {
+    wiola::BackendOptions o = base;
+    o.attention = bwd ? "tc" : attention;
+    return o;
+  }
+  wiola::BackendOptions all(const wiola::BackendOptions& base) const {
+    wiola::BackendOptions o = base;
+    o.attention = attention;
+    o.attention_bwd = attention_bwd;
+    return o;
+  }
 };
 
 // The check: the variant's outputs on the small problem against the CPU.
 // (A backward variant's forward is the default tensor-core one: the
 // backward reads its o and lse.) Returns the max relative error per output.
-json check_variant(Ops<float>& g, AttnProblem& p, const std::vector<Vec>& ref, const AttnVariant& var, bool& ok) {
+json check_variant(Ops<float>& g, const wiola::BackendOptions& base, AttnProblem& p, const std::vector<Vec>& ref,
+                   const AttnVariant& var, bool& ok) {
   std::vector<Vec> got;
   {
-    EnvScope fwd_env(var.bwd ? std::map<std::string, std::string>{{"WIOLA_CUDA_ATTENTION", "tc"}} : var.env);
+    OptionsScope fwd_opt(g, base, var.fwd(base));
     p.fwd(g);
   }
   got.push_back(download_bf16(g, p.o.data(), p.nq));
   got.push_back(download_vec(g, p.lse.data(), p.nl));
   if (var.bwd) {
-    EnvScope bwd_env(var.env);
+    OptionsScope bwd_opt(g, base, var.all(base));
     p.bwd(g);
     got.push_back(download_bf16(g, p.dq.data(), p.nq));
     got.push_back(download_bf16(g, p.dk.data(), p.nk));
@@ -488,19 +497,16 @@ json check_variant(Ops<float>& g, AttnProblem& p, const std::vector<Vec>& ref, c
 }
 
 bool is_refusal(const std::string& msg) {
-  return msg.rfind("WIOLA_CUDA_ATTENTION", 0) == 0 && msg.find("expected") != std::string::npos;
+  return msg.rfind("train.cuda_attention", 0) == 0 && msg.find("must be") != std::string::npos;
 }
 
 void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
   const std::vector<AttnVariant> variants = {
-      {"fwd tc", false, {{"WIOLA_CUDA_ATTENTION", "tc"}}},
-      {"fwd fa2", false, {{"WIOLA_CUDA_ATTENTION", "fa2"}}},
-      {"fwd rows", false, {{"WIOLA_CUDA_ATTENTION", "rows"}}},
-      {"bwd v1", true, {{"WIOLA_CUDA_ATTENTION", "tc"}, {"WIOLA_CUDA_ATTENTION_BWD", "v1"}}},
-      {"bwd v2", true, {{"WIOLA_CUDA_ATTENTION", "tc"}, {"WIOLA_CUDA_ATTENTION_BWD", "v2"}}},
-      {"bwd fa2", true, {{"WIOLA_CUDA_ATTENTION", "tc"}, {"WIOLA_CUDA_ATTENTION_BWD", "fa2"}}},
-      {"bwd rows", true, {{"WIOLA_CUDA_ATTENTION", "rows"}}},
+      {"fwd tc", false, "tc", "v1"},   {"fwd fa2", false, "fa2", "v1"}, {"fwd rows", false, "rows", "v1"},
+      {"bwd v1", true, "tc", "v1"},    {"bwd v2", true, "tc", "v2"},    {"bwd fa2", true, "tc", "fa2"},
+      {"bwd rows", true, "rows", "v1"},
   };
+  const wiola::BackendOptions& base = o.backend;
   for (bool atm : {false, true}) {
     const char* layer = atm ? "atm" : "causal";
     auto small = make_attn(g, sh, sh.check_B, sh.check_T, atm, atm ? 200 : 100);
@@ -509,7 +515,8 @@ void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& re
     const double f_fwd = attn_fwd_flops(big->s);
     for (const AttnVariant& var : variants) {
       json j{{"section", "attention"}, {"name", "attention " + var.name + " " + layer},
-             {"dir", var.bwd ? "bwd" : "fwd"}, {"variant", var.name.substr(4)}, {"layer", layer}, {"env", var.env},
+             {"dir", var.bwd ? "bwd" : "fwd"}, {"variant", var.name.substr(4)}, {"layer", layer},
+             {"options", {{"attention", var.attention}, {"attention_bwd", var.attention_bwd}}},
              {"B", big->s.B}, {"T", big->s.Tq}, {"H", big->s.H}, {"Hkv", big->s.Hkv}, {"dh", big->s.dh},
              {"flop_rule", kAttnFlopRule}};
       if (atm)
@@ -518,15 +525,15 @@ void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& re
       std::string line;
       try {
         bool ok = false;
-        j["check"] = check_variant(g, *small, ref, var, ok);
+        j["check"] = check_variant(g, base, *small, ref, var, ok);
         j["ok"] = ok;
         if (ok) {
           // Its forward once (a backward reads o and lse), then the timed op.
           {
-            EnvScope e(var.bwd ? std::map<std::string, std::string>{{"WIOLA_CUDA_ATTENTION", "tc"}} : var.env);
+            OptionsScope e(g, base, var.fwd(base));
             big->fwd(g);
           }
-          EnvScope e(var.env);
+          OptionsScope e(g, base, var.all(base));
           const Timing t = time_op(g, o, [&] { var.bwd ? big->bwd(g) : big->fwd(g); });
           put_timing(j, t);
           const double flops = var.bwd ? 2.5 * f_fwd : f_fwd;
@@ -626,13 +633,61 @@ size_t span(Trans t, int rows, int cols, int ld) {
   return t == Trans::N ? size_t(rows - 1) * ld + cols : size_t(cols - 1) * ld + rows;
 }
 
+// Calls with the same shape, layout and C type are one distinct GEMM.
+struct Distinct {
+  GemmCall call;
+  std::vector<std::string> roles;
+  long count = 0;
+};
+
+// Each distinct GEMM (aligned operands) swept by the backend's tuner from
+// an empty table (gemm = auto, kernels/cuda/gemm_tuner.cuh): cublasGemmEx
+// and cuBLASLt's candidates, split-K forms included where the GEMM has fewer
+// output tiles than the device has SMs, each checked against cublasGemmEx,
+// then timed. One JSON line per candidate; --write-tuning FILE: the winners
+// as a tuning table put into FILE (kernels/cuda/gemm_tuning.json's format).
+void tune_gemms(Ops<float>& g, const Options& o, Report& rep, const std::vector<Distinct>& gemms, CPtr a, CPtr b,
+                Ptr c32) {
+  wiola::BackendOptions tuning = o.backend;
+  tuning.gemm = "auto";
+  OptionsScope scope(g, o.backend, tuning);
+  const std::string device = json::parse(g.gemm_tuning())["tables"][0]["device"].get<std::string>();
+  g.adopt_gemm_tuning(wiola::gemm_tuning_json(wiola::GemmTable{device, {}}));  // sweep every GEMM
+  for (const auto& x : gemms) {
+    const GemmCall& c = x.call;
+    g.gemm(c.ta, c.tb, c.m, c.n, c.k, 1.f, a, c.lda, b, c.ldb, c.beta, Ptr(c32.raw(), c.c), c.ldc);
+  }
+  g.synchronize();
+  const std::string text = g.gemm_tuning();
+  const wiola::GemmTable t = wiola::gemm_table_for(text, device, "the sweep");
+  for (const auto& [key, choice] : t.choices) {
+    for (const std::string& cand : choice.tried) {
+      rep.emit(json{{"section", "gemm tuning"}, {"name", "gemm tuning " + key + ": " + cand}, {"device", device},
+                    {"key", key}, {"candidate", cand}, {"ok", cand.find("rejected") == std::string::npos}});
+    }
+    rep.emit(json{{"section", "gemm tuning"}, {"name", "gemm tuning " + key}, {"device", device}, {"key", key},
+                  {"winner", choice.algo + (choice.config.empty() ? "" : " " + choice.config)}, {"us", choice.us},
+                  {"ok", true}});
+    std::printf("gemm tuning %-60s -> %s %s (%.3f us; %zu candidates)\n", key.c_str(), choice.algo.c_str(),
+                choice.config.c_str(), choice.us, choice.tried.size());
+  }
+  if (!o.write_tuning.empty()) {
+    std::string old;
+    if (std::FILE* f = std::fopen(o.write_tuning.c_str(), "r")) {
+      char buf[4096];
+      for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) old.append(buf, n);
+      std::fclose(f);
+    }
+    std::FILE* f = std::fopen(o.write_tuning.c_str(), "w");
+    WIOLA_CHECK(f, "wiola_kernel_bench: cannot write ", o.write_tuning);
+    const std::string merged = wiola::merge_gemm_tuning(old, t);
+    std::fwrite(merged.data(), 1, merged.size(), f);
+    std::fclose(f);
+    std::printf("gemm tuning: the table for %s written to %s\n", device.c_str(), o.write_tuning.c_str());
+  }
+}
+
 void run_gemm(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
-  // Calls with the same shape, layout and C type are one distinct GEMM.
-  struct Distinct {
-    GemmCall call;
-    std::vector<std::string> roles;
-    long count = 0;
-  };
   std::vector<Distinct> gemms;
   for (const GemmCall& c : step_gemms(sh)) {
     auto same = [&](const Distinct& x) {
@@ -693,6 +748,7 @@ void run_gemm(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
                   line.c_str());
     }
   }
+  tune_gemms(g, o, rep, gemms, A.data(), Bm.data(), Ptr(C.data(), DType::F32));
   // The step's GEMMs: their FLOPs over the sum of count x median time.
   for (int mis = 0; mis < 2; ++mis) {
     json j{{"section", "gemm"}, {"name", std::string("gemm step total") + (mis ? " misaligned" : "")},
@@ -738,11 +794,11 @@ void run_memory(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) 
     g.zero(ddelta.data(), ddelta.bytes());
     const double eps = sh.cfg.eps, D = double(nd);
     report("rmsnorm_fwd", rows + " f32 -> f32", "read x 4 + write y 4 B/elem (+ rstd)", D * 8 + 4.0 * N,
-           [&] { g.rmsnorm_fwd(x.data(), gamma.data(), delta.data(), int(N), int(d), eps, y32.data(), rstd.data()); });
+           [&] { g.rmsnorm_fwd(x.data(), gamma.data(), delta.data(), int(N), int(d), eps, y32.data(), rstd.data(), nullptr); });
     report("add_rmsnorm_fwd", rows + " f32 + f32 -> f32, bf16", "read a, b 4+4 + write s 4, y 2 B/elem (+ rstd)",
            D * 14 + 4.0 * N, [&] {
              g.add_rmsnorm_fwd(x.data(), x2.data(), s.data(), gamma.data(), delta.data(), int(N), int(d), eps,
-                               y16.data(), rstd.data());
+                               y16.data(), rstd.data(), nullptr);
            });
     report("rmsnorm_bwd", rows + " f32", "read x, dy, dres 4+4+4 + write dx 4 B/elem (+ rstd; the minimum: "
            "the kernel reads x and dy again for dgamma, ddelta)", D * 16 + 4.0 * N, [&] {
@@ -780,7 +836,7 @@ void run_memory(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) 
     report("adamw", params + " f32", "read p, g, m, v 16 + write p, m, v 12 B/param", double(P) * 28, [&] {
       ++t;
       g.adamw(p.data(), gr.data(), m.data(), v.data(), P, 1e-4, 0.9, 0.95, 1e-8, 0.1, 1 - std::pow(0.9, t),
-              1 - std::pow(0.95, t));
+              1 - std::pow(0.95, t), nullptr, false);
     });
     report("convert f32->bf16", params, "read 4 + write 2 B/elem", double(P) * 6,
            [&] { g.convert(p.data(), w.data(), P); });
@@ -804,6 +860,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--misalign", o.misalign, "elements the parameter operand is moved by in the misaligned GEMMs")
       ->capture_default_str();
+  wiola::add_backend_flags(app, o.backend);
+  app.add_option("--write-tuning", o.write_tuning,
+                 "write the GEMM sweep's winners as this device's tuning table into FILE (kernels/cuda/gemm_tuning.json)");
   CLI11_PARSE(app, argc, argv);
   if (o.small) {  // few reps unless asked for more
     if (!app.count("--reps")) o.reps = 2;
@@ -813,7 +872,7 @@ int main(int argc, char** argv) {
   try {
     WIOLA_CHECK(o.reps >= 1 && o.warmup >= 0 && o.misalign >= 0, "--reps >= 1, --warmup >= 0, --misalign >= 0");
     const Shapes sh = make_shapes(o.small);
-    auto g = wiola::make_cuda_ops(wiola::CudaPrecision::BF16);
+    auto g = wiola::make_cuda_ops(wiola::CudaPrecision::BF16, 0, o.backend);
     Report rep(o.json_path);
     const auto& c = sh.cfg;
     json meta{{"section", "meta"}, {"device", g->device_name()}, {"config", c.name}, {"B", sh.B}, {"T", sh.T},
@@ -821,6 +880,7 @@ int main(int argc, char** argv) {
               {"V", c.V}, {"params", c.param_count()}, {"reps", o.reps}, {"warmup", o.warmup},
               {"timing", "CUDA events around each rep; median"}, {"precision", "bf16"},
               {"peak_gbps", o.peak_gbps}, {"peak_tflops", o.peak_tflops}};
+    for (const auto& [k, v] : wiola::backend_option_fields(o.backend)) meta["backend_options"][k] = v;
     rep.emit(meta);
     std::printf("wiola_kernel_bench on %s: %s, B=%d T=%d d=%d H=%d Hkv=%d dh=%d L=%d, %d reps after %d warm-up\n",
                 g->device_name().c_str(), c.name.c_str(), sh.B, sh.T, c.d, c.H, c.Hkv, c.dh(), c.L, o.reps, o.warmup);

@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+#include "dist/rank_states.h"
+
 namespace wiola::dist {
 
 Diagnostics::Diagnostics() {
@@ -12,6 +14,11 @@ Diagnostics::Diagnostics() {
     const double v = std::strtod(s, &end);
     if (end != s && v > 0) timeout_s_ = v;
   }
+}
+
+void Diagnostics::set_context(std::string c) {
+  context_ = std::move(c);
+  publish_rank_context(context_);
 }
 
 Diagnostics& Diagnostics::instance() {

@@ -18,9 +18,10 @@ class Diagnostics {
   double timeout_s() const { return timeout_s_; }
   void set_timeout_s(double s) { timeout_s_ = s; }
 
-  // What this rank is doing now; printed with every timeout or abort.
+  // What this rank is doing now; printed with every timeout or abort, and
+  // published to the rank state board when one is open (dist/rank_states.h).
   const std::string& context() const { return context_; }
-  void set_context(std::string c) { context_ = std::move(c); }
+  void set_context(std::string c);
 
  private:
   Diagnostics();
@@ -36,9 +37,11 @@ inline void set_comm_timeout(double seconds) {
   Diagnostics::instance().set_timeout_s(seconds);
 }
 
-// Prints "rank R: msg" (R = world rank; plus the context when set) to stderr
-// and ends every rank of the job with exit status `code` (MPI_Abort on the
-// world). Without MPI initialised: prints and exits the process.
+// Prints "rank R: msg" (R = world rank; plus the context when set) to stderr,
+// then every rank's last published state when a rank state board is open
+// (dist/rank_states.h), and ends every rank of the job with exit status
+// `code` (MPI_Abort on the world). Without MPI initialised: prints and exits
+// the process.
 [[noreturn]] void abort_job(const std::string& msg, int code = 1);
 
 // World rank of this process (0 when MPI is not initialised).

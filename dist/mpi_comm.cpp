@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "dist/diagnostics.h"
+#include "dist/rank_states.h"
 #include "util/error.h"
 
 namespace wiola::dist {
@@ -125,6 +126,8 @@ class MpiRequest final : public RequestImpl {
   void wait() override {
     if (done_) return;
     const double limit = Diagnostics::instance().timeout_s();
+    const double publish_after = rank_wait_publish_after_s(limit);
+    bool published = false;  // a long wait is on the rank state board
     const auto start = std::chrono::steady_clock::now();
     for (long it = 0;; ++it) {
       const bool done = test();
@@ -133,7 +136,12 @@ class MpiRequest final : public RequestImpl {
                                 .count();
       if (done) {
         *wait_clock_ += waited;
+        if (published) publish_rank_wait_done();
         return;
+      }
+      if (!published && waited > publish_after) {
+        publish_rank_wait(describe(), waited);
+        published = true;
       }
       if (waited > limit) timeout(waited);
       // Back off: spin, then yield, then sleep (ranks may share cores).
@@ -150,15 +158,24 @@ class MpiRequest final : public RequestImpl {
     if (on_done) on_done();
   }
 
+  // "all_reduce on group 'tp' (rank 1 of 2), count 5 float32"
+  std::string describe() const {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s on group '%s' (rank %d of %d), count %zu %s", op_, group_.c_str(),
+                  group_rank_, group_size_, count_, dtype_name(dtype_));
+    return buf;
+  }
+
   [[noreturn]] void timeout(double waited) {
     const std::string& ctx = Diagnostics::instance().context();
     std::fprintf(stderr,
                  "wiola: communication timeout: world rank %d waited %.1f s "
-                 "(limit %.1f s) in %s on group '%s' (rank %d of %d), count "
-                 "%zu %s; context: %s\n",
-                 world_rank(), waited, Diagnostics::instance().timeout_s(), op_,
-                 group_.c_str(), group_rank_, group_size_, count_,
-                 dtype_name(dtype_), ctx.empty() ? "(none)" : ctx.c_str());
+                 "(limit %.1f s) in %s; context: %s\n",
+                 world_rank(), waited, Diagnostics::instance().timeout_s(),
+                 describe().c_str(), ctx.empty() ? "(none)" : ctx.c_str());
+    // The other ranks cannot be asked (one of them may be stuck): what each
+    // last published (dist/rank_states.h), when the trainer opened a board.
+    std::fputs(rank_states_report().c_str(), stderr);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 3);
     std::_Exit(3);
@@ -352,6 +369,7 @@ void abort_job(const std::string& msg, int code) {
   std::fprintf(stderr, "rank %d: %s%s%s\n", world_rank(), msg.c_str(),
                ctx.empty() ? "" : " [context: ",
                ctx.empty() ? "" : (ctx + "]").c_str());
+  std::fputs(rank_states_report().c_str(), stderr);  // where every rank was ("" without a board)
   std::fflush(stderr);
   if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);

@@ -188,6 +188,7 @@ StepResult DistAdamW::step(double lr, long t) {
     WIOLA_CHECK(!cfg_.nonfinite_fatal, "non-finite gradient norm (", r.grad_norm,
                 ") at optimizer step ", t, " (train.nonfinite_fatal is set)");
     r.skipped = true;
+    if (cfg_.zero_grads) ops_.zero(grads_, n_ * sizeof(float));
     return r;
   }
 
@@ -198,14 +199,19 @@ StepResult DistAdamW::step(double lr, long t) {
       for (const Piece& p : pieces_) ops_.scale(grad_at(p), float(coef), p.size);
   }
 
-  // 5. AdamW on the owned pieces.
+  // 5. AdamW on the owned pieces. Where they are every parameter of the
+  // buffer (no ZeRO sharding over several ranks; the padding is never
+  // touched and stays zero), the same pass writes the weight copy and
+  // zeroes the gradient: no refresh or zeroing pass over the whole buffer.
   const double bc1 = 1.0 - std::pow(cfg_.beta1, double(t));
   const double bc2 = 1.0 - std::pow(cfg_.beta2, double(t));
   float* master = zero_active() ? master_.data() : params_;
+  const bool fused = !zero_active() || dp_size_ == 1;
   for (const Piece& p : pieces_)
     ops_.adamw(master + p.local, grad_at(p), m_.data() + p.local,
                v_.data() + p.local, p.size, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
-               p.decay ? cfg_.weight_decay : 0.0, bc1, bc2);
+               p.decay ? cfg_.weight_decay : 0.0, bc1, bc2,
+               fused && weights_ ? weights_ + p.global : nullptr, fused && cfg_.zero_grads);
   ++applied_;
 
   // 6. ZeRO: all-gather the updated parameters bucket by bucket.
@@ -228,6 +234,12 @@ StepResult DistAdamW::step(double lr, long t) {
       if (b.padded)
         ops_.copy(params_ + b.start, tmp_.data(), b.len * sizeof(float));
     }
+  }
+  // 7. Sharded over several ranks: the copy and the zeroing as passes of their
+  // own, over the gathered parameters and the whole gradient buffer.
+  if (!fused) {
+    if (weights_) ops_.convert(params_, weights_, n_);
+    if (cfg_.zero_grads) ops_.zero(grads_, n_ * sizeof(float));
   }
   return r;
 }

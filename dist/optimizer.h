@@ -14,7 +14,8 @@
 //
 // Precision: master weights, gradients and moments are fp32 (Ops<float>) in
 // every mode; a lower-precision weight copy for GEMMs belongs to the model
-// (Model::refresh_weights after each step). Buffers are backend memory: the
+// (Model::refresh_weights after each step, or set_weight_copy: the step
+// keeps it up to date itself). Buffers are backend memory: the
 // host sees one double per step (the squared gradient norm, for clipping
 // and the non-finite check).
 #pragma once
@@ -48,6 +49,10 @@ struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, clip = 1.0;
   bool zero = true;             // shard master weights + moments over DP
   bool nonfinite_fatal = false; // throw instead of skipping the step
+  // step() leaves the gradients zero for the next step's accumulation (in
+  // AdamW's own pass where this rank updates every element), so the caller
+  // need not zero them (Model::zero_grads) before the next step.
+  bool zero_grads = false;
   size_t bucket_bytes = kDefaultBucketBytes;  // gradient bucket (fp32 bytes)
 };
 
@@ -98,8 +103,16 @@ class DistAdamW {
   // One step at bias-correction step t (1-based) with learning rate lr:
   // DP mean of the gradients, global norm, clip, AdamW, parameter all-gather.
   // Not finite norm: skipped (params, m, v unchanged) or wiola::Error if
-  // nonfinite_fatal. Gradient contents afterwards are unspecified.
+  // nonfinite_fatal. Gradient contents afterwards are unspecified, or zero
+  // with AdamWConfig::zero_grads (after a skipped step too).
   StepResult step(double lr, long t);
+
+  // The model's weight copy (Model::weight_copy: n elements in its own
+  // storage type; null: none). Each applied step then leaves it holding the
+  // updated parameters, as Model::refresh_weights would: written by AdamW's
+  // own pass where this rank updates every element (no ZeRO sharding over
+  // several ranks), else converted from the parameters once gathered.
+  void set_weight_copy(Ptr w) { weights_ = w; }
 
   // Steps actually applied (not skipped). PyTorch's bias-correction step after
   // a skip is applied_steps() + 1, which the trainer passes as t.
@@ -180,6 +193,7 @@ class DistAdamW {
   int next_launch_ = -1;  // next bucket to launch (descending), -1: all launched
   Buffer<float> master_, m_, v_, tmp_;
   Buffer<float, double> sq_;  // [1] squared gradient norm of this rank's pieces
+  Ptr weights_;               // the weight copy kept up to date (null: none)
   long applied_ = 0;
 };
 

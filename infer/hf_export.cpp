@@ -383,7 +383,7 @@ ImportStats import_hf(const std::string& src, const std::string& ckdir, const Im
     pieces.push_back(std::move(p));
     stats.parameters += int64_t(e.size());
   }
-  const ckpt::FileRecord rec = ckpt::write_rank_file((tmp / ckpt::rank_file(0)).string(), h, pieces);
+  const ckpt::FileRecord rec = ckpt::write_rank_file((tmp / ckpt::rank_file(0)).string(), h, std::move(pieces));
   pieces.clear();
 
   std::string dtypes;

@@ -47,7 +47,7 @@ int local_device() {
 #endif
 
 template <class T>
-std::unique_ptr<Ops<T>> make_backend(const std::string& name) {
+std::unique_ptr<Ops<T>> make_backend(const std::string& name, [[maybe_unused]] const BackendOptions& options) {
   if (name == "cpu") return make_cpu_ops<T>(CpuMemory::Host);
   if (name == "cpu-opaque") return make_cpu_ops<T>(CpuMemory::Opaque);
   if (name == "cpu-bf16") {
@@ -57,7 +57,7 @@ std::unique_ptr<Ops<T>> make_backend(const std::string& name) {
 #ifdef WIOLA_HAVE_CUDA
   if (name == "cuda" || name == "cuda-fp32") {
     if constexpr (std::is_same_v<T, float>) {
-      return make_cuda_ops(name == "cuda" ? CudaPrecision::BF16 : CudaPrecision::FP32, local_device());
+      return make_cuda_ops(name == "cuda" ? CudaPrecision::BF16 : CudaPrecision::FP32, local_device(), options);
     } else {
       fail("backend '", name, "' computes in float32 (double-precision checks run on cpu)");
     }
@@ -65,7 +65,7 @@ std::unique_ptr<Ops<T>> make_backend(const std::string& name) {
 #endif
   fail("unknown backend '", name, "' (known: ", known(), ")");
 }
-template std::unique_ptr<Ops<float>> make_backend<float>(const std::string&);
-template std::unique_ptr<Ops<double>> make_backend<double>(const std::string&);
+template std::unique_ptr<Ops<float>> make_backend<float>(const std::string&, const BackendOptions&);
+template std::unique_ptr<Ops<double>> make_backend<double>(const std::string&, const BackendOptions&);
 
 }  // namespace wiola

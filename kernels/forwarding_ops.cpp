@@ -101,16 +101,17 @@ void ForwardingOps<T>::embedding_bwd(const int32_t* ids, int N, CPtr dout, int v
 }
 
 template <class T>
-void ForwardingOps<T>::rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd) {
+void ForwardingOps<T>::rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd,
+                                   Ptr y_op) {
   const Call c(*this, "rmsnorm_fwd");
-  inner_.rmsnorm_fwd(arg(x), arg(gamma), arg(delta), N, d, eps, arg(y), arg(rstd));
+  inner_.rmsnorm_fwd(arg(x), arg(gamma), arg(delta), N, d, eps, arg(y), arg(rstd), arg(y_op));
 }
 
 template <class T>
 void ForwardingOps<T>::add_rmsnorm_fwd(CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N, int d, double eps,
-                                     Ptr y, Ptr rstd) {
+                                     Ptr y, Ptr rstd, Ptr y_op) {
   const Call c(*this, "add_rmsnorm_fwd");
-  inner_.add_rmsnorm_fwd(arg(a), arg(b), arg(s), arg(gamma), arg(delta), N, d, eps, arg(y), arg(rstd));
+  inner_.add_rmsnorm_fwd(arg(a), arg(b), arg(s), arg(gamma), arg(delta), N, d, eps, arg(y), arg(rstd), arg(y_op));
 }
 
 template <class T>
@@ -217,6 +218,20 @@ void ForwardingOps<T>::sigmoid_gate_bwd(CPtr pre, CPtr x, CPtr dout, size_t n, P
 }
 
 template <class T>
+void ForwardingOps<T>::blend_gate_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, size_t n, Ptr o, Ptr og) {
+  const Call c(*this, "blend_gate_fwd");
+  inner_.blend_gate_fwd(arg(o_self), arg(o_ctx), arg(phi), arg(pre), n, arg(o), arg(og));
+}
+
+template <class T>
+void ForwardingOps<T>::blend_gate_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, CPtr dog, size_t n,
+                                      Ptr dpre, Ptr d_self, Ptr d_ctx, double* dphi) {
+  const Call c(*this, "blend_gate_bwd");
+  inner_.blend_gate_bwd(arg(o_self), arg(o_ctx), arg(phi), arg(pre), arg(o), arg(dog), n, arg(dpre), arg(d_self),
+                        arg(d_ctx), dphi);
+}
+
+template <class T>
 void ForwardingOps<T>::swiglu_fwd(CPtr g, CPtr u, size_t n, Ptr h) {
   const Call c(*this, "swiglu_fwd");
   inner_.swiglu_fwd(arg(g), arg(u), n, arg(h));
@@ -277,9 +292,9 @@ void ForwardingOps<T>::ce_loss(CPtr logits, const int32_t* targets, int N, int V
 }
 
 template <class T>
-void ForwardingOps<T>::adamw(Ptr p, CPtr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2, double eps, double wd, double bc1, double bc2) {
+void ForwardingOps<T>::adamw(Ptr p, Ptr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2, double eps, double wd, double bc1, double bc2, Ptr w, bool zero_grad) {
   const Call c(*this, "adamw");
-  inner_.adamw(arg(p), arg(g), arg(m), arg(v), n, lr, beta1, beta2, eps, wd, bc1, bc2);
+  inner_.adamw(arg(p), arg(g), arg(m), arg(v), n, lr, beta1, beta2, eps, wd, bc1, bc2, arg(w), zero_grad);
 }
 
 template class ForwardingOps<float>;

@@ -29,6 +29,8 @@ class ForwardingOps : public Ops<T> {
   size_t peak_bytes() const override { return inner_.peak_bytes(); }
   Precision precision() const override { return inner_.precision(); }
   std::unique_ptr<OpTimeline> make_timeline() override { return inner_.make_timeline(); }
+  std::string gemm_tuning() const override { return inner_.gemm_tuning(); }
+  void adopt_gemm_tuning(const std::string& table_json) override { inner_.adopt_gemm_tuning(table_json); }
 
   void upload(void* dst, const void* host_src, size_t bytes) override;
   void download(void* host_dst, const void* src, size_t bytes) override;
@@ -48,9 +50,10 @@ class ForwardingOps : public Ops<T> {
   void accumulate(const double* x, Ptr y, size_t n) override;
   void embedding_fwd(const int32_t* ids, int N, CPtr E, int v0, int V_local, int d, Ptr out) override;
   void embedding_bwd(const int32_t* ids, int N, CPtr dout, int v0, int V_local, int d, Ptr dE) override;
-  void rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd) override;
+  void rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd,
+                   Ptr y_op) override;
   void add_rmsnorm_fwd(CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y,
-                       Ptr rstd) override;
+                       Ptr rstd, Ptr y_op) override;
   void rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres, Ptr dx,
                    Ptr dgamma, Ptr ddelta) override;
   void srpe_apply(Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool inverse) override;
@@ -77,6 +80,9 @@ class ForwardingOps : public Ops<T> {
                  double* dphi) override;
   void sigmoid_gate_fwd(CPtr pre, CPtr x, size_t n, Ptr out) override;
   void sigmoid_gate_bwd(CPtr pre, CPtr x, CPtr dout, size_t n, Ptr dpre, Ptr dx) override;
+  void blend_gate_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, size_t n, Ptr o, Ptr og) override;
+  void blend_gate_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, CPtr dog, size_t n, Ptr dpre,
+                      Ptr d_self, Ptr d_ctx, double* dphi) override;
   void swiglu_fwd(CPtr g, CPtr u, size_t n, Ptr h) override;
   void swiglu_bwd(CPtr g, CPtr u, CPtr dh, size_t n, Ptr dg, Ptr du) override;
   void gelu_fwd(CPtr x, size_t n, Ptr y) override;
@@ -90,8 +96,8 @@ class ForwardingOps : public Ops<T> {
                     CPtr tgt, double scale, Ptr loss) override;
   void ce_loss(CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp,
                CPtr tgt, Ptr loss) override;
-  void adamw(Ptr p, CPtr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2, double eps, double wd,
-             double bc1, double bc2) override;
+  void adamw(Ptr p, Ptr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2, double eps, double wd,
+             double bc1, double bc2, Ptr w, bool zero_grad) override;
 
  protected:
   // Around one forwarded op (op: the Ops member's name). op_end also runs

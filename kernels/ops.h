@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend_options.h"
 #include "kernels/dtype.h"
 #include "kernels/ptr.h"
 
@@ -117,6 +118,15 @@ class Ops {
   }
   // Marks for profiling this backend's ops (see OpTimeline).
   virtual std::unique_ptr<OpTimeline> make_timeline() { return make_host_timeline(); }
+  // The per-shape GEMM choices of a backend that tunes its matrix products
+  // (the CUDA backend with the option gemm = auto; kernels/gemm_tuning.h), as
+  // the JSON text of a tuning table: those in use and those measured since
+  // the last adopt_gemm_tuning. "" for a backend that does not tune.
+  virtual std::string gemm_tuning() const { return ""; }
+  // Uses the choices of a table (gemm_tuning()'s text, rank 0's: the trainer
+  // broadcasts it so that every rank computes with the same algorithms;
+  // docs/gpu.md). Ignored by a backend that does not tune.
+  virtual void adopt_gemm_tuning(const std::string& table_json) { (void)table_json; }
   // dst[i] = src[i] between storage types (master weights -> weight copy).
   virtual void convert(CPtr src, Ptr dst, size_t n) = 0;
   // dst[r, 0:cols] = src[r, 0:cols] for r < rows: a block of columns of
@@ -157,14 +167,19 @@ class Ops {
                              int V_local, int d, Ptr dE) = 0;
 
   // ---- WiolaRMSNorm: z = x + delta; y = gamma * z / sqrt(mean(z^2) + eps) ----
-  // rstd[N] saved for backward.
+  // rstd[N] saved for backward. y_op (may be null) gets y again in its own
+  // storage type, the bits convert(y, y_op) would write: the GEMM operand
+  // copy of a norm output kept wider than the GEMMs' operands (the residual
+  // type's X-tilde feeding bf16 GEMMs), made in the same pass.
   virtual void rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d,
-                           double eps, Ptr y, Ptr rstd) = 0;
+                           double eps, Ptr y, Ptr rstd, Ptr y_op) = 0;
   // The residual add fused with the norm that follows it: s = a + b (the
   // residual stream after a sub-layer; s may be a or b), then the norm of s
-  // as rmsnorm_fwd. The same results as add, then rmsnorm_fwd, in one pass.
+  // as rmsnorm_fwd (y_op too). The same results as add, then rmsnorm_fwd, in
+  // one pass.
   virtual void add_rmsnorm_fwd(CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta,
-                               int N, int d, double eps, Ptr y, Ptr rstd) = 0;
+                               int N, int d, double eps, Ptr y, Ptr rstd,
+                               Ptr y_op) = 0;
   // dx = dres + dz: the residual branch's gradient dres joins the norm's
   // (dres may be dx itself: accumulate; or null: dx = dz); dgamma, ddelta
   // accumulate.
@@ -247,6 +262,17 @@ class Ops {
   virtual void sigmoid_gate_fwd(CPtr pre, CPtr x, size_t n, Ptr out) = 0;
   virtual void sigmoid_gate_bwd(CPtr pre, CPtr x, CPtr dout, size_t n,
                                 Ptr dpre, Ptr dx) = 0;
+  // The blend and the gate after it in one pass: o = blend_fwd(o_self,
+  // o_ctx, phi), og = sigmoid(pre) * o, with o rounded to its storage type
+  // before the gate reads it: the bits of blend_fwd, then sigmoid_gate_fwd.
+  virtual void blend_gate_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre,
+                              size_t n, Ptr o, Ptr og) = 0;
+  // Their backward in one pass: sigmoid_gate_bwd(pre, o, dog) into dpre and
+  // dL/do (rounded to the storage type of d_self, never stored), then
+  // blend_bwd of dL/do into d_self, d_ctx and dphi[0]: the bits of the two.
+  virtual void blend_gate_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre,
+                              CPtr o, CPtr dog, size_t n, Ptr dpre,
+                              Ptr d_self, Ptr d_ctx, double* dphi) = 0;
 
   // ---- DSFF pieces -------------------------------------------------------------
   // h = SiLU(g) * u
@@ -284,10 +310,14 @@ class Ops {
 
   // ---- optimizer -------------------------------------------------------------------
   // PyTorch AdamW on a flat range: p *= 1 - lr*wd; m,v moments; bias
-  // corrections bc1 = 1-beta1^t, bc2 = 1-beta2^t.
-  virtual void adamw(Ptr p, CPtr g, Ptr m, Ptr v, size_t n, double lr,
+  // corrections bc1 = 1-beta1^t, bc2 = 1-beta2^t. Fused with the passes that
+  // follow an update: w (may be null) gets the updated p in its own storage
+  // type, the bits convert(p, w) would write (the weight copy GEMMs read),
+  // and with zero_grad g is zeroed once read (ready for the next step's
+  // accumulation).
+  virtual void adamw(Ptr p, Ptr g, Ptr m, Ptr v, size_t n, double lr,
                      double beta1, double beta2, double eps, double wd,
-                     double bc1, double bc2) = 0;
+                     double bc1, double bc2, Ptr w, bool zero_grad) = 0;
 };
 
 // The CPU backend for a scalar type (float for training, double for checks).
@@ -303,9 +333,10 @@ std::unique_ptr<Ops<T>> make_cpu_ops(CpuMemory memory = CpuMemory::Host);
 // A backend by its start-up name: "cpu", "cpu-opaque", "cpu-bf16" (the CPU
 // kernels behind the GPU's bf16 storage types, for tests:
 // kernels/cpu/bf16_storage_ops.h), and in CUDA builds "cuda" (bf16) and
-// "cuda-fp32". Throws wiola::Error naming the known backends.
+// "cuda-fp32". Throws wiola::Error naming the known backends. `options`
+// (kernels/backend_options.h) are the CUDA backend's switches.
 template <class T>
-std::unique_ptr<Ops<T>> make_backend(const std::string& name);
+std::unique_ptr<Ops<T>> make_backend(const std::string& name, const BackendOptions& options = {});
 std::vector<std::string> backend_names();
 
 // This process's rank on its node as the launcher says (Open MPI, Slurm,

@@ -90,7 +90,7 @@ int wiola_cmd_train(int argc, char** argv) {
     if (world->rank() != 0) opt.quiet = true;
     // The backend is start-up configuration: chosen here, used by everything.
     wiola::set_cpu_threads(rc.train.threads);
-    auto ops = wiola::make_backend<float>(rc.train.backend);
+    auto ops = wiola::make_backend<float>(rc.train.backend, rc.train.backend_options);
     if (!rc.checkpoint.dir.empty()) {  // without checkpoints a signal ends the run as usual
       take_over_stop_signals();
       opt.stop_requested = [] { return g_stop_signal != 0; };

@@ -19,6 +19,7 @@ void LayerActs<T>::reserve(const LayerCtx<T>& c, int nc) {
   // X-tilde in the residual type: ATM's similarity must come from full-
   // precision activations (docs/model.md §2), never from a bf16 copy.
   r.reserve(&xn1, res, N * d); r.reserve(&rstd1, st, N);
+  if (dtype_bytes(act) < dtype_bytes(res)) r.reserve(&xn1_op, act, N * d);
   r.reserve(&q, act, N * hd); r.reserve(&k, act, N * kvd); r.reserve(&v, act, N * kvd);
   r.reserve(&gpre, act, N * hd);
   r.reserve(&kg, act, N * kvd); r.reserve(&vg, act, N * kvd);
@@ -47,7 +48,7 @@ void LayerWork<T>::reserve(const LayerCtx<T>& c) {
   r.reserve(&dxn, res, N * d); r.reserve(&dq, act, N * hd); r.reserve(&dk, act, N * kvd);
   r.reserve(&dv, act, N * kvd); r.reserve(&dgpre, act, N * hd);
   r.reserve(&dkg, act, N * kvd); r.reserve(&dvg, act, N * kvd);
-  r.reserve(&dog, act, N * hd); r.reserve(&d_o, act, N * hd);
+  r.reserve(&dog, act, N * hd);
   r.reserve(&do_self, act, N * hd); r.reserve(&do_ctx, act, N * hd);
   r.reserve(&dkc, act, N * nc * kvd); r.reserve(&dvc, act, N * nc * kvd);
   r.reserve(&dfpre, act, N * d); r.reserve(&da, act, N * d); r.reserve(&db, act, N * d);
@@ -86,11 +87,19 @@ void qkvg_blocks(const LayerCtx<T>& c, const std::array<Ptr, 4>& parts, bool int
   }
 }
 
+// X-tilde as the input projection's GEMMs read it: the norm's copy in the
+// activation type where that is narrower (one conversion per layer, not one
+// inside each GEMM), else X-tilde itself.
+template <class T>
+CPtr xn1_operand(const LayerActs<T>& a) {
+  return a.xn1_op ? a.xn1_op : a.xn1;
+}
+
 // [q | k | v | gate] = X-tilde [wq; wk; wv; wgate]^T, one GEMM.
 template <class T>
 void qkvg_fwd(const LayerCtx<T>& c, const LayerParams& p, LayerActs<T>& a) {
   WIOLA_CHECK(c.proj, "layer forward: no fused-projection scratch in the layer context");
-  linear_fwd(c.ops, a.xn1, p.wqkvg, c.N(), c.cfg.d, qkvg_width(c.ld), c.proj);
+  linear_fwd(c.ops, xn1_operand(a), p.wqkvg, c.N(), c.cfg.d, qkvg_width(c.ld), c.proj);
   qkvg_blocks(c, {a.q, a.k, a.v, a.gpre}, false);
 }
 
@@ -104,7 +113,7 @@ TpInFlight qkvg_bwd(const LayerCtx<T>& c, const LayerParams& p, const LayerParam
   qkvg_blocks(c, {w.dq, w.dk, w.dv, w.dgpre}, true);
   linear_bwd_x(c.ops, c.proj, p.wqkvg, N, d, width, w.dxn);
   TpInFlight sum = tp_start_sum(c.tp, w.dxn, size_t(N) * d);
-  linear_bwd_w(c.ops, c.proj, a.xn1, N, d, width, g.wqkvg);
+  linear_bwd_w(c.ops, c.proj, xn1_operand(a), N, d, width, g.wqkvg);
   return sum;
 }
 
@@ -127,7 +136,7 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, co
   const size_t nhd = size_t(N) * hd;
 
   // ---- GCLA (docs/model.md §2) ----
-  ops.rmsnorm_fwd(x, p.ln1_g, p.ln1_d, N, d, c.cfg.eps, a.xn1, a.rstd1);
+  ops.rmsnorm_fwd(x, p.ln1_g, p.ln1_d, N, d, c.cfg.eps, a.xn1, a.rstd1, a.xn1_op);
   qkvg_fwd(c, p, a);
   ops.srpe_apply(a.q, c.B, c.T_, c.ld.H, dh, c.srpe, false);
   ops.srpe_apply(a.k, c.B, c.T_, c.ld.Hkv, dh, c.srpe, false);
@@ -166,14 +175,14 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, co
   }
   ops.ctx_attention_fwd(a.q, a.kc, a.vc, N, nc, c.ld.H, c.ld.Hkv, dh, a.o_ctx, a.probs);
 
-  // Blend with beta = sigmoid(phi), sigmoid output gate, output projection.
-  ops.blend_fwd(a.o_self, a.o_ctx, p.phi, nhd, a.o);
-  ops.sigmoid_gate_fwd(a.gpre, a.o, nhd, a.og);
+  // Blend with beta = sigmoid(phi), then the sigmoid output gate (one op),
+  // output projection.
+  ops.blend_gate_fwd(a.o_self, a.o_ctx, p.phi, a.gpre, nhd, a.o, a.og);
   linear_fwd(ops, a.og, p.wo, N, hd, d, a.xh);  // A (row-parallel)
   tp_sum(c.tp, a.xh, size_t(N) * d);
 
   // ---- DSFF (docs/model.md §2); X-half = X + A, normed in the same pass ----
-  ops.add_rmsnorm_fwd(x, a.xh, a.xh, p.ln2_g, p.ln2_d, N, d, c.cfg.eps, a.xn2, a.rstd2);
+  ops.add_rmsnorm_fwd(x, a.xh, a.xh, p.ln2_g, p.ln2_d, N, d, c.cfg.eps, a.xn2, a.rstd2, nullptr);
   const int dA = c.ld.dA, dB = c.ld.dB;
   linear_fwd(ops, a.xn2, p.ga, N, d, dA, a.ga);
   linear_fwd(ops, a.xn2, p.ua, N, d, dA, a.ua);
@@ -230,10 +239,10 @@ void layer_backward(const LayerCtx<T>& c, int l, const LayerParams& p, const Lay
   // ---- GCLA backward; dA = dX-half ----
   linear_bwd_x(ops, w.dxh, p.wo, N, hd, d, w.dog);
   linear_bwd_w(ops, w.dxh, a.og, N, hd, d, g.wo);
-  ops.sigmoid_gate_bwd(a.gpre, a.o, w.dog, nhd, w.dgpre, w.d_o);
-  // dφ sums over this rank's heads only: sum over TP (φ is replicated),
-  // then add to φ's gradient, all in backend memory.
-  ops.blend_bwd(a.o_self, a.o_ctx, p.phi, w.d_o, nhd, w.do_self, w.do_ctx, w.dphi);
+  // The gate's backward, then the blend's (one op). dφ sums over this rank's
+  // heads only: sum over TP (φ is replicated), then add to φ's gradient, all
+  // in backend memory.
+  ops.blend_gate_bwd(a.o_self, a.o_ctx, p.phi, a.gpre, a.o, w.dog, nhd, w.dgpre, w.do_self, w.do_ctx, w.dphi);
   tp_sum(c.tp, w.dphi, 1);
   ops.accumulate(w.dphi, g.phi, 1);
 

@@ -40,7 +40,9 @@ inline int qkvg_width(const LocalDims& ld) { return 2 * ld.H * ld.dh + 2 * ld.Hk
 // Saved activations of one layer for one micro-batch.
 template <class T>
 struct LayerActs {
-  Ptr xn1, rstd1;             // [N,d], [N]     input norm
+  Ptr xn1, rstd1;             // [N,d], [N]     input norm (X-tilde, residual type)
+  Ptr xn1_op;                 // [N,d] X-tilde in the activation type where that is narrower: the
+                              //       Q|K|V|gate GEMMs' operand, made by the norm (null: xn1 itself)
   Ptr q, k, v, gpre;          // [N,H dh] SRPE'd, [N,Hkv dh] SRPE'd, [N,Hkv dh], [N,H dh]
   Ptr kg, vg;                 // [N,Hkv dh] ATM-merged keys/values
   Ptr o_self, lse;            // [N,H dh], [B,H,T]
@@ -65,7 +67,7 @@ struct LayerActs {
 // Gradient scratch shared by all layers (overwritten each layer).
 template <class T>
 struct LayerWork {
-  Ptr dxn, dq, dk, dv, dgpre, dkg, dvg, dog, d_o, do_self, do_ctx;
+  Ptr dxn, dq, dk, dv, dgpre, dkg, dvg, dog, do_self, do_ctx;
   Ptr dkc, dvc, dfpre, da, db, dha, dhb, dga, dua, dub, dxh;
   Ptr proj;                   // [N, qkvg_width] the LayerCtx::proj scratch
   double* dphi;               // [1] this call's dL/dφ (TP-partial until summed)

@@ -397,7 +397,7 @@ void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool trainin
 
   // Final norm and tied head: logits[N, V_local] = xf E_local^T.
   ops_.rmsnorm_fwd(sl.X[size_t(m.nl)].data(), w_.norm_g, w_.norm_d, N, d, cfg_.eps,
-                   m.xf.data(), sl.rstd_f.data());
+                   m.xf.data(), sl.rstd_f.data(), nullptr);
   ops_.gemm(Trans::N, Trans::T, N, ld_.V, d, T(1), m.xf.data(), d, w_.embed, d,
             T(0), m.logits.data(), ld_.V);
 }

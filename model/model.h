@@ -70,6 +70,9 @@ class Model {
   // The separate weight copy GEMMs read, [n_params] in the precision's
   // weight type (null when they read params()).
   CPtr weight_copy() const { return weights_.data(); }
+  // The same, to write: an optimizer that keeps it up to date itself
+  // (dist::DistAdamW::set_weight_copy) makes refresh_weights unnecessary.
+  Ptr weight_copy() { return weights_.data(); }
 
   // Counter-based initial values (docs/model.md §3): independent of the layout.
   void init(uint64_t seed);

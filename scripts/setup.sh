@@ -74,3 +74,6 @@ pip_install transformers "the Hugging Face export tests" "transformers==4.46.3" 
 # Parquet prep input (WIOLA_PARQUET=AUTO turns it on when found) and the test
 # that writes a Parquet file. 17.x: manylinux_2_28, the C++11 ABI (docs/data.md).
 pip_install pyarrow "Parquet prep input and its test" "pyarrow<18"
+# TensorBoard's own event reader checks the event files of train.tensorboard
+# (ctest monitor_tensorboard); it needs only numpy>=1.12, so Debian's stays.
+pip_install tensorboard "the TensorBoard event file test" tensorboard

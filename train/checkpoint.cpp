@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "train/h5_util.h"
 #include "util/error.h"
@@ -59,7 +61,7 @@ hid_t need(hid_t id, const std::string& file, const std::string& what) {
   return id;
 }
 void need(herr_t e, const std::string& file, const std::string& what, int) {
-  WIOLA_CHECK(e >= 0, file, ": HDF5 failed at ", what, " (disk full or not writable?)");
+  WIOLA_CHECK(e >= 0, file, ": HDF5 failed at ", what);
 }
 
 void write_piece(const std::string& file, hid_t kind_group, const TensorPiece& p) {
@@ -84,6 +86,71 @@ void write_piece(const std::string& file, hid_t kind_group, const TensorPiece& p
   }
   WIOLA_CHECK(off == p.data.size(), "checkpoint: ", p.kind, "/", p.name, ": ", p.data.size(),
               " values for slices of ", off);
+}
+
+// A descriptor closed on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// A rank file's HDF5 image, built in memory (no disk error can reach
+// HDF5). Each piece's data is released once written, so the snapshot and
+// the image together take little more than one of them. Returns the file's
+// bytes; `slices` receives the slices it holds, as the manifest lists them.
+std::vector<char> encode(const std::string& name, const FileHeader& h, std::vector<TensorPiece>& pieces,
+                         nlohmann::json& slices) {
+  size_t data_bytes = 0;
+  for (const TensorPiece& p : pieces) data_bytes += p.data.size() * sizeof(float);
+  h5::MemoryFile image(data_bytes + data_bytes / 64 + (size_t(1) << 20));
+  need(hid_t(image), name, "creating the file in memory");
+  attr_str(name, image, "format", kFormat);
+  attr_str(name, image, "run_id", h.run_id);
+  attr_i64(name, image, "step", {h.step});
+  attr_i64(name, image, "rank", {h.rank});
+  attr_i64(name, image, "grid_coord", {h.tp, h.pp, h.dp});
+  slices = nlohmann::json::object();
+  {
+    std::map<std::string, std::unique_ptr<H5Id>> groups;
+    for (const char* k : kKinds)
+      groups[k] = std::make_unique<H5Id>(need(H5Gcreate2(image, k, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), name, k),
+                                         H5Gclose);
+    for (TensorPiece& p : pieces) {
+      WIOLA_CHECK(groups.count(p.kind), "checkpoint: unknown tensor kind '", p.kind, "'");
+      if (p.slices.empty()) continue;
+      write_piece(name, *groups[p.kind], p);
+      std::vector<float>().swap(p.data);
+      auto& arr = slices[p.kind][p.name];
+      arr = nlohmann::json::array();
+      for (const Slice& s : p.slices) arr.push_back({s.r0, s.c0, s.nr, s.nc});
+    }
+  }
+  std::vector<char> bytes = image.bytes();
+  WIOLA_CHECK(!bytes.empty(), name, ": HDF5 failed at finishing the file in memory");
+  return bytes;
+}
+
+// The stages "create", "write" and "close" of a rank file: `bytes` written
+// to `tmp`, fsynced and closed; each error names the path and the system's
+// reason (disk full, read-only, quota...).
+void write_to_disk(const std::vector<char>& bytes, const std::string& tmp, const FileHeader& h) {
+  fail_if_injected("create", h.step, h.rank, tmp);
+  Fd to{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  WIOLA_CHECK(to.fd >= 0, tmp, ": cannot create: ", std::strerror(errno));
+  fail_if_injected("write", h.step, h.rank, tmp);
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t w = ::write(to.fd, bytes.data() + done, std::min(bytes.size() - done, size_t(1) << 30));
+    WIOLA_CHECK(w > 0, tmp, ": write failed: ", std::strerror(w < 0 ? errno : EIO));
+    done += size_t(w);
+  }
+  const bool synced = ::fsync(to.fd) == 0;
+  const int sync_errno = errno;
+  const bool closed = ::close(std::exchange(to.fd, -1)) == 0;
+  WIOLA_CHECK(synced && closed, tmp, ": ", synced ? "close" : "fsync", " failed: ",
+              std::strerror(synced ? errno : sync_errno));
+  fail_if_injected("close", h.step, h.rank, tmp);
 }
 
 }  // namespace
@@ -176,40 +243,16 @@ std::string file_xxh3(const std::string& path) {
   return hex64(h);
 }
 
-FileRecord write_rank_file(const std::string& path, const FileHeader& h,
-                           const std::vector<TensorPiece>& pieces) {
+FileRecord write_rank_file(const std::string& path, const FileHeader& h, std::vector<TensorPiece> pieces) {
   quiet_hdf5();
   const std::string tmp = path + ".tmp";
   FileRecord rec;
   rec.name = fs::path(path).filename().string();
   rec.header = h;
+  const std::vector<char> bytes = encode(tmp, h, pieces, rec.slices);
   try {
-    {
-      H5Id f(need(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), tmp,
-                  "create (directory missing or not writable?)"),
-             H5Fclose);
-      attr_str(tmp, f, "format", kFormat);
-      attr_str(tmp, f, "run_id", h.run_id);
-      attr_i64(tmp, f, "step", {h.step});
-      attr_i64(tmp, f, "rank", {h.rank});
-      attr_i64(tmp, f, "grid_coord", {h.tp, h.pp, h.dp});
-      std::map<std::string, std::unique_ptr<H5Id>> groups;
-      for (const char* k : kKinds)
-        groups[k] = std::make_unique<H5Id>(
-            need(H5Gcreate2(f, k, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp, k), H5Gclose);
-      rec.slices = nlohmann::json::object();
-      for (const TensorPiece& p : pieces) {
-        WIOLA_CHECK(groups.count(p.kind), "checkpoint: unknown tensor kind '", p.kind, "'");
-        if (p.slices.empty()) continue;
-        write_piece(tmp, *groups[p.kind], p);
-        auto& arr = rec.slices[p.kind][p.name];
-        arr = nlohmann::json::array();
-        for (const Slice& s : p.slices) arr.push_back({s.r0, s.c0, s.nr, s.nc});
-      }
-      groups.clear();
-      need(H5Fflush(f, H5F_SCOPE_GLOBAL), tmp, "flush", 0);
-    }
-    fsync_path(tmp);
+    write_to_disk(bytes, tmp, h);
+    fail_if_injected("rename", h.step, h.rank, path);
     WIOLA_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": cannot rename into place: ",
                 std::strerror(errno));
   } catch (...) {
@@ -219,6 +262,56 @@ FileRecord write_rank_file(const std::string& path, const FileHeader& h,
   rec.bytes = uint64_t(fs::file_size(path));
   rec.xxh3 = file_xxh3(path);
   return rec;
+}
+
+// ---- failures on purpose -------------------------------------------------------------
+namespace {
+// WIOLA_CKPT_FAIL_AT, parsed (docs/checkpoints.md#when-a-save-fails).
+struct FaultPlan {
+  std::string spec, stage;  // spec empty: no failures
+  int64_t first = 0, last = INT64_MAX;
+  int rank = -1;  // -1: every rank
+};
+
+FaultPlan parse_fault_plan(const char* env) {
+  FaultPlan p;
+  if (!env || !*env) return p;
+  p.spec = env;
+  auto bad = [&](const std::string& why) {
+    fail("WIOLA_CKPT_FAIL_AT='", p.spec, "': ", why, " (expected STAGE[:STEP[-][:RANK]])");
+  };
+  std::vector<std::string> parts;
+  std::stringstream ss(p.spec);
+  for (std::string part; std::getline(ss, part, ':');) parts.push_back(part);
+  if (parts.empty() || parts.size() > 3) bad("wrong number of fields");
+  p.stage = parts[0];
+  if (std::find_if(std::begin(kSaveStages), std::end(kSaveStages),
+                   [&](const char* st) { return p.stage == st; }) == std::end(kSaveStages))
+    bad("unknown stage '" + p.stage + "'");
+  auto number = [&](const std::string& text) {
+    if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
+      bad("'" + text + "' is not a number");
+    return std::stoll(text);
+  };
+  if (parts.size() > 1) {
+    const bool onward = !parts[1].empty() && parts[1].back() == '-';
+    p.first = number(onward ? parts[1].substr(0, parts[1].size() - 1) : parts[1]);
+    p.last = onward ? INT64_MAX : p.first;
+  }
+  if (parts.size() > 2) p.rank = int(number(parts[2]));
+  return p;
+}
+
+const FaultPlan& fault_plan() {
+  static const FaultPlan plan = parse_fault_plan(std::getenv("WIOLA_CKPT_FAIL_AT"));
+  return plan;
+}
+}  // namespace
+
+void fail_if_injected(const char* stage, int64_t step, int rank, const std::string& path) {
+  const FaultPlan& p = fault_plan();
+  if (!p.spec.empty() && p.stage == stage && step >= p.first && step <= p.last && (p.rank < 0 || p.rank == rank))
+    fail(path, ": ", stage, " failed: ", std::strerror(ENOSPC), " (WIOLA_CKPT_FAIL_AT=", fault_plan().spec, ")");
 }
 
 // ---- reading -----------------------------------------------------------------------

@@ -88,10 +88,28 @@ struct FileRecord {
 
 // Writes path + ".tmp" (every dataset with an `xxh3` attribute of its data),
 // fsyncs it, renames it to `path`, and returns its record (size and hash of
-// the bytes on disk). Throws wiola::Error naming the path and what failed
-// (disk full, permission...); the .tmp file is removed on failure.
-FileRecord write_rank_file(const std::string& path, const FileHeader& h,
-                           const std::vector<TensorPiece>& pieces);
+// the bytes on disk). HDF5 builds the file in memory (each piece's data is
+// released once written) and the bytes are then copied to disk, so no disk
+// error reaches HDF5 (with HDF5 1.10 one that did could not be recovered
+// from). Throws wiola::Error naming the path and what failed (disk full,
+// permission...), with the .tmp file removed.
+FileRecord write_rank_file(const std::string& path, const FileHeader& h, std::vector<TensorPiece> pieces);
+
+// ---- failures on purpose (tests) -------------------------------------------------
+// The stages of a save, in order: on every writing rank the temporary
+// folder, then its rank file (created on disk, written, synced and closed,
+// renamed into place); on rank 0 the commit (tokenizer.json,
+// manifest.json, the folder renamed to step-N, `latest`).
+inline constexpr const char* kSaveStages[] = {"mkdir",     "create",   "write",  "close",  "rename",
+                                              "tokenizer", "manifest", "commit", "latest"};
+// Test-only: the environment variable WIOLA_CKPT_FAIL_AT=STAGE[:STEPS[:RANK]]
+// makes saves fail at STAGE with the error a full disk gives there (ENOSPC).
+// STEPS: N (the save of step N) or N- (step N and later), default every
+// save; RANK: that world rank only, default every rank. This throws that
+// error, naming `path`, when the variable asks for it at (stage, step,
+// rank). The variable is read here only; a malformed one throws
+// wiola::Error naming it.
+void fail_if_injected(const char* stage, int64_t step, int rank, const std::string& path);
 
 // "step-00000400" and "rank-00003.h5": the names inside a checkpoint directory.
 std::string step_name(int64_t step);

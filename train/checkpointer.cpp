@@ -327,6 +327,7 @@ ResumeState Checkpointer::resume(const std::string& folder) {
   }
   adam_.upload_owned(m, v, st.applied_steps);
   run_id_ = st.run_id;
+  saved_step_ = st.step;
   return st;
 }
 
@@ -425,20 +426,21 @@ void Checkpointer::save(const ResumeState& state) {
   std::vector<ckpt::TensorPiece> pieces = snapshot();
   has_file_ = !pieces.empty();
   pending_ = true;
-  error_ = nullptr;
+  write_error_.clear();
   if (!has_file_) return;
   const fs::path tmpdir = fs::path(dir_) / (".tmp-" + step_name(state.step));
   const ckpt::FileHeader h{run_id_, state.step, grid_.world_rank(), grid_.coord().tp, grid_.coord().pp,
                            grid_.coord().dp};
   done_ = false;
-  writer_ = std::thread([this, tmpdir, h, pieces = std::move(pieces)] {
+  writer_ = std::thread([this, tmpdir, h, pieces = std::move(pieces)]() mutable {
     try {
+      ckpt::fail_if_injected("mkdir", h.step, h.rank, tmpdir.string());
       std::error_code ec;
       fs::create_directories(tmpdir, ec);
-      WIOLA_CHECK(!ec, "checkpoint: cannot create '", tmpdir.string(), "': ", ec.message());
-      record_ = ckpt::write_rank_file((tmpdir / rank_file(h.rank)).string(), h, pieces);
-    } catch (...) {
-      error_ = std::current_exception();
+      WIOLA_CHECK(!ec, tmpdir.string(), ": cannot create: ", ec.message());
+      record_ = ckpt::write_rank_file((tmpdir / rank_file(h.rank)).string(), h, std::move(pieces));
+    } catch (const std::exception& e) {
+      write_error_ = e.what();
     }
     done_ = true;
   });
@@ -450,85 +452,167 @@ bool Checkpointer::written() {
     if (!done_) return false;
     writer_.join();
   }
-  if (error_) std::rethrow_exception(error_);
   return true;
 }
 
-void Checkpointer::finish() {
-  if (!pending_) return;
+bool Checkpointer::finish(bool final) {
+  if (!pending_) return true;
   if (writer_.joinable()) writer_.join();
-  written();
-  commit();
+  return commit(final);
 }
 
-void Checkpointer::commit() {
-  WIOLA_CHECK(pending_, "internal: no checkpoint to commit");
-  written();
+bool Checkpointer::commit(bool final) {
+  WIOLA_CHECK(pending_ && written(), "internal: no written checkpoint to commit");
   dist::Comm& w = grid_.world();
+  // This rank's outcome: its file's record, its error, or null (no file).
   nlohmann::json mine = nullptr;
-  if (has_file_) {
+  if (!write_error_.empty()) {
+    mine = {{"error", write_error_}};
+  } else if (has_file_) {
     const auto& r = record_;
     mine = {{"name", r.name}, {"rank", r.header.rank}, {"grid_coord", {r.header.tp, r.header.pp, r.header.dp}},
             {"bytes", r.bytes}, {"xxh3", r.xxh3}, {"slices", r.slices}};
   }
-  const auto all = gather_strings(w, mine.dump());
-  std::string err;
-  if (w.rank() == 0) {
-    std::vector<nlohmann::json> recs;
-    for (const auto& s : all) recs.push_back(nlohmann::json::parse(s));
-    try {
-      nlohmann::json files = nlohmann::json::array();
-      for (auto& r : recs)
-        if (!r.is_null()) files.push_back(std::move(r));
-      nlohmann::json mf = info_;
-      mf["format"] = ckpt::kFormat;
-      mf["run_id"] = run_id_;
-      mf["step"] = saving_.step;
-      mf["tokens"] = saving_.tokens;
-      mf["skipped"] = saving_.skipped;
-      mf["applied_steps"] = saving_.applied_steps;
-      mf["loader"] = loader_state_to_json(saving_.loader);
-      mf["identity"] = identity_;
-      mf["files"] = std::move(files);
-      nlohmann::json tensors = nlohmann::json::object();
-      const ParamLayout full(rc_.model, ModelShard{});
-      for (const ParamEntry& e : full.entries())
-        tensors[e.name] = {{"shape", {e.grows, e.gcols}}};
-      mf["tensors"] = std::move(tensors);
-      const fs::path tmpdir = fs::path(dir_) / (".tmp-" + step_name(saving_.step));
-      const fs::path final_dir = fs::path(dir_) / step_name(saving_.step);
-      std::error_code ec;
-      fs::create_directories(tmpdir, ec);
-      if (!tokenizer_json_.empty()) {
-        write_text_atomic((tmpdir / ckpt::kTokenizerFile).string(), tokenizer_json_);
-        ckpt::fsync_path((tmpdir / ckpt::kTokenizerFile).string());
-        mf["tokenizer"] = {{"file", ckpt::kTokenizerFile}, {"sha256", tokenizer_sha_}};
-      }
-      write_text_atomic((tmpdir / "manifest.json").string(), mf.dump(1) + "\n");
-      ckpt::fsync_path((tmpdir / "manifest.json").string());
-      ckpt::fsync_path(tmpdir.string());
-      // A damaged checkpoint of the same step (resume fell back past it) is
-      // replaced only once the new one is complete.
-      const fs::path old = fs::path(dir_) / (".old-" + step_name(saving_.step));
-      if (fs::exists(final_dir)) fs::rename(final_dir, old);
-      fs::rename(tmpdir, final_dir);
-      fs::remove_all(old, ec);
-      ckpt::fsync_path(dir_);
-      write_text_atomic((fs::path(dir_) / "latest").string(), step_name(saving_.step) + "\n");
-      ckpt::fsync_path(dir_);
-      prune();
-    } catch (const std::exception& e) {
-      err = std::string("checkpoint at step ") + std::to_string(saving_.step) + ": " + e.what();
-    }
-  }
-  const std::string status = agree_string(err.empty() ? "ok" : err);
+  const auto reports = gather_strings(w, mine.dump());
+  const nlohmann::json verdict =
+      nlohmann::json::parse(agree_string(w.rank() == 0 ? judge_on_root(reports, final).dump() : ""));
   pending_ = false;
   has_file_ = false;
   last_save_s_ = std::chrono::duration<double>(Clock::now() - save_t0_).count();
-  if (status != "ok") {
-    if (w.rank() == 0) fail(status);
+  const std::string error = verdict.at("error").get<std::string>();
+  if (error.empty()) return true;
+  if (verdict.at("fatal").get<bool>()) {
+    if (w.rank() == 0) fail(error);
     throw dist::SetupFailed();  // reported by rank 0
   }
+  if (w.rank() == 0) {
+    std::fprintf(stderr, "wiola train: warning: %s\n", error.c_str());
+    std::fflush(stderr);
+  }
+  return false;
+}
+
+nlohmann::json Checkpointer::judge_on_root(const std::vector<std::string>& reports, bool final) {
+  const bool several = reports.size() > 1;
+  nlohmann::json files = nlohmann::json::array();
+  std::string cause;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    nlohmann::json rec = nlohmann::json::parse(reports[r]);
+    if (rec.is_object() && rec.contains("error")) {
+      if (cause.empty()) cause = (several ? "rank " + std::to_string(r) + ": " : "") + rec["error"].get<std::string>();
+    } else if (!rec.is_null()) {
+      files.push_back(std::move(rec));
+    }
+  }
+  if (cause.empty()) {
+    try {
+      publish(files);
+    } catch (const std::exception& e) {
+      cause = e.what();
+    }
+  }
+  if (cause.empty()) {
+    saved_step_ = saving_.step;
+    failing_step_ = 0;
+    return {{"error", ""}, {"fatal", false}};
+  }
+  std::error_code ec;
+  fs::remove_all(fs::path(dir_) / (".tmp-" + step_name(saving_.step)), ec);
+  if (failing_step_ == 0) {
+    failing_step_ = saving_.step;
+    failing_since_ = Clock::now();
+  }
+  const double minutes = std::chrono::duration<double>(Clock::now() - failing_since_).count() / 60.0;
+  const bool fatal = final || minutes >= rc_.checkpoint.max_failed_minutes;
+  return {{"error", failure_message(cause, final, fatal, minutes)}, {"fatal", fatal}};
+}
+
+// One line: the step, the cause (it names the path), what the directory
+// still holds, and what happens next.
+std::string Checkpointer::failure_message(const std::string& cause, bool final, bool fatal, double minutes) const {
+  const double limit = rc_.checkpoint.max_failed_minutes;
+  const std::string kept = saved_step_ > 0 ? "the newest checkpoint in " + dir_ + " is still step " +
+                                                 std::to_string(saved_step_)
+                                           : dir_ + " holds no checkpoint of this run";
+  std::ostringstream m;
+  m << "checkpoint step " << saving_.step << " not saved (" << cause << "); " << kept;
+  if (final)
+    m << "; this was the run's final checkpoint, so the run ends with an error";
+  else if (fatal)
+    m << "; checkpoints have failed since step " << failing_step_ << " (" << minutes
+      << " min, checkpoint.max_failed_minutes = " << limit << "): the run stops";
+  else
+    m << "; training goes on and saves again at the next checkpoint (the run stops when checkpoints fail for "
+      << limit << " min: checkpoint.max_failed_minutes)";
+  return m.str();
+}
+
+nlohmann::json Checkpointer::manifest(nlohmann::json files) const {
+  nlohmann::json mf = info_;
+  mf["format"] = ckpt::kFormat;
+  mf["run_id"] = run_id_;
+  mf["step"] = saving_.step;
+  mf["tokens"] = saving_.tokens;
+  mf["skipped"] = saving_.skipped;
+  mf["applied_steps"] = saving_.applied_steps;
+  mf["loader"] = loader_state_to_json(saving_.loader);
+  mf["identity"] = identity_;
+  mf["files"] = std::move(files);
+  nlohmann::json tensors = nlohmann::json::object();
+  const ParamLayout full(rc_.model, ModelShard{});
+  for (const ParamEntry& e : full.entries()) tensors[e.name] = {{"shape", {e.grows, e.gcols}}};
+  mf["tensors"] = std::move(tensors);
+  if (!tokenizer_json_.empty()) mf["tokenizer"] = {{"file", ckpt::kTokenizerFile}, {"sha256", tokenizer_sha_}};
+  return mf;
+}
+
+namespace {
+// `text` into `path` (temporary name, fsync, rename), unless a test fails
+// `stage` on purpose.
+void write_durably(const fs::path& path, const std::string& text, const char* stage, int64_t step) {
+  ckpt::fail_if_injected(stage, step, 0, path.string());
+  write_text_atomic(path.string(), text);
+  ckpt::fsync_path(path.string());
+}
+}  // namespace
+
+// Rank 0, every rank's file written: the tokenizer and the manifest into the
+// temporary folder, the folder renamed to step-N, `latest` moved, old
+// checkpoints pruned. Throws at the first stage that fails, after undoing
+// the rename (a damaged step-N it replaced is put back), so the complete
+// checkpoints and `latest` are as they were; the caller removes the
+// temporary folder.
+void Checkpointer::publish(const nlohmann::json& files) {
+  const int64_t step = saving_.step;
+  const fs::path tmpdir = fs::path(dir_) / (".tmp-" + step_name(step));
+  const fs::path final_dir = fs::path(dir_) / step_name(step);
+  std::error_code ec;
+  fs::create_directories(tmpdir, ec);
+  if (!tokenizer_json_.empty()) write_durably(tmpdir / ckpt::kTokenizerFile, tokenizer_json_, "tokenizer", step);
+  write_durably(tmpdir / "manifest.json", manifest(files).dump(1) + "\n", "manifest", step);
+  ckpt::fsync_path(tmpdir.string());
+  // A damaged checkpoint of the same step (resume fell back past it) is
+  // replaced only once the new one is complete.
+  const fs::path old = fs::path(dir_) / (".old-" + step_name(step));
+  const bool replacing = fs::exists(final_dir);
+  if (replacing) fs::rename(final_dir, old);
+  try {
+    ckpt::fail_if_injected("commit", step, 0, final_dir.string());
+    fs::rename(tmpdir, final_dir);
+    ckpt::fsync_path(dir_);
+    try {
+      write_durably(fs::path(dir_) / "latest", step_name(step) + "\n", "latest", step);
+    } catch (...) {
+      fs::rename(final_dir, tmpdir, ec);
+      throw;
+    }
+  } catch (...) {
+    if (replacing) fs::rename(old, final_dir, ec);
+    throw;
+  }
+  fs::remove_all(old, ec);
+  ckpt::fsync_path(dir_);
+  prune();
 }
 
 // Keeps the `keep` newest checkpoints up to the one just committed (a later

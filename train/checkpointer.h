@@ -10,8 +10,14 @@
 //   write      in a background thread: DIR/.tmp-step-N/rank-R.h5, fsynced,
 //              renamed
 //   commit     once every rank's write is done (agreed by the trainer's
-//              per-step control all-reduce): rank 0 writes manifest.json,
-//              renames the folder to DIR/step-N, moves `latest`, prunes.
+//              per-step control all-reduce): rank 0 collects every rank's
+//              outcome; when all wrote, it writes manifest.json, renames the
+//              folder to DIR/step-N, moves `latest`, prunes.
+// A save that fails anywhere (one rank's write, or the commit) fails on
+// every rank: rank 0 removes the temporary folder (complete checkpoints and
+// `latest` stay as they were) and the run goes on, saving again at the next
+// checkpoint; the final save, or saves failing for checkpoint.
+// max_failed_minutes, end the run with the error.
 // Resume: rank 0 proposes the newest checkpoint; the ranks verify its files
 // between them (size, XXH3, header); a damaged one is skipped with a warning.
 // Every rank then reads exactly its new share (resharding: any layout from
@@ -21,7 +27,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <exception>
 #include <memory>
 #include <string>
 #include <thread>
@@ -87,15 +92,19 @@ class Checkpointer {
   // first.
   void save(const ResumeState& state);
   bool in_flight() const { return writer_.joinable() || pending_; }
-  // This rank's write is done (or failed); rethrows its failure.
+  // This rank's write is done (or failed: commit() tells).
   bool written();
-  // This rank's background write is still running (false once done; a
-  // failed write is rethrown here).
+  // This rank's background write is still running.
   bool still_writing() { return !written(); }
-  // Collective, when every rank's write is done: the manifest and the rename.
-  void commit();
+  // Collective, when every rank's write is done: the manifest and the
+  // rename. Returns whether the checkpoint was saved (the same on every
+  // rank). A failure is one warning on rank 0 and the run goes on; it ends
+  // the run (wiola::Error on rank 0, dist::SetupFailed elsewhere) when the
+  // save was the `final` one, or when saves have failed for
+  // checkpoint.max_failed_minutes.
+  bool commit(bool final = false);
   // Collective: wait for this rank's write, then commit.
-  void finish();
+  bool finish(bool final = false);
 
   // Rank 0: the tokenizer (tokenizer.json text) every later checkpoint
   // carries, so generation and export need nothing but the checkpoint.
@@ -114,7 +123,12 @@ class Checkpointer {
   void verify_everywhere(ckpt::Reader& r, std::vector<std::string>& problems);
   void check_identity(const ckpt::Reader& r, bool weights_only) const;
   void read_params(ckpt::Reader& r);
-  void commit_on_root(const std::vector<ckpt::FileRecord>& recs);
+  // Rank 0's part of commit(): the verdict on the save every rank agrees
+  // on, as JSON {"error": "" (saved) or the message, "fatal": bool}.
+  nlohmann::json judge_on_root(const std::vector<std::string>& reports, bool final);
+  std::string failure_message(const std::string& cause, bool final, bool fatal, double minutes) const;
+  nlohmann::json manifest(nlohmann::json files) const;
+  void publish(const nlohmann::json& files);
   void prune() const;
 
   const RunConfig& rc_;
@@ -132,10 +146,14 @@ class Checkpointer {
   bool pending_ = false;            // saved, not yet committed
   bool has_file_ = false;           // this rank writes a file
   ckpt::FileRecord record_;
-  std::exception_ptr error_;
+  std::string write_error_;         // this rank's write failed: why
   std::atomic<bool> done_{true};  // the writer thread finished
   std::chrono::steady_clock::time_point save_t0_;
   double last_save_s_ = 0;
+  // Rank 0: the newest complete checkpoint (0: none), and since when saves
+  // have been failing (failing_step_ 0: the last one succeeded).
+  int64_t saved_step_ = 0, failing_step_ = 0;
+  std::chrono::steady_clock::time_point failing_since_;
 };
 
 }  // namespace wiola

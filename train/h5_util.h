@@ -1,12 +1,14 @@
 // Small HDF5 helpers shared by the checkpoint writer, reader and tools: a
-// handle closed on scope exit, attribute readers that report absence instead
-// of printing HDF5's error stack, and attribute writers whose failures name
+// handle closed on scope exit, a file built in memory (so that no disk
+// error ever reaches HDF5), attribute readers that report absence instead of
+// printing HDF5's error stack, and attribute writers whose failures name
 // the file.
 #pragma once
 
 #include <hdf5.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,6 +29,44 @@ struct Id {
   Id& operator=(const Id&) = delete;
   operator hid_t() const { return id; }
   bool ok() const { return id >= 0; }
+};
+
+// An HDF5 file built in memory (the core driver, no backing store), closed
+// on scope exit. With HDF5 1.10 a write that fails inside HDF5 (a full disk
+// at a flush or close) leaves the file half torn down in HDF5's tables: it
+// can be neither used nor closed, and HDF5's exit handler crashes on it
+// after the error was reported. In memory nothing fails that way; the
+// caller writes bytes() to disk itself, where every error is its own to
+// report. The memory it takes is about the file's size, and bytes() copies
+// it once more.
+class MemoryFile {
+ public:
+  // `size_hint`: about the size the file will have (memory grows in steps of it).
+  explicit MemoryFile(size_t size_hint) {
+    static std::atomic<unsigned> count{0};
+    const std::string name = "wiola-memory-file-" + std::to_string(count++);  // open files need distinct names
+    Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    if (fapl.ok() && H5Pset_fapl_core(fapl, std::max<size_t>(size_hint, size_t(1) << 20), 0) >= 0)
+      id_ = H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  }
+  ~MemoryFile() {
+    if (id_ >= 0) H5Fclose(id_);
+  }
+  MemoryFile(const MemoryFile&) = delete;
+  MemoryFile& operator=(const MemoryFile&) = delete;
+  operator hid_t() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+  // The file's bytes, flushed (all that was written so far); empty when
+  // HDF5 failed.
+  std::vector<char> bytes() const {
+    const ssize_t n = H5Fflush(id_, H5F_SCOPE_GLOBAL) >= 0 ? H5Fget_file_image(id_, nullptr, 0) : -1;
+    std::vector<char> out(n > 0 ? size_t(n) : 0);
+    if (n <= 0 || H5Fget_file_image(id_, out.data(), out.size()) != n) out.clear();
+    return out;
+  }
+
+ private:
+  hid_t id_ = -1;
 };
 
 // HDF5 prints its own error stack by default; wiola reports one message.

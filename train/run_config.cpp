@@ -85,13 +85,18 @@ const std::vector<SectionDef>& schema() {
         WIOLA_KEY("recompute", train.recompute),
         WIOLA_KEY("threads", train.threads),
         WIOLA_KEY("backend", train.backend),
+        WIOLA_KEY("cuda_attention", train.backend_options.attention),
+        WIOLA_KEY("cuda_attention_bwd", train.backend_options.attention_bwd),
+        WIOLA_KEY("cuda_gemm", train.backend_options.gemm),
         WIOLA_KEY("log_every", train.log_every),
         WIOLA_KEY("eval_every", train.eval_every),
         WIOLA_KEY("eval_batches", train.eval_batches),
         WIOLA_KEY("run_dir", train.run_dir),
         WIOLA_KEY("max_steps", train.max_steps),
         WIOLA_KEY("accounting", train.accounting),
-        WIOLA_KEY("peak_tflops", train.peak_tflops)}},
+        WIOLA_KEY("peak_tflops", train.peak_tflops),
+        WIOLA_KEY("tensorboard", train.tensorboard),
+        WIOLA_KEY("straggler_share", train.straggler_share)}},
       {"data",
        {WIOLA_KEY("path", data.path),
         WIOLA_KEY("blend", data.blend),
@@ -115,6 +120,7 @@ const std::vector<SectionDef>& schema() {
         WIOLA_KEY("keep", checkpoint.keep),
         WIOLA_KEY("keep_every", checkpoint.keep_every),
         WIOLA_KEY("async", checkpoint.async),
+        WIOLA_KEY("max_failed_minutes", checkpoint.max_failed_minutes),
         WIOLA_KEY("init_from", checkpoint.init_from)}},
   };
   return s;
@@ -453,11 +459,13 @@ void check_run_config(const RunConfig& rc) {
     WIOLA_CHECK(std::find(known.begin(), known.end(), t.backend) != known.end(), "train.backend \"", t.backend,
                 "\" is not a backend of this build (known: ", list, ")");
   }
+  check_backend_options(t.backend_options);
   at_least(t.log_every, 1, "train.log_every");
   at_least(t.eval_every, 0, "train.eval_every");
   at_least(t.eval_batches, 1, "train.eval_batches");
   at_least(t.max_steps, 0, "train.max_steps");
   WIOLA_CHECK(t.peak_tflops >= 0, "train.peak_tflops must be >= 0 (got ", t.peak_tflops, ")");
+  at_least(t.straggler_share, 0.0, "train.straggler_share");
   WIOLA_CHECK(t.seed <= uint64_t(INT64_MAX), "train.seed must be <= ", INT64_MAX, " (got ", t.seed, ")");
   WIOLA_CHECK(t.lr_max > 0, "train.lr_max must be positive (got ", t.lr_max, ")");
   WIOLA_CHECK(t.lr_min >= 0 && t.lr_min <= t.lr_max, "train.lr_min (", t.lr_min,
@@ -493,6 +501,7 @@ void check_run_config(const RunConfig& rc) {
   at_least(c.keep, 1, "checkpoint.keep");
   at_least(c.keep_every, 0, "checkpoint.keep_every");
   at_least(c.minutes, 0.0, "checkpoint.minutes");
+  at_least(c.max_failed_minutes, 0.0, "checkpoint.max_failed_minutes");
   WIOLA_CHECK(int64_t(t.micro_batch) * t.grad_accum * p.dp <= INT_MAX,
               "global batch train.micro_batch x train.grad_accum x parallel.dp is too large");
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data/loader.h"
+#include "kernels/backend_options.h"
 #include "model/config.h"
 #include "perf/cost_model.h"
 
@@ -31,6 +32,7 @@ struct TrainSection {
   bool recompute = false;     // per-layer activation recompute
   int threads = 0;            // OpenMP threads; 0 = runtime default
   std::string backend = "cpu";  // op backend: "cpu", or "cpu-opaque" (debug: host cannot touch its memory)
+  BackendOptions backend_options;  // cuda_attention, cuda_attention_bwd, cuda_gemm (kernels/backend_options.h)
   int log_every = 1;          // print a progress line every N steps
   int eval_every = 0;         // validation loss every N steps (0 = off)
   int eval_batches = 4;       // global batches per validation
@@ -38,6 +40,8 @@ struct TrainSection {
   int64_t max_steps = 0;      // stop after this many steps of T_max (0 = all)
   bool accounting = true;     // per-step time breakdown (docs/performance.md)
   double peak_tflops = 0;     // MFU denominator per rank; 0 = measured sgemm (CPU) / datasheet (GPU)
+  bool tensorboard = false;   // TensorBoard event files in RUN_DIR/tensorboard (train/tensorboard.h)
+  double straggler_share = 0.2;  // warn about a rank this much slower than its peers' median (0 = off)
 };
 
 struct DataSection {
@@ -65,6 +69,7 @@ struct CheckpointSection {
   int keep = 2;               // newest checkpoints kept
   int keep_every = 0;         // also keep for good those whose step is a multiple (0 = none)
   bool async = true;          // write in a background thread
+  double max_failed_minutes = 60;  // stop when saves keep failing this long (0: at the first failure)
   std::string init_from;      // weights-only start (fine-tuning) from this checkpoint
 };
 

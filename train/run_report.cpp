@@ -45,7 +45,9 @@ void report_accounting(dist::Comm& world, const RunAccounting& a, nlohmann::json
   std::vector<double> mem(mine.size() * size_t(world.size()), 0.0);
   if (world.size() > 1) world.all_gather(mine.data(), mem.data(), mine.size(), DType::F64);
   else mem = mine;
+  const nlohmann::json step_times = a.stragglers ? a.stragglers->report() : nlohmann::json();
   if (!root) return;
+  if (!step_times.is_null()) report["step_time_per_rank"] = step_times;
   const int n = world.size();
   const auto mean = [n](const std::vector<double>& v) {
     double x = 0;
@@ -188,6 +190,7 @@ void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>&
     for (double r : rank_rss) std::printf(" %.0f", r);
     std::printf("\n  metrics: %s\n", (run_dir / "metrics.jsonl").string().c_str());
     report["peak_rss_mib"] = rank_rss;
+    report["backend"] = acct.backend;
     report.update(acct_json);
     write_text_atomic((run_dir / "report.json").string(), report.dump(2) + "\n");
     std::fflush(stdout);

@@ -10,10 +10,13 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "dist/grid.h"
 #include "model/model.h"
 #include "train/accounting.h"
 #include "train/run_config.h"
+#include "train/stragglers.h"
 #include "train/trainer.h"
 
 namespace wiola {
@@ -40,6 +43,8 @@ struct RunAccounting {
   MemoryUse memory;             // this rank, measured
   perf::Memory predicted;       // this rank, the cost model's figures
   AtmSaving atm;                // last step, job-wide
+  nlohmann::json backend;       // rank 0's: name, options, GEMM choices (recorded as is)
+  const StragglerWatch* stragglers = nullptr;  // per-rank step times (step_time_per_rank)
 };
 
 // Collective over the world. padded_params: the flat length DP reduces

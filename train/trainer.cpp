@@ -16,6 +16,7 @@
 #include "dist/agree.h"
 #include "dist/diagnostics.h"
 #include "dist/grid.h"
+#include "dist/rank_states.h"
 #include "dist/schedule.h"
 #include "dist/staged_comm.h"
 #include "dist/tp_collectives.h"
@@ -31,6 +32,8 @@
 #include "train/run_report.h"
 #include "train/schedule.h"
 #include "train/stage_link.h"
+#include "train/stragglers.h"
+#include "train/tensorboard.h"
 #include "data/text_input.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -101,6 +104,13 @@ void print_blend(const TokenLoader& ld, int64_t run_samples) {
                 ld.source_name(k).c_str(), share, (unsigned long long)ld.source_info(k).num_samples,
                 double(run_samples) * share / S);
   }
+}
+
+// The backend's options as recorded (report.json, checkpoint manifests).
+nlohmann::json backend_options_json(const BackendOptions& o) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : backend_option_fields(o)) j[k] = v;
+  return j;
 }
 
 nlohmann::json blend_json(const std::vector<BlendSource>& blend) {
@@ -195,6 +205,11 @@ struct Trainer::State {
   Clock::time_point last_save = Clock::now();
   int64_t resumed_from = 0;
   int saves = 0;
+  // Monitoring (docs/performance.md): this rank's state for timeout
+  // diagnostics (RUN_DIR/ranks), per-rank step times, TensorBoard (rank 0).
+  std::unique_ptr<dist::RankStateBoard> board;
+  std::unique_ptr<StragglerWatch> stragglers;
+  std::unique_ptr<TensorBoardWriter> tb;
 
   State(const RunConfig& r, const TrainOptions& o, Ops<float>& b, Comm& w)
       : rc(r), opt(o), ops(b), world(w), budget(StepBudget::of(r)), B(r.train.micro_batch),
@@ -209,6 +224,7 @@ struct Trainer::State {
   void build_model_and_optimizer();
   void setup_checkpoints();
   void open_outputs();
+  void share_gemm_tuning(bool measured);
   void measure_peak();
   // After step t: closes the step's times and adds them to the run's.
   void account_step(int64_t t, bool dumping);
@@ -389,12 +405,14 @@ void Trainer::State::build_model_and_optimizer() {
   ac.weight_decay = tr.weight_decay; ac.clip = tr.clip;
   ac.zero = zero = par.zero && par.dp > 1;
   ac.nonfinite_fatal = tr.nonfinite_fatal;
+  ac.zero_grads = true;  // each step leaves them zero for the next (the model starts with them zero)
   const bool dp = par.dp > 1;
   adam = std::make_unique<dist::DistAdamW>(
       ops, model->params(), model->grads(), model->n_params(),
       optimizer_segments(model->layout(), me.tp, !(par.pp > 1 && !first)), ac,
       dp ? &grid->data(GroupKind::Dp) : nullptr, world.size() > 1 ? &grid->mp() : nullptr,
       dp ? &grid->dp() : nullptr);
+  adam->set_weight_copy(model->weight_copy());  // no Model::refresh_weights after a step
   // Overlap: the last micro-batch's backward reports finished layers, whose
   // buckets start their DP reduction while earlier layers still compute.
   overlap = par.overlap && dp;
@@ -445,6 +463,7 @@ nlohmann::json Trainer::State::checkpoint_info() const {
   return {{"config", run_config_to_toml(rc)},
           {"layout", {{"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp}, {"zero", zero}, {"stages", st}}},
           {"backend", ops.name()},
+          {"backend_options", backend_options_json(rc.train.backend_options)},
           {"precision", {{"activations", dist::dtype_name(pr.act)}, {"residual", dist::dtype_name(pr.residual)},
                          {"weights", dist::dtype_name(pr.weight)}}},
           {"threads_per_rank", cpu_threads()},
@@ -541,15 +560,45 @@ void Trainer::State::open_outputs() {
   WIOLA_CHECK(metrics.good(), "cannot write '", path.string(), "'");
 }
 
+// GEMMs tuned per shape (train.cuda_gemm = auto; docs/gpu.md): every rank
+// takes rank 0's choices, so that all compute with the same algorithms
+// (TP-replicated weights would drift apart otherwise). At start-up the run
+// folder's cache (gemm_tuning.json, an earlier run's: a resume computes as it
+// did); after this process's first step, rank 0's table with what it measured
+// in that step, which rank 0 then writes to the cache.
+void Trainer::State::share_gemm_tuning(bool measured) {
+  if (rc.train.backend_options.gemm != "auto") return;
+  const auto cache = run_dir / "gemm_tuning.json";
+  std::string text;
+  if (root()) {
+    if (measured) text = ops.gemm_tuning();
+    else if (std::filesystem::exists(cache)) text = read_file(cache.string());
+  }
+  if (world.size() > 1) {
+    int64_t n = int64_t(text.size());
+    world.broadcast(&n, 1, 0);
+    if (!root()) text.assign(size_t(n), '\0');
+    if (n > 0) world.broadcast(text.data(), size_t(n), DType::U8, 0);
+  }
+  if (text.empty()) return;  // a backend that does not tune, or no cache yet
+  ops.adopt_gemm_tuning(text);
+  if (root() && measured) write_text_atomic(cache.string(), text);
+}
+
 // ---- Trainer ---------------------------------------------------------------------
 Trainer::Trainer(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, Comm& world)
     : s_(std::make_unique<State>(rc, opt, ops, world)) {
   s_->check_and_open_data();
+  s_->board = dist::RankStateBoard::open(world, (std::filesystem::path(rc.train.run_dir) / "ranks").string());
+  s_->stragglers = std::make_unique<StragglerWatch>(rc, world);
   s_->build_grid_and_schedule();
   s_->build_model_and_optimizer();
   s_->measure_peak();
   s_->setup_checkpoints();
   s_->open_outputs();
+  if (rc.train.tensorboard && s_->root())
+    s_->tb = std::make_unique<TensorBoardWriter>(s_->run_dir / "tensorboard", rc.data.blend, s_->progress.step + 1);
+  s_->share_gemm_tuning(false);
   print_banner();
 }
 
@@ -683,6 +732,7 @@ StepOutcome Trainer::step(int64_t t) {
   const std::string step_ctx = "stage " + std::to_string(s.me.pp) + " step " + std::to_string(t);
   dist::set_context(step_ctx + " data");
   inject_fault(s.fault, s.world.rank(), t);
+  s.stragglers->inject_delay();
   s.loader->next_batch(s.batch.data());
   s.cur.data = seconds_since(t0);
   const auto dump_it = s.dumps.find(t);
@@ -690,7 +740,8 @@ StepOutcome Trainer::step(int64_t t) {
   StepDump dump;
   if (dumping) s.dump_state_before(t, dump);
   const auto before = traffic_snapshot(*s.grid);
-  model.zero_grads();
+  // The gradients are zero: the model starts so, and every optimizer step
+  // leaves them so (AdamWConfig::zero_grads).
   const std::vector<uint8_t> atm_flat = run_schedule(t, dumping, &dump);
 
   {
@@ -718,8 +769,7 @@ StepOutcome Trainer::step(int64_t t) {
   out.adam_step = s.adam->applied_steps() + 1;  // bias correction counts applied updates only
   const WaitClock wa = WaitClock::read(*s.grid);
   const auto ta = Clock::now();
-  const dist::StepResult res = s.adam->step(out.lr, out.adam_step);
-  if (!res.skipped) model.refresh_weights();
+  const dist::StepResult res = s.adam->step(out.lr, out.adam_step);  // refreshes the weight copy too
   if (s.sync_phases) s.ops.synchronize();
   const WaitClock wadam = WaitClock::read(*s.grid) - wa;
   s.cur.optimizer = seconds_since(ta) - (wadam.pp + wadam.other);
@@ -831,6 +881,7 @@ void Trainer::log_step(int64_t t, const StepOutcome& out, bool evaluated) {
   }
   s.metrics << j.dump() << '\n';
   s.metrics.flush();
+  if (s.tb) s.tb->add_metrics(t, j);
   const int64_t last_step = s.budget.last_step;
   if (s.opt.quiet || !(t % s.rc.train.log_every == 0 || t == 1 || t == last_step || evaluated)) return;
   std::printf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %.0f ms | ETA %s",
@@ -869,8 +920,10 @@ TrainSummary Trainer::run() {
                   (long long)s.progress.step);
     return sum;
   }
-  for (int64_t t = s.progress.step + 1; t <= s.budget.last_step; ++t) {
+  const int64_t first = s.progress.step + 1;
+  for (int64_t t = first; t <= s.budget.last_step; ++t) {
     const StepOutcome out = step(t);
+    if (t == first) s.share_gemm_tuning(true);
     s.train_s += out.seconds;
     s.ema_step_s = t == 1 ? out.seconds : 0.9 * s.ema_step_s + 0.1 * out.seconds;
     if (t == s.resumed_from + 1) sum.first_loss = out.loss;  // this run's first step
@@ -886,6 +939,7 @@ TrainSummary Trainer::run() {
     s.cur.checkpoint = logged.checkpoint_seconds;
     s.cur.total += logged.checkpoint_seconds;
     s.account_step(t, s.dumps.count(t) > 0);
+    s.stragglers->after_step(t, s.cur, t > 1 && s.dumps.count(t) == 0, s.budget.last_step);
     log_step(t, logged, eval_now);
     if (stop) {
       sum.stopped = true;
@@ -929,7 +983,7 @@ bool Trainer::after_step(int64_t t) {
   ck.save(s.resume_state());
   s.last_save = Clock::now();
   ++s.saves;
-  if (stop || t == s.budget.last_step) ck.finish();
+  if (stop || t == s.budget.last_step) ck.finish(/*final=*/true);  // a failure ends the run with it
   if (s.root() && !s.opt.quiet && (stop || t == s.budget.last_step))
     std::printf("checkpoint step %lld written to %s (%.2f s)\n", (long long)t, s.rc.checkpoint.dir.c_str(),
                 ck.last_save_seconds());
@@ -953,6 +1007,9 @@ void Trainer::write_report(const TrainSummary& sum) {
   a.memory = s.memory_use();
   a.predicted = perf::rank_memory(s.rc.model, s.rc.layout(), s.me.pp, s.ops.precision());
   a.atm = s.atm;
+  a.stragglers = s.stragglers.get();
+  a.backend = {{"name", s.ops.name()}, {"options", backend_options_json(s.rc.train.backend_options)}};
+  if (const std::string g = s.ops.gemm_tuning(); !g.empty()) a.backend["gemm_tuning"] = nlohmann::json::parse(g);
   write_run_report(*s.grid, s.rc, *s.model, padded, s.zero, s.overlap, sum, s.measure, s.atm_stats, a, s.run_dir);
 }
 

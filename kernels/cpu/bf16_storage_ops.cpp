@@ -37,6 +37,20 @@ class Bf16StorageOps final : private OwnedCpu, public ForwardingOps<float> {
   // The cuda backend's bf16 mode (kernels/cuda/cuda_ops.cu).
   Precision precision() const override { return {DType::BF16, DType::F32, DType::BF16, true}; }
 
+  // The fused blend and gate round their intermediate (o, dL/do) to the
+  // activation type between the two steps, as the GPU's kernels do; here
+  // that is the two ops one after the other, each rounding its outputs.
+  void blend_gate_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, size_t n, Ptr o, Ptr og) override {
+    blend_fwd(o_self, o_ctx, phi, n, o);
+    sigmoid_gate_fwd(pre, o, n, og);
+  }
+  void blend_gate_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, CPtr dog, size_t n, Ptr dpre,
+                      Ptr d_self, Ptr d_ctx, double* dphi) override {
+    DynBuffer<float> d_o(*this, d_self.dtype(), n);
+    sigmoid_gate_bwd(pre, o, dog, n, dpre, d_o.data());
+    blend_bwd(o_self, o_ctx, phi, d_o.data(), n, d_self, d_ctx, dphi);
+  }
+
  protected:
   CPtr arg(CPtr p) override {
     if (!p || p.dtype() != DType::BF16) return p;

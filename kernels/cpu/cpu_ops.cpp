@@ -80,6 +80,12 @@ const T* in(CPtr p) { return p.as<T>(); }
 template <class T>
 T* out(Ptr p) { return p.as<T>(); }
 
+// A norm's GEMM operand copy (storage is T here: the values themselves).
+template <class T>
+void copy_operand(CPtr y, Ptr y_op, size_t n) {
+  if (y_op && n) std::memcpy(out<T>(y_op), in<T>(y), n * sizeof(T));
+}
+
 }  // namespace
 
 
@@ -243,15 +249,17 @@ void CpuOps<T>::embedding_bwd(const int32_t* ids, int N, CPtr dout, int v0,
 // ---- RMSNorm, SRPE -----------------------------------------------------------------
 template <class T>
 void CpuOps<T>::rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d,
-                            double eps, Ptr y, Ptr rstd) {
+                            double eps, Ptr y, Ptr rstd, Ptr y_op) {
   OPEN;
   cpu::rmsnorm_fwd(I(x), I(gamma), I(delta), N, d, eps, O(y), O(rstd));
+  copy_operand<T>(y, y_op, size_t(N) * size_t(d));
 }
 template <class T>
 void CpuOps<T>::add_rmsnorm_fwd(CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N,
-                                int d, double eps, Ptr y, Ptr rstd) {
+                                int d, double eps, Ptr y, Ptr rstd, Ptr y_op) {
   OPEN;
   cpu::add_rmsnorm_fwd(I(a), I(b), O(s), I(gamma), I(delta), N, d, eps, O(y), O(rstd));
+  copy_operand<T>(y, y_op, size_t(N) * size_t(d));
 }
 template <class T>
 void CpuOps<T>::rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd,
@@ -374,6 +382,22 @@ void CpuOps<T>::sigmoid_gate_bwd(CPtr pre, CPtr x, CPtr dout, size_t n,
   OPEN;
   cpu::sigmoid_gate_bwd(I(pre), I(x), I(dout), n, O(dpre), O(dx));
 }
+// The fused blend and gate as the two kernels one after the other: the same
+// bits (storage is T here, so nothing is rounded between them).
+template <class T>
+void CpuOps<T>::blend_gate_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, size_t n, Ptr o, Ptr og) {
+  OPEN;
+  cpu::blend_fwd(I(o_self), I(o_ctx), double(I(phi)[0]), n, O(o));
+  cpu::sigmoid_gate_fwd(I(pre), I(o), n, O(og));
+}
+template <class T>
+void CpuOps<T>::blend_gate_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, CPtr dog, size_t n,
+                               Ptr dpre, Ptr d_self, Ptr d_ctx, double* dphi) {
+  OPEN;
+  const std::unique_ptr<T[]> d_o(new T[n]);  // dL/do, between the two
+  cpu::sigmoid_gate_bwd(I(pre), I(o), I(dog), n, O(dpre), d_o.get());
+  dphi[0] = cpu::blend_bwd(I(o_self), I(o_ctx), double(I(phi)[0]), d_o.get(), n, O(d_self), O(d_ctx));
+}
 
 // ---- DSFF pieces ---------------------------------------------------------------------
 template <class T>
@@ -439,11 +463,11 @@ void CpuOps<T>::ce_loss(CPtr logits, const int32_t* targets, int N,
 
 // ---- optimizer -------------------------------------------------------------------------
 template <class T>
-void CpuOps<T>::adamw(Ptr p, CPtr g, Ptr m, Ptr v, size_t n, double lr,
+void CpuOps<T>::adamw(Ptr p, Ptr g, Ptr m, Ptr v, size_t n, double lr,
                       double beta1, double beta2, double eps, double wd,
-                      double bc1, double bc2) {
+                      double bc1, double bc2, Ptr w, bool zero_grad) {
   OPEN;
-  cpu::adamw(O(p), I(g), O(m), O(v), n, lr, beta1, beta2, eps, wd, bc1, bc2);
+  cpu::adamw(O(p), O(g), O(m), O(v), n, lr, beta1, beta2, eps, wd, bc1, bc2, O(w), zero_grad);
 }
 
 #undef OPEN

@@ -109,8 +109,10 @@ void fusion_bwd(const T* pre, const T* a, const T* b, const T* dout, size_t n,
                 T* dpre, T* da, T* db);
 
 // ---- optimizer.cpp: AdamW ------------------------------------------------------
+// w (may be null) gets the updated p; zero_grad zeroes g once read.
 template <class T>
-void adamw(T* p, const T* g, T* m, T* v, size_t n, double lr, double beta1,
-           double beta2, double eps, double wd, double bc1, double bc2);
+void adamw(T* p, T* g, T* m, T* v, size_t n, double lr, double beta1,
+           double beta2, double eps, double wd, double bc1, double bc2, T* w,
+           bool zero_grad);
 
 }  // namespace wiola::cpu

@@ -3,7 +3,8 @@
 //   p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)   (PyTorch's order).
 // float storage: Highway double vectors, dispatched at run time (hn::Sqrt);
 // double: the scalar template (sqrt_newton, not std::sqrt, so that the loop
-// vectorises).
+// vectorises). Fused with the passes after an update (kernels/ops.h): w (may
+// be null) gets the new p, and with zero_grad g is zeroed once read.
 #include <cstddef>
 
 #ifndef WIOLA_KERNELS_CPU_ADAM_CONSTS_
@@ -24,7 +25,7 @@ struct AdamConsts {
 HWY_BEFORE_NAMESPACE();
 namespace wiola::cpu::HWY_NAMESPACE {
 
-void AdamwF(float* p, const float* g, float* m, float* v, size_t n, const AdamConsts& k) {
+void AdamwF(float* p, float* g, float* m, float* v, float* w, bool zero_grad, size_t n, const AdamConsts& k) {
   const DD dd;
   const hn::Rebind<float, DD> df;  // as many floats as dd has doubles
   const VD decay = hn::Set(dd, k.decay), step = hn::Set(dd, k.step), rsbc2 = hn::Set(dd, k.rsbc2),
@@ -39,7 +40,10 @@ void AdamwF(float* p, const float* g, float* m, float* v, size_t n, const AdamCo
                           hn::Div(hn::Mul(step, mi), hn::Add(hn::Mul(hn::Sqrt(vi), rsbc2), eps)));
     Out(df, hn::DemoteTo(df, mi), m + i, t);
     Out(df, hn::DemoteTo(df, vi), v + i, t);
-    Out(df, hn::DemoteTo(df, pi), p + i, t);
+    const auto pf = hn::DemoteTo(df, pi);
+    Out(df, pf, p + i, t);
+    if (w) Out(df, pf, w + i, t);
+    if (zero_grad) Out(df, hn::Zero(df), g + i, t);
   });
 }
 
@@ -56,8 +60,9 @@ namespace wiola::cpu {
 HWY_EXPORT(AdamwF);
 
 template <class T>
-void adamw(T* p, const T* g, T* m, T* v, size_t n, double lr, double beta1,
-           double beta2, double eps, double wd, double bc1, double bc2) {
+void adamw(T* p, T* g, T* m, T* v, size_t n, double lr, double beta1,
+           double beta2, double eps, double wd, double bc1, double bc2, T* w,
+           bool zero_grad) {
   const double decay = 1.0 - lr * wd;
   const double step = lr / bc1, rsbc2 = 1.0 / std::sqrt(bc2);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
@@ -68,21 +73,24 @@ void adamw(T* p, const T* g, T* m, T* v, size_t n, double lr, double beta1,
     m[i] = T(mi);
     v[i] = T(vi);
     p[i] = T(double(p[i]) * decay - step * mi / (sqrt_newton(vi) * rsbc2 + eps));
+    if (w) w[i] = p[i];
+    if (zero_grad) g[i] = T(0);
   }
 }
 template <>
-void adamw<float>(float* p, const float* g, float* m, float* v, size_t n, double lr,
-                  double beta1, double beta2, double eps, double wd, double bc1, double bc2) {
+void adamw<float>(float* p, float* g, float* m, float* v, size_t n, double lr,
+                  double beta1, double beta2, double eps, double wd, double bc1, double bc2,
+                  float* w, bool zero_grad) {
   const AdamConsts k{1.0 - lr * wd, lr / bc1, 1.0 / std::sqrt(bc2), eps, beta1, beta2};
   const auto fn = WIOLA_DISPATCH(AdamwF);
   parallel_ranges(n, [&](size_t i0, size_t i1) {
-    fn(p + i0, g + i0, m + i0, v + i0, i1 - i0, k);
+    fn(p + i0, g + i0, m + i0, v + i0, w ? w + i0 : nullptr, zero_grad, i1 - i0, k);
   });
 }
 
-template void adamw<double>(double*, const double*, double*, double*, size_t,
+template void adamw<double>(double*, double*, double*, double*, size_t,
                             double, double, double, double, double, double,
-                            double);
+                            double, double*, bool);
 
 }  // namespace wiola::cpu
 #endif  // HWY_ONCE

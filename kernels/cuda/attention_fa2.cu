@@ -1,7 +1,7 @@
 // Self-attention forward in the FlashAttention-2 form, for bf16 activations
-// at head dims 32, 64, 96, 128 (WIOLA_CUDA_ATTENTION=fa2; attention_tc.cu's
+// at head dims 32, 64, 96, 128 (backend option attention = fa2; attention_tc.cu's
 // WMMA kernel stays the default until this one is measured on a GPU), and a
-// backward in the same form (WIOLA_CUDA_ATTENTION_BWD=fa2, described at
+// backward in the same form (attention_bwd = fa2, described at
 // "backward" below; v1 stays the default until measured). Same
 // contract and outputs as attention_tc.cu's forward (kernels/ops.h,
 // attention_fwd): o, and lse in fp32, which the tensor-core backward reads.
@@ -333,7 +333,7 @@ void launch_fa2_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPt
 
 bool aligned(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
 
-// ---- backward (WIOLA_CUDA_ATTENTION_BWD=fa2; not yet measured on a GPU) -----------------
+// ---- backward (attention_bwd = fa2; not yet measured on a GPU) ---------------------------
 // Deterministic without atomics, as attention_tc.cu's: one kernel owns key
 // tiles, another query tiles; both recompute P = exp(S * scale - lse) from the
 // forward's lse and take D = rowsum(dO * O) from attention.cu's row kernel.

@@ -1,10 +1,10 @@
 // Self-attention on tensor cores, forward and backward, for bf16 activations
 // (the training default): flash-style tiles, the same visibility rule and
 // outputs as the row kernels of attention.cu, which fp32 mode and head dims
-// outside {32, 64, 96, 128} keep using. WIOLA_CUDA_ATTENTION=rows selects the
-// row kernels in bf16 too (docs/gpu.md); WIOLA_CUDA_ATTENTION=fa2 the forward
-// of attention_fa2.cu (FlashAttention-2 form), WIOLA_CUDA_ATTENTION_BWD=fa2 its
-// backward.
+// outside {32, 64, 96, 128} keep using. The backend option attention = rows
+// (train.cuda_attention, kernels/backend_options.h; c.attn_fwd) selects the
+// row kernels in bf16 too (docs/gpu.md); fa2 the forward of attention_fa2.cu
+// (FlashAttention-2 form), attention_bwd = fa2 its backward.
 //
 // Forward: one block per (64 query rows, head h, sequence b); four warps, 16
 // query rows each. Per tile of 64 key rows (up to the prefix the block's last
@@ -560,7 +560,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys 
   }
 }
 
-// ---- backward v2 (WIOLA_CUDA_ATTENTION_BWD=v2; not yet measured on a GPU) -------------
+// ---- backward v2 (attention_bwd = v2; not yet measured on a GPU) ----------------------
 // The dK/dV kernel arranged so that no warp needs another's results: a warp
 // owns 16 key rows and computes S^T = K Q^T, P^T, dP^T = V dO^T and dS^T for
 // them against the whole 64-row query tile, in shared memory of its own. The
@@ -683,7 +683,7 @@ void launch_tc_bwd(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k
     return true;
   }();
   (void)attr_set;
-  const bool v2 = attention_bwd_v2();
+  const bool v2 = c.attn_bwd == AttnBwdKind::V2;
   const dim3 grid_kv(unsigned((s.Tk + 63) / 64), unsigned(s.Hkv), unsigned(s.B));
   if (v2)
     k_attn_dkv_tc2<D><<<grid_kv, 32 * kWarps, smem_kv2, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k),
@@ -730,39 +730,12 @@ bool attention_smem_fits(size_t bytes) {
   return bytes <= size_t(max_optin);
 }
 
-// WIOLA_CUDA_ATTENTION_BWD: v1 (the default), v2 or fa2 (attention_fa2.cu's
-// backward, mma.sync fragments).
-static const char* attention_bwd_variant() {
-  const char* e = std::getenv("WIOLA_CUDA_ATTENTION_BWD");
-  if (!e || !*e) return "v1";
-  WIOLA_CHECK(std::strcmp(e, "v1") == 0 || std::strcmp(e, "v2") == 0 || std::strcmp(e, "fa2") == 0,
-              "WIOLA_CUDA_ATTENTION_BWD=", e, ": expected v1 (the default), v2 (key-owning warps, accumulators in "
-              "registers) or fa2 (the FlashAttention-2 form, attention_fa2.cu)");
-  return e;
-}
-
-bool attention_bwd_v2() { return std::strcmp(attention_bwd_variant(), "v2") == 0; }
-
-// WIOLA_CUDA_ATTENTION: tc (the default for bf16), fa2 (the forward of
-// attention_fa2.cu) or rows.
-static const char* attention_variant() {
-  const char* e = std::getenv("WIOLA_CUDA_ATTENTION");
-  if (!e || !*e) return "tc";
-  WIOLA_CHECK(std::strcmp(e, "tc") == 0 || std::strcmp(e, "fa2") == 0 || std::strcmp(e, "rows") == 0,
-              "WIOLA_CUDA_ATTENTION=", e, ": expected tc (tensor cores, the default for bf16), fa2 (the "
-              "FlashAttention-2 form of the forward, attention_fa2.cu) or rows (the row kernels)");
-  return e;
-}
-
-bool attention_tc_enabled() { return std::strcmp(attention_variant(), "rows") != 0; }
-
-bool attention_fa2_enabled() { return std::strcmp(attention_variant(), "fa2") == 0; }
-
 bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
                       CPtr raw_v, Ptr o, Ptr lse) {
-  if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || o.dtype() != DType::BF16 || !attention_tc_enabled())
+  if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || o.dtype() != DType::BF16 ||
+      c.attn_fwd == AttnFwdKind::ROWS)
     return false;
-  if (attention_fa2_enabled() && attention_fwd_fa2(c, s, keys, q, k, v, raw_k, raw_v, o, lse)) return true;
+  if (c.attn_fwd == AttnFwdKind::FA2 && attention_fwd_fa2(c, s, keys, q, k, v, raw_k, raw_v, o, lse)) return true;
   if (s.dh % 32 != 0 || s.dh > 128 || !attention_smem_fits(tc_smem_bytes(s.dh))) return false;
   if (s.Tq <= 0 || s.B <= 0 || s.H <= 0) return true;  // nothing to do
   const TcKeys tk{keys.key_end, keys.n_keys, keys.self_open};
@@ -779,9 +752,9 @@ bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, C
                       CPtr raw_v, CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k,
                       Ptr draw_v) {
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || dout.dtype() != DType::BF16 ||
-      dq.dtype() != DType::BF16 || !attention_tc_enabled() || s.q_pos0 != 0)
+      dq.dtype() != DType::BF16 || c.attn_fwd == AttnFwdKind::ROWS || s.q_pos0 != 0)
     return false;
-  if (std::strcmp(attention_bwd_variant(), "fa2") == 0 &&
+  if (c.attn_bwd == AttnBwdKind::FA2 &&
       attention_bwd_fa2(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v))
     return true;
   if (s.dh % 32 != 0 || s.dh > 128 ||

@@ -38,6 +38,14 @@ __device__ __forceinline__ float ld(const float* p) { return *p; }
 __device__ __forceinline__ float ld(const bf16_t* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ void st(float* p, float v) { *p = v; }
 __device__ __forceinline__ void st(bf16_t* p, float v) { *p = __float2bfloat16(v); }
+// v as storage E holds it: what ld reads back after st (bf16: rounded to
+// nearest even). A fused kernel passes on a value it also stores this way,
+// so the next step reads the bits the unfused op would have loaded.
+template <class E>
+__device__ __forceinline__ float as_stored(float v) {
+  if constexpr (std::is_same_v<E, bf16_t>) return __bfloat162float(__float2bfloat16(v));
+  else return v;
+}
 // fp64 operands (accumulate's double gradients) move unchanged.
 __device__ __forceinline__ double ld(const double* p) { return *p; }
 __device__ __forceinline__ void st(double* p, double v) { *p = v; }

@@ -1,5 +1,6 @@
 // CudaOps: the CUDA backend (kernels/cuda/cuda_ops.h). One stream per
-// backend; cuBLAS (GemmEx, fp32 compute: no TF32) for the matrix products;
+// backend; cuBLAS (GemmEx, fp32 compute: no TF32) for the matrix products,
+// or cuBLASLt per the backend option gemm (gemm_tuner.cuh);
 // the other ops forward to the launchers of kernels/cuda/*.cu. Memory comes
 // from the caching allocator; host transfers synchronise the stream, so a
 // value the host reads is complete.
@@ -16,6 +17,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_lib.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemm_tuner.cuh"
 #include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/memory.cuh"
 #include "kernels/profiled_ops.h"
@@ -77,7 +79,8 @@ class CudaTimeline final : public OpTimeline {
 
 class CudaOps final : public Ops<float> {
  public:
-  CudaOps(CudaPrecision p, int device) : prec_(p), device_(device) {
+  CudaOps(CudaPrecision p, int device, const BackendOptions& options) : prec_(p), device_(device) {
+    set_options(options);
     WIOLA_CHECK(cuda_device_count() > 0, "cuda backend: ", cuda_status());
     WIOLA_CHECK(device >= 0 && device < cuda_device_count(), "cuda backend: device ", device, " of ",
                 cuda_device_count());
@@ -86,9 +89,12 @@ class CudaOps final : public Ops<float> {
     check_blas(cuda::cublas().create(&blas_), "cublasCreate");
     check_blas(cuda::cublas().set_stream(blas_, stream_), "cublasSetStream");
     check_blas(cuda::cublas().set_math_mode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    tuner_ = std::make_unique<cuda::GemmTuner>(mem_, stream_, blas_, device);
+    tuner_->set_mode(options.gemm);
   }
   ~CudaOps() override {
     cudaStreamSynchronize(stream_);
+    tuner_.reset();  // its workspace goes back to the allocator
     cuda::cublas().destroy(blas_);
     cudaStreamDestroy(stream_);
   }
@@ -156,11 +162,15 @@ class CudaOps final : public Ops<float> {
       if (A.dtype() == DType::F32) A = down(A, span(ta, m, k, lda), ta_tmp);
       else B = down(B, span(tb, k, n, ldb), tb_tmp);
     }
-    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
-    check_blas(cuda::cublas().gemm_ex(blas_, blas_op(tb), blas_op(ta), n, m, k, &alpha, B.raw(), blas_type(B.dtype(), "gemm"),
-                            ldb, A.raw(), blas_type(A.dtype(), "gemm"), lda, &beta, C.raw(),
-                            blas_type(C.dtype(), "gemm"), ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "gemm");
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T; the
+    // backend option gemm picks the algorithm (gemm_tuner.cuh).
+    tuner_->gemm({blas_op(tb), blas_op(ta), n, m, k, alpha, B.raw(), blas_type(B.dtype(), "gemm"), ldb, A.raw(),
+                  blas_type(A.dtype(), "gemm"), lda, beta, C.raw(), blas_type(C.dtype(), "gemm"), ldc},
+                 GemmKey{m, n, k, ta == Trans::T, tb == Trans::T, lda, ldb, ldc, A.dtype(), C.dtype(), beta == 0.f});
+  }
+  std::string gemm_tuning() const override { return tuner_->table(); }
+  void adopt_gemm_tuning(const std::string& table_json) override {
+    tuner_->adopt(table_json, "the tuning table adopted");
   }
   void gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k, float alpha, CPtr A, int lda, long sA,
                             CPtr B, int ldb, long sB, float beta, Ptr C, int ldc, long sC, int batch) override {
@@ -190,12 +200,13 @@ class CudaOps final : public Ops<float> {
   void embedding_bwd(const int32_t* ids, int N, CPtr dout, int v0, int V_local, int d, Ptr dE) override {
     cuda::embedding_bwd(ctx(), ids, N, dout, v0, V_local, d, dE);
   }
-  void rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd) override {
-    cuda::rmsnorm_fwd(ctx(), x, gamma, delta, N, d, eps, y, rstd);
+  void rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd,
+                   Ptr y_op) override {
+    cuda::rmsnorm_fwd(ctx(), x, gamma, delta, N, d, eps, y, rstd, y_op);
   }
   void add_rmsnorm_fwd(CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y,
-                       Ptr rstd) override {
-    cuda::add_rmsnorm_fwd(ctx(), a, b, s, gamma, delta, N, d, eps, y, rstd);
+                       Ptr rstd, Ptr y_op) override {
+    cuda::add_rmsnorm_fwd(ctx(), a, b, s, gamma, delta, N, d, eps, y, rstd, y_op);
   }
   void rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres, Ptr dx,
                    Ptr dgamma, Ptr ddelta) override {
@@ -260,6 +271,13 @@ class CudaOps final : public Ops<float> {
   void sigmoid_gate_bwd(CPtr pre, CPtr x, CPtr dout, size_t n, Ptr dpre, Ptr dx) override {
     cuda::sigmoid_gate_bwd(ctx(), pre, x, dout, n, dpre, dx);
   }
+  void blend_gate_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, size_t n, Ptr o, Ptr og) override {
+    cuda::blend_gate_fwd(ctx(), o_self, o_ctx, phi, pre, n, o, og);
+  }
+  void blend_gate_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, CPtr dog, size_t n, Ptr dpre,
+                      Ptr d_self, Ptr d_ctx, double* dphi) override {
+    cuda::blend_gate_bwd(ctx(), o_self, o_ctx, phi, pre, o, dog, n, dpre, d_self, d_ctx, dphi);
+  }
 
   // ---- DSFF ----
   void swiglu_fwd(CPtr g, CPtr u, size_t n, Ptr h) override { cuda::swiglu_fwd(ctx(), g, u, n, h); }
@@ -293,28 +311,44 @@ class CudaOps final : public Ops<float> {
   }
 
   // ---- optimizer ----
-  void adamw(Ptr p, CPtr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2, double eps, double wd,
-             double bc1, double bc2) override {
-    cuda::adamw(ctx(), p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
+  void adamw(Ptr p, Ptr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2, double eps, double wd,
+             double bc1, double bc2, Ptr w, bool zero_grad) override {
+    cuda::adamw(ctx(), p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, w, zero_grad);
   }
 
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
 
+  // Checks and takes the options (kernels/backend_options.h); refuses the
+  // environment variables they replaced.
+  void set_options(const BackendOptions& o) {
+    refuse_backend_env();
+    check_backend_options(o);
+    using cuda::AttnBwdKind, cuda::AttnFwdKind;
+    attn_fwd_ = o.attention == "fa2" ? AttnFwdKind::FA2 : o.attention == "rows" ? AttnFwdKind::ROWS : AttnFwdKind::TC;
+    attn_bwd_ = o.attention_bwd == "v2" ? AttnBwdKind::V2 : o.attention_bwd == "fa2" ? AttnBwdKind::FA2 : AttnBwdKind::V1;
+    if (tuner_) tuner_->set_mode(o.gemm);
+    options_ = o;
+  }
+
  private:
-  cuda::Ctx ctx() { return cuda::Ctx{stream_, mem_}; }
+  cuda::Ctx ctx() { return cuda::Ctx{stream_, mem_, attn_fwd_, attn_bwd_}; }
 
   CudaPrecision prec_;
   int device_;
+  BackendOptions options_;
+  cuda::AttnFwdKind attn_fwd_ = cuda::AttnFwdKind::TC;
+  cuda::AttnBwdKind attn_bwd_ = cuda::AttnBwdKind::V1;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  std::unique_ptr<cuda::GemmTuner> tuner_;  // the GEMMs' algorithms (options_.gemm)
   cuda::CachingAllocator mem_;  // declared last: destroyed first, while the context lives
 };
 
 }  // namespace
 
-std::unique_ptr<Ops<float>> make_cuda_ops(CudaPrecision precision, int device) {
-  return std::make_unique<CudaOps>(precision, device);
+std::unique_ptr<Ops<float>> make_cuda_ops(CudaPrecision precision, int device, const BackendOptions& options) {
+  return std::make_unique<CudaOps>(precision, device, options);
 }
 
 namespace {
@@ -336,6 +370,10 @@ std::string cuda_device_identity(Ops<float>& ops) {
   std::snprintf(id, sizeof id, "%s/%04x:%02x:%02x", host, unsigned(p.pciDomainID), unsigned(p.pciBusID),
                 unsigned(p.pciDeviceID));
   return id;
+}
+
+void set_cuda_backend_options(Ops<float>& ops, const BackendOptions& options) {
+  if (CudaOps* c = cuda_ops_of(ops)) c->set_options(options);
 }
 
 void* cuda_stream_of(Ops<float>& ops) {

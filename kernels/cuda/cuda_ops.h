@@ -27,8 +27,16 @@ int cuda_device_count();
 // What cuda_device_count() found, in words (for skip messages).
 const char* cuda_status();
 
-// Throws wiola::Error naming the reason when no device is usable.
-std::unique_ptr<Ops<float>> make_cuda_ops(CudaPrecision precision, int device = 0);
+// Throws wiola::Error naming the reason when no device is usable, an option
+// it does not know, or an environment variable an option replaced
+// (kernels/backend_options.h).
+std::unique_ptr<Ops<float>> make_cuda_ops(CudaPrecision precision, int device = 0,
+                                          const BackendOptions& options = {});
+
+// Changes a CUDA backend's options (also through a ProfiledOps around it)
+// for the ops that follow: the benchmarks and tests that compare variants on
+// one backend. A no-op on any other backend.
+void set_cuda_backend_options(Ops<float>& ops, const BackendOptions& options);
 
 // The cudaStream_t every op of a CUDA backend runs on (the data plane orders
 // its communication against it), also through a ProfiledOps around it;

@@ -1,5 +1,6 @@
 // Elementwise ops, deterministic reductions, dtype conversion and AdamW on
-// the GPU. Elementwise math in fp32 (double where the reference formula
+// the GPU (AdamW fused with the weight copy's refresh and the gradient's
+// zeroing; the blend fused with the output gate). Elementwise math in fp32 (double where the reference formula
 // needs it: AdamW, reductions); grid-stride loops. The flat per-element
 // maps (every kernel but the reductions and blend_bwd, whose per-thread
 // partial sums fix the order of its sum) run through vec_map (common.cuh):
@@ -77,18 +78,30 @@ void reduce_into(Ctx c, CPtr x, size_t n, double* acc, const char* op) {
   after_launch(op);
 }
 
-__global__ void k_adamw(float* p, const float* g, float* m, float* v, size_t n, double lr, double beta1,
-                        double beta2, double eps, double wd, double bc1, double bc2) {
-  vec_map(
-      n,
-      [=](float& p, float g, float& m, float& v) {
-        double pi = p, mi = m, vi = v;
-        ref::adamw(pi, double(g), mi, vi, lr, beta1, beta2, eps, wd, bc1, bc2);
-        p = float(pi);
-        m = float(mi);
-        v = float(vi);
-      },
-      MapInOut{p}, MapIn{g}, MapInOut{m}, MapInOut{v});
+struct AdamHyper {
+  double lr, beta1, beta2, eps, wd, bc1, bc2;
+};
+// AdamW on the fp32 master p and moments m, v, fused with what follows an
+// update: w (W = void: none) gets the new p in its storage type, as
+// k_convert would round it, and with ZeroGrad the gradient is zeroed once
+// read (g is then read and written, otherwise only read).
+template <class W, bool ZeroGrad>
+__global__ void k_adamw(float* p, float* g, float* m, float* v, W* w, size_t n, AdamHyper h) {
+  const auto update = [h](float& p, auto& g, float& m, float& v, auto&... w) {
+    double pi = p, mi = m, vi = v;
+    ref::adamw(pi, double(g), mi, vi, h.lr, h.beta1, h.beta2, h.eps, h.wd, h.bc1, h.bc2);
+    p = float(pi);
+    m = float(mi);
+    v = float(vi);
+    ((w = p), ...);
+    if constexpr (ZeroGrad) g = 0.f;
+  };
+  const auto grad = [g] {
+    if constexpr (ZeroGrad) return MapInOut{g};
+    else return MapIn{static_cast<const float*>(g)};
+  }();
+  if constexpr (std::is_void_v<W>) vec_map(n, update, MapInOut{p}, grad, MapInOut{m}, MapInOut{v});
+  else vec_map(n, update, MapInOut{p}, grad, MapInOut{m}, MapInOut{v}, MapOut{w});
 }
 
 template <class E>
@@ -152,39 +165,75 @@ __global__ void k_fusion_bwd(const A* pre, const A* a, const A* b, const R* dout
       },
       MapIn{pre}, MapIn{a}, MapIn{b}, MapIn{dout}, MapOut{dpre}, MapOut{da}, MapOut{db});
 }
+// One element of the output gate and of the blend, forward and backward:
+// the unfused kernels and the fused blend + gate share them (the same bits).
+__device__ __forceinline__ float gate_fwd(float p, float x) { return sigm(p) * x; }
+__device__ __forceinline__ void gate_bwd(float p, float x, float d, float& dp, float& dx) {
+  const float s = sigm(p);
+  dp = d * x * s * (1.f - s);
+  dx = d * s;
+}
+__device__ __forceinline__ float blend_beta(const float* phi) { return float(ref::sigmoid(double(phi[0]))); }
+__device__ __forceinline__ float blend(float beta, float s, float c) { return (1.f - beta) * s + beta * c; }
+// d_self, d_ctx of element i from its dout d; returns its term of the dL/dφ sum.
+template <class E>
+__device__ __forceinline__ double blend_bwd_at(float beta, float d, const E* os, const E* oc, size_t i, E* ds,
+                                               E* dc) {
+  st(ds + i, (1.f - beta) * d);
+  st(dc + i, beta * d);
+  return double(d) * (double(ld(oc + i)) - double(ld(os + i)));
+}
+
 template <class E>
 __global__ void k_gate_fwd(const E* pre, const E* x, size_t n, E* out) {
-  vec_map(n, [](float p, float x, float& o) { o = sigm(p) * x; }, MapIn{pre}, MapIn{x}, MapOut{out});
+  vec_map(n, [](float p, float x, float& o) { o = gate_fwd(p, x); }, MapIn{pre}, MapIn{x}, MapOut{out});
 }
 template <class E>
 __global__ void k_gate_bwd(const E* pre, const E* x, const E* dout, size_t n, E* dpre, E* dx) {
   vec_map(
-      n,
-      [](float p, float x, float d, float& dp, float& dx) {
-        const float s = sigm(p);
-        dp = d * x * s * (1.f - s);
-        dx = d * s;
-      },
-      MapIn{pre}, MapIn{x}, MapIn{dout}, MapOut{dpre}, MapOut{dx});
+      n, [](float p, float x, float d, float& dp, float& dx) { gate_bwd(p, x, d, dp, dx); }, MapIn{pre}, MapIn{x},
+      MapIn{dout}, MapOut{dpre}, MapOut{dx});
 }
 template <class E>
 __global__ void k_blend_fwd(const E* os, const E* oc, const float* phi, size_t n, E* out) {
-  const float beta = float(ref::sigmoid(double(phi[0])));
-  vec_map(
-      n, [beta](float s, float c, float& o) { o = (1.f - beta) * s + beta * c; }, MapIn{os}, MapIn{oc},
-      MapOut{out});
+  const float beta = blend_beta(phi);
+  vec_map(n, [beta](float s, float c, float& o) { o = blend(beta, s, c); }, MapIn{os}, MapIn{oc}, MapOut{out});
 }
 // d_self, d_ctx, and per-block partial sums of dout (o_ctx - o_self).
 template <class E>
 __global__ void k_blend_bwd(const E* os, const E* oc, const float* phi, const E* dout, size_t n, E* ds,
                             E* dc, double* part) {
-  const float beta = float(ref::sigmoid(double(phi[0])));
+  const float beta = blend_beta(phi);
+  double s = 0;
+  GRID_LOOP(i, n) s += blend_bwd_at(beta, ld(dout + i), os, oc, i, ds, dc);
+  s = block_sum(s);
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+// The blend, then the gate on o as stored (its one rounding), in one pass.
+template <class E>
+__global__ void k_blend_gate_fwd(const E* os, const E* oc, const float* phi, const E* pre, size_t n, E* o,
+                                 E* og) {
+  const float beta = blend_beta(phi);
+  vec_map(
+      n,
+      [beta](float s, float c, float p, float& o, float& og) {
+        o = blend(beta, s, c);
+        og = gate_fwd(p, as_stored<E>(o));
+      },
+      MapIn{os}, MapIn{oc}, MapIn{pre}, MapOut{o}, MapOut{og});
+}
+// The gate's backward, then the blend's on dL/do as d_o would store it, in
+// k_blend_bwd's order (its grid and loop: the same partial sums of dL/dφ).
+template <class E>
+__global__ void k_blend_gate_bwd(const E* os, const E* oc, const float* phi, const E* pre, const E* o,
+                                 const E* dog, size_t n, E* dpre, E* ds, E* dc, double* part) {
+  const float beta = blend_beta(phi);
   double s = 0;
   GRID_LOOP(i, n) {
-    const float d = ld(dout + i);
-    st(ds + i, (1.f - beta) * d);
-    st(dc + i, beta * d);
-    s += double(d) * (double(ld(oc + i)) - double(ld(os + i)));
+    float dp, d_o;
+    gate_bwd(ld(pre + i), ld(o + i), ld(dog + i), dp, d_o);
+    st(dpre + i, dp);
+    s += blend_bwd_at(beta, as_stored<E>(d_o), os, oc, i, ds, dc);
   }
   s = block_sum(s);
   if (threadIdx.x == 0) part[blockIdx.x] = s;
@@ -247,11 +296,20 @@ void convert(Ctx c, CPtr src, Ptr dst, size_t n) {
   });
   after_launch("convert");
 }
-void adamw(Ctx c, Ptr p, CPtr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2, double eps,
-           double wd, double bc1, double bc2) {
-  const int grid = map_grid<float>(n);
-  k_adamw<<<grid, kThreads, 0, c.s>>>(dev<float>(p), dev<float>(g), dev<float>(m), dev<float>(v), n, lr, beta1, beta2,
-                                      eps, wd, bc1, bc2);
+void adamw(Ctx c, Ptr p, Ptr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2, double eps,
+           double wd, double bc1, double bc2, Ptr w, bool zero_grad) {
+  const AdamHyper h{lr, beta1, beta2, eps, wd, bc1, bc2};
+  // W: the weight copy's storage type (void: no copy).
+  const auto launch = [&](auto* wp) {
+    using W = std::remove_pointer_t<decltype(wp)>;
+    const int grid = map_grid<float, std::conditional_t<std::is_void_v<W>, float, W>>(n);
+    if (zero_grad)
+      k_adamw<W, true><<<grid, kThreads, 0, c.s>>>(dev<float>(p), dev<float>(g), dev<float>(m), dev<float>(v), wp, n, h);
+    else
+      k_adamw<W, false><<<grid, kThreads, 0, c.s>>>(dev<float>(p), dev<float>(g), dev<float>(m), dev<float>(v), wp, n, h);
+  };
+  if (w) dispatch(w.dtype(), "adamw", [&](auto e) { launch(dev<decltype(e)>(w)); });
+  else launch(static_cast<void*>(nullptr));
   after_launch("adamw");
 }
 
@@ -296,6 +354,24 @@ void blend_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout, size_t n, Pt
   });
   k_blend_finish<<<1, kThreads, 0, c.s>>>(part.as<double>(), nb, dev<float>(phi), dphi);
   after_launch("blend_bwd");
+}
+void blend_gate_fwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, size_t n, Ptr o, Ptr og) {
+  WIOLA_UNARY_A("blend_gate_fwd", og,
+                (k_blend_gate_fwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(o_self), dev<E>(o_ctx), dev<float>(phi),
+                                                                 dev<E>(pre), n, dev<E>(o), dev<E>(og))));
+}
+void blend_gate_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, CPtr dog, size_t n, Ptr dpre,
+                    Ptr d_self, Ptr d_ctx, double* dphi) {
+  DeviceTemp part(c.mem, kRedBlocks * sizeof(double), "blend_gate_bwd");
+  const int nb = red_blocks(n);
+  dispatch(dog.dtype(), "blend_gate_bwd", [&](auto e) {
+    using E = decltype(e);
+    k_blend_gate_bwd<E><<<nb, kThreads, 0, c.s>>>(dev<E>(o_self), dev<E>(o_ctx), dev<float>(phi), dev<E>(pre),
+                                                  dev<E>(o), dev<E>(dog), n, dev<E>(dpre), dev<E>(d_self),
+                                                  dev<E>(d_ctx), part.as<double>());
+  });
+  k_blend_finish<<<1, kThreads, 0, c.s>>>(part.as<double>(), nb, dev<float>(phi), dphi);
+  after_launch("blend_gate_bwd");
 }
 void fusion_fwd(Ctx c, CPtr pre, CPtr a, CPtr b, CPtr res, size_t n, Ptr out) {
   dispatch(a.dtype(), "fusion_fwd", [&](auto ea) {

@@ -14,9 +14,16 @@
 
 namespace wiola::cuda {
 
+// The attention kernels the backend's options select (BackendOptions
+// attention and attention_bwd, kernels/backend_options.h).
+enum class AttnFwdKind { TC, FA2, ROWS };
+enum class AttnBwdKind { V1, V2, FA2 };
+
 struct Ctx {
   cudaStream_t s;
   CachingAllocator& mem;
+  AttnFwdKind attn_fwd = AttnFwdKind::TC;
+  AttnBwdKind attn_bwd = AttnBwdKind::V1;
 };
 
 // ---- elementwise.cu ----------------------------------------------------------
@@ -27,8 +34,8 @@ void sum_squares(Ctx c, CPtr x, size_t n, double* acc);
 void sum(Ctx c, CPtr x, size_t n, double* acc);
 void accumulate(Ctx c, const double* x, Ptr y, size_t n);
 void convert(Ctx c, CPtr src, Ptr dst, size_t n);
-void adamw(Ctx c, Ptr p, CPtr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2,
-           double eps, double wd, double bc1, double bc2);
+void adamw(Ctx c, Ptr p, Ptr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2,
+           double eps, double wd, double bc1, double bc2, Ptr w, bool zero_grad);
 void swiglu_fwd(Ctx c, CPtr g, CPtr u, size_t n, Ptr h);
 void swiglu_bwd(Ctx c, CPtr g, CPtr u, CPtr dh, size_t n, Ptr dg, Ptr du);
 void gelu_fwd(Ctx c, CPtr x, size_t n, Ptr y);
@@ -40,12 +47,16 @@ void sigmoid_gate_bwd(Ctx c, CPtr pre, CPtr x, CPtr dout, size_t n, Ptr dpre, Pt
 void blend_fwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr out);
 void blend_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout, size_t n, Ptr d_self, Ptr d_ctx,
                double* dphi);
+void blend_gate_fwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, size_t n, Ptr o, Ptr og);
+void blend_gate_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, CPtr dog, size_t n, Ptr dpre,
+                    Ptr d_self, Ptr d_ctx, double* dphi);
 
 // ---- rows.cu: norm, embedding, cross-entropy -----------------------------------
-void rmsnorm_fwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd);
-// s = a + b, then the norm of s (b null: the norm of a; s unused).
+void rmsnorm_fwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd, Ptr y_op);
+// s = a + b, then the norm of s (b null: the norm of a; s unused); y_op
+// (may be null) gets y's GEMM operand copy.
 void add_rmsnorm_fwd(Ctx c, CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y,
-                     Ptr rstd);
+                     Ptr rstd, Ptr y_op);
 void rmsnorm_bwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres, Ptr dx,
                  Ptr dgamma, Ptr ddelta);
 void embedding_fwd(Ctx c, const int32_t* ids, int N, CPtr E, int v0, int V_local, int d, Ptr out);
@@ -77,22 +88,19 @@ void atm_merge_rows_bwd(Ctx c, CPtr dout, int B, int Tn, int w, const int32_t* g
 
 // ---- attention.cu --------------------------------------------------------------------
 // attention_tc.cu: the tensor-core forward and backward for bf16 (head dims
-// 32, 64, 96, 128). Returns false, launching nothing, where it does not apply (fp32, other
-// head dims, WIOLA_CUDA_ATTENTION=rows); attention_fwd then runs the row kernel.
-bool attention_tc_enabled();
-// WIOLA_CUDA_ATTENTION=fa2: the forward runs attention_fa2.cu's kernel (the
-// FlashAttention-2 form: register fragments, cp.async double buffering); tc,
-// the default, until fa2 is measured on a GPU.
-bool attention_fa2_enabled();
+// 32, 64, 96, 128). Return false, launching nothing, where they do not apply
+// (fp32, other head dims, c.attn_fwd == ROWS); attention_fwd then runs the
+// row kernel. c.attn_fwd == FA2: the forward runs attention_fa2.cu's kernel
+// (the FlashAttention-2 form: register fragments, cp.async double
+// buffering); TC, the default, until fa2 is measured on a GPU.
 // attention_fa2.cu: the forward of attention_fwd_tc in the FlashAttention-2
 // form (bf16, head dims 32, 64, 96, 128, 16-byte aligned q, k, v, o); false,
 // launching nothing, where it does not apply.
 bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
                        CPtr raw_v, Ptr o, Ptr lse);
-// WIOLA_CUDA_ATTENTION_BWD=v2 selects the second form of the tensor-core
-// backward (attention_tc.cu), fa2 attention_fa2.cu's; v1, the default, is the
-// one measured on a GPU.
-bool attention_bwd_v2();
+// c.attn_bwd == V2 selects the second form of the tensor-core backward
+// (attention_tc.cu), FA2 attention_fa2.cu's; V1, the default, is the one
+// measured on a GPU.
 // attention_fa2.cu: the backward in the FlashAttention-2 form (bf16, head dims
 // 32, 64, 96, 128, 16-byte aligned q, k, v, dout, dq, dk, dv; q_pos0 = 0); a
 // dK/dV kernel and a dQ kernel, deterministic; false, launching nothing, where

@@ -13,10 +13,11 @@ namespace {
 // ---- WiolaRMSNorm ----------------------------------------------------------------
 // b null: the norm of x. Otherwise first the residual add sum = x + b (sum
 // may be x or b: each element is read and written by one thread), written
-// out as the add op would, and the norm of what was written.
-template <class R, class A>
+// out as the add op would, and the norm of what was written. y_op (may be
+// null): y again in storage O, as convert(y, y_op) would round it.
+template <class R, class A, class O>
 __global__ void k_rms_fwd(const R* x, const R* b, R* sum, const float* gamma, const float* delta, int d,
-                          double eps, A* y, float* rstd) {
+                          double eps, A* y, float* rstd, O* y_op) {
   const size_t row = blockIdx.x;
   const R* xr = x + row * d;
   if (b) {
@@ -31,8 +32,11 @@ __global__ void k_rms_fwd(const R* x, const R* b, R* sum, const float* gamma, co
   s = block_sum(s);
   const double r = 1.0 / sqrt(s / d + eps);
   if (threadIdx.x == 0) rstd[row] = float(r);
-  for (int j = threadIdx.x; j < d; j += blockDim.x)
-    st(y + row * d + j, float(double(gamma[j]) * (double(ld(xr + j)) + double(delta[j])) * r));
+  for (int j = threadIdx.x; j < d; j += blockDim.x) {
+    const float v = float(double(gamma[j]) * (double(ld(xr + j)) + double(delta[j])) * r);
+    st(y + row * d + j, v);
+    if (y_op) st(y_op + row * d + j, as_stored<A>(v));
+  }
 }
 
 // dz_j = r γ_j dy_j - c z_j with c = (r³/d) Σ_k γ_k dy_k z_k; dx = dres + dz
@@ -164,23 +168,26 @@ __global__ void k_ce_loss(A* logits, const int32_t* targets, int V, int v0, cons
 }  // namespace
 
 void add_rmsnorm_fwd(Ctx c, CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y,
-                     Ptr rstd) {
+                     Ptr rstd, Ptr y_op) {
   if (N <= 0) return;
   const char* op = b ? "add_rmsnorm_fwd" : "rmsnorm_fwd";
   dispatch(a.dtype(), op, [&](auto er) {
     dispatch(y.dtype(), op, [&](auto ea) {
-      using R = decltype(er);
-      using A = decltype(ea);
-      k_rms_fwd<R, A><<<N, kThreads, 0, c.s>>>(dev<R>(a), dev<R>(b), dev<R>(s),
-                                               dev<float>(gamma), dev<float>(delta), d, eps, dev<A>(y),
-                                               dev<float>(rstd));
+      dispatch(y_op ? y_op.dtype() : y.dtype(), op, [&](auto eo) {
+        using R = decltype(er);
+        using A = decltype(ea);
+        using O = decltype(eo);
+        k_rms_fwd<R, A, O><<<N, kThreads, 0, c.s>>>(dev<R>(a), dev<R>(b), dev<R>(s), dev<float>(gamma),
+                                                    dev<float>(delta), d, eps, dev<A>(y), dev<float>(rstd),
+                                                    dev<O>(y_op));
+      });
     });
   });
   after_launch(op);
 }
 
-void rmsnorm_fwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd) {
-  add_rmsnorm_fwd(c, x, nullptr, nullptr, gamma, delta, N, d, eps, y, rstd);
+void rmsnorm_fwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd, Ptr y_op) {
+  add_rmsnorm_fwd(c, x, nullptr, nullptr, gamma, delta, N, d, eps, y, rstd, y_op);
 }
 
 void rmsnorm_bwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres, Ptr dx,

@@ -47,6 +47,8 @@ expect_fail() {
   sed "s/^/  [$name stderr] /" "$t/$name.err" >&2
   [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "$name: timed out (hang)"
   [ "$rc" -ne 0 ] || fail "$name: exit status 0, expected an error"
+  [ "$rc" -lt 128 ] && ! grep -q "Segmentation fault\|signal 11" "$t/$name.err" ||
+    fail "$name: exit status $rc: killed by a signal (crash)"
   grep -Eq -- "$regex" "$t/$name.err" || fail "$name: stderr does not match: $regex"
 }
 # one_error FILE: exactly one error line (single process: the whole of stderr;
@@ -228,6 +230,30 @@ f["bytes"] += 1
 json.dump(m, open("manifest.json", "w"), indent=1)'
 }
 
+case_damaged_manifest_names_absent() {
+  # The manifest names rank-00002.h5 where rank 1's file is listed: a file
+  # that is not there.
+  damaged "rank-00002\\.h5: missing" "$python" -c '
+import json
+m = json.load(open("manifest.json"))
+[f for f in m["files"] if f["name"] == "rank-00001.h5"][0]["name"] = "rank-00002.h5"
+json.dump(m, open("manifest.json", "w"), indent=1)'
+}
+case_damaged_truncated_consistent() {
+  # Rank 1's file cut in half, and the manifest's size and hash made to
+  # match it: only HDF5 sees the damage (the file ends before its data).
+  "$python" -c 'import xxhash' 2> /dev/null || skip "no xxhash module in $python"
+  damaged "rank-00001\\.h5: not a readable HDF5 file" "$python" -c '
+import json, os, xxhash
+f = "rank-00001.h5"
+os.truncate(f, os.path.getsize(f) // 2)
+m = json.load(open("manifest.json"))
+r = [r for r in m["files"] if r["name"] == f][0]
+r["bytes"] = os.path.getsize(f)
+r["xxh3"] = xxhash.xxh3_64(open(f, "rb").read()).hexdigest()
+json.dump(m, open("manifest.json", "w"), indent=1)'
+}
+
 # ---- every checkpoint damaged: an error, nothing deleted ---------------------------
 case_all_damaged() {
   after_step7 "$ref2" "$t"
@@ -277,34 +303,143 @@ case_dir_readonly() {
 }
 
 # ---- the disk fills up: an error naming the path, earlier checkpoints intact ------
+# A real full disk: a tmpfs with room for 1.5 checkpoints holds step 2, then
+# every save fails. Each failure is one warning and training goes on; the
+# final save's failure ends the run with an error (no crash); step 2 and
+# `latest` are as they were and no temporary folder is left; the run resumed
+# from step 2 (on a disk with room) equals the uninterrupted one bit for bit.
 disk_full() {  # disk_full TRAINFN REF
   local fn=$1 ref=$2
   [ "$(id -u)" = 0 ] || skip "mounting a small tmpfs needs root"
   mkdir -p "$t/disk"
-  # Room for 2.5 checkpoints: steps 2 and 4 fit, step 6 does not.
   local one; one=$(du -sb "$(step_dir "$ref/ck" 2)" | cut -f1)
-  mount -t tmpfs -o size=$(( one * 5 / 2 )) tmpfs "$t/disk" 2>"$t/mount.err" ||
+  mount -t tmpfs -o size=$(( one * 3 / 2 )) tmpfs "$t/disk" 2>"$t/mount.err" ||
     skip "mount -t tmpfs is not permitted here: $(cat "$t/mount.err")"
   trap 'umount "$t/disk"' EXIT
-  expect_fail full "^(wiola train: error|rank [01]): $t/disk/ck/\\.tmp-step-00000006/rank-0000[01]\\.h5\\.tmp: HDF5 failed at .*\\(disk full or not writable\\?\\)" \
+  expect_fail full "^(wiola train: error|rank 0): checkpoint step 8 not saved \\((rank [01]: )?$t/disk/ck/\\.tmp-step-00000008/rank-0000[01]\\.h5\\.tmp: write failed: No space left on device\\); the newest checkpoint in $t/disk/ck is still step 2; this was the run's final checkpoint" \
     "$fn" --set "checkpoint.dir=$t/disk/ck" --set "train.run_dir=$t/run"
-  if [ "$fn" = train1 ]; then
-    one_line "$t/full.err"
-  else
-    # Every rank whose write fails says so, each naming its own file.
-    local bad; bad=$(grep -E '^rank [0-9]+: ' "$t/full.err" | grep -vEc "^rank ([01]): $t/disk/ck/\\.tmp-step-00000006/rank-0000\\1\\.h5\\.tmp: HDF5 failed at .*disk full")
-    [ "$bad" -eq 0 ] || fail "an error line that does not name its rank's file"
-  fi
-  ls -a "$t/disk/ck"
-  for s in 2 4; do
-    "${compare[@]}" verify "$(step_dir "$t/disk/ck" $s)" || fail "checkpoint $s damaged"
-    "${compare[@]}" tensors "$(step_dir "$ref/ck" $s)" "$(step_dir "$t/disk/ck" $s)" || fail "checkpoint $s differs"
-  done
-  [ "$(cat "$t/disk/ck/latest")" = step-00000004 ] || fail "latest is not step 4"
-  [ ! -e "$(step_dir "$t/disk/ck" 6)" ] || fail "a step-6 checkpoint was committed"
+  one_error "$t/full.err"
+  failed_saves_left "$t/disk/ck" "$t/full.err" "$t/disk/ck/\\.tmp-step-0000000[46]/rank-0000[01]\\.h5\\.tmp: write failed: No space left on device"
+  cp -a "$t/disk/ck" "$t/ck"
+  resumes_from_step2 "$fn" "$ref"
 }
 case_disk_full() { disk_full train1 "$ref1"; }
 case_disk_full_mpirun() { disk_full train2 "$ref2"; }
+
+# ---- a save that fails on purpose at each stage (WIOLA_CKPT_FAIL_AT) -----------------
+# failed_saves_left CK ERR CAUSE: after a run whose saves of steps 4, 6
+# and 8 failed: one warning each for steps 4 and 6 (CAUSE names the path and
+# the reason), training went on to step 8, CK holds step 2 (sound: the
+# caller resumes from it), `latest` names it, and nothing else is left behind.
+failed_saves_left() {
+  local ck=$1 err=$2 cause=$3 s
+  for s in 4 6; do
+    grep -Eq "^wiola train: warning: checkpoint step $s not saved \\((rank [01]: )?$cause.*\\); the newest checkpoint in $ck is still step 2; training goes on" \
+      "$err" || fail "no warning for step $s matching: $cause"
+  done
+  [ "$(grep -c 'warning: checkpoint step' "$err")" -eq 2 ] || fail "expected two warnings"
+  # Step 8 ran (its save was tried), but its metrics line was still to come.
+  [ "$(lines "$t/run/metrics.jsonl")" -eq $((steps - 1)) ] || fail "training did not go on to step $steps"
+  [ "$(cd "$ck" && echo * .tmp* .old*)" = "latest step-00000002 .tmp* .old*" ] || fail "left in $ck: $(ls -A "$ck")"
+  [ "$(cat "$ck/latest")" = step-00000002 ] || fail "latest is not step 2"
+}
+# resumes_from_step2 TRAINFN REF: the run in $t resumed (saving only at its
+# end) goes on from step 2 and ends as REF did, bit for bit.
+resumes_from_step2() {
+  # shellcheck disable=SC2046
+  expect_ok resume "$1" $(where "$t") --set checkpoint.every=0
+  grep -q "^wiola train: resuming from .*/step-00000002 (step 2," "$t/resume.out" || fail "did not resume from step 2"
+  same_as_ref "$t" "$2"
+}
+# fails_at STAGE CAUSE TRAINFN REF [RANK]: every save from step 4 on fails at
+# STAGE (on RANK only, when given): see failed_saves_left; the final save's
+# failure is one error and a non-zero exit status; resumed from step 2, the
+# run equals the uninterrupted one bit for bit.
+fails_at() {
+  local stage=$1 cause=$2 fn=$3 ref=$4 rank=${5:+:$5}
+  export WIOLA_CKPT_FAIL_AT="$stage:4-$rank"
+  # shellcheck disable=SC2046
+  expect_fail failing "^(wiola train: error|rank 0): checkpoint step 8 not saved \\((rank [01]: )?$cause.*\\); the newest checkpoint in $t/ck is still step 2; this was the run's final checkpoint" \
+    "$fn" $(where "$t")
+  unset WIOLA_CKPT_FAIL_AT
+  one_error "$t/failing.err"
+  failed_saves_left "$t/ck" "$t/failing.err" "$cause"
+  resumes_from_step2 "$fn" "$ref"
+}
+enospc="No space left on device \\(WIOLA_CKPT_FAIL_AT=[a-z]+:4-(:[01])?\\)"
+tmpN="$work/[a-z0-9_]+/ck/\\.tmp-step-0000000[468]"
+rank_tmp="$tmpN/rank-0000[01]\\.h5\\.tmp"
+case_fail_at_mkdir() { fails_at mkdir "$tmpN: mkdir failed: $enospc" train1 "$ref1"; }
+case_fail_at_create() { fails_at create "$rank_tmp: create failed: $enospc" train1 "$ref1"; }
+case_fail_at_write() { fails_at write "$rank_tmp: write failed: $enospc" train1 "$ref1"; }
+case_fail_at_close() { fails_at close "$rank_tmp: close failed: $enospc" train1 "$ref1"; }
+case_fail_at_rename() { fails_at rename "$tmpN/rank-00000\\.h5: rename failed: $enospc" train1 "$ref1"; }
+case_fail_at_tokenizer() { fails_at tokenizer "$tmpN/tokenizer\\.json: tokenizer failed: $enospc" train1 "$ref1"; }
+case_fail_at_manifest() { fails_at manifest "$tmpN/manifest\\.json: manifest failed: $enospc" train1 "$ref1"; }
+case_fail_at_commit() { fails_at commit "$work/[a-z0-9_]+/ck/step-0000000[468]: commit failed: $enospc" train1 "$ref1"; }
+case_fail_at_latest() { fails_at latest "$work/[a-z0-9_]+/ck/latest: latest failed: $enospc" train1 "$ref1"; }
+# 2 ranks, only rank 1's write fails: every rank treats the save as failed,
+# nobody waits for anybody, and the run ends with rank 0's one message.
+case_fail_at_close_rank1_mpirun() {
+  fails_at close "rank 1: $tmpN/rank-00001\\.h5\\.tmp: close failed: $enospc" train2 "$ref2" 1
+}
+# Only step 4's save fails (rank 0 of 2): the saves after it succeed, and the
+# run ends as the uninterrupted one did, bit for bit.
+case_fail_once_mpirun() {
+  export WIOLA_CKPT_FAIL_AT=write:4:0
+  # shellcheck disable=SC2046
+  expect_ok once train2 $(where "$t")
+  unset WIOLA_CKPT_FAIL_AT
+  cat "$t/once.err"
+  grep -Eq "^wiola train: warning: checkpoint step 4 not saved \\(rank 0: $rank_tmp: write failed: No space left on device \\(WIOLA_CKPT_FAIL_AT=write:4:0\\)\\); the newest checkpoint in $t/ck is still step 2; training goes on" \
+    "$t/once.err" || fail "no warning for step 4"
+  [ "$(grep -c 'warning: checkpoint' "$t/once.err")" -eq 1 ] || fail "expected one warning"
+  [ "$(cd "$t/ck" && echo * .tmp*)" = "latest step-00000002 step-00000006 step-00000008 .tmp*" ] ||
+    fail "left in $t/ck: $(ls -A "$t/ck")"
+  same_as_ref "$t" "$ref2"
+}
+# SIGTERM: the stop's save fails too, so the run ends with the error and
+# exit status 1, not 75 (it did not stop where a checkpoint says).
+case_fail_on_sigterm() {
+  export WIOLA_CKPT_FAIL_AT=write
+  # shellcheck disable=SC2046
+  train1 $(where "$t") > "$t/stop.out" 2> "$t/stop.err" &
+  local pid=$!
+  wait_lines "$t/run/metrics.jsonl" 3 "$pid"
+  kill -TERM "$(job_of "$pid")"
+  wait "$pid"; local rc=$?
+  unset WIOLA_CKPT_FAIL_AT
+  cat "$t/stop.err"
+  [ "$rc" -eq 1 ] || fail "exit status $rc after SIGTERM with failing saves, expected 1"
+  local n; n=$(sed -n "s/^wiola train: error: checkpoint step \([0-9]*\) not saved (.*write failed: No space left on device.*); $(echo "$t/ck" | sed 's/[.[\/*^$]/\\&/g') holds no checkpoint of this run; this was the run's final checkpoint.*/\1/p" "$t/stop.err")
+  [ -n "$n" ] || fail "no error for the stop's save"
+  [ "$n" -lt $steps ] || fail "the run was not stopped (its last step's save failed at step $n)"
+  one_error "$t/stop.err"
+  grep -q "stopped at step" "$t/stop.out" && fail "reported as stopped with a checkpoint"
+  return 0
+}
+# checkpoint.max_failed_minutes: 0 stops at the first failed save (written
+# in the foreground: checkpoint.async = false); a tiny limit, at the second
+# (the first one starts the clock).
+stopped_after() {  # stopped_after DIR STEP WHAT: the run stopped once step STEP's save was seen to fail
+  # A background save is committed at the end of a later step, the next one
+  # or the one after, whose metrics line then never comes.
+  local n; n=$(lines "$1/run/metrics.jsonl")
+  [ "$n" -ge "$2" ] && [ "$n" -le $(( $2 + 1 )) ] || fail "$3: stopped after step $n, expected $2 or $(( $2 + 1 ))"
+}
+case_fail_give_up() {
+  export WIOLA_CKPT_FAIL_AT=write:4-
+  # shellcheck disable=SC2046
+  expect_fail first "^wiola train: error: checkpoint step 4 not saved \\(.*\\); the newest checkpoint in $t/first/ck is still step 2; checkpoints have failed since step 4 \\([0-9.e-]+ min, checkpoint\\.max_failed_minutes = 0\\): the run stops" \
+    train1 $(where "$t/first") --set checkpoint.max_failed_minutes=0 --set checkpoint.async=false
+  one_line "$t/first.err"
+  stopped_after "$t/first" 4 "max_failed_minutes = 0"
+  # shellcheck disable=SC2046
+  expect_fail second "^wiola train: error: checkpoint step 6 not saved \\(.*\\); .*checkpoints have failed since step 4 \\([0-9.e-]+ min, checkpoint\\.max_failed_minutes = 1e-05\\): the run stops" \
+    train1 $(where "$t/second") --set checkpoint.max_failed_minutes=0.00001
+  unset WIOLA_CKPT_FAIL_AT
+  stopped_after "$t/second" 6 "max_failed_minutes = 1e-05"
+}
 
 # ---- checkpoint.init_from (weights only) --------------------------------------------
 case_init_from_other_model() {
@@ -370,7 +505,9 @@ case_kill9_metrics() {
   local logged; logged=$(lines "$t/run/metrics.jsonl")
   # A line torn by the kill (as if it came mid-write).
   printf '{"grad_norm":1.0,"loss":9.9,"lr":0' >> "$t/run/metrics.jsonl"
-  local latest; latest=$(sed 's/^step-0*//' "$t/ck/latest")
+  # The newest complete checkpoint (the kill may fall between a save's
+  # rename and its move of `latest`: resume takes the newest all the same).
+  local latest; latest=$(cd "$t/ck" && ls -d step-*/manifest.json | sort | tail -n 1 | sed 's|^step-0*||; s|/.*||')
   note "killed after step $logged was logged; latest checkpoint: step $latest"
   [ "$logged" -gt "$latest" ] || fail "nothing to cut back (logged $logged, checkpoint $latest)"
   # shellcheck disable=SC2046

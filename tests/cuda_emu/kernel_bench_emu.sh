@@ -10,8 +10,9 @@ set -euo pipefail
 bench=$1 py=$2 dir=$3
 mkdir -p "$dir"
 rm -f "$dir/kernels.jsonl"
-"$bench" --small --json "$dir/kernels.jsonl"
-"$py" - "$dir/kernels.jsonl" <<'PY'
+rm -f "$dir/tuning.json"
+"$bench" --small --json "$dir/kernels.jsonl" --write-tuning "$dir/tuning.json"
+"$py" - "$dir/kernels.jsonl" "$dir/tuning.json" <<'PY'
 import json, sys
 rows = []
 for n, line in enumerate(open(sys.argv[1]), 1):
@@ -31,6 +32,8 @@ missing = [n for n in required if n not in by_name]
 assert not missing, f"missing results: {missing}"
 timed = skipped = 0
 for r in rows[1:]:
+    if r["section"] == "gemm tuning":  # checked below
+        continue
     if r.get("skipped"):
         assert r["section"] == "attention" and r.get("message"), f"skipped without a message: {r}"
         skipped += 1
@@ -47,5 +50,13 @@ atm = by_name["attention fwd tc atm"]["atm"]
 assert 0.15 <= atm["merged_pair_frac"] <= 0.3, f"ATM merged {atm['merged_pair_frac']} of the pairs"
 gemms = [r for r in rows if r["section"] == "gemm" and "roles" in r]
 assert len(gemms) >= 2 and len(gemms) % 2 == 0, f"{len(gemms)} GEMM lines"
+# The GEMM sweep: a winner per distinct GEMM, candidates with split-K among
+# them, and the winners written as a tuning table.
+winners = [r for r in rows if r["section"] == "gemm tuning" and "winner" in r]
+assert len(winners) == len(gemms) // 2, f"{len(winners)} tuned GEMMs for {len(gemms) // 2} distinct ones"
+cands = [r["candidate"] for r in rows if r["section"] == "gemm tuning" and "candidate" in r]
+assert any("splitk 4" in c for c in cands), "no split-K candidate was timed"
+tables = json.load(open(sys.argv[2]))["tables"]
+assert len(tables) == 1 and len(tables[0]["choices"]) == len(winners), tables
 print(f"kernel_bench_emu: ok ({timed} timed, {skipped} skipped, {len(gemms) // 2} distinct GEMMs)")
 PY

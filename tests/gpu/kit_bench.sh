@@ -6,9 +6,12 @@
 #             the PyTorch eager baseline of the same model
 #             (bench/torch_gpu_step.py)
 #   variants  the step in bf16 again with each kernel variant the backend can
-#             be switched to (rows: the row attention kernels; bwd_v2: the
-#             second form of the tensor-core backward; fa2: the
-#             FlashAttention-2 style forward): wiola_bench_<variant>.json;
+#             be switched to by its options (rows: the row attention kernels,
+#             --attention rows; bwd_v2: the second form of the tensor-core
+#             backward, --attention-bwd v2; fa2: the FlashAttention-2 style
+#             forward, --attention fa2; gemm_auto: the GEMMs tuned per shape,
+#             --gemm auto; gemm_lt: cuBLASLt's heuristic, --gemm cublaslt):
+#             wiola_bench_<variant>.json;
 #             then the attention references, PyTorch's SDPA with
 #             FlashAttention-2's and cuDNN's kernels at the same shape
 #             (bench/torch_attention_ref.py): attention_ref.jsonl
@@ -17,24 +20,26 @@
 # the ratios: wiola against PyTorch eager and torch.compile, each variant
 # against the default) and appends to $OUT/bench.log. Extra arguments go to
 # wiola_gpu_bench (--help lists them). KIT_VARIANTS: the variants to run
-# (default "rows bwd_v2 fa2").
+# (default "rows bwd_v2 fa2 gemm_auto").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/gpu/kit_env.sh
 py=$(command -v python3)
 args=(--device cuda --dtype bf16 --d 1024 --L 16 --H 16 --Hkv 4 --dA 1024 --dB 4096 --V 32000 --T 2048 --B 4)
-variant_env() {  # the environment that selects a variant
+variant_flags() {  # the backend options that select a variant
   case "$1" in
-    rows) echo WIOLA_CUDA_ATTENTION=rows ;;
-    bwd_v2) echo WIOLA_CUDA_ATTENTION_BWD=v2 ;;
-    fa2) echo WIOLA_CUDA_ATTENTION=fa2 ;;
+    rows) echo --attention rows ;;
+    bwd_v2) echo --attention-bwd v2 ;;
+    fa2) echo --attention fa2 ;;
+    gemm_auto) echo --gemm auto ;;
+    gemm_lt) echo --gemm cublaslt ;;
     *) echo "kit_bench: unknown variant $1" >&2; return 1 ;;
   esac
 }
 rc=0
 case "${KIT_BENCH_PART:-main}" in
   main)
-    "$kit_bin/wiola_gpu_bench" --json "$OUT/wiola_bench.json" "$@" 2>&1 | tee -a "$OUT/bench.log"
+    "$kit_bin/wiola_gpu_bench" --json "$OUT/wiola_bench.json" "${kit_flags[@]}" "$@" 2>&1 | tee -a "$OUT/bench.log"
     rc=${PIPESTATUS[0]}
     echo "PyTorch baseline (eager):" | tee -a "$OUT/bench.log"
     timeout 180 "$py" bench/torch_gpu_step.py "${args[@]}" 2>>"$OUT/bench.log" | tail -1 > "$OUT/torch_eager.json"
@@ -42,10 +47,11 @@ case "${KIT_BENCH_PART:-main}" in
   variants)
     vargs=("$@")
     [[ " $* " == *" --precision "* ]] || vargs+=(--precision bf16)
-    for v in ${KIT_VARIANTS:-rows bwd_v2 fa2}; do
-      e=$(variant_env "$v") || continue
-      echo "wiola bf16 with $e:" | tee -a "$OUT/bench.log"
-      env "$e" timeout 120 "$kit_bin/wiola_gpu_bench" --json "$OUT/wiola_bench_$v.json" "${vargs[@]}" 2>&1 |
+    for v in ${KIT_VARIANTS:-rows bwd_v2 fa2 gemm_auto}; do
+      f=$(variant_flags "$v") || continue
+      echo "wiola bf16 with $f:" | tee -a "$OUT/bench.log"
+      # shellcheck disable=SC2086  # $f: a flag and its value
+      timeout 120 "$kit_bin/wiola_gpu_bench" --json "$OUT/wiola_bench_$v.json" "${vargs[@]}" $f 2>&1 |
         tee -a "$OUT/bench.log"
     done
     # The references for the attention kernels: PyTorch's SDPA backends

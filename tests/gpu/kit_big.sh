@@ -8,5 +8,5 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/gpu/kit_env.sh
 timeout 540 "$kit_bin/wiola_gpu_bench" --preset wiola-1.5b --batch 1 --recompute --precision bf16 \
-  --steps "${KIT_BIG_STEPS:-20}" --warmup 1 --json "$OUT/big.json" "$@" 2>&1 | tee "$OUT/big.log"
+  --steps "${KIT_BIG_STEPS:-20}" --warmup 1 --json "$OUT/big.json" "${kit_flags[@]}" "$@" 2>&1 | tee "$OUT/big.log"
 exit "${PIPESTATUS[0]}"

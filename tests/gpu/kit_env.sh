@@ -24,6 +24,10 @@ for part in bin lib openmpi; do
 done
 chmod +x "$unpacked"/bin/*
 kit_bin=$unpacked/bin
+# KIT_ATTENTION (kit_session.sh sets rows when the tensor-core attention
+# failed its tests): the benchmarks' --attention.
+kit_flags=()
+[ -n "${KIT_ATTENTION:-}" ] && kit_flags=(--attention "$KIT_ATTENTION")
 # mpirun, its daemon, PMIx's plugins and the help files (kit_build.sh).
 if [ -e "$kit/mpi.tgz" ] && { [ ! -e "$unpacked/mpi" ] || [ "$kit/mpi.tgz" -nt "$unpacked/mpi" ]; }; then
   rm -rf "$unpacked/mpi" && tar xzf "$kit/mpi.tgz" -C "$unpacked" && touch "$unpacked/mpi"

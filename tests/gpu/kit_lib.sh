@@ -13,6 +13,10 @@ else
   OUT=${OUT:-/tmp/wiola-out}; mkdir -p "$OUT"
 fi
 py=${WIOLA_PYTHON:-$(command -v python3)}
+# KIT_ATTENTION (kit_session.sh sets rows when the tensor-core attention
+# failed its tests): the backend option of every run.
+kit_sets=()
+[ -n "${KIT_ATTENTION:-}" ] && kit_sets=(--set "train.cuda_attention=$KIT_ATTENTION")
 results=$work/results.jsonl
 : > "$results"
 

@@ -43,7 +43,7 @@ else
   model=(--set model.preset=wiola-small --set model.atm_tau=0.3 --set train.micro_batch=4)
   steps=8 half=4 text_bytes=2000000
 fi
-common=("${model[@]}" --set train.grad_accum=2 --set train.steps=$steps --set train.lr_max=1e-3
+common=("${model[@]}" "${kit_sets[@]}" --set train.grad_accum=2 --set train.steps=$steps --set train.lr_max=1e-3
         --set train.log_every=1 --set train.eval_every=0 --set train.seed=1234 --set train.threads=1
         --set checkpoint.keep=100 --set "data.path=$work/shards/manifest.json" -q)
 run() {  # run NAME NP [--set ...]: NAME on NP ranks (1: no launcher), its stderr in $work/NAME.err

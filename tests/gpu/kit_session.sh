@@ -13,8 +13,9 @@
 #      time at the step's shapes (kit_kernels.sh)
 #   4. memcheck on the op tests, the big preset, racecheck
 #   5. torch.compile, only with the time left (KIT_T_COMPILE, default 0)
-# If the tensor-core attention fails its tests, the benchmark runs with the
-# row kernels. The device tool returns at most 8 files from $OUT, so each
+# If the tensor-core attention fails its tests, the later steps run with the
+# row kernels (KIT_ATTENTION=rows: the backend option train.cuda_attention,
+# --attention of the benchmarks; kit_env.sh, kit_lib.sh). The device tool returns at most 8 files from $OUT, so each
 # step's files are packed into $OUT/kit_results.tgz after it; the log is
 # $OUT/session.log; tests/gpu/kit_table.py turns the results into the table
 # row for docs/gpu.md.
@@ -45,8 +46,8 @@ step() {  # step NAME SECONDS COMMAND...
 nvidia-smi || true
 step tests "${KIT_T_TESTS:-60}" bash tests/gpu/kit_tests.sh
 if grep -qE 'FAILED .*(AttentionTensorCores|Bf16TrainingTracksFp32)' "$work/gpu_tests.log" 2>/dev/null; then
-  echo "== tensor-core attention failed its tests: benchmarking with WIOLA_CUDA_ATTENTION=rows"
-  export WIOLA_CUDA_ATTENTION=rows
+  echo "== tensor-core attention failed its tests: the later steps run with KIT_ATTENTION=rows"
+  export KIT_ATTENTION=rows
 fi
 step train "${KIT_T_TRAIN:-180}" bash tests/gpu/kit_train.sh
 step multi "${KIT_T_MULTI:-100}" bash tests/gpu/kit_multi.sh

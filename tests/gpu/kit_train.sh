@@ -49,7 +49,7 @@ else
   model=(--set model.preset=wiola-small --set train.micro_batch=8)
   steps=400 every=50 term_at=100 kill_at=250 small_steps=8 half=4 text_bytes=2000000
 fi
-common=("${model[@]}" --set train.lr_max=1e-3 --set train.log_every=1
+common=("${model[@]}" "${kit_sets[@]}" --set train.lr_max=1e-3 --set train.log_every=1
         --set train.eval_every=0 --set train.seed=1234 --set checkpoint.keep=100
         --set "data.path=$work/shards/manifest.json" -q)
 train() {  # train NAME [--set ...]: run dir $work/NAME, checkpoints in $work/NAME/ck

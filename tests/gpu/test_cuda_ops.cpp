@@ -5,6 +5,7 @@
 // training run against fp32. Without a usable GPU every test is SKIPPED with
 // the reason, never passed.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -18,8 +19,10 @@
 
 #include "dist/optimizer.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/gemm_tuning.h"
 #include "kernels/ops.h"
 #include "kernels/scalar.h"
+#include "util/error.h"
 #include "model/model.h"
 #include "tests/model/precision_checks.h"
 
@@ -117,11 +120,18 @@ TEST(CudaOps, ElementwiseForwardBackward) {
     o.sigmoid_gate_bwd(pre, x, dout, n, gp, gx);
     o.blend_fwd(x, y, phi, n, bl);
     o.blend_bwd(x, y, phi, dout, n, bs, bc, dphi.data());
-    double dph = 0;
+    // The blend and the gate in one op, forward and backward.
+    float *fo = r.in(Vec(n)), *fog = r.in(Vec(n)), *fdp = r.in(Vec(n)), *fds = r.in(Vec(n)), *fdc = r.in(Vec(n));
+    Buffer<float, double> fdphi(o, 1);
+    o.blend_gate_fwd(x, y, phi, pre, n, fo, fog);
+    o.blend_gate_bwd(x, y, phi, pre, fo, dout, n, fdp, fds, fdc, fdphi.data());
+    double dph = 0, fdph = 0;
     o.download(&dph, dphi.data(), sizeof dph);
-    return std::vector<Vec>{r.out(f, n), r.out(fr, n), r.out(dp, n), r.out(da, n), r.out(db, n), r.out(g, n),
-                            r.out(gp, n),  r.out(gx, n), r.out(bl, n), r.out(bs, n), r.out(bc, n),
-                            Vec{float(dph)}};
+    o.download(&fdph, fdphi.data(), sizeof fdph);
+    return std::vector<Vec>{r.out(f, n),   r.out(fr, n),   r.out(dp, n),  r.out(da, n),  r.out(db, n),
+                            r.out(g, n),   r.out(gp, n),   r.out(gx, n),  r.out(bl, n),  r.out(bs, n),
+                            r.out(bc, n),  Vec{float(dph)}, r.out(fo, n), r.out(fog, n), r.out(fdp, n),
+                            r.out(fds, n), r.out(fdc, n),  Vec{float(fdph)}};
   });
   same_on_gpu("reductions + adamw", 1e-6, [&](Ops<float>& o) {
     OnBackend r(o);
@@ -130,10 +140,14 @@ TEST(CudaOps, ElementwiseForwardBackward) {
     o.zero(acc.data(), acc.bytes());
     o.sum_squares(g, n, acc.data());
     o.sum(g, n, acc.data() + 1);
-    o.adamw(p, g, m, v, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05);
+    o.adamw(p, g, m, v, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, nullptr, false);
+    // Once more fused with the weight copy and the gradient's zeroing.
+    float* w = r.in(Vec(n));
+    o.adamw(p, g, m, v, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.19, 0.0975, w, true);
     double h[2];
     o.download(h, acc.data(), sizeof h);
-    return std::vector<Vec>{r.out(p, n), r.out(m, n), r.out(v, n), Vec{float(h[0]), float(h[1])}};
+    return std::vector<Vec>{r.out(p, n), r.out(m, n), r.out(v, n), Vec{float(h[0]), float(h[1])}, r.out(w, n),
+                            r.out(g, n)};
   });
 }
 
@@ -150,9 +164,11 @@ TEST(CudaOps, NormEmbeddingCrossEntropy) {
     OnBackend r(o);
     float *bx = r.in(x), *g = r.in(gam), *de = r.in(del), *bdy = r.in(dy), *y = r.in(Vec(x.size()));
     float *rs = r.in(Vec(N)), *dx = r.in(Vec(x.size(), 0.5f)), *dg = r.in(Vec(d)), *dd = r.in(Vec(d));
-    o.rmsnorm_fwd(bx, g, de, N, d, 1e-6, y, rs);
+    float* yop = r.in(Vec(x.size()));  // the GEMM operand copy
+    o.rmsnorm_fwd(bx, g, de, N, d, 1e-6, y, rs, yop);
     o.rmsnorm_bwd(bx, g, de, rs, bdy, N, d, dx, dx, dg, dd);
-    return std::vector<Vec>{r.out(y, x.size()), r.out(rs, N), r.out(dx, x.size()), r.out(dg, d), r.out(dd, d)};
+    return std::vector<Vec>{r.out(y, x.size()), r.out(rs, N), r.out(dx, x.size()), r.out(dg, d), r.out(dd, d),
+                            r.out(yop, x.size())};
   });
   // The residual add fused with the norm (in place, as the model calls it),
   // and the backward with a separate residual gradient and with none.
@@ -161,7 +177,7 @@ TEST(CudaOps, NormEmbeddingCrossEntropy) {
     float *bx = r.in(x), *s = r.in(dy), *g = r.in(gam), *de = r.in(del), *bdy = r.in(x), *y = r.in(Vec(x.size()));
     float *rs = r.in(Vec(N)), *dres = r.in(dy), *dx = r.in(Vec(x.size(), 0.5f)), *dz = r.in(Vec(x.size(), 0.5f));
     float *dg = r.in(Vec(d)), *dd = r.in(Vec(d));
-    o.add_rmsnorm_fwd(bx, s, s, g, de, N, d, 1e-6, y, rs);
+    o.add_rmsnorm_fwd(bx, s, s, g, de, N, d, 1e-6, y, rs, nullptr);
     o.rmsnorm_bwd(s, g, de, rs, bdy, N, d, dres, dx, dg, dd);
     o.rmsnorm_bwd(s, g, de, rs, bdy, N, d, nullptr, dz, dg, dd);
     return std::vector<Vec>{r.out(s, x.size()), r.out(y, x.size()), r.out(rs, N), r.out(dx, x.size()),
@@ -375,9 +391,9 @@ struct GpuAttnCall {
 // The bf16 attention on tensor cores (kernels/cuda/attention_tc.cu), forward
 // and backward, against the CPU on exactly the GPU's bf16 inputs: plain causal
 // and ATM keys with self-open raw keys, two full 64-row tiles and a partial
-// one, every head dim it takes; then the same calls with
-// WIOLA_CUDA_ATTENTION_BWD=v2 (the second form of the tensor-core backward),
-// then with WIOLA_CUDA_ATTENTION=rows (the row kernels). Tolerances (max abs diff / max
+// one, every head dim it takes; then the same calls with the backend option
+// attention_bwd = v2 (the second form of the tensor-core backward), then with
+// attention = rows (the row kernels). Tolerances (max abs diff / max
 // abs of the CPU result): P and dS enter the products as bf16 and every
 // output is stored in bf16.
 TEST(CudaOps, AttentionTensorCoresBf16) {
@@ -417,12 +433,11 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
         return out;
       };
       const auto tc = run_gpu();
-      setenv("WIOLA_CUDA_ATTENTION_BWD", "v2", 1);
+      set_cuda_backend_options(*gpu, {.attention_bwd = "v2"});
       const auto tc2 = run_gpu();
-      unsetenv("WIOLA_CUDA_ATTENTION_BWD");
-      setenv("WIOLA_CUDA_ATTENTION", "rows", 1);
+      set_cuda_backend_options(*gpu, {.attention = "rows"});
       const auto rows = run_gpu();
-      unsetenv("WIOLA_CUDA_ATTENTION");
+      set_cuda_backend_options(*gpu, {});
 
       // The CPU on the same (bf16-valued) inputs.
       const Vec mkh = with_atm ? from_bf16(c.mk.data(), nk) : k, mvh = with_atm ? from_bf16(c.mv.data(), nk) : v;
@@ -463,7 +478,7 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
 }
 
 // The FlashAttention-2 form of the bf16 forward (kernels/cuda/attention_fa2.cu,
-// WIOLA_CUDA_ATTENTION=fa2) beside the tensor-core forward, against the CPU on
+// backend option attention = fa2) beside the tensor-core forward, against the CPU on
 // exactly the GPU's bf16 inputs, at every head dim it takes, with 4 query heads
 // on 2 KV groups: T = 67 (a full 64-row tile and a partial one) and T = 200
 // (four key tiles: the running max moves from tile to tile and O is rescaled),
@@ -471,7 +486,7 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
 // tensor-core backward on fa2's o and lse; and a decoding shape (67 queries
 // from position 133 over 200 keys, forward only: the tensor-core backward
 // takes q_pos0 = 0). The cases with a backward run again with
-// WIOLA_CUDA_ATTENTION_BWD=fa2 (attention_fa2.cu's backward), twice, the two
+// attention_bwd = fa2 (attention_fa2.cu's backward), twice, the two
 // runs bit-identical. Bounds those of AttentionTensorCoresBf16.
 TEST(CudaOps, AttentionFa2Bf16) {
   REQUIRE_GPU();
@@ -521,18 +536,17 @@ TEST(CudaOps, AttentionFa2Bf16) {
           }
           return out;
         };
-        setenv("WIOLA_CUDA_ATTENTION", "fa2", 1);
+        set_cuda_backend_options(*gpu, {.attention = "fa2"});
         const auto fa2 = run_gpu(!decoding);
-        // The fa2 backward (WIOLA_CUDA_ATTENTION_BWD=fa2) on the same o and
-        // lse, twice: the two runs must agree bit for bit.
+        // The fa2 backward (attention_bwd = fa2) on the same o and lse,
+        // twice: the two runs must agree bit for bit.
         std::vector<Vec> fa2b, fa2b_again;
         if (!decoding) {
-          setenv("WIOLA_CUDA_ATTENTION_BWD", "fa2", 1);
+          set_cuda_backend_options(*gpu, {.attention = "fa2", .attention_bwd = "fa2"});
           fa2b = run_gpu(true);
           fa2b_again = run_gpu(true);
-          unsetenv("WIOLA_CUDA_ATTENTION_BWD");
         }
-        unsetenv("WIOLA_CUDA_ATTENTION");
+        set_cuda_backend_options(*gpu, {});
         const auto tc = run_gpu(false);
 
         // The CPU on the same (bf16-valued) inputs.
@@ -587,11 +601,11 @@ TEST(CudaOps, AttentionFa2Bf16) {
           // order and rounds P and dS elsewhere: some gradient bits differ).
           bool differs = false;
           for (size_t t = 2; t < fa2b.size(); ++t) differs = differs || fa2b[t] != fa2[t];
-          EXPECT_TRUE(differs) << name << ": WIOLA_CUDA_ATTENTION_BWD=fa2 gave the tc backward's gradients";
+          EXPECT_TRUE(differs) << name << ": attention_bwd = fa2 gave the tc backward's gradients";
         }
         // The fa2 kernel ran (a fallback to the tensor-core kernel would give
         // its outputs bit for bit: fa2 sums in another order, in base 2).
-        EXPECT_NE(fa2[1], tc[1]) << name << ": WIOLA_CUDA_ATTENTION=fa2 gave the tc kernel's lse";
+        EXPECT_NE(fa2[1], tc[1]) << name << ": attention = fa2 gave the tc kernel's lse";
       }
     }
 }
@@ -730,6 +744,97 @@ TEST(CudaModel, Bf16TrainingTracksFp32) {
   EXPECT_LT(worst, 0.05);
 }
 
+// The fused ops against the ops they replace, on the GPU in both precisions,
+// bit for bit: AdamW with the weight copy and the gradient's zeroing against
+// adamw, convert and zero; the norms' GEMM operand copy against convert; the
+// blend and gate (forward and backward) against the four ops with their
+// intermediate stored in the activation type.
+TEST(CudaOps, FusedOpsMatchUnfusedBitForBit) {
+  REQUIRE_GPU();
+  for (CudaPrecision prec : {CudaPrecision::FP32, CudaPrecision::BF16}) {
+    SCOPED_TRACE(prec == CudaPrecision::FP32 ? "cuda-fp32" : "cuda (bf16)");
+    auto ops = make_cuda_ops(prec);
+    Ops<float>& o = *ops;
+    const Precision pr = o.precision();
+    std::vector<DynBuffer<float>> bufs;
+    // A buffer of type t holding v (rounded once), and one of n elements of garbage.
+    auto make = [&](DType t, const Vec& v) {
+      Buffer<float> tmp(o, v.size());
+      o.upload(tmp.data(), v.data(), v.size() * sizeof(float));
+      bufs.emplace_back(o, t, v.size());
+      o.convert(tmp.data(), bufs.back().data(), v.size());
+      return bufs.back().data();
+    };
+    auto fresh = [&](DType t, size_t n) { return make(t, Vec(n, 3.5f)); };
+    auto bytes = [&](CPtr p, size_t n) {
+      std::vector<unsigned char> b(n * dtype_bytes(p.dtype()));
+      o.download(b.data(), p.raw(), b.size());
+      return b;
+    };
+    const DType F = DType::F32, act = pr.act;
+
+    // AdamW: n odd, so the fused kernel runs a vector tail too.
+    const size_t n = 10007;
+    const Vec p0 = randn(n, 21), g0 = randn(n, 22, 0.1f), m0 = randn(n, 23, 0.01f);
+    Vec v0 = randn(n, 24, 0.001f);
+    for (float& x : v0) x = std::abs(x);
+    const Ptr p1 = make(F, p0), g1 = make(F, g0), m1 = make(F, m0), v1 = make(F, v0), w1 = fresh(pr.weight, n);
+    const Ptr p2 = make(F, p0), g2 = make(F, g0), m2 = make(F, m0), v2 = make(F, v0), w2 = fresh(pr.weight, n);
+    o.adamw(p1, g1, m1, v1, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, nullptr, false);
+    o.convert(p1, w1, n);
+    o.zero(g1.raw(), n * sizeof(float));
+    o.adamw(p2, g2, m2, v2, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, w2, true);
+    EXPECT_EQ(bytes(p2, n), bytes(p1, n));
+    EXPECT_EQ(bytes(m2, n), bytes(m1, n));
+    EXPECT_EQ(bytes(v2, n), bytes(v1, n));
+    EXPECT_EQ(bytes(w2, n), bytes(w1, n));
+    EXPECT_EQ(bytes(g2, n), bytes(g1, n));
+
+    // The norms with the operand copy (X-tilde: residual type, copy: act).
+    const int N = 300, d = 96;
+    const size_t nd = size_t(N) * d;
+    const Ptr x = make(pr.residual, randn(nd, 25, 3.f)), b = make(pr.residual, randn(nd, 26));
+    const Ptr gam = make(F, randn(d, 27, 0.3f)), del = make(F, randn(d, 28, 0.1f));
+    const Ptr y1 = fresh(pr.residual, nd), r1 = fresh(F, N), c1 = fresh(act, nd);
+    const Ptr y2 = fresh(pr.residual, nd), r2 = fresh(F, N), c2 = fresh(act, nd);
+    o.rmsnorm_fwd(x, gam, del, N, d, 1e-6, y1, r1, nullptr);
+    o.convert(y1, c1, nd);
+    o.rmsnorm_fwd(x, gam, del, N, d, 1e-6, y2, r2, c2);
+    EXPECT_EQ(bytes(y2, nd), bytes(y1, nd));
+    EXPECT_EQ(bytes(r2, N), bytes(r1, N));
+    EXPECT_EQ(bytes(c2, nd), bytes(c1, nd));
+    const Ptr s1 = make(pr.residual, Vec(nd)), s2 = make(pr.residual, Vec(nd));
+    o.add_rmsnorm_fwd(x, b, s1, gam, del, N, d, 1e-6, y1, r1, nullptr);
+    o.convert(y1, c1, nd);
+    o.add_rmsnorm_fwd(x, b, s2, gam, del, N, d, 1e-6, y2, r2, c2);
+    EXPECT_EQ(bytes(s2, nd), bytes(s1, nd));
+    EXPECT_EQ(bytes(y2, nd), bytes(y1, nd));
+    EXPECT_EQ(bytes(c2, nd), bytes(c1, nd));
+
+    // The blend and the gate, in the activation type.
+    const Ptr os = make(act, randn(n, 29)), oc = make(act, randn(n, 30)), pre = make(act, randn(n, 31, 3.f));
+    const Ptr dog = make(act, randn(n, 32)), phi = make(F, Vec{-0.7f});
+    const Ptr o1 = fresh(act, n), og1 = fresh(act, n), dp1 = fresh(act, n), d_o = fresh(act, n);
+    const Ptr ds1 = fresh(act, n), dc1 = fresh(act, n);
+    const Ptr o2 = fresh(act, n), og2 = fresh(act, n), dp2 = fresh(act, n), ds2 = fresh(act, n), dc2 = fresh(act, n);
+    Buffer<float, double> dphi(o, 2);
+    o.blend_fwd(os, oc, phi, n, o1);
+    o.sigmoid_gate_fwd(pre, o1, n, og1);
+    o.sigmoid_gate_bwd(pre, o1, dog, n, dp1, d_o);
+    o.blend_bwd(os, oc, phi, d_o, n, ds1, dc1, dphi.data());
+    o.blend_gate_fwd(os, oc, phi, pre, n, o2, og2);
+    o.blend_gate_bwd(os, oc, phi, pre, o2, dog, n, dp2, ds2, dc2, dphi.data() + 1);
+    EXPECT_EQ(bytes(o2, n), bytes(o1, n));
+    EXPECT_EQ(bytes(og2, n), bytes(og1, n));
+    EXPECT_EQ(bytes(dp2, n), bytes(dp1, n));
+    EXPECT_EQ(bytes(ds2, n), bytes(ds1, n));
+    EXPECT_EQ(bytes(dc2, n), bytes(dc1, n));
+    double h[2];
+    o.download(h, dphi.data(), sizeof h);
+    EXPECT_EQ(h[1], h[0]);
+  }
+}
+
 // The flat elementwise kernels move 16 bytes per access (vec_map,
 // kernels/cuda/common.cuh): a head element by element up to the first
 // 16-byte boundary, whole packs, a tail element by element, and every
@@ -799,6 +904,18 @@ TEST(CudaOps, VectorisedElementwiseMatchesScalar) {
                        o.upload(phi.data(), &v, sizeof v);
                        o.blend_fwd(p[0], p[1], phi.data(), n, p[2]);
                      }});
+    cases.push_back({"blend_gate_fwd" + s, {{t, In}, {t, In}, {t, In}, {t, Out}, {t, Out}}, 2e-6,
+                     [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) {
+                       Buffer<float> phi(o, 1);
+                       const float v = -0.7f;
+                       o.upload(phi.data(), &v, sizeof v);
+                       o.blend_gate_fwd(p[0], p[1], phi.data(), p[2], n, p[3], p[4]);
+                     }});
+    // AdamW writing the weight copy (of type t) and zeroing the gradient.
+    cases.push_back({"adamw+copy" + s, {{F, InOut}, {F, InOut}, {F, InOut}, {F, InOut, true}, {t, Out}}, 1e-6,
+                     [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) {
+                       o.adamw(p[0], p[1], p[2], p[3], n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, p[4], true);
+                     }});
     for (DType d : {F, H}) {
       const std::string sd = s + (d == F ? "->f32" : "->bf16");
       cases.push_back({"convert" + sd, {{t, In}, {d, Out}}, 2e-6,
@@ -820,7 +937,11 @@ TEST(CudaOps, VectorisedElementwiseMatchesScalar) {
   }
   cases.push_back({"adamw", {{F, InOut}, {F, In}, {F, InOut}, {F, InOut, true}}, 1e-6,
                    [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) {
-                     o.adamw(p[0], p[1], p[2], p[3], n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05);
+                     o.adamw(p[0], p[1], p[2], p[3], n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, nullptr, false);
+                   }});
+  cases.push_back({"adamw+zero", {{F, InOut}, {F, InOut}, {F, InOut}, {F, InOut, true}}, 1e-6,
+                   [](Ops<float>& o, const std::vector<Ptr>& p, size_t n) {
+                     o.adamw(p[0], p[1], p[2], p[3], n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, nullptr, true);
                    }});
 
   // Storage bytes of fp32 values in type t.
@@ -929,6 +1050,141 @@ TEST(CudaOps, VectorisedElementwiseMatchesScalar) {
       }
     }
     std::printf("  %-28s fp32 outputs' worst diff to the CPU %.2e (tol %.0e)\n", c.name.c_str(), worst, c.tol);
+  }
+}
+
+// ---- the backend options and the GEMM paths (kernels/backend_options.h,
+// kernels/cuda/gemm_tuner.cuh) -------------------------------------------------------
+
+// An old switch still set is refused with the key that replaced it; an
+// unknown option value is refused naming the key.
+TEST(CudaOps, BackendOptionsRefuseOldVariables) {
+  REQUIRE_GPU();
+  setenv("WIOLA_CUDA_ATTENTION", "rows", 1);
+  try {
+    make_cuda_ops(CudaPrecision::BF16);
+    ADD_FAILURE() << "WIOLA_CUDA_ATTENTION was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.cuda_attention"), std::string::npos) << e.what();
+  }
+  unsetenv("WIOLA_CUDA_ATTENTION");
+  EXPECT_THROW(make_cuda_ops(CudaPrecision::BF16, 0, {.gemm = "fastest"}), Error);
+}
+
+// One GEMM of every kind the backend issues (transposes NT, NN, TN; bf16
+// operands into bf16 or fp32, fp32 into fp32; beta 0 and 1), by each value
+// of the option gemm: cublaslt and auto (its sweep, then its choice once
+// adopted) against cublas. The emulator computes every path alike: the same
+// bits; on a GPU within the tuner's own tolerance.
+TEST(CudaOps, GemmPathsMatchCublas) {
+  REQUIRE_GPU();
+  auto gpu = make_cuda_ops(CudaPrecision::BF16);
+  const int m = 70, n = 48, k = 96;
+  const Vec a = randn(size_t(m) * k, 70), b = randn(size_t(k) * n, 71), c0 = randn(size_t(m) * n, 72);
+  Buffer<float> a32(*gpu, a.size()), b32(*gpu, b.size()), c32(*gpu, c0.size());
+  gpu->upload(a32.data(), a.data(), a32.bytes());
+  gpu->upload(b32.data(), b.data(), b32.bytes());
+  DynBuffer<float> a16(*gpu, DType::BF16, a.size()), b16(*gpu, DType::BF16, b.size()), c(*gpu, DType::F32, c0.size());
+  gpu->convert(a32.data(), a16.data(), a.size());
+  gpu->convert(b32.data(), b16.data(), b.size());
+  for (auto [ta, tb] : {std::pair{Trans::N, Trans::T}, std::pair{Trans::N, Trans::N}, std::pair{Trans::T, Trans::N}})
+    for (auto [ab, ct] : {std::pair{DType::BF16, DType::BF16}, std::pair{DType::BF16, DType::F32},
+                          std::pair{DType::F32, DType::F32}})
+      for (float beta : {0.f, 1.f}) {
+        const int lda = ta == Trans::N ? k : m, ldb = tb == Trans::N ? n : k;
+        const CPtr A = ab == DType::F32 ? CPtr(a32.data()) : a16.data(), B = ab == DType::F32 ? CPtr(b32.data()) : b16.data();
+        auto run = [&](const std::string& path, int times) {
+          set_cuda_backend_options(*gpu, {.gemm = path});
+          Vec out;
+          for (int t = 0; t < times; ++t) {
+            gpu->upload(c32.data(), c0.data(), c32.bytes());
+            const Ptr C = ct == DType::F32 ? Ptr(c.data()) : Ptr(c.data().raw(), DType::BF16);
+            gpu->convert(c32.data(), C, c0.size());
+            gpu->gemm(ta, tb, m, n, k, 0.5f, A, lda, B, ldb, beta, C, n);
+            if (t == 0 && path == "auto") gpu->adopt_gemm_tuning(gpu->gemm_tuning());
+            out = ct == DType::F32 ? Vec(c0.size()) : bf16_download(*gpu, C, c0.size());
+            if (ct == DType::F32) gpu->download(out.data(), c.data().raw(), c32.bytes());
+          }
+          return out;
+        };
+        const Vec ref = run("cublas", 1), lt = run("cublaslt", 1), tuned = run("auto", 2);
+        const std::string what = std::string(ta == Trans::T ? "T" : "N") + (tb == Trans::T ? "T " : "N ") +
+                                 dtype_name(ab) + ">" + dtype_name(ct) + " beta " + std::to_string(int(beta));
+#ifdef WIOLA_CUDA_EMU
+        EXPECT_EQ(lt, ref) << what;
+        EXPECT_EQ(tuned, ref) << what;
+#else
+        const double tol = ct == DType::F32 ? 1e-4 : 1e-2;
+        EXPECT_LT(rel(ref, lt), tol) << what;
+        EXPECT_LT(rel(ref, tuned), tol) << what;
+#endif
+      }
+  set_cuda_backend_options(*gpu, {});
+}
+
+// The tuning table: what the backend measured round-trips through its text
+// and is taken back unchanged; a table for another device or library
+// version is ignored (with a message) and changes nothing; two backends
+// given the same table make the same choice for the same GEMM; and (on the
+// emulator, whose candidate 0 computes wrong with WIOLA_EMU_LT_WRONG_ALGO=0)
+// a choice that fails its check against cublasGemmEx never wins.
+TEST(CudaOps, GemmTuningTable) {
+  REQUIRE_GPU();
+#ifdef WIOLA_CUDA_EMU
+  setenv("WIOLA_EMU_LT_WRONG_ALGO", "0", 1);
+#endif
+  auto sweep = [&] {
+    auto gpu = make_cuda_ops(CudaPrecision::BF16, 0, {.gemm = "auto"});
+    const int m = 64, n = 32, k = 4096;  // few output tiles, deep: split-K candidates
+    DynBuffer<float> A(*gpu, DType::BF16, size_t(k) * m), B(*gpu, DType::BF16, size_t(k) * n), C(*gpu, DType::F32, size_t(m) * n);
+    Buffer<float> tmp(*gpu, size_t(k) * m);
+    const Vec h = randn(size_t(k) * m, 80);
+    gpu->upload(tmp.data(), h.data(), tmp.bytes());
+    gpu->convert(tmp.data(), A.data(), A.size());
+    gpu->convert(tmp.data(), B.data(), B.size());
+    gpu->zero(C.data().raw(), C.bytes());
+    gpu->gemm(Trans::T, Trans::N, m, n, k, 1.f, A.data(), m, B.data(), n, 1.f, C.data(), n);
+    gpu->synchronize();
+    return gpu->gemm_tuning();
+  };
+  const std::string text = sweep();
+  const auto file = nlohmann::json::parse(text);
+  ASSERT_EQ(file["tables"].size(), 1u) << text;
+  const std::string device = file["tables"][0]["device"];
+  const GemmTable t = gemm_table_for(text, device, "test");
+  ASSERT_EQ(t.choices.size(), 1u) << text;
+  const GemmChoice& won = t.choices.begin()->second;
+  EXPECT_GT(won.us, 0) << text;
+  EXPECT_GE(won.tried.size(), 2u) << text;
+#ifdef WIOLA_CUDA_EMU
+  EXPECT_NE(won.config.rfind("id 0 ", 0), 0u) << "the wrong candidate won: " << text;
+  bool rejected = false, split = false;
+  for (const auto& c : won.tried) {
+    rejected = rejected || (c.rfind("cublaslt id 0 ", 0) == 0 && c.find("rejected") != std::string::npos);
+    split = split || c.find("splitk 4") != std::string::npos;
+  }
+  EXPECT_TRUE(rejected) << text;
+  EXPECT_TRUE(split) << text;
+  unsetenv("WIOLA_EMU_LT_WRONG_ALGO");
+#endif
+  // Round trip: the text read back is the same table; merged into a file
+  // with another device's table, each device finds its own.
+  EXPECT_EQ(gemm_table_for(gemm_tuning_json(t), device, "again").choices, t.choices);
+  GemmTable other{"Another card, sm_80, cuBLASLt 1", {{"x", GemmChoice{}}}};
+  const std::string both = merge_gemm_tuning(text, other);
+  EXPECT_EQ(gemm_table_for(both, device, "both").choices, t.choices);
+  std::string why;
+  EXPECT_TRUE(gemm_table_for(gemm_tuning_json(other), device, "other", &why).choices.empty());
+  EXPECT_NE(why.find("Another card"), std::string::npos) << why;
+  // A backend given the table takes its choice, every time; another card's
+  // table leaves it as it was.
+  for (int run = 0; run < 2; ++run) {
+    auto gpu = make_cuda_ops(CudaPrecision::BF16, 0, {.gemm = "auto"});
+    gpu->adopt_gemm_tuning(text);
+    gpu->adopt_gemm_tuning(gemm_tuning_json(other));  // ignored, with a message
+    const GemmTable got = gemm_table_for(gpu->gemm_tuning(), device, "adopted");
+    ASSERT_EQ(got.choices.size(), 1u);
+    EXPECT_EQ(got.choices.begin()->second, won) << "run " << run;
   }
 }
 

@@ -131,6 +131,55 @@ TEST(Bf16StorageOps, OnlyTheOutputChanges) {
   EXPECT_EQ(std::vector<uint16_t>(both.begin() + long(m), both.end()), to_bits(wu));
 }
 
+// The fused ops round what their unfused forms stored in between, as the
+// GPU's kernels do: blend_gate_* are the bits of blend, gate and their
+// backward one after the other; a norm's bf16 operand copy and AdamW's bf16
+// weight copy are the bits convert would write.
+TEST(Bf16StorageOps, FusedOpsRoundAsTheUnfusedOps) {
+  auto bf = make_backend<float>("cpu-bf16");
+  const size_t n = 301;
+  std::vector<Bf16Buf> b;
+  for (int i = 0; i < 14; ++i) b.emplace_back(*bf, n);
+  for (int i = 0; i < 4; ++i) b[size_t(i)].set(*bf, to_bits(randn(n, 40 + uint64_t(i))));  // os, oc, pre, dog
+  Buffer<float> phi(*bf, 1);
+  const float ph = -0.7f;
+  bf->upload(phi.data(), &ph, sizeof ph);
+  Buffer<float, double> dphi(*bf, 2);
+  auto P = [&](int i) { return b[size_t(i)].ptr(); };
+  bf->blend_fwd(P(0), P(1), phi.data(), n, P(4));
+  bf->sigmoid_gate_fwd(P(2), P(4), n, P(5));
+  bf->sigmoid_gate_bwd(P(2), P(4), P(3), n, P(6), P(7));
+  bf->blend_bwd(P(0), P(1), phi.data(), P(7), n, P(8), P(9), dphi.data());
+  bf->blend_gate_fwd(P(0), P(1), phi.data(), P(2), n, P(10), P(11));
+  bf->blend_gate_bwd(P(0), P(1), phi.data(), P(2), P(10), P(3), n, P(12), P(13), P(7), dphi.data() + 1);
+  EXPECT_EQ(b[10].get(*bf), b[4].get(*bf));  // o
+  EXPECT_EQ(b[11].get(*bf), b[5].get(*bf));  // og
+  EXPECT_EQ(b[12].get(*bf), b[6].get(*bf));  // dpre
+  EXPECT_EQ(b[13].get(*bf), b[8].get(*bf));  // d_self
+  EXPECT_EQ(b[7].get(*bf), b[9].get(*bf));   // d_ctx
+  double h[2];
+  bf->download(h, dphi.data(), sizeof h);
+  EXPECT_EQ(h[1], h[0]);
+
+  // The norm's operand copy and AdamW's weight copy.
+  const int N = 7, d = 43;
+  const auto x = randn(size_t(N) * d, 50), gam = randn(size_t(d), 51), p0 = randn(n, 52), g0 = randn(n, 53);
+  std::vector<float> del(size_t(d), 0.05f), y(x.size()), rs(N), y2(x.size()), rs2(N), m(n, 0.f), v(n, 0.f);
+  Bf16Buf c(*bf, x.size()), c2(*bf, x.size()), w(*bf, n), w2(*bf, n);
+  bf->rmsnorm_fwd(x.data(), gam.data(), del.data(), N, d, 1e-6, y.data(), rs.data(), nullptr);
+  bf->convert(y.data(), c.ptr(), x.size());
+  bf->rmsnorm_fwd(x.data(), gam.data(), del.data(), N, d, 1e-6, y2.data(), rs2.data(), c2.ptr());
+  EXPECT_EQ(y2, y);
+  EXPECT_EQ(c2.get(*bf), c.get(*bf));
+  std::vector<float> p = p0, g = g0, p2 = p0, g2 = g0, m2 = m, v2 = v;
+  bf->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, nullptr, false);
+  bf->convert(p.data(), w.ptr(), n);
+  bf->adamw(p2.data(), g2.data(), m2.data(), v2.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, w2.ptr(), true);
+  EXPECT_EQ(p2, p);
+  EXPECT_EQ(w2.get(*bf), w.get(*bf));
+  EXPECT_EQ(g2, std::vector<float>(n, 0.f));
+}
+
 TEST(Bf16StorageOps, ForeignBf16PointerIsAnError) {
   auto bf = make_backend<float>("cpu-bf16");
   std::vector<uint16_t> host(8, 0);

@@ -332,7 +332,16 @@ TEST_P(SimdTarget, AdamW) {
     const Fv p0 = p.vec(), m0 = m.vec(), v0 = v.vec();
     const double lr = 1e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, bc1 = 1 - std::pow(b1, 3),
                  bc2 = 1 - std::pow(b2, 3);
-    cpu::adamw(p.p, g.p, m.p, v.p, n, lr, b1, b2, eps, wd, bc1, bc2);
+    // Fused with the weight copy and the gradient's zeroing, on copies: the
+    // same p, m, v bits, w = p, g = 0.
+    Fv pf = p.vec(), gf = g.vec(), mf = m.vec(), vf = v.vec(), w(n, 7.0f);
+    cpu::adamw(p.p, g.p, m.p, v.p, n, lr, b1, b2, eps, wd, bc1, bc2, static_cast<float*>(nullptr), false);
+    cpu::adamw(pf.data(), gf.data(), mf.data(), vf.data(), n, lr, b1, b2, eps, wd, bc1, bc2, w.data(), true);
+    EXPECT_EQ(pf, p.vec());
+    EXPECT_EQ(mf, m.vec());
+    EXPECT_EQ(vf, v.vec());
+    EXPECT_EQ(w, p.vec());
+    EXPECT_EQ(gf, Fv(n, 0.0f));
     const double decay = 1.0 - lr * wd, step = lr / bc1, rsbc2 = 1.0 / std::sqrt(bc2);
     for (size_t i = 0; i < n; ++i) {
       const double gi = g[i];
@@ -529,7 +538,8 @@ Outputs run_all() {
   o.f.push_back(mx), o.f.push_back(se), o.f.push_back(loss), o.f.push_back(lg);
   Fv p = a.vec(), m = b.vec(), v(n);
   for (size_t i = 0; i < n; ++i) v[i] = std::abs(c[i]);
-  cpu::adamw(p.data(), b.p, m.data(), v.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.5, 0.3);
+  cpu::adamw(p.data(), b.p, m.data(), v.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.5, 0.3, static_cast<float*>(nullptr),
+             false);
   o.f.push_back(p), o.f.push_back(m), o.f.push_back(v);
   Fv row(a.p, a.p + 4099);
   o.f.push_back({cpu::simd_row_max(row.data(), 4099), cpu::simd_exp_sub_sum(row.data(), 4099, 2.0f),

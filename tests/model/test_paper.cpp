@@ -218,7 +218,7 @@ TEST(PaperRMSNorm, Shape) {
   // Guard cells after y [N, d] and rstd [N].
   auto by = up(*ops, std::vector<double>(size_t(N) * d + 8, -7.0));
   auto br = up(*ops, std::vector<double>(size_t(N) + 4, -7.0));
-  ops->rmsnorm_fwd(bx.data(), bg.data(), bd.data(), N, d, eps, by.data(), br.data());
+  ops->rmsnorm_fwd(bx.data(), bg.data(), bd.data(), N, d, eps, by.data(), br.data(), nullptr);
   const auto y = down(*ops, by.data(), by.size());
   const auto r = down(*ops, br.data(), br.size());
   for (int i = 0; i < N; ++i) {
@@ -248,7 +248,7 @@ TEST(PaperRMSNorm, DeltaEffect) {
     auto bx = up(*ops, xin), bg = up(*ops, g), bd = up(*ops, delta);
     Buffer<double> by(*ops, xin.size()), br(*ops, xin.size() / d);
     ops->rmsnorm_fwd(bx.data(), bg.data(), bd.data(), int(xin.size() / d), d, eps,
-                     by.data(), br.data());
+                     by.data(), br.data(), nullptr);
     return down(*ops, by.data(), xin.size());
   };
   const auto y0 = run(x, zero), y1 = run(x, dl);
@@ -286,7 +286,7 @@ TEST(PaperRMSNorm, NoNaN) {
     const std::vector<double> g(size_t(d), 1.5), dl(size_t(d), 0.0);
     auto bx = up(*ops, x), bg = up(*ops, g), bd = up(*ops, dl);
     Buffer<double> by(*ops, x.size()), br(*ops, 3);
-    ops->rmsnorm_fwd(bx.data(), bg.data(), bd.data(), 3, d, eps, by.data(), br.data());
+    ops->rmsnorm_fwd(bx.data(), bg.data(), bd.data(), 3, d, eps, by.data(), br.data(), nullptr);
     const auto y = down(*ops, by.data(), x.size());
     const auto r = down(*ops, br.data(), 3);
     EXPECT_TRUE(all_finite(y));
@@ -311,7 +311,7 @@ TEST(PaperRMSNorm, NoNaN) {
     const std::vector<float> g(size_t(d), 1.0f), dl(size_t(d), 0.0f);
     auto bx = up(*ops, x), bg = up(*ops, g), bd = up(*ops, dl);
     Buffer<float> by(*ops, x.size()), br(*ops, 3);
-    ops->rmsnorm_fwd(bx.data(), bg.data(), bd.data(), 3, d, eps, by.data(), br.data());
+    ops->rmsnorm_fwd(bx.data(), bg.data(), bd.data(), 3, d, eps, by.data(), br.data(), nullptr);
     const auto y = down(*ops, by.data(), x.size());
     EXPECT_TRUE(all_finite(y));
     EXPECT_TRUE(all_finite(down(*ops, br.data(), 3)));

@@ -171,13 +171,13 @@ TEST(AdamW, ThreeStepsMatchPyTorchFormula) {
   Vec pr = p, mr = m, vr = v;
   Fvec pf = to_float(p), mf(n, 0), vf(n, 0);
   for (int t = 1; t <= 3; ++t) {
-    const Vec g = randn(n, 0.1);
-    const Fvec gf = to_float(g);
+    Vec g = randn(n, 0.1);
+    Fvec gf = to_float(g);
     const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
     D.adamw(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd,
-            bc1, bc2);
+            bc1, bc2, nullptr, false);
     F.adamw(pf.data(), gf.data(), mf.data(), vf.data(), n, lr, b1, b2, eps, wd,
-            bc1, bc2);
+            bc1, bc2, nullptr, false);
     for (size_t i = 0; i < n; ++i) {  // scalar PyTorch AdamW
       pr[i] *= 1 - lr * wd;
       mr[i] = b1 * mr[i] + (1 - b1) * g[i];
@@ -198,6 +198,31 @@ TEST(AdamW, ThreeStepsMatchPyTorchFormula) {
   const double ef = rel_err(Vec(pf.begin(), pf.end()), pr);
   report("f32 vs f64 adamw p", ef);
   EXPECT_LT(ef, 1e-6);
+}
+
+// AdamW fused with the weight copy and the gradient's zeroing: the same p,
+// m, v bits as alone, the copy = p, the gradient zero (float and double).
+template <class T>
+void check_fused_adamw(CpuOps<T>& ops) {
+  const size_t n = 1031;  // a vector tail and, in float, several threads' ranges
+  const auto fill = [&](double sd) {
+    const Vec x = randn(n, sd);
+    return std::vector<T>(x.begin(), x.end());
+  };
+  std::vector<T> p = fill(1), g = fill(0.1), m = fill(0.01), v = fill(0.001);
+  for (T& x : v) x = std::abs(x);
+  std::vector<T> pf = p, gf = g, mf = m, vf = v, w(n, T(7));
+  ops.adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.3, 0.2, nullptr, false);
+  ops.adamw(pf.data(), gf.data(), mf.data(), vf.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.3, 0.2, w.data(), true);
+  EXPECT_EQ(pf, p);
+  EXPECT_EQ(mf, m);
+  EXPECT_EQ(vf, v);
+  EXPECT_EQ(w, p);
+  EXPECT_EQ(gf, std::vector<T>(n, T(0)));
+}
+TEST(AdamW, FusedWeightCopyAndGradientZeroing) {
+  check_fused_adamw(F);
+  check_fused_adamw(D);
 }
 
 // ---- attention forwarding ------------------------------------------------------------
@@ -266,14 +291,14 @@ TEST_F(ThreeThreads, RowOpsMatchRowByRowCalls) {
   const Vec x = randn(size_t(N) * d), g = randn(d, 0.3, 1), dl = randn(d, 0.5),
             dy = randn(x.size());
   Vec y(x.size()), r(N), dx(x.size(), 0), dg(d, 0), dd(d, 0);
-  D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, 1e-6, y.data(), r.data());
+  D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, 1e-6, y.data(), r.data(), nullptr);
   D.rmsnorm_bwd(x.data(), g.data(), dl.data(), r.data(), dy.data(), N, d,
                 dx.data(), dx.data(), dg.data(), dd.data());
   Vec y1(x.size()), r1(N), dx1(x.size(), 0), dg1(d, 0), dd1(d, 0);
   for (int i = 0; i < N; ++i) {
     const size_t o = size_t(i) * d;
     D.rmsnorm_fwd(x.data() + o, g.data(), dl.data(), 1, d, 1e-6, y1.data() + o,
-                  r1.data() + i);
+                  r1.data() + i, nullptr);
     D.rmsnorm_bwd(x.data() + o, g.data(), dl.data(), r1.data() + i,
                   dy.data() + o, 1, d, dx1.data() + o, dx1.data() + o, dg1.data(), dd1.data());
   }
@@ -288,11 +313,19 @@ TEST_F(ThreeThreads, RowOpsMatchRowByRowCalls) {
   const Vec br = randn(x.size());
   Vec s(x.size()), ys(x.size()), rs(N), s2 = br, y2(x.size()), r2(N);
   D.add(x.data(), br.data(), s.data(), x.size());
-  D.rmsnorm_fwd(s.data(), g.data(), dl.data(), N, d, 1e-6, ys.data(), rs.data());
-  D.add_rmsnorm_fwd(x.data(), s2.data(), s2.data(), g.data(), dl.data(), N, d, 1e-6, y2.data(), r2.data());
+  D.rmsnorm_fwd(s.data(), g.data(), dl.data(), N, d, 1e-6, ys.data(), rs.data(), nullptr);
+  D.add_rmsnorm_fwd(x.data(), s2.data(), s2.data(), g.data(), dl.data(), N, d, 1e-6, y2.data(), r2.data(), nullptr);
   EXPECT_EQ(s2, s);
   EXPECT_EQ(y2, ys);
   EXPECT_EQ(r2, rs);
+  // With the GEMM operand copy (storage T here: y itself), the same y too.
+  Vec s3 = br, y3(x.size()), r3(N), op3(x.size()), y4(x.size()), r4(N), op4(x.size());
+  D.add_rmsnorm_fwd(x.data(), s3.data(), s3.data(), g.data(), dl.data(), N, d, 1e-6, y3.data(), r3.data(), op3.data());
+  D.rmsnorm_fwd(s.data(), g.data(), dl.data(), N, d, 1e-6, y4.data(), r4.data(), op4.data());
+  EXPECT_EQ(y3, ys);
+  EXPECT_EQ(op3, ys);
+  EXPECT_EQ(y4, ys);
+  EXPECT_EQ(op4, ys);
   Vec dxa = dy, dxb(x.size(), 3.0), dz(x.size(), 3.0), dza(x.size(), 0.0);
   D.rmsnorm_bwd(s.data(), g.data(), dl.data(), rs.data(), x.data(), N, d, dxa.data(), dxa.data(), dg.data(), dd.data());
   D.rmsnorm_bwd(s.data(), g.data(), dl.data(), rs.data(), x.data(), N, d, dy.data(), dxb.data(), dg.data(), dd.data());
@@ -429,7 +462,7 @@ TEST(Determinism, RepeatedCallsAreBitIdentical) {
     r.s = sum_of(F, x.data(), n);
     Fvec a(n), b(n), rs(N), yy(n);
     r.dphi = blend_bwd_dphi(F, x.data(), y.data(), -3.0f, y.data(), n, a.data(), b.data());
-    F.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, 1e-6, yy.data(), rs.data());
+    F.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, 1e-6, yy.data(), rs.data(), nullptr);
     r.dg.assign(d, 0);
     r.dd.assign(d, 0);
     r.dx.assign(n, 0);

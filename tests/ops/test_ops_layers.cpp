@@ -40,7 +40,7 @@ TEST(RmsNorm, ForwardMatchesFormula) {
   Vec x = randn(size_t(N) * d), g = randn(d, 0.3, 1.0), dl = randn(d, 0.5);
   Vec y(x.size()), rstd(N);
   D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, eps, y.data(),
-                rstd.data());
+                rstd.data(), nullptr);
   const double err = rel_err(y, rmsnorm_ref(x, g, dl, N, d, eps));
   report("fwd rmsnorm", err);
   EXPECT_LT(err, 1e-14);
@@ -59,12 +59,12 @@ TEST(RmsNorm, BackwardFiniteDifferences) {
     auto L = [&] {
       Vec y(x.size()), r(N);
       D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, eps, y.data(),
-                    r.data());
+                    r.data(), nullptr);
       return dot(w, y);
     };
     Vec y(x.size()), rstd(N);
     D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, eps, y.data(),
-                  rstd.data());
+                  rstd.data(), nullptr);
     // All three gradients accumulate: start from random values.
     const Vec dx0 = randn(x.size()), dg0 = randn(d), dd0 = randn(d);
     Vec dx = dx0, dg = dg0, dd = dd0;
@@ -80,11 +80,11 @@ TEST(RmsNorm, FloatMatchesDouble) {
   const int N = 9, d = 64;
   Vec x = randn(size_t(N) * d), g = randn(d, 0.3, 1.0), dl = randn(d, 0.5);
   Vec y(x.size()), r(N);
-  D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, 1e-6, y.data(), r.data());
+  D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, 1e-6, y.data(), r.data(), nullptr);
   Fvec xf = to_float(x), gf = to_float(g), df = to_float(dl), yf(x.size()),
        rf(N);
   F.rmsnorm_fwd(xf.data(), gf.data(), df.data(), N, d, 1e-6, yf.data(),
-                rf.data());
+                rf.data(), nullptr);
   const double err = rel_err(Vec(yf.begin(), yf.end()), y);
   report("f32 vs f64 rmsnorm", err);
   EXPECT_LT(err, 1e-5);
@@ -425,6 +425,38 @@ TEST(SigmoidGate, ForwardAndFiniteDifferences) {
   D.sigmoid_gate_bwd(pre.data(), x.data(), w.data(), n, dpre.data(), dx.data());
   fd_check("sigmoid_gate dpre", pre, dpre, L);
   fd_check("sigmoid_gate dx", x, dx, L);
+}
+
+// The blend and the gate in one op: the bits of the two ops one after the
+// other, forward and backward (dL/dφ too), in float and double.
+template <class T>
+void check_blend_gate(CpuOps<T>& ops) {
+  const size_t n = 1037;
+  const auto fill = [&](double sd) {
+    const Vec x = randn(n, sd);
+    return std::vector<T>(x.begin(), x.end());
+  };
+  const std::vector<T> os = fill(1), oc = fill(1), pre = fill(3), dog = fill(1), phi = {T(-0.7)};
+  std::vector<T> o(n), og(n), o2(n), og2(n);
+  ops.blend_fwd(os.data(), oc.data(), phi.data(), n, o.data());
+  ops.sigmoid_gate_fwd(pre.data(), o.data(), n, og.data());
+  ops.blend_gate_fwd(os.data(), oc.data(), phi.data(), pre.data(), n, o2.data(), og2.data());
+  EXPECT_EQ(o2, o);
+  EXPECT_EQ(og2, og);
+  std::vector<T> dpre(n), d_o(n), ds(n), dc(n), dpre2(n), ds2(n), dc2(n);
+  double dphi = 0, dphi2 = 0;
+  ops.sigmoid_gate_bwd(pre.data(), o.data(), dog.data(), n, dpre.data(), d_o.data());
+  ops.blend_bwd(os.data(), oc.data(), phi.data(), d_o.data(), n, ds.data(), dc.data(), &dphi);
+  ops.blend_gate_bwd(os.data(), oc.data(), phi.data(), pre.data(), o.data(), dog.data(), n, dpre2.data(), ds2.data(),
+                     dc2.data(), &dphi2);
+  EXPECT_EQ(dpre2, dpre);
+  EXPECT_EQ(ds2, ds);
+  EXPECT_EQ(dc2, dc);
+  EXPECT_EQ(dphi2, dphi);
+}
+TEST(BlendGate, FusedMatchesBlendThenGate) {
+  check_blend_gate(F);
+  check_blend_gate(D);
 }
 
 // ---- DSFF -------------------------------------------------------------------------

@@ -39,7 +39,7 @@ TEST(ScalarReference, NormSrpeAdamw) {
   const int N = 7, d = 24;
   const Vec x = randn(size_t(N) * d), gam = randn(d, 0.5, 1.0), del = randn(d, 0.1);
   Vec y(x.size()), rstd(N);
-  D.rmsnorm_fwd(x.data(), gam.data(), del.data(), N, d, 1e-6, y.data(), rstd.data());
+  D.rmsnorm_fwd(x.data(), gam.data(), del.data(), N, d, 1e-6, y.data(), rstd.data(), nullptr);
   for (int r = 0; r < N; ++r) {
     double ms = 0;
     for (int j = 0; j < d; ++j) ms += (x[size_t(r) * d + j] + del[j]) * (x[size_t(r) * d + j] + del[j]);
@@ -72,9 +72,9 @@ TEST(ScalarReference, NormSrpeAdamw) {
   Vec p = randn(n), m(n, 0.0), v(n, 0.0);
   Vec rp = p, rm = m, rv = v;
   for (int t = 1; t <= 3; ++t) {
-    const Vec g = randn(n);
+    Vec g = randn(n);
     const double bc1 = 1 - std::pow(0.9, t), bc2 = 1 - std::pow(0.95, t);
-    D.adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, bc1, bc2);
+    D.adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, bc1, bc2, nullptr, false);
     for (size_t i = 0; i < n; ++i) ref::adamw(rp[i], g[i], rm[i], rv[i], 1e-3, 0.9, 0.95, 1e-8, 0.1, bc1, bc2);
   }
   for (size_t i = 0; i < n; ++i) {

@@ -758,6 +758,24 @@ TEST_F(CheckpointTest, DiffRefusesAnotherModelAndADamagedCheckpoint) {
                   "checkpoint '" + bad.string() + "' is damaged: ");
 }
 
+// A rank file the disk refuses: the error names the file and the reason,
+// no temporary file is left, and HDF5 holds no file open (HDF5 builds it in
+// memory; with HDF5 1.10 a failed write inside HDF5 left a half-closed file
+// that crashed the process at exit).
+TEST_F(CheckpointTest, RankFileOnAFullDiskFailsCleanly) {
+  reference();
+  const WrittenFile& w = files_.at(0);
+  const fs::path full = dir_ / "full", missing = dir_ / "missing";
+  fs::create_directories(full);
+  fs::create_symlink("/dev/full", full / "rank-00000.h5.tmp");  // every write: ENOSPC
+  EXPECT_CONTAINS(error_of([&] { ckpt::write_rank_file((full / "rank-00000.h5").string(), w.header, w.pieces); }),
+                  (full / "rank-00000.h5.tmp").string() + ": write failed: " + std::strerror(ENOSPC));
+  EXPECT_CONTAINS(error_of([&] { ckpt::write_rank_file((missing / "rank-00000.h5").string(), w.header, w.pieces); }),
+                  (missing / "rank-00000.h5.tmp").string() + ": cannot create: ");
+  EXPECT_TRUE(fs::is_empty(full)) << "the temporary file was left";
+  EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0) << "HDF5 objects left open";
+}
+
 TEST(CheckpointList, SkipsForeignAndIncompleteFolders) {
   std::random_device rd;
   const fs::path d = fs::temp_directory_path() / ("wiola-ckpt-list-" + std::to_string(rd()));

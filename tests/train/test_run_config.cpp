@@ -318,6 +318,7 @@ TEST_F(RunConfigTest, ValidationOfTrainParallelCheckpoint) {
       {"train.eval_every=-1", "train.eval_every"},
       {"train.eval_batches=0", "train.eval_batches"},
       {"train.threads=-1", "train.threads"},
+      {"train.straggler_share=-0.1", "train.straggler_share"},
       {"train.seed=9223372036854775807", ""},  // INT64_MAX is fine
       {"data.prefetch=-1", "data.prefetch"},
       {"data.seed=-2", "data.seed"},
@@ -433,6 +434,8 @@ void expect_same(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(t.eval_batches, u.eval_batches);
   EXPECT_EQ(t.run_dir, u.run_dir);
   EXPECT_EQ(t.max_steps, u.max_steps);
+  EXPECT_EQ(t.tensorboard, u.tensorboard);
+  EXPECT_EQ(t.straggler_share, u.straggler_share);
   EXPECT_EQ(a.data.path, b.data.path);
   EXPECT_EQ(a.data.shuffle, b.data.shuffle);
   EXPECT_EQ(a.data.seed, b.data.seed);
@@ -485,6 +488,8 @@ eval_every = 25
 eval_batches = 3
 run_dir = "runs/q\"uote\\back\tslash ünï 日本"
 max_steps = 17
+tensorboard = true
+straggler_share = 0.35000000000000003
 [data]
 path = "C:\\data\\manifest.json"
 shuffle = false

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cuda/cublas_lib.cuh"
+#include "tools/cuda_emu/blas_emu.h"
 
 namespace wiola::cuda {
 namespace {
@@ -49,11 +50,6 @@ const char* status_string(cublasStatus_t s) {
   return "CUBLAS_STATUS_UNKNOWN";
 }
 
-cublasStatus_t refuse(cublasStatus_t s, const std::string& why) {
-  std::fprintf(stderr, "cuda-emu: cublasGemmEx: %s\n", why.c_str());
-  return s;
-}
-
 size_t type_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
 float load(const void* p, cudaDataType t, size_t i) {
   return t == CUDA_R_32F ? static_cast<const float*>(p)[i] : float(static_cast<const __nv_bfloat16*>(p)[i]);
@@ -79,9 +75,17 @@ size_t span_bytes(int rows, int cols, int ld, cudaDataType t) {
   return rows > 0 && cols > 0 ? ((size_t(cols) - 1) * size_t(ld) + size_t(rows)) * type_bytes(t) : 0;
 }
 
+}  // namespace
+
+cublasStatus_t refuse(cublasStatus_t s, const std::string& why, const char* who) {
+  std::fprintf(stderr, "cuda-emu: %s: %s\n", who, why.c_str());
+  return s;
+}
+
 cublasStatus_t gemm_one(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void* A,
                         cudaDataType at, int lda, const void* B, cudaDataType bt, int ldb, float beta, void* C,
-                        cudaDataType ct, int ldc) {
+                        cudaDataType ct, int ldc, const char* who) {
+  auto refuse = [who](cublasStatus_t s, const std::string& why) { return ::wiola::cuda::refuse(s, why, who); };
   const int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
   const int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
   if (k > 0 && !wiola_emu::in_device_memory(A, span_bytes(a_rows, a_cols, lda, at)))
@@ -107,13 +111,24 @@ cublasStatus_t gemm_one(cublasOperation_t ta, cublasOperation_t tb, int m, int n
   return CUBLAS_STATUS_SUCCESS;
 }
 
+namespace {
+
 cublasStatus_t check_args(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                           cudaDataType at, int lda, cudaDataType bt, int ldb, cudaDataType ct, int ldc,
                           cublasComputeType_t compute) {
-  if (!h) return refuse(CUBLAS_STATUS_NOT_INITIALIZED, "no handle");
+  if (!h) return refuse(CUBLAS_STATUS_NOT_INITIALIZED, "no handle", "cublasGemmEx");
   ::wiola_emu::stream_ready(reinterpret_cast<Handle*>(h)->stream);  // the GEMM runs after its stream's work
   if (reinterpret_cast<Handle*>(h)->math != CUBLAS_DEFAULT_MATH)
-    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "only CUBLAS_DEFAULT_MATH is emulated");
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "only CUBLAS_DEFAULT_MATH is emulated", "cublasGemmEx");
+  return check_shape(ta, tb, m, n, k, at, lda, bt, ldb, ct, ldc, compute, "cublasGemmEx");
+}
+
+}  // namespace
+
+cublasStatus_t check_shape(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, cudaDataType at,
+                           int lda, cudaDataType bt, int ldb, cudaDataType ct, int ldc, cublasComputeType_t compute,
+                           const char* who) {
+  auto refuse = [who](cublasStatus_t s, const std::string& why) { return ::wiola::cuda::refuse(s, why, who); };
   if (m < 0 || n < 0 || k < 0) return refuse(CUBLAS_STATUS_INVALID_VALUE, "negative size");
   if (at != bt) return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "A and B of different types");
   if (compute != CUBLAS_COMPUTE_32F) return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "compute type other than 32F");
@@ -129,6 +144,8 @@ cublasStatus_t check_args(cublasHandle_t h, cublasOperation_t ta, cublasOperatio
   return CUBLAS_STATUS_SUCCESS;
 }
 
+namespace {
+
 cublasStatus_t gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                        const void* alpha, const void* A, cudaDataType at, int lda, const void* B, cudaDataType bt,
                        int ldb, const void* beta, void* C, cudaDataType ct, int ldc, cublasComputeType_t compute,
@@ -137,7 +154,7 @@ cublasStatus_t gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t
     return st;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   return gemm_one(ta, tb, m, n, k, *static_cast<const float*>(alpha), A, at, lda, B, bt, ldb,
-                  *static_cast<const float*>(beta), C, ct, ldc);
+                  *static_cast<const float*>(beta), C, ct, ldc, "cublasGemmEx");
 }
 
 cublasStatus_t gemm_strided_batched_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -147,13 +164,14 @@ cublasStatus_t gemm_strided_batched_ex(cublasHandle_t h, cublasOperation_t ta, c
                                        cublasComputeType_t compute, cublasGemmAlgo_t) {
   if (const auto st = check_args(h, ta, tb, m, n, k, at, lda, bt, ldb, ct, ldc, compute); st != CUBLAS_STATUS_SUCCESS)
     return st;
-  if (batch < 0) return refuse(CUBLAS_STATUS_INVALID_VALUE, "negative batch");
+  if (batch < 0) return refuse(CUBLAS_STATUS_INVALID_VALUE, "negative batch", "cublasGemmStridedBatchedEx");
   for (int i = 0; i < batch; ++i) {
     const auto st = gemm_one(ta, tb, m, n, k, *static_cast<const float*>(alpha),
                              static_cast<const char*>(A) + size_t(i) * size_t(sA) * type_bytes(at), at, lda,
                              static_cast<const char*>(B) + size_t(i) * size_t(sB) * type_bytes(bt), bt, ldb,
                              *static_cast<const float*>(beta),
-                             static_cast<char*>(C) + size_t(i) * size_t(sC) * type_bytes(ct), ct, ldc);
+                             static_cast<char*>(C) + size_t(i) * size_t(sC) * type_bytes(ct), ct, ldc,
+                             "cublasGemmStridedBatchedEx");
     if (st != CUBLAS_STATUS_SUCCESS) return st;
   }
   return CUBLAS_STATUS_SUCCESS;

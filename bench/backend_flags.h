@@ -1,0 +1,21 @@
+// The CUDA backend's options (kernels/backend_options.h) as command-line
+// flags of the GPU kit's programs (wiola_gpu_bench, wiola_kernel_bench):
+// --attention, --attention-bwd, --gemm. The backend checks the values.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "kernels/backend_options.h"
+
+namespace wiola {
+
+inline void add_backend_flags(CLI::App& app, BackendOptions& o) {
+  app.add_option("--attention", o.attention, "self-attention forward in bf16: tc, fa2 or rows (train.cuda_attention)")
+      ->capture_default_str();
+  app.add_option("--attention-bwd", o.attention_bwd, "its backward: v1, v2 or fa2 (train.cuda_attention_bwd)")
+      ->capture_default_str();
+  app.add_option("--gemm", o.gemm, "matrix products: cublas, cublaslt or auto (train.cuda_gemm)")
+      ->capture_default_str();
+}
+
+}  // namespace wiola

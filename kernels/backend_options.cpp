@@ -1,0 +1,66 @@
+// Backend options: see backend_options.h.
+#include "kernels/backend_options.h"
+
+#include <cstdlib>
+
+#include "util/error.h"
+
+namespace wiola {
+namespace {
+
+struct Switch {
+  const char* field;    // as recorded
+  const char* key;      // the config key
+  const char* flag;     // the benchmarks' flag
+  const char* old_env;  // the environment variable it replaced, or nullptr
+  std::vector<std::string> values;
+  std::string BackendOptions::*member;
+};
+
+const std::vector<Switch>& switches() {
+  static const std::vector<Switch> s = {
+      {"attention", "train.cuda_attention", "--attention", "WIOLA_CUDA_ATTENTION", {"tc", "fa2", "rows"},
+       &BackendOptions::attention},
+      {"attention_bwd", "train.cuda_attention_bwd", "--attention-bwd", "WIOLA_CUDA_ATTENTION_BWD",
+       {"v1", "v2", "fa2"}, &BackendOptions::attention_bwd},
+      {"gemm", "train.cuda_gemm", "--gemm", nullptr, {"cublas", "cublaslt", "auto"}, &BackendOptions::gemm},
+  };
+  return s;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i == 0 ? "" : i + 1 == v.size() ? " or " : ", ") + v[i];
+  return s;
+}
+
+}  // namespace
+
+void check_backend_options(const BackendOptions& o) {
+  for (const Switch& s : switches()) {
+    const std::string& v = o.*s.member;
+    bool known = false;
+    for (const auto& x : s.values) known = known || x == v;
+    WIOLA_CHECK(known, s.key, " (", s.flag, ") must be ", join(s.values), " (got \"", v, "\")");
+  }
+}
+
+void refuse_backend_env() {
+  for (const Switch& s : switches()) {
+    const char* v = s.old_env ? std::getenv(s.old_env) : nullptr;
+    if (!v) continue;
+    fail(s.old_env, "=", v, " is no longer read: the switch is the backend option ", s.key,
+         " (wiola train --set ", s.key, "=", *v ? v : s.values[0].c_str(), "; ", s.flag,
+         " of wiola_gpu_bench and wiola_kernel_bench), recorded in the run report and the checkpoint manifest; "
+         "unset ",
+         s.old_env);
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> backend_option_fields(const BackendOptions& o) {
+  std::vector<std::pair<std::string, std::string>> f;
+  for (const Switch& s : switches()) f.emplace_back(s.field, o.*s.member);
+  return f;
+}
+
+}  // namespace wiola

@@ -1,0 +1,42 @@
+// Start-up switches of a backend, chosen once and recorded: the config keys
+// train.cuda_attention, train.cuda_attention_bwd and train.cuda_gemm
+// (docs/config.md), the flags --attention, --attention-bwd and --gemm of
+// wiola_gpu_bench and wiola_kernel_bench. The run report and the checkpoint
+// manifest record them beside the backend's name. The attention switches
+// were the environment variables WIOLA_CUDA_ATTENTION and
+// WIOLA_CUDA_ATTENTION_BWD, read at every call; a backend refuses to start
+// while either is still set (refuse_backend_env). The CPU backends ignore
+// them.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace wiola {
+
+struct BackendOptions {
+  // The CUDA backend's self-attention forward in bf16 (docs/gpu.md): "tc"
+  // (the WMMA tensor-core kernels), "fa2" (the FlashAttention-2 form of
+  // attention_fa2.cu) or "rows" (the row kernels, forward and backward).
+  std::string attention = "tc";
+  // Its backward: "v1" (WMMA), "v2" (key-owning warps) or "fa2".
+  std::string attention_bwd = "v1";
+  // The matrix products: "cublas" (cublasGemmEx, its default algorithm),
+  // "cublaslt" (cuBLASLt, its heuristic's first candidate for every shape)
+  // or "auto" (per shape the tuning table's choice, kernels/gemm_tuning.h).
+  std::string gemm = "cublas";
+};
+
+// Throws wiola::Error naming the key (and flag) and the values it takes.
+void check_backend_options(const BackendOptions& o);
+
+// Throws wiola::Error when WIOLA_CUDA_ATTENTION or WIOLA_CUDA_ATTENTION_BWD
+// is set, naming the key and flag that replaced it.
+void refuse_backend_env();
+
+// The options as recorded: {"attention", "tc"}, {"attention_bwd", "v1"},
+// {"gemm", "cublas"}.
+std::vector<std::pair<std::string, std::string>> backend_option_fields(const BackendOptions& o);
+
+}  // namespace wiola
