@@ -6,11 +6,15 @@
 #             the PyTorch eager baseline of the same model
 #             (bench/torch_gpu_step.py)
 #   variants  the step in bf16 again with each kernel variant the backend can
-#             be switched to by its options (rows: the row attention kernels,
-#             --attention rows; bwd_v2: the second form of the tensor-core
-#             backward, --attention-bwd v2; fa2: the FlashAttention-2 style
-#             forward, --attention fa2; gemm_auto: the GEMMs tuned per shape,
-#             --gemm auto; gemm_lt: cuBLASLt's heuristic, --gemm cublaslt):
+#             be switched to by its options, most wanted first (new: every
+#             new kernel at once, --attention fa2 --attention-bwd fa2 --gemm
+#             auto, the configuration the speed bars are about; fa2: the
+#             FlashAttention-2 style forward, --attention fa2; fa2_bwd: its
+#             backward, --attention-bwd fa2; gemm_auto: the GEMMs tuned per
+#             shape, --gemm auto; bwd_v2: the second form of the tensor-core
+#             backward, --attention-bwd v2; on request rows: the row attention
+#             kernels, --attention rows; gemm_lt: cuBLASLt's heuristic, --gemm
+#             cublaslt):
 #             wiola_bench_<variant>.json;
 #             then the attention references, PyTorch's SDPA with
 #             FlashAttention-2's and cuDNN's kernels at the same shape
@@ -20,7 +24,7 @@
 # the ratios: wiola against PyTorch eager and torch.compile, each variant
 # against the default) and appends to $OUT/bench.log. Extra arguments go to
 # wiola_gpu_bench (--help lists them). KIT_VARIANTS: the variants to run
-# (default "rows bwd_v2 fa2 gemm_auto").
+# (default "new fa2 fa2_bwd gemm_auto bwd_v2").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/gpu/kit_env.sh
@@ -28,9 +32,11 @@ py=$(command -v python3)
 args=(--device cuda --dtype bf16 --d 1024 --L 16 --H 16 --Hkv 4 --dA 1024 --dB 4096 --V 32000 --T 2048 --B 4)
 variant_flags() {  # the backend options that select a variant
   case "$1" in
+    new) echo --attention fa2 --attention-bwd fa2 --gemm auto ;;
     rows) echo --attention rows ;;
     bwd_v2) echo --attention-bwd v2 ;;
     fa2) echo --attention fa2 ;;
+    fa2_bwd) echo --attention-bwd fa2 ;;
     gemm_auto) echo --gemm auto ;;
     gemm_lt) echo --gemm cublaslt ;;
     *) echo "kit_bench: unknown variant $1" >&2; return 1 ;;
@@ -47,10 +53,10 @@ case "${KIT_BENCH_PART:-main}" in
   variants)
     vargs=("$@")
     [[ " $* " == *" --precision "* ]] || vargs+=(--precision bf16)
-    for v in ${KIT_VARIANTS:-rows bwd_v2 fa2 gemm_auto}; do
+    for v in ${KIT_VARIANTS:-new fa2 fa2_bwd gemm_auto bwd_v2}; do
       f=$(variant_flags "$v") || continue
       echo "wiola bf16 with $f:" | tee -a "$OUT/bench.log"
-      # shellcheck disable=SC2086  # $f: a flag and its value
+      # shellcheck disable=SC2086  # $f: flags and their values
       timeout 120 "$kit_bin/wiola_gpu_bench" --json "$OUT/wiola_bench_$v.json" "${vargs[@]}" $f 2>&1 |
         tee -a "$OUT/bench.log"
     done
