@@ -102,7 +102,8 @@ const std::vector<SectionDef>& schema() {
         WIOLA_KEY("blend", data.blend),
         WIOLA_KEY("shuffle", data.shuffle),
         WIOLA_KEY("seed", data.seed),
-        WIOLA_KEY("prefetch", data.prefetch)}},
+        WIOLA_KEY("prefetch", data.prefetch),
+        WIOLA_KEY("max_open_shards", data.max_open_shards)}},
       {"parallel",
        {WIOLA_KEY("tp", parallel.tp),
         WIOLA_KEY("pp", parallel.pp),
@@ -479,6 +480,7 @@ void check_run_config(const RunConfig& rc) {
               "data.path, add --set 'data.path=\"\"')");
   at_least(rc.data.seed, -1, "data.seed");
   at_least(rc.data.prefetch, 0, "data.prefetch");
+  at_least(rc.data.max_open_shards, 0, "data.max_open_shards");
   at_least(p.tp, 1, "parallel.tp");
   at_least(p.pp, 1, "parallel.pp");
   at_least(p.dp, 1, "parallel.dp");

@@ -50,6 +50,7 @@ struct DataSection {
   bool shuffle = true;
   int64_t seed = -1;          // data order seed; -1 = train.seed
   int prefetch = 2;           // batches prepared ahead by the loader thread
+  int max_open_shards = 64;   // shards kept open per source (0 = all); samples do not depend on it
 };
 
 struct ParallelSection {

@@ -307,7 +307,7 @@ void Trainer::State::check_and_open_data() {
     dist::validate_layout(gc, world.size(), rc.model.L, rc.model.Hkv, rc.model.H, rc.model.dA,
                           rc.model.dB, rc.model.V, int(GB), B, m);
     loader = std::make_unique<TokenLoader>(rc.data_sources(), "train", T, int(GB), me.dp, par.dp, data_seed,
-                                           rc.data.shuffle, rc.data.prefetch > 0);
+                                           rc.data.shuffle, rc.data.prefetch > 0, size_t(rc.data.max_open_shards));
     loader->expect(uint32_t(rc.model.V));
     for (const auto& [step, path] : opt.dumps)
       WIOLA_CHECK(step >= 1 && step <= budget.last_step, "--dump-step ", step, ":", path,
@@ -335,7 +335,7 @@ void Trainer::State::open_validation(uint64_t data_seed) {
   const std::vector<BlendSource> sources = rc.data_sources();
   auto open = [&](size_t k) {
     auto ld = std::make_unique<TokenLoader>(sources[k].path, "val", T, B * par.dp, me.dp, par.dp, data_seed, false,
-                                            false);
+                                            false, size_t(rc.data.max_open_shards));
     const LoaderState start = ld->state();
     vals.push_back({std::move(ld), start, k, loader->source_share(k)});
   };

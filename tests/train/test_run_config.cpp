@@ -321,6 +321,7 @@ TEST_F(RunConfigTest, ValidationOfTrainParallelCheckpoint) {
       {"train.straggler_share=-0.1", "train.straggler_share"},
       {"train.seed=9223372036854775807", ""},  // INT64_MAX is fine
       {"data.prefetch=-1", "data.prefetch"},
+      {"data.max_open_shards=-1", "data.max_open_shards"},
       {"data.seed=-2", "data.seed"},
       {"parallel.tp=0", "parallel.tp"},
       {"parallel.pp=0", "parallel.pp"},
@@ -440,6 +441,7 @@ void expect_same(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.data.shuffle, b.data.shuffle);
   EXPECT_EQ(a.data.seed, b.data.seed);
   EXPECT_EQ(a.data.prefetch, b.data.prefetch);
+  EXPECT_EQ(a.data.max_open_shards, b.data.max_open_shards);
   EXPECT_EQ(a.parallel.tp, b.parallel.tp);
   EXPECT_EQ(a.parallel.pp, b.parallel.pp);
   EXPECT_EQ(a.parallel.dp, b.parallel.dp);
@@ -495,6 +497,7 @@ path = "C:\\data\\manifest.json"
 shuffle = false
 seed = 42
 prefetch = 0
+max_open_shards = 3
 [parallel]
 tp = 3
 pp = 2
