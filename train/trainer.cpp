@@ -20,7 +20,7 @@
 #include "dist/schedule.h"
 #include "dist/staged_comm.h"
 #include "dist/tp_collectives.h"
-#include "kernels/cpu/simd.h"
+#include "kernels/cpu_info.h"
 #include "model/flops.h"
 #include "model/model.h"
 #include "perf/cost_model.h"
@@ -467,8 +467,8 @@ nlohmann::json Trainer::State::checkpoint_info() const {
           {"precision", {{"activations", dist::dtype_name(pr.act)}, {"residual", dist::dtype_name(pr.residual)},
                          {"weights", dist::dtype_name(pr.weight)}}},
           {"threads_per_rank", cpu_threads()},
-          {"simd", cpu::simd_target_name()},  // the kernels' run-time target on this rank
-          {"cpu", cpu::cpu_model_name()},
+          {"simd", cpu_simd_target()},  // the kernels' run-time target on this rank
+          {"cpu", host_cpu_model()},
           {"schedule", {{"t_max", budget.t_max}, {"warmup", budget.warmup}, {"lr_max", rc.train.lr_max},
                         {"lr_min", rc.train.lr_min}}},
           {"data_path", rc.data.path},
@@ -629,9 +629,9 @@ void Trainer::print_banner() {
               (long long)s.budget.t_max, s.budget.source, (long long)s.budget.warmup, rc.train.lr_max,
               rc.train.lr_min, s.ops.name(), cpu_threads());
   std::string compiled;
-  for (const auto& n : cpu::simd_compiled_targets()) compiled += (compiled.empty() ? "" : " ") + n;
-  std::printf("  CPU %s, SIMD %s (compiled: %s; -march=%s)\n", cpu::cpu_model_name().c_str(),
-              cpu::simd_target_name(), compiled.c_str(), cpu::simd_build_march());
+  for (const auto& n : cpu_simd_compiled_targets()) compiled += (compiled.empty() ? "" : " ") + n;
+  std::printf("  CPU %s, SIMD %s (compiled: %s; -march=%s)\n", host_cpu_model().c_str(),
+              cpu_simd_target(), compiled.c_str(), cpu_build_march());
   if (s.world.size() > 1)
     std::printf("  layout: %d ranks = tp %d x pp %d x dp %d; ZeRO %s; schedule %s with %d micro-batches, "
                 "predicted bubble %.3f; DP overlap %s; data plane %s\n",
