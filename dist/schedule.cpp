@@ -55,10 +55,10 @@ PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& sched,
   return simulate_pipeline(sched, StageCosts{std::vector<double>(pp, t_fwd), std::vector<double>(pp, t_bwd), 0.0});
 }
 
-PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& sched, const StageCosts& cost) {
+namespace {
+// The event simulation itself: makespan, bubble fraction and start times.
+PipelineSim simulate(const std::vector<std::vector<Action>>& sched, const StageCosts& cost) {
   const int pp = int(sched.size());
-  WIOLA_CHECK(cost.fwd.size() == sched.size() && cost.bwd.size() == sched.size(),
-              "simulate_pipeline: one forward and one backward cost per stage");
   int m = 0;
   for (const auto& s : sched)
     for (const Action& a : s) m = std::max(m, a.micro + 1);
@@ -108,6 +108,29 @@ PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& sched, con
     }
   WIOLA_CHECK(stuck.str().empty(), "pipeline schedule deadlocks:", stuck.str());
   r.bubble_fraction = r.makespan > 0 ? 1.0 - busy / (pp * r.makespan) : 0.0;
+  return r;
+}
+
+// Every stage at the mean forward and the mean backward cost: the same work.
+StageCosts mean_costs(const StageCosts& cost) {
+  const auto mean = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return std::vector<double>(v.size(), v.empty() ? 0.0 : sum / double(v.size()));
+  };
+  return StageCosts{mean(cost.fwd), mean(cost.bwd), cost.link};
+}
+
+bool uniform(const std::vector<double>& v) { return v.empty() || std::equal(v.begin() + 1, v.end(), v.begin()); }
+}  // namespace
+
+PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& sched, const StageCosts& cost) {
+  WIOLA_CHECK(cost.fwd.size() == sched.size() && cost.bwd.size() == sched.size(),
+              "simulate_pipeline: one forward and one backward cost per stage");
+  PipelineSim r = simulate(sched, cost);
+  const bool balanced = uniform(cost.fwd) && uniform(cost.bwd);
+  r.bubble_fill_drain = balanced ? r.bubble_fraction : simulate(sched, mean_costs(cost)).bubble_fraction;
+  r.bubble_imbalance = r.bubble_fraction - r.bubble_fill_drain;
   return r;
 }
 

@@ -37,13 +37,19 @@ int max_in_flight(const std::vector<Action>& s);
 struct PipelineSim {
   double makespan = 0;        // time of the last action's end
   double bubble_fraction = 0; // 1 − busy/(pp·makespan)
+  // The bubble split (docs/distributed.md §4): bubble_fill_drain is the
+  // bubble fraction of the same schedules with every stage at the mean
+  // stage cost (same total work, same link); bubble_imbalance is the rest,
+  // bubble_fraction − bubble_fill_drain. Balanced stages: imbalance 0.
+  double bubble_fill_drain = 0, bubble_imbalance = 0;
   std::vector<std::vector<double>> start;  // start[s][k]: action k of stage s
 };
 PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& schedules,
                               double t_fwd, double t_bwd);
 // The same with a forward and a backward cost per stage (uneven stages: the
 // last one runs the head) and `link` seconds between a message's send and
-// its arrival (the cost model's pipeline transfers, perf/).
+// its arrival (the cost model's pipeline transfers, perf/). Uneven stages
+// are simulated twice: as given, and at the mean costs for the bubble split.
 struct StageCosts {
   std::vector<double> fwd, bwd;
   double link = 0;

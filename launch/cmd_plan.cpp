@@ -135,6 +135,7 @@ nlohmann::json to_json(const Prediction& p) {
           {"pipeline_s", p.pipeline_s}, {"compute_s", p.compute_s}, {"tp_s", p.tp_s}, {"pp_s", p.pp_s},
           {"dp_exposed_s", p.dp_exposed_s}, {"embed_s", p.embed_s}, {"optimizer_s", p.optimizer_s},
           {"bubble_analytic", p.bubble_analytic}, {"bubble_sim", p.bubble_sim},
+          {"bubble_fill_drain", p.bubble_fill_drain}, {"bubble_imbalance", p.bubble_imbalance},
           {"stage_fwd_s", p.stage_fwd_s}, {"stage_bwd_s", p.stage_bwd_s},
           {"traffic_bytes", {{"tp", p.traffic.tp}, {"pp", p.traffic.pp}, {"dp", p.traffic.dp},
                              {"embed", p.traffic.embed}}},
@@ -386,9 +387,11 @@ int wiola_cmd_plan(int argc, char** argv) {
   const double run_tokens = tokens > 0 ? tokens : 20.0 * params;
   const RunEstimate est = estimate_run(best, w, cl, run_tokens, ckpt_minutes, !blocking_ckpt);
   std::printf("\n  best: %s%s\n", best.layout.name().c_str(), best.fits ? "" : " (NOTHING FITS)");
-  std::printf("    step %.3f s = pipeline %.3f (compute %.3f, TP %.3f, transfers %.3f; bubble %.1f%% simulated, "
-              "%.1f%% for (p-1)/(m+p-1)) + embedding %.3f + DP exposed %.3f + AdamW %.3f\n",
+  std::printf("    step %.3f s = pipeline %.3f (compute %.3f, TP %.3f, transfers %.3f; bubble %.1f%% simulated = "
+              "%.1f%% fill/drain + %.1f%% imbalance, %.1f%% for (p-1)/(m+p-1)) + embedding %.3f + DP exposed %.3f "
+              "+ AdamW %.3f\n",
               best.step_s, best.pipeline_s, best.compute_s, best.tp_s, best.pp_s, 100 * best.bubble_sim,
+              100 * best.bubble_fill_drain, 100 * best.bubble_imbalance,
               100 * best.bubble_analytic, best.embed_s, best.dp_exposed_s, best.optimizer_s);
   std::printf("    memory per device %.2f GiB: params %.2f, grads %.2f, optimizer %.2f, activations %.2f\n",
               best.memory.total() / 1073741824.0, best.memory.params / 1073741824.0,

@@ -272,6 +272,8 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
   if (sim_out) *sim_out = sim;
   p.pipeline_s = sim.makespan;
   p.bubble_sim = sim.bubble_fraction;
+  p.bubble_fill_drain = sim.bubble_fill_drain;
+  p.bubble_imbalance = sim.bubble_imbalance;
   p.pp_s = pp > 1 ? 2.0 * lay.micro_batches * link : 0.0;
   // The loss and norm sums: a few scalar all-reduces over the world.
   const double scalars = 3 * ring_latency(lay.world(), dp_link.latency, true);

@@ -104,6 +104,9 @@ struct Prediction {
   double compute_s = 0;        // the busiest rank's compute per step
   double tp_s = 0, pp_s = 0, dp_exposed_s = 0, embed_s = 0, optimizer_s = 0;
   double bubble_analytic = 0, bubble_sim = 0;
+  // bubble_sim split (dist::PipelineSim): the schedule's bubble with every
+  // stage at the mean stage cost, and the rest, the stages' imbalance.
+  double bubble_fill_drain = 0, bubble_imbalance = 0;
   std::vector<double> stage_fwd_s, stage_bwd_s;  // per micro-batch, TP included
   Traffic traffic;             // max over ranks, per group
   Memory memory;               // the fullest rank

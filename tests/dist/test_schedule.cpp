@@ -82,6 +82,43 @@ TEST(Schedule, SimulatedBubbleMatchesFormula) {
   EXPECT_DOUBLE_EQ(bubble_fraction_predicted(4, 8), 3.0 / 11.0);
 }
 
+namespace {
+std::vector<std::vector<Action>> whole_pipeline(Sched make, int pp, int m) {
+  std::vector<std::vector<Action>> all;
+  for (int s = 0; s < pp; ++s) all.push_back(make(pp, s, m));
+  return all;
+}
+}  // namespace
+
+TEST(Schedule, BubbleSplitBalancedIsAllFillDrain) {
+  for (int pp = 1; pp <= 6; ++pp)
+    for (int m = 1; m <= 10; ++m)
+      for (Sched make : {&schedule_1f1b, &schedule_gpipe}) {
+        const StageCosts even{std::vector<double>(size_t(pp), 1.0), std::vector<double>(size_t(pp), 2.0), 0.0};
+        const PipelineSim sim = simulate_pipeline(whole_pipeline(make, pp, m), even);
+        EXPECT_EQ(sim.bubble_imbalance, 0.0) << "pp=" << pp << " m=" << m;
+        EXPECT_NEAR(sim.bubble_fill_drain, bubble_fraction_predicted(pp, m), 1e-12);
+      }
+}
+
+TEST(Schedule, BubbleSplitHeavyLastStageIsImbalance) {
+  // The head: the last stage costs two more layers' worth. Same mean cost as
+  // the balanced split, so fill/drain is the formula and the rest is imbalance.
+  for (int pp : {2, 4, 8})
+    for (int m : {4, 8, 32})
+      for (Sched make : {&schedule_1f1b, &schedule_gpipe}) {
+        StageCosts heavy{std::vector<double>(size_t(pp), 1.0), std::vector<double>(size_t(pp), 2.0), 0.0};
+        heavy.fwd.back() = 3.0;
+        heavy.bwd.back() = 6.0;
+        const PipelineSim sim = simulate_pipeline(whole_pipeline(make, pp, m), heavy);
+        EXPECT_GT(sim.bubble_imbalance, 0.01) << "pp=" << pp << " m=" << m;
+        EXPECT_NEAR(sim.bubble_fill_drain, bubble_fraction_predicted(pp, m), 1e-12);
+        EXPECT_NEAR(sim.bubble_fill_drain + sim.bubble_imbalance, sim.bubble_fraction, 1e-15);
+        // Whatever the split, the makespan is at least m times the slowest stage.
+        EXPECT_GE(sim.makespan, m * 9.0 - 1e-9);
+      }
+}
+
 TEST(Schedule, DeadlockDetected) {
   // Stage 1 wants F1 before F0: stage 0 sends F0 first, fine; but a stage 0
   // that runs B0 before F1 while stage 1 waits for F1 first deadlocks.

@@ -13,6 +13,7 @@
 #include "model/flops.h"
 #include "model/model.h"
 #include "perf/cost_model.h"
+#include "perf/device_profile.h"
 #include "perf/hardware.h"
 #include "perf/planner.h"
 #include "util/error.h"
@@ -110,6 +111,42 @@ TEST(Pipeline, PerStageCostsAndLinkDelay) {
   EXPECT_DOUBLE_EQ(a.makespan, b.makespan);
   EXPECT_NEAR(a.bubble_fraction, dist::bubble_fraction_predicted(4, 8), 1e-12);
   EXPECT_THROW(dist::simulate_pipeline(s4, dist::StageCosts{{1}, {2}, 0}), Error);
+}
+
+// The stage balancer against the bubble split (issue 37), 64 H100s timed by
+// the committed H100 profile, tp1 pp8 dp8, 1 x 32 micro-batches. The
+// balancer weighs layers and the head by FLOPs; the profile times them.
+Prediction pp8_on_h100s(const std::string& model, const std::string& balance) {
+  const ModelConfig c = model_preset(model);
+  const Cluster cl = Cluster::gpu("h100", 64);
+  const auto cm = gpu_compute_model(cl, GpuComputeChoice{});
+  Layout l;
+  l.pp = 8; l.dp = 8; l.micro_batches = 32;
+  l.stage_balance = balance;
+  return predict(wiola_workload(c, l, Precision{DType::BF16, DType::F32, DType::BF16, true}), cl, *cm);
+}
+
+TEST(Planner, BubbleSplitAndTheStageBalancer) {
+  for (const char* model : {"wiola-1.5b", "wiola-360m"})
+    for (const char* balance : {"compute", "layers"}) {
+      const Prediction p = pp8_on_h100s(model, balance);
+      SCOPED_TRACE(testing::Message() << model << " balance " << balance);
+      EXPECT_NEAR(p.bubble_fill_drain + p.bubble_imbalance, p.bubble_sim, 1e-12);
+      // Fill/drain: the formula, plus the pipeline transfers' latency.
+      EXPECT_GE(p.bubble_fill_drain, p.bubble_analytic);
+      EXPECT_LT(p.bubble_fill_drain, p.bubble_analytic + 0.02);
+      EXPECT_GT(p.bubble_imbalance, 0.02);  // the stages are uneven: the head
+    }
+  // wiola-1.5b (28 layers): the FLOP balance is the even split, 4 4 4 4 3 3 3 3+head.
+  const Prediction big = pp8_on_h100s("wiola-1.5b", "compute"), big_even = pp8_on_h100s("wiola-1.5b", "layers");
+  EXPECT_EQ(big.stage_fwd_s, big_even.stage_fwd_s);
+  EXPECT_DOUBLE_EQ(big.bubble_imbalance, big_even.bubble_imbalance);
+  // wiola-360m (16 layers): by FLOPs the head outweighs a layer, so the
+  // balancer moves a layer from the last stage to the first, but timed the
+  // head is lighter than a layer: the even split has less imbalance.
+  const Prediction small = pp8_on_h100s("wiola-360m", "compute"), small_even = pp8_on_h100s("wiola-360m", "layers");
+  EXPECT_GT(small.bubble_imbalance, small_even.bubble_imbalance + 0.03);
+  EXPECT_GT(small.step_s, small_even.step_s);
 }
 
 TEST(Hardware, TableLookups) {

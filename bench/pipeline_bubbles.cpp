@@ -1,0 +1,96 @@
+// The pipeline bubble, explained (issue 37): for wiola-1.5b and wiola-360m
+// on 64 H100s with the planner's device model (the committed H100 profile),
+// step time, the simulated bubble split into fill/drain and stage imbalance
+// (dist::PipelineSim, docs/distributed.md §4) and the peak activation memory
+// per rank, for the planner's best layout and pp 4 / 8 at several numbers of
+// micro-batches, per schedule. No MPI, no GPU: the planner's predictions.
+//
+//   build/bench/wiola_pipeline_bubbles
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "perf/device_profile.h"
+#include "perf/planner.h"
+
+using namespace wiola;
+using namespace wiola::perf;
+
+namespace {
+
+constexpr int kGpus = 64;
+constexpr double kGiB = 1073741824.0;
+const Precision kBf16{DType::BF16, DType::F32, DType::BF16, true};  // as `wiola plan` on a GPU
+
+// Schedules the trainer does not have yet: listed, not predicted.
+const char* const kNotImplemented[] = {"interleaved", "zb-h1", "zb-v"};
+
+void print_header() {
+  std::printf("  %-26s %-11s %-8s %9s %8s %10s %10s %9s  %s\n", "layout (tp pp dp, mb x m)", "schedule", "balance",
+              "step s", "bubble", "fill/drn", "imbalance", "act GiB", "");
+}
+
+void print_row(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, Layout lay, const std::string& schedule,
+               const std::string& balance) {
+  lay.schedule = schedule;
+  lay.stage_balance = balance;
+  const Workload w = wiola_workload(c, lay, kBf16);
+  const Prediction p = predict(w, cl, cm);
+  double act = 0;  // the fullest rank's activations (the first stage under 1F1B)
+  for (const StageWork& s : w.stages) act = std::max(act, s.memory.activations);
+  char name[64];
+  std::snprintf(name, sizeof name, "%d %d %d, %dx%d%s%s", lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.micro_batches,
+                lay.zero_active() ? " z" : "", lay.recompute ? " rc" : "");
+  std::printf("  %-26s %-11s %-8s %9.3f %7.1f%% %9.1f%% %9.1f%% %9.2f  %s\n", name, schedule.c_str(), balance.c_str(),
+              p.step_s, 100 * p.bubble_sim, 100 * p.bubble_fill_drain, 100 * p.bubble_imbalance, act / kGiB,
+              p.fits ? "" : ("does not fit: " + p.why_not).c_str());
+}
+
+// The layout with tp 1 and `pp` stages over the 64 GPUs at micro-batch mb,
+// the best layout's ZeRO and recompute choices kept.
+Layout with_pp(const Layout& best, int global_batch, int pp, int mb) {
+  Layout l = best;
+  l.tp = 1;
+  l.pp = pp;
+  l.dp = kGpus / pp;
+  l.micro_batch = mb;
+  l.micro_batches = global_batch / l.dp / mb;
+  return l;
+}
+
+void report(const std::string& model) {
+  const ModelConfig c = model_preset(model);
+  const Cluster cl = Cluster::gpu("h100", kGpus);
+  const auto cm = gpu_compute_model(cl, GpuComputeChoice{});
+  const int global_batch = std::max(1, int(std::lround(524288.0 / c.T)));  // `wiola plan`'s default
+  SearchSpace sp;
+  sp.global_batch = global_batch;
+  const Layout best = search_wiola(c, cl, *cm, sp, kBf16).front().layout;
+  std::printf("\n%s on %d H100s, global batch %d x %d tokens; best layout (wiola plan): %s\n", model.c_str(), kGpus,
+              global_batch, c.T, best.name().c_str());
+  std::printf("  compute: %s\n", cm->describe().c_str());
+  print_header();
+  std::vector<Layout> layouts = {best};
+  for (int pp : {4, 8})
+    for (int mb : {1, 2, 4, 8})
+      if ((global_batch / (kGpus / pp)) % mb == 0) layouts.push_back(with_pp(best, global_batch, pp, mb));
+  for (const Layout& l : layouts) {
+    print_row(c, cl, *cm, l, "1f1b", "compute");
+    if (l.pp == 1) continue;  // no pipeline: nothing to split or schedule
+    print_row(c, cl, *cm, l, "1f1b", "layers");  // the even split, against the FLOP-balanced one
+    print_row(c, cl, *cm, l, "gpipe", "compute");
+  }
+  for (const char* s : kNotImplemented) std::printf("  %-26s %-11s not implemented\n", "any", s);
+}
+
+}  // namespace
+
+int main() {
+  std::printf("wiola_pipeline_bubbles: simulated bubble = fill/drain (every stage at the mean stage cost) + "
+              "imbalance (the rest); act GiB: peak activation memory of the fullest rank\n");
+  for (const char* m : {"wiola-1.5b", "wiola-360m"}) report(m);
+  return 0;
+}
