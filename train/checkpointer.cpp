@@ -322,6 +322,15 @@ ResumeState Checkpointer::resume(const std::string& folder) {
     st.applied_steps = json_int<long>(mf.at("applied_steps"), where + "applied_steps");
     st.loader = loader_state_from_json(mf.at("loader"), where + "loader");
     st.run_id = mf.at("run_id").get<std::string>();
+    if (mf.contains("spike")) {
+      const nlohmann::json& sp = mf.at("spike");
+      st.spike = true;
+      for (const auto& w : sp.at("skip_batches"))
+        st.skip_batches.push_back({w.at(0).get<int64_t>(), w.at(1).get<int64_t>()});
+      st.rewinds = json_int<int64_t>(sp.at("rewinds"), where + "spike.rewinds");
+      st.consecutive_skipped = json_int<int64_t>(sp.at("consecutive_skipped"), where + "spike.consecutive_skipped");
+      st.recent_losses = sp.at("recent_losses").get<std::vector<double>>();
+    }
   } catch (const nlohmann::json::exception& e) {
     fail(where, "missing or mistyped resume field (", e.what(), ")");
   }
@@ -556,6 +565,12 @@ nlohmann::json Checkpointer::manifest(nlohmann::json files) const {
   mf["skipped"] = saving_.skipped;
   mf["applied_steps"] = saving_.applied_steps;
   mf["loader"] = loader_state_to_json(saving_.loader);
+  if (saving_.spike) {
+    nlohmann::json w = nlohmann::json::array();
+    for (const StepWindow& x : saving_.skip_batches) w.push_back({x.from, x.to});
+    mf["spike"] = {{"skip_batches", w}, {"rewinds", saving_.rewinds},
+                   {"consecutive_skipped", saving_.consecutive_skipped}, {"recent_losses", saving_.recent_losses}};
+  }
   mf["identity"] = identity_;
   mf["files"] = std::move(files);
   nlohmann::json tensors = nlohmann::json::object();

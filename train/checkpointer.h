@@ -49,6 +49,15 @@ struct ResumeState {
   long applied_steps = 0;
   LoaderState loader;
   std::string run_id;
+  // The loss-spike policy's state (manifest "spike", written when `spike`;
+  // absent in older checkpoints: all empty): the data windows skipped so far
+  // (train.skip_batches plus the rewinds'), the rewinds made, the losses of
+  // the detection window (oldest first) and the current run of consecutive
+  // skipped steps.
+  bool spike = false;
+  std::vector<StepWindow> skip_batches;
+  int64_t rewinds = 0, consecutive_skipped = 0;
+  std::vector<double> recent_losses;
 };
 
 // What may not change on a resume (docs/checkpoints.md): the model, the

@@ -30,7 +30,8 @@ namespace {
 // ---------------------------------------------------------------------------
 // Schema: every section and key, bound to the RunConfig field it sets.
 
-using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<BlendSource>*>;
+using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<BlendSource>*,
+                              std::vector<StepWindow>*>;
 
 struct KeyDef {
   const char* name;
@@ -96,7 +97,12 @@ const std::vector<SectionDef>& schema() {
         WIOLA_KEY("accounting", train.accounting),
         WIOLA_KEY("peak_tflops", train.peak_tflops),
         WIOLA_KEY("tensorboard", train.tensorboard),
-        WIOLA_KEY("straggler_share", train.straggler_share)}},
+        WIOLA_KEY("straggler_share", train.straggler_share),
+        WIOLA_KEY("spike_sigma", train.spike_sigma),
+        WIOLA_KEY("spike_window", train.spike_window),
+        WIOLA_KEY("spike_skipped", train.spike_skipped),
+        WIOLA_KEY("spike_max_rewinds", train.spike_max_rewinds),
+        WIOLA_KEY("skip_batches", train.skip_batches)}},
       {"data",
        {WIOLA_KEY("path", data.path),
         WIOLA_KEY("blend", data.blend),
@@ -244,6 +250,12 @@ std::string toml_blend(const std::vector<BlendSource>& blend) {
   return o + "]";
 }
 
+std::string toml_windows(const std::vector<StepWindow>& w) {
+  std::string o = "[";
+  for (size_t i = 0; i < w.size(); ++i) o += detail::concat(i ? ", " : "", "[", w[i].from, ", ", w[i].to, "]");
+  return o + "]";
+}
+
 std::string describe(const toml::node& n) {
   std::string d = type_name(n);
   if (auto s = n.as_string()) return d + " (" + toml_string(s->get()) + ")";
@@ -308,6 +320,21 @@ std::vector<BlendSource> read_blend(const toml::node& n, const Entry& e, std::st
   return out;
 }
 
+// train.skip_batches: an array of [from, to] step pairs (inclusive).
+std::vector<StepWindow> read_windows(const toml::node& n, const Entry& e, std::string_view sec, const char* key) {
+  const auto* arr = n.as_array();
+  if (!arr) key_error(e, sec, key, detail::concat("expected an array of [from, to] step pairs, got ", describe(n)));
+  std::vector<StepWindow> out;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const auto* p = (*arr)[i].as_array();
+    if (!p || p->size() != 2 || !(*p)[0].is_integer() || !(*p)[1].is_integer())
+      key_error(e, sec, key, detail::concat("window ", i + 1, " of ", arr->size(),
+                                            ": expected [from, to], two integers"));
+    out.push_back({(*p)[0].as_integer()->get(), (*p)[1].as_integer()->get()});
+  }
+  return out;
+}
+
 void assign(RunConfig& rc, const KeyDef& k, std::string_view sec, const Entry& e) {
   const toml::node& n = *e.node;
   auto want = [&](const char* what) {
@@ -321,6 +348,8 @@ void assign(RunConfig& rc, const KeyDef& k, std::string_view sec, const Entry& e
           *p = n.as_string()->get();
         } else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) {
           *p = read_blend(n, e, sec, k.name);
+        } else if constexpr (std::is_same_v<T, std::vector<StepWindow>>) {
+          *p = read_windows(n, e, sec, k.name);
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!n.is_boolean()) want("a boolean (true or false)");
           *p = n.as_boolean()->get();
@@ -467,6 +496,21 @@ void check_run_config(const RunConfig& rc) {
   at_least(t.max_steps, 0, "train.max_steps");
   WIOLA_CHECK(t.peak_tflops >= 0, "train.peak_tflops must be >= 0 (got ", t.peak_tflops, ")");
   at_least(t.straggler_share, 0.0, "train.straggler_share");
+  at_least(t.spike_sigma, 0.0, "train.spike_sigma");
+  at_least(t.spike_window, 2, "train.spike_window");
+  at_least(t.spike_skipped, 0, "train.spike_skipped");
+  at_least(t.spike_max_rewinds, 0, "train.spike_max_rewinds");
+  WIOLA_CHECK(!(t.spike_sigma > 0 || t.spike_skipped > 0) || !c.dir.empty(),
+              "train.spike_sigma / train.spike_skipped rewind to a checkpoint: set checkpoint.dir");
+  WIOLA_CHECK(!(t.spike_skipped > 0 && t.nonfinite_fatal),
+              "train.spike_skipped counts skipped steps, but train.nonfinite_fatal stops at the first: set one");
+  for (size_t i = 0; i < t.skip_batches.size(); ++i) {
+    const StepWindow& w = t.skip_batches[i];
+    WIOLA_CHECK(w.from >= 1 && w.to >= w.from, "train.skip_batches: window ", i + 1, " [", w.from, ", ", w.to,
+                "] must have 1 <= from <= to");
+    WIOLA_CHECK(i == 0 || w.from > t.skip_batches[i - 1].to, "train.skip_batches: window ", i + 1, " [", w.from,
+                ", ", w.to, "] must start after window ", i, " ends (sorted, disjoint)");
+  }
   WIOLA_CHECK(t.seed <= uint64_t(INT64_MAX), "train.seed must be <= ", INT64_MAX, " (got ", t.seed, ")");
   WIOLA_CHECK(t.lr_max > 0, "train.lr_max must be positive (got ", t.lr_max, ")");
   WIOLA_CHECK(t.lr_min >= 0 && t.lr_min <= t.lr_max, "train.lr_min (", t.lr_min,
@@ -585,6 +629,7 @@ std::string run_config_to_toml(const RunConfig& rc) {
             using T = std::remove_pointer_t<decltype(p)>;
             if constexpr (std::is_same_v<T, std::string>) os << toml_string(*p);
             else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) os << toml_blend(*p);
+            else if constexpr (std::is_same_v<T, std::vector<StepWindow>>) os << toml_windows(*p);
             else if constexpr (std::is_same_v<T, bool>) os << (*p ? "true" : "false");
             else if constexpr (std::is_same_v<T, double>) os << toml_double(*p);
             else os << *p;

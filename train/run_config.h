@@ -16,6 +16,13 @@
 
 namespace wiola {
 
+// Steps [from, to] (inclusive) whose global batches are read and dropped:
+// no forward, backward or update (train.skip_batches, docs/config.md).
+struct StepWindow {
+  int64_t from = 0, to = 0;
+  bool operator==(const StepWindow&) const = default;
+};
+
 struct TrainSection {
   int micro_batch = 8;        // sequences per rank per micro-step
   int grad_accum = 1;         // micro-batches per optimizer step
@@ -42,6 +49,15 @@ struct TrainSection {
   double peak_tflops = 0;     // MFU denominator per rank; 0 = measured sgemm (CPU) / datasheet (GPU)
   bool tensorboard = false;   // TensorBoard event files in RUN_DIR/tensorboard (train/tensorboard.h)
   double straggler_share = 0.2;  // warn about a rank this much slower than its peers' median (0 = off)
+  // Loss-spike policy (docs/checkpoints.md "Loss spikes"): a loss above
+  // mean + spike_sigma x std of the last spike_window steps' losses, or
+  // spike_skipped consecutive skipped (non-finite) steps, rewinds to the
+  // newest checkpoint and skips the data since it. 0 = that rule off.
+  double spike_sigma = 0;
+  int spike_window = 50;
+  int spike_skipped = 0;
+  int spike_max_rewinds = 3;
+  std::vector<StepWindow> skip_batches;  // data windows to skip (sorted, disjoint)
 };
 
 struct DataSection {

@@ -88,6 +88,37 @@ void inject_fault(const Fault& f, int rank, int64_t step) {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // until the job is aborted
 }
 
+// Test hook of the loss-spike policy: WIOLA_INJECT_LOSS_SPIKE=STEP makes the
+// loss the detection sees at step STEP 1000 times larger, the first time this
+// process runs that step (training itself is unchanged). -1: off.
+int64_t spike_injection_from_env() {
+  const char* v = std::getenv("WIOLA_INJECT_LOSS_SPIKE");
+  if (!v || !*v) return -1;
+  char* end = nullptr;
+  const long long step = std::strtoll(v, &end, 10);
+  WIOLA_CHECK(*end == 0 && step >= 1, "WIOLA_INJECT_LOSS_SPIKE='", v, "': expected a step number >= 1");
+  return step;
+}
+
+// `w` added to the sorted, disjoint windows `list` (overlapping or adjacent
+// ones merge).
+void add_window(std::vector<StepWindow>& list, StepWindow w) {
+  list.push_back(w);
+  std::sort(list.begin(), list.end(), [](const StepWindow& a, const StepWindow& b) { return a.from < b.from; });
+  std::vector<StepWindow> merged;
+  for (const StepWindow& x : list) {
+    if (!merged.empty() && x.from <= merged.back().to + 1) merged.back().to = std::max(merged.back().to, x.to);
+    else merged.push_back(x);
+  }
+  list = std::move(merged);
+}
+
+nlohmann::json windows_json(const std::vector<StepWindow>& list) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const StepWindow& x : list) j.push_back({x.from, x.to});
+  return j;
+}
+
 std::map<std::string, dist::CommTraffic> traffic_snapshot(dist::Grid& grid) {
   std::map<std::string, dist::CommTraffic> s;
   for (auto k : {GroupKind::Tp, GroupKind::Pp, GroupKind::Dp, GroupKind::Embed, GroupKind::Mp})
@@ -210,10 +241,43 @@ struct Trainer::State {
   std::unique_ptr<dist::RankStateBoard> board;
   std::unique_ptr<StragglerWatch> stragglers;
   std::unique_ptr<TensorBoardWriter> tb;
+  // Loss-spike policy (docs/checkpoints.md "Loss spikes"): the data windows
+  // skipped (train.skip_batches, plus the rewinds' and a resumed
+  // checkpoint's), the rewinds made, the detection window's losses (oldest
+  // first), the current run of consecutive skipped steps.
+  bool spike_on = false;
+  std::vector<StepWindow> windows;
+  int64_t rewinds = 0, consecutive_skipped = 0;
+  std::vector<double> recent;
+  int64_t inject_spike = -1;            // WIOLA_INJECT_LOSS_SPIKE (test hook)
+  nlohmann::json pending_rewind;        // rank 0: goes into the next metrics record
+  bool gemm_shared = false;
 
   State(const RunConfig& r, const TrainOptions& o, Ops<float>& b, Comm& w)
       : rc(r), opt(o), ops(b), world(w), budget(StepBudget::of(r)), B(r.train.micro_batch),
-        T(r.model.T), m(r.train.grad_accum), GB(r.global_batch()) {}
+        T(r.model.T), m(r.train.grad_accum), GB(r.global_batch()),
+        spike_on(r.train.spike_sigma > 0 || r.train.spike_skipped > 0), windows(r.train.skip_batches) {}
+  // Step t's data lies in a skipped window.
+  bool skipping(int64_t t) const {
+    for (const StepWindow& w : windows)
+      if (t >= w.from && t <= w.to) return true;
+    return false;
+  }
+  // A step of a skipped window: its global batch read and dropped.
+  StepOutcome skip_data_step(int64_t t);
+  // After step t (not a skipped one): whether it is a spike, agreed by all
+  // ranks (rank 0 decides); `why` says what, on rank 0.
+  bool spike_detected(int64_t t, const StepOutcome& out, std::string& why);
+  // Collective: back to the newest checkpoint c, window [c+1, t] skipped.
+  void rewind(int64_t t, const std::string& why);
+  // Rank 0: metrics.jsonl without the records after `step`.
+  void cut_metrics(int64_t step);
+  // Rank 0: RUN_DIR/config.toml, with the skip list in effect.
+  void write_config_toml() const {
+    RunConfig c = rc;
+    c.train.skip_batches = windows;
+    write_text_atomic((run_dir / "config.toml").string(), run_config_to_toml(c));
+  }
   bool root() const { return world.rank() == 0; }
   size_t mb_tokens() const { return size_t(B) * (T + 1); }
 
@@ -236,6 +300,11 @@ struct Trainer::State {
     st.skipped = progress.skipped;
     st.applied_steps = adam->applied_steps();
     st.loader = loader->state();
+    st.spike = spike_on || !windows.empty();
+    st.skip_batches = windows;
+    st.rewinds = rewinds;
+    st.consecutive_skipped = consecutive_skipped;
+    st.recent_losses = recent;
     return st;
   }
   nlohmann::json checkpoint_info() const;
@@ -493,6 +562,10 @@ void Trainer::State::setup_checkpoints() {
     progress.skipped = st.skipped;
     loader->restore(st.loader);
     resumed_from = st.step;
+    for (const StepWindow& w : st.skip_batches) add_window(windows, w);
+    rewinds = st.rewinds;
+    consecutive_skipped = st.consecutive_skipped;
+    recent = st.recent_losses;
     if (root())
       std::printf("wiola train: resuming from %s (step %lld, %lld tokens, layout of this run: tp %d x pp %d x dp %d)\n",
                   folder.c_str(), (long long)st.step, (long long)st.tokens, rc.parallel.tp, rc.parallel.pp,
@@ -537,27 +610,126 @@ void Trainer::State::open_outputs() {
   dumps.insert(opt.dumps.begin(), opt.dumps.end());
   run_dir = rc.train.run_dir;
   fault = fault_from_env();
+  if (spike_on) inject_spike = spike_injection_from_env();
   if (!root()) return;
   std::filesystem::create_directories(run_dir);
-  write_text_atomic((run_dir / "config.toml").string(), run_config_to_toml(rc));
+  write_config_toml();
   const auto path = run_dir / "metrics.jsonl";
   if (progress.step > 0) {
-    std::string kept, line;
-    std::ifstream in(path);
-    while (std::getline(in, line)) {
-      try {
-        if (nlohmann::json::parse(line).at("step").get<int64_t>() <= progress.step) kept += line + "\n";
-      } catch (const std::exception&) {
-        // a torn last line of a killed run: dropped
-      }
-    }
-    in.close();
-    write_text_atomic(path.string(), kept);
-    metrics.open(path, std::ios::app);
+    cut_metrics(progress.step);
   } else {
     metrics.open(path, std::ios::trunc);
   }
   WIOLA_CHECK(metrics.good(), "cannot write '", path.string(), "'");
+}
+
+void Trainer::State::cut_metrics(int64_t step) {
+  const auto path = run_dir / "metrics.jsonl";
+  if (metrics.is_open()) metrics.close();
+  std::string kept, line;
+  std::ifstream in(path);
+  while (std::getline(in, line)) {
+    try {
+      if (nlohmann::json::parse(line).at("step").get<int64_t>() <= step) kept += line + "\n";
+    } catch (const std::exception&) {
+      // a torn last line of a killed run: dropped
+    }
+  }
+  in.close();
+  write_text_atomic(path.string(), kept);
+  metrics.open(path, std::ios::app);
+}
+
+StepOutcome Trainer::State::skip_data_step(int64_t t) {
+  const auto t0 = Clock::now();
+  cur = StepTimes{};
+  dist::set_context("stage " + std::to_string(me.pp) + " step " + std::to_string(t) + " data (skipped window)");
+  loader->next_batch(batch.data());  // read and dropped: the data after the window is the same
+  StepOutcome out;
+  out.loss = out.grad_norm = std::nan("");
+  out.lr = lr_at(t, budget.t_max, budget.warmup, rc.train.lr_max, rc.train.lr_min);
+  out.adam_step = adam->applied_steps();
+  progress.step = t;
+  out.seconds = seconds_since(t0);
+  cur.data = cur.total = out.seconds;
+  return out;
+}
+
+bool Trainer::State::spike_detected(int64_t t, const StepOutcome& out, std::string& why) {
+  const TrainSection& tr = rc.train;
+  double seen = out.loss;  // what detection sees
+  if (t == inject_spike) {
+    seen *= 1000.0;
+    inject_spike = -1;  // the first time only
+  }
+  consecutive_skipped = out.skipped ? consecutive_skipped + 1 : 0;
+  int64_t flag = 0;
+  char buf[256];
+  if (tr.spike_skipped > 0 && consecutive_skipped >= tr.spike_skipped) {
+    flag = 1;
+    std::snprintf(buf, sizeof buf, "%lld consecutive skipped steps (train.spike_skipped = %d)",
+                  (long long)consecutive_skipped, tr.spike_skipped);
+    why = buf;
+  } else if (tr.spike_sigma > 0 && !out.skipped && std::isfinite(seen) && recent.size() >= size_t(tr.spike_window)) {
+    double mean = 0, var = 0;
+    for (double x : recent) mean += x;
+    mean /= double(recent.size());
+    for (double x : recent) var += (x - mean) * (x - mean);
+    const double sd = std::sqrt(var / double(recent.size()));
+    const double limit = mean + tr.spike_sigma * sd;
+    if (seen > limit) {
+      flag = 1;
+      std::snprintf(buf, sizeof buf, "loss spike: %.6g > mean %.6g + %g x std %.4g of the last %d steps", seen, mean,
+                    tr.spike_sigma, sd, tr.spike_window);
+      why = buf;
+    }
+  }
+  if (world.size() > 1) {
+    dist::set_context("step " + std::to_string(t) + " loss-spike decision");
+    world.broadcast(&flag, 1, 0);  // rank 0's decision on every rank
+  }
+  if (flag && why.empty()) why = "loss-spike policy (rank 0's decision)";
+  if (flag) return true;
+  if (!out.skipped && std::isfinite(out.loss)) {
+    recent.push_back(out.loss);
+    if (recent.size() > size_t(tr.spike_window)) recent.erase(recent.begin());
+  }
+  return false;
+}
+
+void Trainer::State::rewind(int64_t t, const std::string& why) {
+  const TrainSection& tr = rc.train;
+  const std::string at = why + " at step " + std::to_string(t);
+  WIOLA_CHECK(rewinds < tr.spike_max_rewinds, at, ": not rewinding again, ", rewinds,
+              " rewinds made already (train.spike_max_rewinds = ", tr.spike_max_rewinds, ")");
+  WIOLA_CHECK(ckpt != nullptr, at, ": no checkpoint to rewind to (checkpoint.dir is not set)");
+  dist::set_context("step " + std::to_string(t) + " loss-spike rewind");
+  if (ckpt->in_flight()) ckpt->finish();  // the save in flight is of an earlier, good step
+  const std::string folder = ckpt->find_resume();
+  WIOLA_CHECK(!folder.empty(), at, ": no checkpoint in ", rc.checkpoint.dir,
+              " to rewind to (none saved yet: checkpoint.every sets how often)");
+  const std::string run_id = ckpt->run_id();
+  const ResumeState st = ckpt->resume(folder);
+  WIOLA_CHECK(st.step < t && st.run_id == run_id, at, ": the newest checkpoint ", folder, " (step ", st.step,
+              ") is not an earlier one of this run; cannot rewind");
+  progress.step = st.step;
+  progress.tokens = st.tokens;
+  progress.skipped = st.skipped;
+  loader->restore(st.loader);
+  consecutive_skipped = st.consecutive_skipped;
+  recent = st.recent_losses;
+  ++rewinds;
+  const StepWindow w{st.step + 1, t};
+  add_window(windows, w);
+  if (!root()) return;
+  std::printf("wiola train: %s: rewinding to %s (step %lld) and skipping the data of steps %lld..%lld "
+              "(rewind %lld of at most %d)\n", at.c_str(), folder.c_str(), (long long)st.step, (long long)w.from,
+              (long long)w.to, (long long)rewinds, tr.spike_max_rewinds);
+  std::fflush(stdout);
+  cut_metrics(st.step);
+  pending_rewind = {{"detected_at", t}, {"reason", why}, {"checkpoint_step", st.step},
+                    {"window", {w.from, w.to}}, {"rewinds", rewinds}, {"skip_batches", windows_json(windows)}};
+  write_config_toml();
 }
 
 // GEMMs tuned per shape (train.cuda_gemm = auto; docs/gpu.md): every rank
@@ -852,13 +1024,19 @@ double Trainer::evaluate() {
 void Trainer::log_step(int64_t t, const StepOutcome& out, bool evaluated) {
   State& s = *s_;
   if (!s.root()) return;
-  const double tps = double(s.GB * s.T) / out.seconds;
+  const bool data_skipped = s.skipping(t);  // no tokens trained, no model FLOPs
+  const double tps = data_skipped ? 0.0 : double(s.GB * s.T) / out.seconds;
   nlohmann::json j = {{"step", t}, {"loss", out.loss}, {"lr", out.lr}, {"grad_norm", out.grad_norm},
                       {"tokens", s.progress.tokens}, {"tokens_per_s", tps}, {"step_ms", out.seconds * 1e3},
                       {"skipped", s.progress.skipped}};
+  if (data_skipped) j["data_skipped"] = true;
+  if (!s.pending_rewind.is_null()) {  // the first record after a loss-spike rewind
+    j["rewind"] = std::move(s.pending_rewind);
+    s.pending_rewind = nullptr;
+  }
   if (s.ckpt) j["checkpoint_ms"] = out.checkpoint_seconds * 1e3;
-  const double mfu = s.job_peak > 0 ? s.step_flops / out.seconds / s.job_peak : 0.0;
-  if (s.job_peak > 0) j["mfu"] = mfu;
+  const double mfu = s.job_peak > 0 && !data_skipped ? s.step_flops / out.seconds / s.job_peak : 0.0;
+  if (s.job_peak > 0 && !data_skipped) j["mfu"] = mfu;
   if (s.rc.train.accounting) {
     // Where rank 0's step went (report.json: every rank's mean).
     nlohmann::json tm = nlohmann::json::object();
@@ -887,8 +1065,8 @@ void Trainer::log_step(int64_t t, const StepOutcome& out, bool evaluated) {
   std::printf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %.0f ms | ETA %s",
               (long long)t, (long long)last_step, out.loss, out.lr, out.grad_norm, tps, out.seconds * 1e3,
               human_duration(s.ema_step_s * double(last_step - t)).c_str());
-  if (s.job_peak > 0) std::printf(" | MFU %.1f%%", 100.0 * mfu);
-  if (s.rc.train.accounting && s.cur.total > 0) {
+  if (s.job_peak > 0 && !data_skipped) std::printf(" | MFU %.1f%%", 100.0 * mfu);
+  if (s.rc.train.accounting && s.cur.total > 0 && !data_skipped) {
     const StepTimes& jt = s.cur;
     const double tot = jt.total / 100.0;
     std::printf(" | compute %.0f%% comm %.0f%% bubble %.0f%% opt %.0f%% data %.0f%%", jt.compute / tot,
@@ -901,6 +1079,7 @@ void Trainer::log_step(int64_t t, const StepOutcome& out, bool evaluated) {
       std::printf("%s%zu: %.4f", i ? ", " : "", s.vals[i].source + 1, s.last_val_sources[s.vals[i].source]);
     std::printf(")");
   }
+  if (data_skipped) std::printf(" | DATA SKIPPED (skipped window)");
   if (out.skipped)
     std::printf(" | SKIPPED (non-finite grad norm; %lld so far)", (long long)s.progress.skipped);
   std::printf("\n");
@@ -922,8 +1101,20 @@ TrainSummary Trainer::run() {
   }
   const int64_t first = s.progress.step + 1;
   for (int64_t t = first; t <= s.budget.last_step; ++t) {
-    const StepOutcome out = step(t);
-    if (t == first) s.share_gemm_tuning(true);
+    const bool data_skip = s.skipping(t);
+    const StepOutcome out = data_skip ? s.skip_data_step(t) : step(t);
+    if (s.spike_on && !data_skip) {
+      std::string why;
+      if (s.spike_detected(t, out, why)) {  // before any save: step t's update is never saved
+        s.rewind(t, why);
+        t = s.progress.step;  // the loop goes on with the window's first step
+        continue;
+      }
+    }
+    if (!data_skip && !s.gemm_shared) {
+      s.share_gemm_tuning(true);
+      s.gemm_shared = true;
+    }
     s.train_s += out.seconds;
     s.ema_step_s = t == 1 ? out.seconds : 0.9 * s.ema_step_s + 0.1 * out.seconds;
     if (t == s.resumed_from + 1) sum.first_loss = out.loss;  // this run's first step
@@ -938,8 +1129,9 @@ TrainSummary Trainer::run() {
     logged.checkpoint_seconds = seconds_since(tc);
     s.cur.checkpoint = logged.checkpoint_seconds;
     s.cur.total += logged.checkpoint_seconds;
-    s.account_step(t, s.dumps.count(t) > 0);
-    s.stragglers->after_step(t, s.cur, t > 1 && s.dumps.count(t) == 0, s.budget.last_step);
+    const bool unusual = s.dumps.count(t) > 0 || data_skip;  // not a step of the accounting's means
+    s.account_step(t, unusual);
+    s.stragglers->after_step(t, s.cur, t > 1 && !unusual, s.budget.last_step);
     log_step(t, logged, eval_now);
     if (stop) {
       sum.stopped = true;

@@ -708,6 +708,107 @@ EOF2
     train1 --set "data.path=$shards"
 }
 
+# ---- loss spikes: rewind to the last checkpoint, skip the data window -----------------
+# WIOLA_INJECT_LOSS_SPIKE=5 makes step 5's loss look 1000 times larger to the
+# detection (train.spike_sigma over a window of 3 steps): the run rewinds to
+# checkpoint 3 and skips the data of steps 4..5. It must then be, bit for bit,
+# a run told to skip that window (train.skip_batches) from the start.
+spike=(--set checkpoint.every=3 --set train.spike_sigma=3 --set train.spike_window=3)
+# spike_same RUN REF: same final checkpoint (parameters and AdamW moments, bit
+# for bit; `wiola ckpt diff` needs no h5py), the same step, tokens, skipped
+# count, applied steps, loader state and skip list in its manifest, and
+# metrics of steps 1..8 once each with the same losses.
+spike_same() {
+  "$wiola" ckpt diff --with-optimizer "$2/ck" "$1/ck" > "$t/diff.out" 2>&1 ||
+    { cat "$t/diff.out" >&2; fail "the final checkpoint of $(basename "$1") differs from $(basename "$2")'s"; }
+  "$python" - "$(step_dir "$1/ck" $steps)" "$(step_dir "$2/ck" $steps)" "$1/run" "$2/run" "$steps" <<'EOF2' ||
+import json, sys
+a, b = (json.load(open(f"{d}/manifest.json")) for d in sys.argv[1:3])
+for k in ("step", "tokens", "skipped", "applied_steps", "loader"):
+    assert a[k] == b[k], f"manifest {k}: {a[k]} vs {b[k]}"
+assert a["spike"]["skip_batches"] == b["spike"]["skip_batches"] == [[4, 5]], (a["spike"], b["spike"])
+n = int(sys.argv[5])
+ra, rb = ([json.loads(l) for l in open(f"{d}/metrics.jsonl")] for d in sys.argv[3:5])
+for rows in (ra, rb):
+    assert [r["step"] for r in rows] == list(range(1, n + 1)), [r["step"] for r in rows]
+for x, y in zip(ra, rb):
+    assert x.get("loss") == y.get("loss") and x.get("grad_norm") == y.get("grad_norm"), (x["step"], x, y)
+    assert x.get("data_skipped", False) == y.get("data_skipped", False) == (x["step"] in (4, 5)), x
+print(f"manifests and metrics 1..{n} equal; steps 4, 5 skipped in both")
+EOF2
+    fail "manifest or metrics differ"
+}
+case_spike_rewind() {
+  # shellcheck disable=SC2046
+  WIOLA_INJECT_LOSS_SPIKE=5 expect_ok spike train1 $(where "$t/spike") "${spike[@]}"
+  grep -q "^wiola train: loss spike: .* at step 5: rewinding to .*/step-00000003 (step 3) and skipping the data of steps 4\.\.5 (rewind 1 of at most 3)$" \
+    "$t/spike.out" || { cat "$t/spike.out" >&2; fail "no rewind line"; }
+  # shellcheck disable=SC2046
+  expect_ok told train1 $(where "$t/told") "${spike[@]}" --set "train.skip_batches=[[4, 5]]"
+  grep -q "rewinding" "$t/told.out" && fail "the run told to skip the window rewound"
+  spike_same "$t/spike" "$t/told"
+  # The rewind is recorded: metrics (step 4's record), manifest, config.toml.
+  "$python" - "$t/spike" <<'EOF2' || fail "the rewind is not recorded"
+import json, sys
+d = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{d}/run/metrics.jsonl")]
+rw = [r for r in rows if "rewind" in r]
+assert len(rw) == 1 and rw[0]["step"] == 4, rw
+e = rw[0]["rewind"]
+assert e["detected_at"] == 5 and e["checkpoint_step"] == 3 and e["window"] == [4, 5] and e["rewinds"] == 1, e
+sp = json.load(open(f"{d}/ck/step-00000008/manifest.json"))["spike"]
+assert sp["rewinds"] == 1 and sp["skip_batches"] == [[4, 5]], sp
+assert "skip_batches = [[4, 5]]" in open(f"{d}/run/config.toml").read()
+print("rewind recorded:", e)
+EOF2
+}
+case_spike_resume() {
+  # The rewind in a run that stops at step 6 (train.max_steps); the resume
+  # continues with the manifest's skip list and ends where the told run does.
+  # shellcheck disable=SC2046
+  WIOLA_INJECT_LOSS_SPIKE=5 expect_ok part train1 $(where "$t/run") "${spike[@]}" --set train.max_steps=6
+  grep -q "rewinding to .*(step 3)" "$t/part.out" || fail "no rewind in the first part"
+  # shellcheck disable=SC2046
+  expect_ok rest train1 $(where "$t/run") "${spike[@]}"
+  grep -q "^wiola train: resuming from .*step-00000006" "$t/rest.out" || fail "the second part did not resume"
+  grep -q "skip_batches = \[\[4, 5\]\]" "$t/run/run/config.toml" || fail "the resume lost the skip list"
+  # shellcheck disable=SC2046
+  expect_ok told train1 $(where "$t/told") "${spike[@]}" --set "train.skip_batches=[[4, 5]]"
+  spike_same "$t/run" "$t/told"
+}
+case_spike_rewind_mpirun() {
+  # The same on 2 ranks (dp=2): rank 0's decision, the rewind collective.
+  # shellcheck disable=SC2046
+  WIOLA_INJECT_LOSS_SPIKE=5 expect_ok spike train2 $(where "$t/spike") "${spike[@]}"
+  grep -q "rewinding to .*(step 3) and skipping the data of steps 4\.\.5" "$t/spike.out" || fail "no rewind line"
+  # shellcheck disable=SC2046
+  expect_ok told train2 $(where "$t/told") "${spike[@]}" --set "train.skip_batches=[[4, 5]]"
+  spike_same "$t/spike" "$t/told"
+}
+case_spike_refusals() {
+  # shellcheck disable=SC2046
+  WIOLA_INJECT_LOSS_SPIKE=5 expect_fail nockpt "^wiola train: error: loss spike: .* at step 5: no checkpoint in .* to rewind to" \
+    train1 $(where "$t/nockpt") "${spike[@]}" --set checkpoint.every=0
+  # shellcheck disable=SC2046
+  WIOLA_INJECT_LOSS_SPIKE=5 expect_fail norewind "at step 5: not rewinding again, 0 rewinds made already \(train.spike_max_rewinds = 0\)" \
+    train1 $(where "$t/norewind") "${spike[@]}" --set train.spike_max_rewinds=0
+  # Skipped steps: lr 1e30 breaks the model at step 1, every later step is
+  # skipped (non-finite gradient norm); 2 in a row rewind, 3 times, then stop.
+  # shellcheck disable=SC2046
+  expect_fail nonfinite "2 consecutive skipped steps \(train.spike_skipped = 2\) at step 6: not rewinding again, 3 rewinds made already" \
+    train1 $(where "$t/nonfinite") --set checkpoint.every=2 --set train.spike_skipped=2 --set train.lr_max=1e30 --set train.clip=0
+  [ "$(grep -c "^wiola train: 2 consecutive skipped steps .* rewinding to" "$t/nonfinite.out")" -eq 3 ] ||
+    fail "expected 3 rewinds before the error"
+  expect_fail nodir "train.spike_sigma / train.spike_skipped rewind to a checkpoint: set checkpoint.dir" \
+    train1 --set "train.run_dir=$t/nodir" --set train.spike_sigma=3
+  # shellcheck disable=SC2046
+  expect_fail unsorted "train.skip_batches: window 2 \[2, 3\] must start after window 1 ends" \
+    train1 $(where "$t/unsorted") --set "train.skip_batches=[[4, 5], [2, 3]]"
+  # shellcheck disable=SC2046
+  expect_fail badpair "train.skip_batches: window 1 of 1: expected \[from, to\], two integers" \
+    train1 $(where "$t/badpair") --set "train.skip_batches=[[4]]"
+}
+
 fn=case_$what
 declare -F "$fn" > /dev/null || { echo "ckpt_tests.sh: unknown case '$what'" >&2; exit 2; }
 start=$SECONDS
