@@ -164,9 +164,9 @@ void ForwardingOps<T>::atm_merge_rows_bwd(CPtr dout, int B, int Tn, int w, const
 }
 
 template <class T>
-void ForwardingOps<T>::prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr out) {
+void ForwardingOps<T>::prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op) {
   const Call c(*this, "prefix_mean_fwd");
-  inner_.prefix_mean_fwd(arg(x), B, Tn, d, arg(out));
+  inner_.prefix_mean_fwd(arg(x), B, Tn, d, arg(out), arg(out_op));
 }
 
 template <class T>
@@ -176,9 +176,9 @@ void ForwardingOps<T>::prefix_mean_bwd(CPtr dout, int B, int Tn, int d, Ptr dx) 
 }
 
 template <class T>
-void ForwardingOps<T>::prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out) {
+void ForwardingOps<T>::prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out, Ptr out_op) {
   const Call c(*this, "prefix_mean_carry_fwd");
-  inner_.prefix_mean_carry_fwd(arg(x), B, Tn, d, pos0, arg(carry), arg(out));
+  inner_.prefix_mean_carry_fwd(arg(x), B, Tn, d, pos0, arg(carry), arg(out), arg(out_op));
 }
 
 template <class T>

@@ -232,14 +232,17 @@ class Ops {
 
   // ---- GCLA pieces --------------------------------------------------------------
   // Prefix mean over positions: out[b,t] = mean_{u<=t} x[b,u]; x,out [B,Tn,d].
-  virtual void prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr out) = 0;
+  // out_op (may be null) gets out again in its own storage type, the bits
+  // convert(out, out_op) would write: the context projections' GEMM operand
+  // of a summary, made once in this pass (as rmsnorm_fwd's y_op).
+  virtual void prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op) = 0;
   // dx[b,u] += sum_{t>=u} dout[b,t]/(t+1)   (ACCUMULATES)
   virtual void prefix_mean_bwd(CPtr dout, int B, int Tn, int d, Ptr dx) = 0;
   // Cached decoding: rows are positions pos0..pos0+Tn-1 and carry[B,d] holds
   // the sums of all earlier rows: out[b,i] = (carry[b] + sum_{u<=i} x[b,u]) /
-  // (pos0+i+1), then carry[b] += sum_u x[b,u].
+  // (pos0+i+1), then carry[b] += sum_u x[b,u]. out_op as in prefix_mean_fwd.
   virtual void prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0,
-                                     Ptr carry, Ptr out) = 0;
+                                     Ptr carry, Ptr out, Ptr out_op) = 0;
   // Context sub-attention: per token n and head h, softmax over nc context
   // rows of q[n,h].kc[n,i,g]/sqrt(dh), g = h % Hkv.
   // q[N,H,dh], kc,vc[N,nc,Hkv,dh]; out[N,H,dh], probs[N,H,nc].

@@ -84,7 +84,10 @@ struct KvSlot {
   int len = 0;
 };
 
-// x_out = layer_l(x, ctx). ctx: nc summaries [N,d], oldest first. p: the
+// x_out = layer_l(x, ctx). ctx: nc summaries [N,d], oldest first, as the
+// context projections' GEMMs read them (only they do): the model passes the
+// summaries' copies in the activation type where that is narrower, made
+// with each summary (Model's Slot::S_op), else the summaries. p: the
 // forward view of the parameters (ModelParams::bind_forward).
 // training: ATM active in its layers (docs/model.md §2); eval runs with ATM off.
 template <class T>

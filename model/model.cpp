@@ -29,6 +29,11 @@ struct Model<T>::Slot {
   Buffer<T, int32_t> ids;          // [N] (first stage)
   std::vector<DynBuffer<T>> X;     // nl+1 residual streams [N, d]
   std::vector<DynBuffer<T>> S;     // summaries held by the stage [N, d]
+  // Their context-projection GEMM operands [N, d] in the activation type where
+  // that is narrower than the residual type (empty otherwise): written with
+  // each summary (or converted once from a received one), read by every
+  // GEMM of every layer that reads the summary, forward and backward.
+  std::vector<DynBuffer<T>> S_op;
   std::vector<LayerActs<T>> acts;  // per layer (empty with recompute)
   Buffer<T> rstd_f;                // last stage: final-norm rstd [N]
   DynBuffer<T> dx_top;             // last stage: dX(L) [N, d]
@@ -117,6 +122,8 @@ Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
     sl.ids = Buffer<T, int32_t>(ops, N);
     for (int i = 0; i <= m.nl; ++i) sl.X.emplace_back(ops, res, N * d);
     for (int s = 0; s < n_summaries(); ++s) sl.S.emplace_back(ops, res, N * d);
+    if (dtype_bytes(act) < dtype_bytes(res))
+      for (int s = 0; s < n_summaries(); ++s) sl.S_op.emplace_back(ops, act, N * d);
     if (!opt.recompute) {
       sl.acts.resize(size_t(m.nl));
       for (int l = m.l0; l < m.l1; ++l) sl.acts[size_t(l - m.l0)].allocate(c, cfg.n_ctx(l));
@@ -173,12 +180,14 @@ int Model<T>::send_lo() const {
   return std::max(0, shard_.end(cfg_) + 1 - cfg_.Lambda);
 }
 
+// ctx: what the layer's context-projection GEMMs read, the summaries' operand
+// copies where the slot has them (the same bits the GEMMs would convert).
 template <class T>
 void Model<T>::context(const Slot& sl, int l, CPtr* ctx, Ptr* dctx) {
   const int nc = cfg_.n_ctx(l), lo = summary_lo();
   for (int i = 0; i < nc; ++i) {
     const int s = l + 1 - nc + i;  // oldest first
-    ctx[i] = sl.S[size_t(s - lo)].data();
+    ctx[i] = sl.S_op.empty() ? sl.S[size_t(s - lo)].data() : sl.S_op[size_t(s - lo)].data();
     if (dctx) dctx[i] = impl_->dS[size_t(s - lo)].data();
   }
 }
@@ -232,6 +241,7 @@ size_t Model<T>::activation_bytes() const {
     for (const auto& a : sl.acts) b += a.arena.bytes();
     for (const auto& x : sl.X) b += x.bytes();
     for (const auto& s : sl.S) b += s.bytes();
+    for (const auto& s : sl.S_op) b += s.bytes();
     b += sl.rstd_f.bytes() + sl.dx_top.bytes();
   }
   return b;
@@ -267,6 +277,7 @@ typename Model<T>::Memory Model<T>::plan_memory(Ops<T>& ops, const ModelConfig& 
   const int n_summ = l1 - std::max(0, l0 + 1 - cfg.Lambda);
   const bool last = shard.last_stage(cfg);
   size_t slot = size_t(nl + 1 + n_summ) * N * d * res;
+  if (act < res) slot += size_t(n_summ) * N * d * act;  // the summaries' GEMM operands (Slot::S_op)
   if (!opt.recompute)
     for (int l = l0; l < l1; ++l) {
       LayerActs<T> a;
@@ -368,14 +379,21 @@ void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool trainin
     ops_.embedding_fwd(sl.ids.data(), N, w_.embed, ld_.v0, ld_.V, d, sl.X[0].data());
     tp_sum(tp_, sl.X[0].data(), nd);
   }
-  // Summaries are prefix means of the raw residual stream (docs/model.md §2).
+  // Summaries are prefix means of the raw residual stream (docs/model.md §2),
+  // written with their GEMM operand copies (Slot::S_op) in the same pass.
+  const int lo = summary_lo();
+  auto op_copy = [&](int s) { return sl.S_op.empty() ? Ptr() : sl.S_op[size_t(s - lo)].data(); };
   auto summarize = [&](int s, CPtr x) {
-    Ptr out = sl.S[size_t(s - summary_lo())].data();
+    Ptr out = sl.S[size_t(s - lo)].data();
     if (cache)
-      ops_.prefix_mean_carry_fwd(x, B, n, d, pos0, cache->carry[size_t(s - summary_lo())].data(), out);
+      ops_.prefix_mean_carry_fwd(x, B, n, d, pos0, cache->carry[size_t(s - lo)].data(), out, op_copy(s));
     else
-      ops_.prefix_mean_fwd(x, B, n, d, out);
+      ops_.prefix_mean_fwd(x, B, n, d, out, op_copy(s));
   };
+  // Summaries received from the previous stage (fwd_in, residual type as
+  // sent) get their operand copies here, once.
+  if (!sl.S_op.empty())
+    for (int s = lo; s < shard_.layer_begin; ++s) ops_.convert(sl.S[size_t(s - lo)].data(), op_copy(s), nd);
   summarize(m.l0, sl.X[0].data());
 
   CPtr ctx[kMaxLambda];

@@ -80,7 +80,8 @@ const T* in(CPtr p) { return p.as<T>(); }
 template <class T>
 T* out(Ptr p) { return p.as<T>(); }
 
-// A norm's GEMM operand copy (storage is T here: the values themselves).
+// A norm's or prefix mean's GEMM operand copy (storage is T here: the values
+// themselves).
 template <class T>
 void copy_operand(CPtr y, Ptr y_op, size_t n) {
   if (y_op && n) std::memcpy(out<T>(y_op), in<T>(y), n * sizeof(T));
@@ -331,9 +332,10 @@ void CpuOps<T>::atm_merge_rows_bwd(CPtr dout, int B, int Tn, int w,
 
 // ---- GCLA pieces ---------------------------------------------------------------------
 template <class T>
-void CpuOps<T>::prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr o) {
+void CpuOps<T>::prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr o, Ptr o_op) {
   OPEN;
   cpu::prefix_mean_fwd(I(x), B, Tn, d, O(o));
+  copy_operand<T>(o, o_op, size_t(B) * size_t(Tn) * size_t(d));
 }
 template <class T>
 void CpuOps<T>::prefix_mean_bwd(CPtr dout, int B, int Tn, int d, Ptr dx) {
@@ -342,9 +344,10 @@ void CpuOps<T>::prefix_mean_bwd(CPtr dout, int B, int Tn, int d, Ptr dx) {
 }
 template <class T>
 void CpuOps<T>::prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0,
-                                      Ptr carry, Ptr o) {
+                                      Ptr carry, Ptr o, Ptr o_op) {
   OPEN;
   cpu::prefix_mean_carry_fwd(I(x), B, Tn, d, pos0, O(carry), O(o));
+  copy_operand<T>(o, o_op, size_t(B) * size_t(Tn) * size_t(d));
 }
 template <class T>
 void CpuOps<T>::ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc,

@@ -72,9 +72,9 @@ class CpuOps final : public Ops<T> {
   void atm_plan(const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first, int32_t* key_end, int32_t* n_groups) override;
   void atm_merge_rows(CPtr x, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end, const int32_t* n_groups, Ptr out) override;
   void atm_merge_rows_bwd(CPtr dout, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end, const int32_t* n_groups, Ptr dx) override;
-  void prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr out) override;
+  void prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op) override;
   void prefix_mean_bwd(CPtr dout, int B, int Tn, int d, Ptr dx) override;
-  void prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out) override;
+  void prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out, Ptr out_op) override;
   void ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, Ptr out, Ptr probs) override;
   void ctx_attention_bwd(CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H, int Hkv, int dh, Ptr dq, Ptr dkc, Ptr dvc) override;
   void blend_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr out) override;

@@ -241,14 +241,14 @@ class CudaOps final : public Ops<float> {
                           const int32_t* n_groups, Ptr dx) override {
     cuda::atm_merge_rows_bwd(ctx(), dout, B, Tn, w, group_first, key_end, n_groups, dx);
   }
-  void prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr out) override {
-    cuda::prefix_mean_fwd(ctx(), x, B, Tn, d, out);
+  void prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op) override {
+    cuda::prefix_mean_fwd(ctx(), x, B, Tn, d, out, out_op);
   }
   void prefix_mean_bwd(CPtr dout, int B, int Tn, int d, Ptr dx) override {
     cuda::prefix_mean_bwd(ctx(), dout, B, Tn, d, dx);
   }
-  void prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out) override {
-    cuda::prefix_mean_carry_fwd(ctx(), x, B, Tn, d, pos0, carry, out);
+  void prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out, Ptr out_op) override {
+    cuda::prefix_mean_carry_fwd(ctx(), x, B, Tn, d, pos0, carry, out, out_op);
   }
   void ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, Ptr out,
                          Ptr probs) override {

@@ -74,9 +74,11 @@ __device__ double scan_offset(double (*sums)[kScanCols], const ScanChunk& ch, do
   return off;
 }
 
-template <class R>
+// out_op (may be null): out again in storage O, as convert(out, out_op)
+// would round it (the context projections' GEMM operand).
+template <class R, class O>
 __global__ void __launch_bounds__(kScanCols* kScanChunks)
-    k_prefix_fwd(const R* x, int B, int Tn, int d, int pos0, R* carry, R* out) {
+    k_prefix_fwd(const R* x, int B, int Tn, int d, int pos0, R* carry, R* out, O* out_op) {
   __shared__ double sums[kScanChunks][kScanCols];
   const ScanChunk ch(Tn, d);
   const R* xc = x + size_t(ch.b) * Tn * d + ch.j;
@@ -85,7 +87,10 @@ __global__ void __launch_bounds__(kScanCols* kScanChunks)
   if (!ch.active) return;
   for (int t = ch.t0; t < ch.t1; ++t) {
     acc += double(ld(xc + size_t(t) * d));
-    st(out + (size_t(ch.b) * Tn + t) * d + ch.j, float(acc / double(pos0 + t + 1)));
+    const size_t i = (size_t(ch.b) * Tn + t) * d + ch.j;
+    const float v = float(acc / double(pos0 + t + 1));
+    st(out + i, v);
+    if (out_op) st(out_op + i, as_stored<R>(v));
   }
   if (carry && threadIdx.y == kScanChunks - 1) st(carry + size_t(ch.b) * d + ch.j, float(acc));
 }
@@ -263,12 +268,8 @@ void srpe_apply(Ctx c, Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool in
   after_launch("srpe_apply");
 }
 
-void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, Ptr out) {
-  dispatch(x.dtype(), "prefix_mean_fwd", [&](auto e) {
-    using R = decltype(e);
-    k_prefix_fwd<R><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(x), B, Tn, d, 0, nullptr, dev<R>(out));
-  });
-  after_launch("prefix_mean_fwd");
+void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op) {
+  prefix_mean_carry_fwd(c, x, B, Tn, d, 0, nullptr, out, out_op);
 }
 void prefix_mean_bwd(Ctx c, CPtr dout, int B, int Tn, int d, Ptr dx) {
   dispatch(dx.dtype(), "prefix_mean_bwd", [&](auto e) {
@@ -277,13 +278,18 @@ void prefix_mean_bwd(Ctx c, CPtr dout, int B, int Tn, int d, Ptr dx) {
   });
   after_launch("prefix_mean_bwd");
 }
-void prefix_mean_carry_fwd(Ctx c, CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out) {
-  dispatch(x.dtype(), "prefix_mean_carry_fwd", [&](auto e) {
-    using R = decltype(e);
-    k_prefix_fwd<R><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(x), B, Tn, d, pos0, dev<R>(carry),
-                                                                   dev<R>(out));
+// carry null: the plain prefix mean (prefix_mean_fwd).
+void prefix_mean_carry_fwd(Ctx c, CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out, Ptr out_op) {
+  const char* op = carry ? "prefix_mean_carry_fwd" : "prefix_mean_fwd";
+  dispatch(x.dtype(), op, [&](auto e) {
+    dispatch(out_op ? out_op.dtype() : x.dtype(), op, [&](auto eo) {
+      using R = decltype(e);
+      using O = decltype(eo);
+      k_prefix_fwd<R, O><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(x), B, Tn, d, pos0, dev<R>(carry),
+                                                                     dev<R>(out), dev<O>(out_op));
+    });
   });
-  after_launch("prefix_mean_carry_fwd");
+  after_launch(op);
 }
 
 void ctx_attention_fwd(Ctx c, CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, Ptr out,

@@ -71,9 +71,11 @@ void ce_loss(Ctx c, CPtr logits, const int32_t* targets, int N, int V_local, int
 
 // ---- gcla.cu: SRPE, prefix means, context attention, ATM -------------------------
 void srpe_apply(Ctx c, Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool inverse);
-void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, Ptr out);
+// out_op (may be null): out again in its own storage type (the GEMM operand).
+void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op);
 void prefix_mean_bwd(Ctx c, CPtr dout, int B, int Tn, int d, Ptr dx);
-void prefix_mean_carry_fwd(Ctx c, CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out);
+// carry null: prefix_mean_fwd.
+void prefix_mean_carry_fwd(Ctx c, CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out, Ptr out_op);
 void ctx_attention_fwd(Ctx c, CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, Ptr out,
                        Ptr probs);
 void ctx_attention_bwd(Ctx c, CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H,

@@ -222,12 +222,12 @@ TEST(CudaOps, GcladPiecesAndAtm) {
     same_on_gpu("prefix means", 1e-6, [&](Ops<float>& o) {
       OnBackend r(o);
       float *bx = r.in(sx), *out = r.in(Vec(sx.size())), *dx = r.in(Vec(sx.size(), 1.f)), *bd = r.in(sdout);
-      float *carry = r.in(carry0), *oc = r.in(Vec(sx.size()));
-      o.prefix_mean_fwd(bx, sB, sTn, sd, out);
+      float *carry = r.in(carry0), *oc = r.in(Vec(sx.size())), *oop = r.in(Vec(sx.size()));
+      o.prefix_mean_fwd(bx, sB, sTn, sd, out, oop);  // with the GEMM operand copy
       o.prefix_mean_bwd(bd, sB, sTn, sd, dx);
-      o.prefix_mean_carry_fwd(bx, sB, sTn, sd, 5, carry, oc);
+      o.prefix_mean_carry_fwd(bx, sB, sTn, sd, 5, carry, oc, nullptr);
       return std::vector<Vec>{r.out(out, sx.size()), r.out(dx, sx.size()), r.out(oc, sx.size()),
-                              r.out(carry, carry0.size())};
+                              r.out(carry, carry0.size()), r.out(oop, sx.size())};
     });
   }
   const Vec q = randn(size_t(N) * H * dh, 14), kc = randn(size_t(N) * nc * Hkv * dh, 15),
@@ -810,6 +810,39 @@ TEST(CudaOps, FusedOpsMatchUnfusedBitForBit) {
     EXPECT_EQ(bytes(s2, nd), bytes(s1, nd));
     EXPECT_EQ(bytes(y2, nd), bytes(y1, nd));
     EXPECT_EQ(bytes(c2, nd), bytes(c1, nd));
+
+    // The prefix means (GCLA summaries, residual type) with their operand
+    // copy, plain and with a carry (ragged column block and position
+    // chunks); then the context projection's GEMM reads the same bits from
+    // the copy as it converts from the summary itself.
+    for (const bool carried : {false, true}) {
+      const int sB = 2, sT = 150, kvd = 24;
+      const size_t sn = size_t(sB) * sT * d;
+      const Vec cv = randn(size_t(sB) * d, 33);
+      const Ptr k1 = make(pr.residual, cv), k2 = make(pr.residual, cv);
+      const Ptr pm1 = fresh(pr.residual, sn), pm2 = fresh(pr.residual, sn), q1 = fresh(act, sn), q2 = fresh(act, sn);
+      if (carried) {
+        o.prefix_mean_carry_fwd(x, sB, sT, d, 7, k1, pm1, nullptr);
+        o.prefix_mean_carry_fwd(x, sB, sT, d, 7, k2, pm2, q2);
+      } else {
+        o.prefix_mean_fwd(x, sB, sT, d, pm1, nullptr);
+        o.prefix_mean_fwd(x, sB, sT, d, pm2, q2);
+      }
+      o.convert(pm1, q1, sn);
+      EXPECT_EQ(bytes(pm2, sn), bytes(pm1, sn));
+      EXPECT_EQ(bytes(q2, sn), bytes(q1, sn));
+      EXPECT_EQ(bytes(k2, size_t(sB) * d), bytes(k1, size_t(sB) * d));
+      const Ptr wk = make(pr.weight, randn(size_t(kvd) * d, 34)), dk = make(act, randn(size_t(sB) * sT * kvd, 35));
+      const Ptr f1 = fresh(act, size_t(sB) * sT * kvd), f2 = fresh(act, size_t(sB) * sT * kvd);
+      const Ptr g1w = make(F, Vec(size_t(kvd) * d, 0.5f)), g2w = make(F, Vec(size_t(kvd) * d, 0.5f));
+      const int sN = sB * sT;
+      o.gemm(Trans::N, Trans::T, sN, kvd, d, 1.f, pm1, d, wk, d, 0.f, f1, kvd);
+      o.gemm(Trans::N, Trans::T, sN, kvd, d, 1.f, q2, d, wk, d, 0.f, f2, kvd);
+      o.gemm(Trans::T, Trans::N, kvd, d, sN, 1.f, dk, kvd, pm1, d, 1.f, g1w, d);
+      o.gemm(Trans::T, Trans::N, kvd, d, sN, 1.f, dk, kvd, q2, d, 1.f, g2w, d);
+      EXPECT_EQ(bytes(f2, size_t(sN) * kvd), bytes(f1, size_t(sN) * kvd));
+      EXPECT_EQ(bytes(g2w, size_t(kvd) * d), bytes(g1w, size_t(kvd) * d));
+    }
 
     // The blend and the gate, in the activation type.
     const Ptr os = make(act, randn(n, 29)), oc = make(act, randn(n, 30)), pre = make(act, randn(n, 31, 3.f));

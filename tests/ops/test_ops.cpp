@@ -397,7 +397,7 @@ TEST_F(ThreeThreads, SequenceOpsMatchNarrowCalls) {
   const int B = 3, Tn = 50, d = 600;
   const Vec x = randn(size_t(B) * Tn * d);
   Vec out(x.size()), dx(x.size(), 1.0);
-  D.prefix_mean_fwd(x.data(), B, Tn, d, out.data());
+  D.prefix_mean_fwd(x.data(), B, Tn, d, out.data(), nullptr);
   D.prefix_mean_bwd(x.data(), B, Tn, d, dx.data());
   for (int b = 0; b < B; ++b)
     for (int c = 0; c < d; c += 37) {

@@ -259,8 +259,9 @@ TEST(Atm, MergeRowsRejectsBadLayout) {
 TEST(PrefixMean, ForwardBackwardAndCarry) {
   const int B = 2, Tn = 7, d = 300;  // d > one 256-column block
   Vec x = randn(size_t(B) * Tn * d);
-  Vec out(x.size());
-  D.prefix_mean_fwd(x.data(), B, Tn, d, out.data());
+  Vec out(x.size()), out_op(x.size(), -1.0);
+  D.prefix_mean_fwd(x.data(), B, Tn, d, out.data(), out_op.data());
+  EXPECT_EQ(out_op, out);  // the GEMM operand copy (storage T here: the values)
   Vec want(x.size());
   for (int b = 0; b < B; ++b)
     for (int c = 0; c < d; ++c) {
@@ -286,8 +287,8 @@ TEST(PrefixMean, ForwardBackwardAndCarry) {
         else
           x2[(size_t(b) * 4 + t - 3) * d + c] = v;
       }
-  D.prefix_mean_carry_fwd(x1.data(), B, 3, d, 0, carry.data(), o1.data());
-  D.prefix_mean_carry_fwd(x2.data(), B, 4, d, 3, carry.data(), o2.data());
+  D.prefix_mean_carry_fwd(x1.data(), B, 3, d, 0, carry.data(), o1.data(), nullptr);
+  D.prefix_mean_carry_fwd(x2.data(), B, 4, d, 3, carry.data(), o2.data(), nullptr);
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < Tn; ++t)
       for (int c = 0; c < d; ++c) {
@@ -302,7 +303,7 @@ TEST(PrefixMean, ForwardBackwardAndCarry) {
   const Vec w = randn(xs.size());
   auto L = [&] {
     Vec o(xs.size());
-    D.prefix_mean_fwd(xs.data(), B, Tn, d2, o.data());
+    D.prefix_mean_fwd(xs.data(), B, Tn, d2, o.data(), nullptr);
     return dot(w, o);
   };
   const Vec dx0 = randn(xs.size());

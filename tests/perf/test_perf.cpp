@@ -29,31 +29,35 @@ ModelConfig tiny() {
   return c;
 }
 
-// Model::plan_memory sizes every buffer the constructor allocates.
+// Model::plan_memory sizes every buffer the constructor allocates (cpu-bf16:
+// the GPU's bf16 storage types, with the summaries' bf16 operand copies).
 TEST(CostModel, PlanMemoryEqualsTheBuiltModel) {
-  auto ops = make_backend<float>("cpu");
-  const ModelConfig c = tiny();
-  for (int tp : {1, 2})
-    for (auto range : {std::pair{0, 6}, std::pair{0, 2}, std::pair{2, 5}, std::pair{4, 6}})
-      for (bool rc : {false, true})
-        for (int slots : {1, 3}) {
-          ModelShard sh{0, tp, range.first, range.second};
-          ModelOptions mo;
-          mo.micro_batch = 2;
-          mo.recompute = rc;
-          mo.slots = slots;
-          Model<float> m(*ops, c, sh, nullptr, mo);
-          const auto got = m.memory();
-          const auto want = Model<float>::plan_memory(*ops, c, sh, mo, ops->precision());
-          SCOPED_TRACE(testing::Message() << "tp " << tp << " layers [" << range.first << "," << range.second
-                                          << ") recompute " << rc << " slots " << slots);
-          EXPECT_EQ(got.master, want.master);
-          EXPECT_EQ(got.grads, want.grads);
-          EXPECT_EQ(got.weights, want.weights);
-          EXPECT_EQ(got.activations, want.activations);
-          EXPECT_EQ(got.workspace, want.workspace);
-          EXPECT_EQ(got.activations, m.activation_bytes());
-        }
+  for (const char* backend : {"cpu", "cpu-bf16"}) {
+    SCOPED_TRACE(backend);
+    auto ops = make_backend<float>(backend);
+    const ModelConfig c = tiny();
+    for (int tp : {1, 2})
+      for (auto range : {std::pair{0, 6}, std::pair{0, 2}, std::pair{2, 5}, std::pair{4, 6}})
+        for (bool rc : {false, true})
+          for (int slots : {1, 3}) {
+            ModelShard sh{0, tp, range.first, range.second};
+            ModelOptions mo;
+            mo.micro_batch = 2;
+            mo.recompute = rc;
+            mo.slots = slots;
+            Model<float> m(*ops, c, sh, nullptr, mo);
+            const auto got = m.memory();
+            const auto want = Model<float>::plan_memory(*ops, c, sh, mo, ops->precision());
+            SCOPED_TRACE(testing::Message() << "tp " << tp << " layers [" << range.first << "," << range.second
+                                            << ") recompute " << rc << " slots " << slots);
+            EXPECT_EQ(got.master, want.master);
+            EXPECT_EQ(got.grads, want.grads);
+            EXPECT_EQ(got.weights, want.weights);
+            EXPECT_EQ(got.activations, want.activations);
+            EXPECT_EQ(got.workspace, want.workspace);
+            EXPECT_EQ(got.activations, m.activation_bytes());
+          }
+  }
 }
 
 TEST(CostModel, StagesSlotsAndBoundaries) {
