@@ -117,7 +117,7 @@ nlohmann::json wiola::run_gpu_step_bench(const GpuStepOptions& o) {
   nlohmann::json out = {{"preset", o.preset}, {"T", cfg.T}, {"batch", o.batch}, {"recompute", o.recompute}, {"atm", cfg.atm},
                         {"device", cuda_status()}, {"peak_tflops", o.peak_tflops},
                         {"flops_per_step", train_step_flops(cfg, o.batch)}};
-  for (const auto& [k, v] : backend_option_fields(o.backend)) out["backend_options"][k] = v;
+  out["backend_options"] = backend_option_fields(o.backend);
   std::fflush(stdout);
   for (auto [name, p] : {std::pair{"bf16", CudaPrecision::BF16}, std::pair{"fp32", CudaPrecision::FP32}}) {
     if (o.precision != "both" && o.precision != name) continue;

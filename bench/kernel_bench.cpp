@@ -880,7 +880,7 @@ int main(int argc, char** argv) {
               {"V", c.V}, {"params", c.param_count()}, {"reps", o.reps}, {"warmup", o.warmup},
               {"timing", "CUDA events around each rep; median"}, {"precision", "bf16"},
               {"peak_gbps", o.peak_gbps}, {"peak_tflops", o.peak_tflops}};
-    for (const auto& [k, v] : wiola::backend_option_fields(o.backend)) meta["backend_options"][k] = v;
+    meta["backend_options"] = wiola::backend_option_fields(o.backend);
     rep.emit(meta);
     std::printf("wiola_kernel_bench on %s: %s, B=%d T=%d d=%d H=%d Hkv=%d dh=%d L=%d, %d reps after %d warm-up\n",
                 g->device_name().c_str(), c.name.c_str(), sh.B, sh.T, c.d, c.H, c.Hkv, c.dh(), c.L, o.reps, o.warmup);

@@ -2,6 +2,7 @@
 #include "kernels/backend_options.h"
 
 #include <cstdlib>
+#include <vector>
 
 #include "util/error.h"
 
@@ -57,9 +58,9 @@ void refuse_backend_env() {
   }
 }
 
-std::vector<std::pair<std::string, std::string>> backend_option_fields(const BackendOptions& o) {
-  std::vector<std::pair<std::string, std::string>> f;
-  for (const Switch& s : switches()) f.emplace_back(s.field, o.*s.member);
+std::map<std::string, std::string> backend_option_fields(const BackendOptions& o) {
+  std::map<std::string, std::string> f;
+  for (const Switch& s : switches()) f[s.field] = o.*s.member;
   return f;
 }
 

@@ -9,9 +9,8 @@
 // them.
 #pragma once
 
+#include <map>
 #include <string>
-#include <utility>
-#include <vector>
 
 namespace wiola {
 
@@ -35,8 +34,8 @@ void check_backend_options(const BackendOptions& o);
 // is set, naming the key and flag that replaced it.
 void refuse_backend_env();
 
-// The options as recorded: {"attention", "tc"}, {"attention_bwd", "v1"},
-// {"gemm", "cublas"}.
-std::vector<std::pair<std::string, std::string>> backend_option_fields(const BackendOptions& o);
+// The options as recorded, field -> value: {"attention": "tc",
+// "attention_bwd": "v1", "gemm": "cublas"} (a JSON object as it is).
+std::map<std::string, std::string> backend_option_fields(const BackendOptions& o);
 
 }  // namespace wiola

@@ -137,13 +137,6 @@ void print_blend(const TokenLoader& ld, int64_t run_samples) {
   }
 }
 
-// The backend's options as recorded (report.json, checkpoint manifests).
-nlohmann::json backend_options_json(const BackendOptions& o) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [k, v] : backend_option_fields(o)) j[k] = v;
-  return j;
-}
-
 nlohmann::json blend_json(const std::vector<BlendSource>& blend) {
   nlohmann::json j = nlohmann::json::array();
   for (const BlendSource& b : blend) j.push_back({{"path", b.path}, {"weight", b.weight}});
@@ -532,7 +525,7 @@ nlohmann::json Trainer::State::checkpoint_info() const {
   return {{"config", run_config_to_toml(rc)},
           {"layout", {{"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp}, {"zero", zero}, {"stages", st}}},
           {"backend", ops.name()},
-          {"backend_options", backend_options_json(rc.train.backend_options)},
+          {"backend_options", backend_option_fields(rc.train.backend_options)},
           {"precision", {{"activations", dist::dtype_name(pr.act)}, {"residual", dist::dtype_name(pr.residual)},
                          {"weights", dist::dtype_name(pr.weight)}}},
           {"threads_per_rank", cpu_threads()},
@@ -1200,7 +1193,7 @@ void Trainer::write_report(const TrainSummary& sum) {
   a.predicted = perf::rank_memory(s.rc.model, s.rc.layout(), s.me.pp, s.ops.precision());
   a.atm = s.atm;
   a.stragglers = s.stragglers.get();
-  a.backend = {{"name", s.ops.name()}, {"options", backend_options_json(s.rc.train.backend_options)}};
+  a.backend = {{"name", s.ops.name()}, {"options", backend_option_fields(s.rc.train.backend_options)}};
   if (const std::string g = s.ops.gemm_tuning(); !g.empty()) a.backend["gemm_tuning"] = nlohmann::json::parse(g);
   write_run_report(*s.grid, s.rc, *s.model, padded, s.zero, s.overlap, sum, s.measure, s.atm_stats, a, s.run_dir);
 }
