@@ -12,18 +12,18 @@
 
 #include <toml++/toml.h>
 
+#include "ckpt/format.h"
+#include "ckpt/manifest.h"
+#include "ckpt/tools.h"
+#include "config/run_config.h"
 #include "data/sha256.h"
+#include "data/text_input.h"
 #include "data/tokenizer.h"
 #include "infer/loaded_model.h"
 #include "model/params.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_tools.h"
-#include "train/checkpointer.h"
-#include "train/run_config.h"
-#include "data/text_input.h"
 #include "util/error.h"
-#include "util/json.h"
 #include "util/files.h"
+#include "util/json.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

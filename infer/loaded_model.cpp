@@ -5,9 +5,9 @@
 #include <iterator>
 #include <vector>
 
+#include "ckpt/format.h"
+#include "ckpt/tools.h"
 #include "data/sha256.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_tools.h"
 #include "data/text_input.h"
 #include "util/error.h"
 

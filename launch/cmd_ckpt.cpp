@@ -1,5 +1,5 @@
 // `wiola ckpt`: look at, check and export sharded checkpoints (the format of
-// train/checkpoint.h) without a training job.
+// ckpt/format.h) without a training job.
 //
 //   wiola ckpt inspect PATH [--tensors] [--json]
 //   wiola ckpt verify PATH [--all]
@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "train/checkpoint.h"
-#include "train/checkpoint_tools.h"
+#include "ckpt/format.h"
+#include "ckpt/tools.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/format.h"
 #include "data/loader.h"
+#include "data/text_input.h"
 #include "infer/evaluate.h"
 #include "infer/loaded_model.h"
-#include "train/checkpoint.h"
 #include "launch/cli.h"
-#include "data/text_input.h"
 #include "util/error.h"
 #include "util/files.h"
 

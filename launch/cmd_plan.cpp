@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/run_config.h"
+#include "data/text_input.h"
 #include "dist/grid.h"
 #include "dist/mpi_comm.h"
 #include "kernels/ops.h"
@@ -31,10 +33,8 @@
 #include "perf/calibrate.h"
 #include "perf/device_profile.h"
 #include "perf/planner.h"
-#include "train/run_config.h"
 #include "util/error.h"
 #include "util/files.h"
-#include "data/text_input.h"
 #include "util/files.h"
 
 namespace {

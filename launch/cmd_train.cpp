@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "config/run_config.h"
 #include "dist/agree.h"
 #include "dist/mpi_comm.h"
 #include "kernels/ops.h"
-#include "train/run_config.h"
 #include "train/trainer.h"
 #include "util/error.h"
 

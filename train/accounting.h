@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "config/run_config.h"
 #include "dist/grid.h"
 #include "kernels/ops.h"
 #include "model/model.h"
-#include "train/run_config.h"
 
 namespace wiola {
 

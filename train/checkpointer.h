@@ -1,5 +1,5 @@
 // Saving and resuming a run (docs/checkpoints.md): the collective protocol
-// around the format of train/checkpoint.h.
+// around the format of ckpt/format.h.
 //
 // Save at step t (every rank, at the same step):
 //   snapshot   this rank's share copied to host memory: its TP/PP slice of
@@ -34,12 +34,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/format.h"
+#include "ckpt/manifest.h"
+#include "config/run_config.h"
 #include "data/loader.h"
 #include "dist/grid.h"
 #include "dist/optimizer.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
-#include "train/run_config.h"
 
 namespace wiola {
 
@@ -59,16 +60,6 @@ struct ResumeState {
   int64_t rewinds = 0, consecutive_skipped = 0;
   std::vector<double> recent_losses;
 };
-
-// What may not change on a resume (docs/checkpoints.md): the model, the
-// global batch, the seeds and the data identity.
-// `data` (the training loader) adds a blend's sources.
-nlohmann::json run_identity(const RunConfig& rc, const DatasetInfo& di, const TokenLoader* data = nullptr);
-
-// The loader state as a checkpoint manifest's "loader" object, and back
-// (throws naming `where` on a missing or mistyped field).
-nlohmann::json loader_state_to_json(const LoaderState& s);
-LoaderState loader_state_from_json(const nlohmann::json& j, const std::string& where);
 
 class Checkpointer {
  public:

@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/run_config.h"
 #include "dist/grid.h"
 #include "model/model.h"
 #include "train/accounting.h"
-#include "train/run_config.h"
 #include "train/stragglers.h"
 #include "train/trainer.h"
 

@@ -17,9 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/run_config.h"
 #include "dist/comm.h"
 #include "train/accounting.h"
-#include "train/run_config.h"
 
 namespace wiola {
 

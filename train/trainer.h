@@ -21,11 +21,11 @@
 #include <utility>
 #include <vector>
 
+#include "config/run_config.h"
 #include "dist/comm.h"
 #include "dist/optimizer.h"
 #include "kernels/ops.h"
 #include "model/params.h"
-#include "train/run_config.h"
 
 namespace wiola {
 

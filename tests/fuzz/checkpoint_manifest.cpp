@@ -5,9 +5,9 @@
 // manifest, sound or not, lists problems and never throws.
 #include <string>
 
+#include "ckpt/format.h"
+#include "ckpt/tools.h"
 #include "tests/fuzz/fuzz.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_tools.h"
 
 using namespace wiola;
 

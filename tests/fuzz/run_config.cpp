@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "config/run_config.h"
 #include "tests/fuzz/fuzz.h"
-#include "train/run_config.h"
 
 using namespace wiola;
 

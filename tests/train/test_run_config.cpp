@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "config/run_config.h"
 #include "train/data_plane.h"
-#include "train/run_config.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;

@@ -39,7 +39,7 @@ struct TrainSection {
   bool recompute = false;     // per-layer activation recompute
   int threads = 0;            // OpenMP threads; 0 = runtime default
   std::string backend = "cpu";  // op backend: "cpu", or "cpu-opaque" (debug: host cannot touch its memory)
-  BackendOptions backend_options;  // cuda_attention, cuda_attention_bwd, cuda_gemm (kernels/backend_options.h)
+  BackendOptions backend_options;  // cuda_attention(_bwd, _tile), cuda_gemm (kernels/backend_options.h)
   int log_every = 1;          // print a progress line every N steps
   int eval_every = 0;         // validation loss every N steps (0 = off)
   int eval_batches = 4;       // global batches per validation

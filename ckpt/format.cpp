@@ -1,4 +1,4 @@
-#include "train/checkpoint.h"
+#include "ckpt/format.h"
 
 #include <fcntl.h>
 #include <hdf5.h>
@@ -15,7 +15,7 @@
 #include <sstream>
 #include <utility>
 
-#include "train/h5_util.h"
+#include "ckpt/h5.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/json.h"

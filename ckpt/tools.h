@@ -1,4 +1,4 @@
-// Offline tools over the checkpoint format of train/checkpoint.h, behind
+// Offline tools over the checkpoint format of ckpt/format.h, behind
 // `wiola ckpt inspect | verify | consolidate`: a summary of a checkpoint, a
 // full integrity check, and one unsharded HDF5 file of the whole model.
 #pragma once
@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/format.h"
 #include "model/config.h"
-#include "train/checkpoint.h"
 
 namespace wiola::ckpt {
 

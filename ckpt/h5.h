@@ -6,10 +6,16 @@
 #pragma once
 
 #include <hdf5.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -71,6 +77,64 @@ class MemoryFile {
 
 // HDF5 prints its own error stack by default; wiola reports one message.
 inline void quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+// The errno a failed read or write of HDF5's file driver recorded in the
+// current error stack ("... errno = 28, error message = ..."), 0 if none.
+inline int last_errno() {
+  int found = 0;
+  auto visit = [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
+    const char* at = e->desc ? std::strstr(e->desc, "errno = ") : nullptr;
+    if (at && *static_cast<int*>(out) == 0) *static_cast<int*>(out) = std::atoi(at + 8);
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, visit, &found);
+  return found;
+}
+
+// The descriptor of file `f` where it is open on disk with the default
+// sec2 driver, else -1.
+inline int sec2_fd(hid_t f) {
+  Id fapl(H5Fget_access_plist(f), H5Pclose);
+  void* handle = nullptr;
+  if (!fapl.ok() || H5Pget_driver(fapl) != H5FD_SEC2 || H5Fget_vfd_handle(f, fapl, &handle) < 0 || !handle)
+    return -1;
+  return *static_cast<int*>(handle);
+}
+
+// After a disk error on file `f` (open on disk with the default sec2
+// driver): its descriptor now points at an anonymous file in memory, so
+// that what HDF5 still writes (the metadata it flushes when the handles
+// close) succeeds and goes nowhere. With HDF5 1.10 a file whose flush fails
+// at close stays half torn down in HDF5's tables and crashes the process in
+// HDF5's exit handlers; this lets every handle close cleanly instead. The
+// file on disk is incomplete afterwards: the caller removes it. Returns
+// false where it could not (another driver; no memfd).
+inline bool discard_writes(hid_t f) {
+  const int fd = sec2_fd(f);
+  if (fd < 0) return false;
+  const int mem = memfd_create("wiola-discarded-hdf5", MFD_CLOEXEC);
+  if (mem < 0) return false;
+  const bool ok = dup2(mem, fd) == fd;
+  close(mem);
+  return ok;
+}
+
+// Reserves the disk space of all that file `f` (sec2) has allocated so far,
+// its end of allocation, without changing its size: the metadata HDF5 holds
+// lives there, so flushing it cannot then fail for want of space. A flush
+// that fails inside HDF5 leaves its metadata cache in a state no later call
+// repairs (discard_writes comes too late then), so call this first and, when
+// it fails, discard_writes instead of flushing. Returns the errno (ENOSPC:
+// the disk is full), 0 when reserved or where the file system cannot reserve.
+inline int reserve_allocated(hid_t f) {
+  haddr_t eoa = 0;
+  const int fd = sec2_fd(f);
+  if (fd < 0 || H5Fget_eoa(f, &eoa) < 0 || eoa == 0) return 0;
+  int rc;
+  do rc = fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, off_t(eoa));
+  while (rc != 0 && errno == EINTR);
+  return rc == 0 || errno == EOPNOTSUPP || errno == ENOSYS ? 0 : errno;
+}
 
 inline void need(bool ok, const std::string& file, const std::string& what) {
   WIOLA_CHECK(ok, file, ": HDF5 failed at ", what, " (disk full or not writable?)");

@@ -1,4 +1,4 @@
-#include "train/checkpoint_tools.h"
+#include "ckpt/tools.h"
 
 #include <hdf5.h>
 #include <xxhash.h>
@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -17,9 +18,9 @@
 #include <sstream>
 #include <tuple>
 
+#include "ckpt/h5.h"
+#include "config/run_config.h"
 #include "model/params.h"
-#include "train/run_config.h"
-#include "train/h5_util.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -29,7 +30,6 @@ namespace {
 
 using H5Id = h5::Id;
 using h5::attr_str;
-using h5::need;
 void quiet_hdf5() { h5::quiet(); }
 void attr_i64(const std::string& file, hid_t obj, const char* name, int64_t v) { h5::attr_i64(file, obj, name, {v}); }
 
@@ -472,18 +472,45 @@ ConsolidateStats consolidate(const std::string& folder, const std::string& out, 
   try {
     {
       H5Id f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-      WIOLA_CHECK(f.ok(), tmp, ": cannot create (directory missing or not writable?)");
+      if (!f.ok()) {
+        const int e = h5::last_errno();
+        fail(tmp, ": cannot create: ", e ? std::strerror(e) : "directory missing or not writable?");
+      }
+      // On any error (a full disk above all) HDF5's remaining writes go to
+      // memory (h5::discard_writes), so every handle below closes cleanly,
+      // at the failure itself and, for errors outside HDF5, when `f` closes.
+      struct DiscardOnError {
+        hid_t f;
+        int pending = std::uncaught_exceptions();
+        ~DiscardOnError() {
+          if (std::uncaught_exceptions() > pending) h5::discard_writes(f);
+        }
+      } discard_on_error{f};
+      auto need = [&](bool ok, const std::string& what) {
+        if (ok) return;
+        const int e = h5::last_errno();  // before discard_writes's HDF5 calls clear the error stack
+        h5::discard_writes(f);
+        if (e) fail(tmp, ": write failed at ", what, ": ", std::strerror(e));
+        h5::need(false, tmp, what);
+      };
+      auto attr = [&](const char* name, auto write) {
+        try {
+          write();
+        } catch (const Error&) {
+          need(false, std::string("attribute ") + name);
+        }
+      };
       const nlohmann::json& mf = r.manifest();
-      attr_str(tmp, f, "format", kConsolidatedFormat);
-      attr_str(tmp, f, "run_id", mf.value("run_id", ""));
-      attr_i64(tmp, f, "step", r.step());
-      attr_i64(tmp, f, "tokens", mf.value("tokens", int64_t(0)));
-      attr_str(tmp, f, "config", mf.value("config", ""));
+      attr("format", [&] { attr_str(tmp, f, "format", kConsolidatedFormat); });
+      attr("run_id", [&] { attr_str(tmp, f, "run_id", mf.value("run_id", "")); });
+      attr("step", [&] { attr_i64(tmp, f, "step", r.step()); });
+      attr("tokens", [&] { attr_i64(tmp, f, "tokens", mf.value("tokens", int64_t(0))); });
+      attr("config", [&] { attr_str(tmp, f, "config", mf.value("config", "")); });
       std::vector<float> buf;
       for (const char* kind : kKinds) {
         if (!with_optimizer && std::string(kind) != "param") continue;
         H5Id g(H5Gcreate2(f, kind, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-        need(g.ok(), tmp, kind);
+        need(g.ok(), kind);
         for (const ParamEntry& e : lay.entries()) {
           buf.resize(e.size());
           r.read(kind, e, 0, e.size(), buf.data());
@@ -494,11 +521,17 @@ ConsolidateStats consolidate(const std::string& folder, const std::string& out, 
                   H5Dclose);
           const std::string what = std::string(kind) + "/" + e.name;
           need(sp.ok() && ds.ok() && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) >= 0,
-               tmp, what);
+               what);
           if (std::string(kind) == "param") ++st.tensors, st.elements += int64_t(e.size());
         }
       }
-      need(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, tmp, "flush");
+      // The metadata HDF5 still holds goes to space reserved first: a full
+      // disk is found before HDF5's flush, which could not recover from it.
+      if (const int e = h5::reserve_allocated(f)) {
+        h5::discard_writes(f);
+        fail(tmp, ": write failed at flush: ", std::strerror(e));
+      }
+      need(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, "flush");
     }
     fsync_path(tmp);
     WIOLA_CHECK(std::rename(tmp.c_str(), out.c_str()) == 0, out, ": cannot rename ", tmp, " into place");

@@ -1,6 +1,6 @@
 // TOML run configuration: parsing (toml++), --set overrides, validation and
 // the canonical TOML form. Every key is documented in docs/config.md.
-#include "train/run_config.h"
+#include "config/run_config.h"
 
 #include "kernels/ops.h"
 
@@ -89,6 +89,7 @@ const std::vector<SectionDef>& schema() {
         WIOLA_KEY("cuda_attention", train.backend_options.attention),
         WIOLA_KEY("cuda_attention_bwd", train.backend_options.attention_bwd),
         WIOLA_KEY("cuda_gemm", train.backend_options.gemm),
+        WIOLA_KEY("cuda_attention_tile", train.backend_options.attention_tile),
         WIOLA_KEY("log_every", train.log_every),
         WIOLA_KEY("eval_every", train.eval_every),
         WIOLA_KEY("eval_batches", train.eval_batches),
