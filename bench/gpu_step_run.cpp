@@ -6,15 +6,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <random>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "dist/optimizer.h"
+#include "bench/step_loop.h"
+#include "bench/torch_baseline.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/profiled_ops.h"
 #include "model/flops.h"
-#include "model/model.h"
 #include "util/error.h"
 
 namespace {
@@ -39,55 +39,23 @@ Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, const wiola:
              bool recompute, int warmup, int steps, double peak_tflops) {
   const auto t_setup = Clock::now();
   auto cuda = wiola::make_cuda_ops(p, 0, backend);
-  // Timed steps run unprofiled (events around every op would add host
-  // work to a launch-bound step); one step after them is profiled.
   wiola::ProfiledOps<float> prof(*cuda);
-  wiola::Ops<float>* ops = &prof;
-  wiola::ModelOptions mo;
-  mo.micro_batch = batch;
-  mo.recompute = recompute;
-  wiola::Model<float> model(*ops, cfg, wiola::ModelShard{}, nullptr, mo);
-  model.init(1);
-  std::vector<wiola::dist::ParamSegment> segs;
-  for (const auto& e : model.layout().entries()) {
-    segs.push_back({e.offset, e.size(), e.decay, true});
-    if (e.span > e.size()) segs.push_back({e.offset + e.size(), e.span - e.size(), false, false, true});
-  }
-  wiola::dist::AdamWConfig ac;
-  ac.zero_grads = true;  // fused into AdamW's pass, as the trainer does
-  wiola::dist::DistAdamW adam(*ops, model.params(), model.grads(), model.n_params(), segs, ac, nullptr, nullptr);
-  adam.set_weight_copy(model.weight_copy());
-  std::mt19937_64 rng(7);
-  std::vector<int32_t> tok(size_t(batch) * (cfg.T + 1));
-  for (size_t i = 0; i < tok.size(); ++i) tok[i] = (i > 0 && rng() % 5 == 0) ? tok[i - 1] : int32_t(rng() % cfg.V);
-  const double scale = 1.0 / (double(batch) * cfg.T);
-  std::vector<double> times;
+  wiola::StepBench step(prof, cfg, batch, recompute);
   Result r;
-  ops->synchronize();
   r.setup_s = std::chrono::duration<double>(Clock::now() - t_setup).count();
   std::printf("    set up in %.1f s; %d warm-up and %d timed steps\n", r.setup_s, warmup, steps);
   size_t peak = 0;
-  for (int s = 0; s < warmup + steps + 1; ++s) {
-    const bool profiled = s == warmup + steps;
-    prof.enable(profiled);
-    ops->synchronize();
-    const auto t0 = Clock::now();
-    r.loss = model.train_micro_step(tok.data(), scale) * scale;
-    adam.step(1e-4, adam.applied_steps() + 1);  // zeroes the gradients, refreshes the weight copy
-    ops->synchronize();
+  const wiola::StepTimes t = wiola::time_steps(step, warmup, steps, [&](int s) {
     peak = std::max(peak, device_used_bytes());
-    const double took = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (profiled) r.profiled_step_s = took;
-    else if (s >= warmup) times.push_back(took);
     // gemm = auto: the first step swept the GEMMs it met; the others use the
     // choices (as the trainer has its ranks adopt rank 0's after step 1).
     if (s == 0) cuda->adopt_gemm_tuning(cuda->gemm_tuning());
-  }
-  if (const std::string t = cuda->gemm_tuning(); !t.empty()) r.gemm_tuning = nlohmann::json::parse(t);
-  prof.enable(false);
-  r.profile = prof.profile();
-  std::sort(times.begin(), times.end());
-  const double step_s = times[times.size() / 2];
+  });
+  if (const std::string g = cuda->gemm_tuning(); !g.empty()) r.gemm_tuning = nlohmann::json::parse(g);
+  r.loss = t.loss;
+  r.profile = t.profile;
+  r.profiled_step_s = t.profiled_step_s;
+  const double step_s = t.median();
   r.step_ms = step_s * 1e3;
   r.tokens_per_s = double(batch) * cfg.T / step_s;
   r.tflops = wiola::train_step_flops(cfg, batch) / step_s / 1e12;
@@ -136,6 +104,33 @@ nlohmann::json wiola::run_gpu_step_bench(const GpuStepOptions& o) {
                  {"mfu", r.mfu},         {"setup_s", r.setup_s},         {"peak_gib", r.peak_gib},         {"loss", r.loss},
                  {"profiled_step_ms", 1e3 * r.profiled_step_s}, {"op_class_ms", classes}, {"top_ops", top}};
     if (!r.gemm_tuning.is_null()) out[name]["gemm_tuning"] = r.gemm_tuning;
+  }
+  return out;
+}
+
+nlohmann::json wiola::run_gpu_step_bench_vs_torch(const GpuStepOptions& o, bool torch, bool torch_compile) {
+  WIOLA_CHECK(cuda_device_count() > 0, "bench step --device cuda: ", cuda_status());
+  nlohmann::json out = run_gpu_step_bench(o);
+  if (!torch) return out;
+  ModelConfig cfg = model_preset(o.preset);
+  if (o.seq_len > 0) cfg.T = o.seq_len;
+  if (!o.atm) cfg.atm = false;
+  const char* py = std::getenv("WIOLA_PYTHON");
+  const std::string python = py && *py ? py : "python3";
+  const std::string args = "--device cuda --dtype bf16 " + torch_model_args(cfg, o.batch, o.steps, o.warmup);
+  const double w = out.contains("bf16") ? out["bf16"]["tokens_per_s"].get<double>() : 0.0;
+  for (bool compile : {false, true}) {
+    if (compile && !torch_compile) continue;
+    const char* key = compile ? "torch_compile" : "torch_eager";
+    const nlohmann::json t = run_torch_baseline(python, "torch_gpu_step.py", args + (compile ? " --compile" : ""));
+    if (t.is_null()) continue;
+    const double tps = t.at("tokens_per_s").get<double>();
+    std::printf("  PyTorch %-8s %.0f tokens/s (%.1f ms/step, torch %s)", compile ? "compile" : "eager", tps,
+                t.at("step_ms").get<double>(), t.at("torch").get<std::string>().c_str());
+    if (w > 0) std::printf("  -> wiola bf16 / PyTorch = %.2fx", w / tps);
+    std::printf("\n");
+    out[key] = t;
+    if (w > 0) out[std::string("ratio_vs_") + key] = w / tps;
   }
   return out;
 }

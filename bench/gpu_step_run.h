@@ -3,7 +3,8 @@
 // bf16 dense peak (model/flops.h: one FLOP count for the whole project), peak
 // device memory, and the time per op class of one more, profiled step, for
 // bf16 and fp32. Used by wiola_gpu_bench (the GPU kit's program: no MPI, no
-// HDF5) and by `wiola bench step --device cuda`.
+// HDF5) and by `wiola bench step --device cuda`. The step itself is
+// bench/step_loop.h, as on the CPU.
 #pragma once
 
 #include <string>
@@ -27,5 +28,11 @@ struct GpuStepOptions {
 // Prints the figures as it goes and returns them (tokens_per_s etc. under
 // "bf16" / "fp32"). Without a GPU it prints why and returns {"skipped": reason}.
 nlohmann::json run_gpu_step_bench(const GpuStepOptions& o);
+
+// `wiola bench step --device cuda`: the same (throwing without a usable
+// GPU), then, with `torch`, PyTorch's bf16 step of the same model on the
+// same GPU (bench/torch_gpu_step.py: eager, and torch.compile when asked)
+// with the python in $WIOLA_PYTHON or on the PATH, and wiola's ratio to each.
+nlohmann::json run_gpu_step_bench_vs_torch(const GpuStepOptions& o, bool torch, bool torch_compile);
 
 }  // namespace wiola

@@ -49,6 +49,7 @@
 #include "util/error.h"
 
 namespace {
+#include "kernels/backend.h"
 
 using wiola::AttnKeys;
 using wiola::AttnShape;

@@ -2,6 +2,7 @@
 // the canonical TOML form. Every key is documented in docs/config.md.
 #include "config/run_config.h"
 
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 
 #include <toml++/toml.h>

@@ -41,6 +41,25 @@ struct ParamSegment {
   bool padding = false;
 };
 
+// AdamW segments of a flat parameter layout: decay per docs/model.md §4. A
+// tensor counts in the gradient norm on exactly one rank: TP-replicated
+// tensors only on tp rank 0, and the tied embedding only where embed_in_norm
+// (the first stage; the last stage holds a copy when pp > 1). The padding
+// after a tensor is a padding segment (never updated). `entries`: the
+// model's layout entries (model/params.h ParamEntry: name, offset, size(),
+// span, decay, tp_replicated), taken by shape so that dist/ needs no model/.
+template <class Entries>
+std::vector<ParamSegment> optimizer_segments(const Entries& entries, int tp_rank = 0, bool embed_in_norm = true) {
+  std::vector<ParamSegment> segs;
+  for (const auto& e : entries) {
+    bool in_norm = !(e.tp_replicated && tp_rank != 0);
+    if (e.name == "model.embed_tokens.weight") in_norm = embed_in_norm;
+    segs.push_back({e.offset, e.size(), e.decay, in_norm});
+    if (e.span > e.size()) segs.push_back({e.offset + e.size(), e.span - e.size(), false, false, true});
+  }
+  return segs;
+}
+
 // The default gradient bucket (fp32 bytes); the cost model (perf/) sizes
 // DP traffic and ZeRO padding with the same figure.
 inline constexpr size_t kDefaultBucketBytes = size_t(25) << 20;

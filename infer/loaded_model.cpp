@@ -9,6 +9,7 @@
 #include "ckpt/tools.h"
 #include "data/sha256.h"
 #include "data/text_input.h"
+#include "kernels/backend.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;

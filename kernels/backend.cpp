@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/bf16_storage_ops.h"
 #include "kernels/ops.h"
 #include "util/error.h"

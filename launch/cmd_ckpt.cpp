@@ -25,6 +25,7 @@
 
 #include "ckpt/format.h"
 #include "ckpt/tools.h"
+#include "launch/cli.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -299,13 +300,7 @@ int wiola_cmd_ckpt(int argc, char** argv) {
     WIOLA_CHECK(sub == "inspect" || sub == "verify" || sub == "consolidate" || sub == "diff",
                 "unknown subcommand '", sub, "' (inspect, verify, consolidate or diff)");
   }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::fprintf(stderr, "wiola ckpt: error: %s (see wiola ckpt --help)\n", e.what());
-    return 1;
-  }
+  if (const int rc = wiola::cli::parse(app, argc, argv, "ckpt"); rc >= 0) return rc;
 
   if (verify->parsed()) {
     if (all) return verify_all(path);

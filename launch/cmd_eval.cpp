@@ -17,6 +17,7 @@
 #include "data/text_input.h"
 #include "infer/evaluate.h"
 #include "infer/loaded_model.h"
+#include "kernels/backend.h"
 #include "launch/cli.h"
 #include "util/error.h"
 #include "util/files.h"

@@ -11,6 +11,7 @@
 
 #include "infer/generate.h"
 #include "infer/loaded_model.h"
+#include "kernels/backend.h"
 #include "launch/cli.h"
 #include "util/error.h"
 

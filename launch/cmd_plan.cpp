@@ -32,9 +32,9 @@
 #include "launch/cli.h"
 #include "perf/calibrate.h"
 #include "perf/device_profile.h"
+#include "perf/link_calibration.h"
 #include "perf/planner.h"
 #include "util/error.h"
-#include "util/files.h"
 #include "util/files.h"
 
 namespace {
@@ -161,60 +161,18 @@ void print_table(const std::vector<Prediction>& ps, int top) {
   }
 }
 
-// The CPU transport as the trainer uses it (dist::MpiComm, its bounded
-// wait loop included): all-reduce, reduce-scatter and all-gather of 4 KiB
-// to 16 MiB per rank, fitted to latency x ring steps + wire bytes / rate
-// (least squares, rank 0 writes the JSON). A microbenchmark of the link,
-// like nccl-tests for GPUs; no training run is involved.
+// --calibrate-link (under mpirun): the CPU transport (perf/link_calibration.h)
+// into `out`, written by rank 0.
 int calibrate_link(int argc, char** argv, const std::string& out) {
   dist::MpiRuntime mpi(&argc, &argv);
   auto world = dist::mpi_world_comm();
   return dist::run_or_abort([&] {
-    const int p = world->size();
-    WIOLA_CHECK(p >= 2, "plan --calibrate-link: run it under mpirun with the ranks the layouts will use (>= 2)");
-    std::vector<double> xs_steps, xs_bytes, ys;
-    nlohmann::json pts = nlohmann::json::array();
-    for (size_t kib = 4; kib <= 16384; kib *= 4) {
-      const size_t n = kib * 1024 / 4 / size_t(p) * size_t(p);  // floats, a multiple of p
-      std::vector<float> buf(n, 1.0f), out_buf(n);
-      for (int op = 0; op < 3; ++op) {
-        const int reps = kib <= 256 ? 50 : 8;
-        std::vector<double> t;
-        for (int r = 0; r < reps + 1; ++r) {
-          world->barrier();
-          const auto t0 = std::chrono::steady_clock::now();
-          if (op == 0) world->all_reduce(buf.data(), buf.data(), n, DType::F32, dist::ReduceOp::Sum);
-          else if (op == 1) world->reduce_scatter_sum(buf.data(), out_buf.data(), n / size_t(p), DType::F32);
-          else world->all_gather(buf.data(), out_buf.data(), n / size_t(p), DType::F32);
-          const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          if (r > 0) t.push_back(world->all_reduce_value(dt, dist::ReduceOp::Max));
-        }
-        std::sort(t.begin(), t.end());
-        const double med = t[t.size() / 2];
-        const double bytes = double(n) * 4, wire = op == 0 ? 2.0 * (p - 1) / p * bytes : double(p - 1) / p * bytes;
-        const double steps = op == 0 ? 2.0 * (p - 1) : double(p - 1);
-        xs_steps.push_back(steps);
-        xs_bytes.push_back(wire);
-        ys.push_back(med);
-        pts.push_back({{"op", op == 0 ? "all_reduce" : op == 1 ? "reduce_scatter" : "all_gather"},
-                       {"bytes_per_rank", bytes}, {"wire_bytes", wire}, {"seconds", med}});
-      }
-    }
-    // Least squares for t = a * steps + b * wire (no intercept).
-    double s11 = 0, s12 = 0, s22 = 0, r1 = 0, r2 = 0;
-    for (size_t i = 0; i < ys.size(); ++i) {
-      s11 += xs_steps[i] * xs_steps[i]; s12 += xs_steps[i] * xs_bytes[i]; s22 += xs_bytes[i] * xs_bytes[i];
-      r1 += xs_steps[i] * ys[i]; r2 += xs_bytes[i] * ys[i];
-    }
-    const double det = s11 * s22 - s12 * s12;
-    const double a = std::max(1e-7, (r1 * s22 - r2 * s12) / det), b = std::max(1e-12, (s11 * r2 - s12 * r1) / det);
+    const nlohmann::json j = perf::calibrate_link(*world);
     if (world->rank() == 0) {
-      nlohmann::json j = {{"ranks", p}, {"latency_s", a}, {"gbs", 1.0 / b / 1e9}, {"points", pts},
-                          {"what", "dist::MpiComm collectives, median of repeats, fitted t = latency x ring steps + "
-                                   "wire bytes / rate"}};
       write_text_atomic(out, j.dump(2) + "\n");
-      std::printf("plan --calibrate-link: %d ranks: %.1f us per ring step, %.2f GB/s on the wire -> %s\n", p, a * 1e6,
-                  1.0 / b / 1e9, out.c_str());
+      std::printf("plan --calibrate-link: %d ranks: %.1f us per ring step, %.2f GB/s on the wire -> %s\n",
+                  j.at("ranks").get<int>(), j.at("latency_s").get<double>() * 1e6, j.at("gbs").get<double>(),
+                  out.c_str());
     }
     return 0;
   });
@@ -245,8 +203,6 @@ std::unique_ptr<ComputeModel> fit_and_write_profile(const std::string& key, cons
 }  // namespace
 
 int wiola_cmd_plan(int argc, char** argv) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--calibrate-link") return calibrate_link(argc, argv, argv[i + 1]);
   CLI::App app{"Predict step time, throughput, MFU and memory per device for a layout, or search the best "
                "layout that fits, and the wall clock and GPU-hours of the model's Chinchilla run",
                "wiola plan"};
@@ -290,6 +246,7 @@ int wiola_cmd_plan(int argc, char** argv) {
   app.add_option("--config", config, "take the model and layout of this run config (as wiola train)");
   app.add_option("--set", sets, "run config overrides (section.key=value), as wiola train; implies the run's layout");
   if (const int rc = cli::parse(app, argc, argv, "plan"); rc >= 0) return rc;
+  if (!calibrate_out.empty()) return calibrate_link(argc, argv, calibrate_out);
   WIOLA_CHECK(gpus >= 1 && ranks >= 1 && top >= 1 && reps >= 1, "plan: --gpus, --ranks, --top and --reps must be positive");
   WIOLA_CHECK(efficiency > 0 && efficiency <= 1, "plan: --efficiency must be in (0, 1]");
   WIOLA_CHECK(!(cpu && !gpt.empty()), "plan: --cpu times Wiola stages; it cannot take --gpt");

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/prep.h"
+#include "launch/cli.h"
 #include "util/error.h"
 
 namespace {
@@ -60,11 +61,7 @@ int wiola_cmd_prep(int argc, char** argv) {
   app.add_flag("--fresh", opt.fresh,
                "discard an interrupted prep in the output folder instead of resuming it (needed when the inputs or "
                "options changed)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int rc = wiola::cli::parse(app, argc, argv, "prep"); rc >= 0) return rc;
   if (!verify.empty()) return verify_prep_output(verify);
   for (const auto& [what, missing] : {std::pair{"INPUT", opt.inputs.empty()}, std::pair{"--tokenizer", opt.tokenizer_path.empty()},
                                       std::pair{"--output", opt.output_dir.empty()}})

@@ -13,6 +13,7 @@
 #include "data/bpe_trainer.h"
 #include "data/text_input.h"
 #include "data/tokenizer.h"
+#include "launch/cli.h"
 #include "util/error.h"
 #include "util/files.h"
 
@@ -121,11 +122,7 @@ int wiola_cmd_tokenizer(int argc, char** argv) {
   tr->add_option("--min-frequency", topt.min_frequency, "stop when the best pair is rarer");
   tr->add_option("--threads", topt.threads, "threads (0: all cores)");
   tr->add_option("TEXT", texts, "text files, directories or globs")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int rc = wiola::cli::parse(app, argc, argv, "tokenizer"); rc >= 0) return rc;
   if (enc->parsed()) return run_encode(tok_path, input, no_special);
   if (dec->parsed()) return run_decode(tok_path, input);
   topt.progress = true;

@@ -9,7 +9,9 @@
 #include "config/run_config.h"
 #include "dist/agree.h"
 #include "dist/mpi_comm.h"
+#include "kernels/backend.h"
 #include "kernels/ops.h"
+#include "launch/cli.h"
 #include "train/trainer.h"
 #include "util/error.h"
 
@@ -55,11 +57,7 @@ int wiola_cmd_train(int argc, char** argv) {
   app.add_option("--dump-step", dump_specs,
                  "N:PATH write the numerics of step N to HDF5 (docs/model.md §7; repeatable)");
   app.add_flag("-q,--quiet", quiet, "no per-step progress lines");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int rc = wiola::cli::parse(app, argc, argv, "train"); rc >= 0) return rc;
   wiola::TrainOptions opt;
   opt.quiet = quiet;
   opt.param_align = param_align_from_env();

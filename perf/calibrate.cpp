@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dist/optimizer.h"
+#include "kernels/backend.h"
 #include "model/model.h"
 
 namespace wiola::perf {

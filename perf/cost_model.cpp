@@ -6,6 +6,7 @@
 
 #include "dist/grid.h"
 #include "dist/optimizer.h"
+#include "kernels/backend.h"
 #include "model/flops.h"
 #include "model/model.h"
 #include "model/params.h"

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "kernels/backend.h"
 #include "model/flops.h"
 #include "perf/hardware.h"
 #include "util/files.h"

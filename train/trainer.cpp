@@ -20,6 +20,7 @@
 #include "dist/schedule.h"
 #include "dist/staged_comm.h"
 #include "dist/tp_collectives.h"
+#include "kernels/backend.h"
 #include "kernels/cpu_info.h"
 #include "model/flops.h"
 #include "model/model.h"
@@ -144,18 +145,6 @@ nlohmann::json blend_json(const std::vector<BlendSource>& blend) {
 }
 
 }  // namespace
-
-std::vector<dist::ParamSegment> optimizer_segments(const ParamLayout& layout, int tp_rank,
-                                                   bool embed_in_norm) {
-  std::vector<dist::ParamSegment> segs;
-  for (const ParamEntry& e : layout.entries()) {
-    bool in_norm = !(e.tp_replicated && tp_rank != 0);
-    if (e.name == "model.embed_tokens.weight") in_norm = embed_in_norm;
-    segs.push_back({e.offset, e.size(), e.decay, in_norm});
-    if (e.span > e.size()) segs.push_back({e.offset + e.size(), e.span - e.size(), false, false, true});
-  }
-  return segs;
-}
 
 StepBudget StepBudget::of(const RunConfig& rc) {
   const TrainSection& tr = rc.train;
@@ -471,7 +460,7 @@ void Trainer::State::build_model_and_optimizer() {
   const bool dp = par.dp > 1;
   adam = std::make_unique<dist::DistAdamW>(
       ops, model->params(), model->grads(), model->n_params(),
-      optimizer_segments(model->layout(), me.tp, !(par.pp > 1 && !first)), ac,
+      dist::optimizer_segments(model->layout().entries(), me.tp, !(par.pp > 1 && !first)), ac,
       dp ? &grid->data(GroupKind::Dp) : nullptr, world.size() > 1 ? &grid->mp() : nullptr,
       dp ? &grid->dp() : nullptr);
   adam->set_weight_copy(model->weight_copy());  // no Model::refresh_weights after a step

@@ -54,14 +54,6 @@ struct TrainSummary {
   bool stopped = false;       // stopped early at a checkpoint (stop_requested)
 };
 
-// AdamW segments of a parameter layout: decay per docs/model.md §4. A tensor
-// counts in the gradient norm on exactly one rank: TP-replicated tensors only
-// on tp rank 0, and the tied embedding only where embed_in_norm (the first
-// stage; the last stage holds a copy when pp > 1). The padding after a
-// tensor is a padding segment (never updated).
-std::vector<dist::ParamSegment> optimizer_segments(const ParamLayout& layout, int tp_rank = 0,
-                                                   bool embed_in_norm = true);
-
 // Step budget of a run (docs/model.md §4): T_max from train.steps, else
 // train.tokens, else the Chinchilla rule; warm-up; where this run stops.
 struct StepBudget {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/forwarding_ops.h"
 #include "util/error.h"
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <new>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/atm_plan.h"
 #include "kernels/cpu/kernels.h"

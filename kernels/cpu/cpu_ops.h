@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/opaque_memory.h"
 #include "kernels/ops.h"
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 
 namespace wiola {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/backend_options.h"
 #include "kernels/ops.h"
 
 namespace wiola {

@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #endif
 #include "dist/staged_comm.h"
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "dist/tp_collectives.h"
 #include "util/error.h"

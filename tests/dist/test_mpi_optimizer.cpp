@@ -14,6 +14,7 @@
 #include "dist/grid.h"
 #include "dist/mpi_comm.h"
 #include "dist/optimizer.h"
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "util/error.h"
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dist/optimizer.h"
+#include "kernels/backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/gemm_tuning.h"
 #include "kernels/ops.h"

@@ -11,6 +11,7 @@
 
 #include "dist/nccl/nccl_comm.h"
 #include "dist/nccl/nccl_lib.h"
+#include "kernels/backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/profiled_ops.h"
 #include "kernels/ops.h"

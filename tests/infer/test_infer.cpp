@@ -15,6 +15,7 @@
 #include "infer/evaluate.h"
 #include "infer/generate.h"
 #include "infer/sampling.h"
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "util/error.h"

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "util/error.h"
 

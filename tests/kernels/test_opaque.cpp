@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "util/error.h"
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "tests/model/precision_checks.h"
 #include "util/error.h"

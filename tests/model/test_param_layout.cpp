@@ -19,6 +19,7 @@
 
 #include "dist/grid.h"
 #include "dist/optimizer.h"
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "model/params.h"
@@ -192,8 +193,8 @@ Trained train_steps(Ops<float>& ops, const ModelConfig& c, size_t align, int ste
   dist::AdamWConfig ac;
   ac.weight_decay = 0.1;
   ac.clip = 0.05;
-  dist::DistAdamW adam(ops, model.params(), model.grads(), model.n_params(), optimizer_segments(model.layout()),
-                       ac, nullptr, nullptr);
+  dist::DistAdamW adam(ops, model.params(), model.grads(), model.n_params(),
+                       dist::optimizer_segments(model.layout().entries()), ac, nullptr, nullptr);
   const auto tok = step_tokens(c, B, steps);
   Trained out;
   for (int s = 0; s < steps; ++s) {

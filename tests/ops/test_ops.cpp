@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "tests/ops/test_util.h"
 #include "util/error.h"
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tests/ops/test_util.h"
+#include "kernels/backend.h"
 #include "util/error.h"
 
 namespace wiola::test {

@@ -9,6 +9,7 @@
 
 #include "dist/optimizer.h"
 #include "dist/schedule.h"
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "model/flops.h"
 #include "model/model.h"

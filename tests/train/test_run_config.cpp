@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/run_config.h"
+#include "kernels/backend.h"
 #include "train/data_plane.h"
 #include "util/error.h"
 
