@@ -1,6 +1,7 @@
 // The CUDA backend's options (kernels/backend_options.h) as command-line
 // flags of the GPU kit's programs (wiola_gpu_bench, wiola_kernel_bench):
-// --attention, --attention-bwd, --gemm. The backend checks the values.
+// --attention, --attention-bwd, --gemm, --attention-tile. The backend checks
+// the values.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -15,6 +16,10 @@ inline void add_backend_flags(CLI::App& app, BackendOptions& o) {
   app.add_option("--attention-bwd", o.attention_bwd, "its backward: v1, v2 or fa2 (train.cuda_attention_bwd)")
       ->capture_default_str();
   app.add_option("--gemm", o.gemm, "matrix products: cublas, cublaslt or auto (train.cuda_gemm)")
+      ->capture_default_str();
+  app.add_option("--attention-tile", o.attention_tile,
+                 "the fa2 forward's tile, query rows x key rows: 64x64, 64x128, 128x64 or 128x128 "
+                 "(train.cuda_attention_tile)")
       ->capture_default_str();
 }
 

@@ -4,10 +4,16 @@
 // (make_cuda_ops(CudaPrecision::BF16)). It needs neither MPI nor HDF5, so it
 // travels in the GPU kit (tests/gpu/kit_kernels.sh); tests/cuda_emu builds it
 // on the CUDA emulator as wiola_kernel_bench_emu and runs --small.
+// --preset NAME takes another model's step shapes (the model preset's d, H,
+// Hkv, d_A, d_B, V, L; B = 4 and T = min(2048, its T)): wiola-1.5b's are d_h
+// = 128, wiola-700m's 96. With --small, the tiny shapes keep the preset's
+// head dim (d = 4 d_h, H = 4, Hkv = 2).
 //
 // Sections (--only picks one):
 //   attention  attention_fwd with the backend option attention = tc, fa2,
-//              rows and attention_bwd with attention_bwd = v1, v2, fa2 (and
+//              rows (fa2 at each tile shape attention_tile: 64x64, named
+//              "fwd fa2", then "fwd fa2 64x128", "fwd fa2 128x64", "fwd fa2
+//              128x128") and attention_bwd with attention_bwd = v1, v2, fa2 (and
 //              the row kernels' backward), for a plain causal layer and an ATM
 //              layer (merge plan from the backend's own atm_similarity /
 //              atm_plan / atm_merge_rows, as model/layer.cpp builds it). Each
@@ -19,7 +25,8 @@
 //              model.cpp) with bf16 operands through the backend's gemm,
 //              with the parameter operand 256-byte aligned and misaligned by
 //              --misalign elements (the packed parameter layout's offsets).
-//   memory     norms, a residual add, DSFF activations, AdamW over the
+//   memory     norms, a residual add, DSFF activations, SRPE fused with the
+//              Q|K|V|gate split (forward and backward), AdamW over the
 //              model's parameters and the fp32 -> bf16 weight refresh, in
 //              GB/s of the bytes each must read and write.
 // Every time is CUDA events around each of --reps calls after --warmup
@@ -42,6 +49,7 @@
 
 #include "bench/backend_flags.h"
 #include "kernels/atm_plan.h"
+#include "kernels/backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/gemm_tuning.h"
 #include "kernels/ops.h"
@@ -49,7 +57,6 @@
 #include "util/error.h"
 
 namespace {
-#include "kernels/backend.h"
 
 using wiola::AttnKeys;
 using wiola::AttnShape;
@@ -69,12 +76,14 @@ struct Options {
   std::string json_path, only;
   int reps = 20, warmup = 5, misalign = 2;
   bool small = false;
+  std::string preset = "wiola-360m";  // --preset: the model whose step shapes are timed
   double peak_gbps = 3350, peak_tflops = 989;
-  wiola::BackendOptions backend;  // --attention, --attention-bwd, --gemm
+  wiola::BackendOptions backend;  // --attention, --attention-bwd, --gemm, --attention-tile
   std::string write_tuning;       // --write-tuning FILE
 };
 
-// The benchmarked configuration: wiola-360m's step, or --small's tiny one.
+// The benchmarked configuration: a model preset's step (wiola-360m's by
+// default), or --small's tiny one at the preset's head dim.
 struct Shapes {
   wiola::ModelConfig cfg;
   int B = 4, T = 2048;
@@ -83,12 +92,15 @@ struct Shapes {
   int dh() const { return cfg.dh(); }
 };
 
-Shapes make_shapes(bool small) {
+Shapes make_shapes(bool small, const std::string& preset) {
   Shapes s;
-  s.cfg = wiola::model_preset("wiola-360m");
+  s.cfg = wiola::model_preset(preset);
+  s.T = std::min(s.T, s.cfg.T);
   if (small) {
-    s.cfg.name = "kernel-bench-small";
-    s.cfg.d = 128; s.cfg.L = 1; s.cfg.H = 4; s.cfg.Hkv = 2; s.cfg.dA = 128; s.cfg.dB = 512; s.cfg.V = 512;
+    const int dh = preset == "wiola-360m" ? 32 : s.cfg.dh();  // the default's dry run as it always was
+    s.cfg.name = preset == "wiola-360m" ? "kernel-bench-small" : "kernel-bench-small-" + preset;
+    s.cfg.d = 4 * dh; s.cfg.L = 1; s.cfg.H = 4; s.cfg.Hkv = 2; s.cfg.dA = 4 * dh; s.cfg.dB = 16 * dh;
+    s.cfg.V = 512;
     s.cfg.T = 64;
     s.B = 2; s.T = 64;
     s.check_B = 1; s.check_T = 80;
@@ -444,18 +456,20 @@ const char* const kAttnNames[] = {"o", "lse", "dq", "dk", "dv", "draw_k", "draw_
 const double kAttnTols[] = {2e-2, 1e-3, 3e-2, 3e-2, 3e-2, 3e-2, 3e-2};
 
 struct AttnVariant {
-  std::string name;  // as in the JSON: "fwd tc", "bwd v2", ...
+  std::string name;  // as in the JSON: "fwd tc", "bwd v2", "fwd fa2 128x64", ...
   bool bwd;
   std::string attention, attention_bwd;  // its backend options
+  std::string attention_tile;            // the fa2 forward's tile; empty: the bench's own
   // The options of its forward (a backward variant reads the o and lse of
   // the default tensor-core forward).
   wiola::BackendOptions fwd(const wiola::BackendOptions& base) const {
     wiola::BackendOptions o = base;
     o.attention = bwd ? "tc" : attention;
+    if (!attention_tile.empty()) o.attention_tile = attention_tile;
     return o;
   }
   wiola::BackendOptions all(const wiola::BackendOptions& base) const {
-    wiola::BackendOptions o = base;
+    wiola::BackendOptions o = fwd(base);
     o.attention = attention;
     o.attention_bwd = attention_bwd;
     return o;
@@ -503,9 +517,16 @@ bool is_refusal(const std::string& msg) {
 
 void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
   const std::vector<AttnVariant> variants = {
-      {"fwd tc", false, "tc", "v1"},   {"fwd fa2", false, "fa2", "v1"}, {"fwd rows", false, "rows", "v1"},
-      {"bwd v1", true, "tc", "v1"},    {"bwd v2", true, "tc", "v2"},    {"bwd fa2", true, "tc", "fa2"},
-      {"bwd rows", true, "rows", "v1"},
+      {"fwd tc", false, "tc", "v1", ""},
+      {"fwd fa2", false, "fa2", "v1", "64x64"},
+      {"fwd fa2 64x128", false, "fa2", "v1", "64x128"},
+      {"fwd fa2 128x64", false, "fa2", "v1", "128x64"},
+      {"fwd fa2 128x128", false, "fa2", "v1", "128x128"},
+      {"fwd rows", false, "rows", "v1", ""},
+      {"bwd v1", true, "tc", "v1", ""},
+      {"bwd v2", true, "tc", "v2", ""},
+      {"bwd fa2", true, "tc", "fa2", ""},
+      {"bwd rows", true, "rows", "v1", ""},
   };
   const wiola::BackendOptions& base = o.backend;
   for (bool atm : {false, true}) {
@@ -517,7 +538,10 @@ void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& re
     for (const AttnVariant& var : variants) {
       json j{{"section", "attention"}, {"name", "attention " + var.name + " " + layer},
              {"dir", var.bwd ? "bwd" : "fwd"}, {"variant", var.name.substr(4)}, {"layer", layer},
-             {"options", {{"attention", var.attention}, {"attention_bwd", var.attention_bwd}}},
+             {"options",
+              {{"attention", var.attention},
+               {"attention_bwd", var.attention_bwd},
+               {"attention_tile", var.all(base).attention_tile}}},
              {"B", big->s.B}, {"T", big->s.Tq}, {"H", big->s.H}, {"Hkv", big->s.Hkv}, {"dh", big->s.dh},
              {"flop_rule", kAttnFlopRule}};
       if (atm)
@@ -561,7 +585,7 @@ void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& re
         }
       }
       rep.emit(j);
-      std::printf("attention %-9s %-6s B=%d T=%d H=%d Hkv=%d dh=%d: %s\n", var.name.c_str(), layer, big->s.B,
+      std::printf("attention %-15s %-6s B=%d T=%d H=%d Hkv=%d dh=%d: %s\n", var.name.c_str(), layer, big->s.B,
                   big->s.Tq, big->s.H, big->s.Hkv, big->s.dh, line.c_str());
     }
   }
@@ -824,6 +848,25 @@ void run_memory(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) 
            "read x 2 + write y 2 B/elem", double(nB) * 4, [&] { g.gelu_fwd(ub.data(), nB, hb.data()); });
   }
   {
+    // SRPE fused with the split of the fused Q|K|V|gate projection output,
+    // and its backward (the gradients joined), in bf16: the fused rows read
+    // once, q, k (rotated), v and the gate written once (the table is small).
+    const int H = sh.cfg.H, Hkv = sh.cfg.Hkv, dh = sh.dh();
+    const size_t hd = size_t(H) * dh, kvd = size_t(Hkv) * dh, width = 2 * hd + 2 * kvd, nw = N * width;
+    DynBuffer<float> proj(g, DType::BF16, nw), q(g, DType::BF16, N * hd), k(g, DType::BF16, N * kvd),
+        v(g, DType::BF16, N * kvd), gate(g, DType::BF16, N * hd);
+    Buffer<float> table(g, size_t(sh.T) * dh);
+    fill(g, proj.data(), nw, 34);
+    fill(g, table.data(), size_t(sh.T) * dh, 35);
+    const std::string what = "[" + std::to_string(N) + ", " + std::to_string(width) + "] bf16";
+    report("srpe_split_fwd", what, "read 2 + write 2 B/elem (+ the table)", double(nw) * 4, [&] {
+      g.srpe_split_fwd(proj.data(), sh.B, sh.T, H, Hkv, dh, table.data(), q.data(), k.data(), v.data(), gate.data());
+    });
+    report("srpe_split_bwd", what, "read 2 + write 2 B/elem (+ the table)", double(nw) * 4, [&] {
+      g.srpe_split_bwd(q.data(), k.data(), v.data(), gate.data(), sh.B, sh.T, H, Hkv, dh, table.data(), proj.data());
+    });
+  }
+  {
     // The optimizer over every parameter (fp32 p, g, m, v) and the weight
     // copy's refresh after it (fp32 -> bf16).
     Buffer<float> p(g, P), gr(g, P), m(g, P), v(g, P);
@@ -847,13 +890,18 @@ void run_memory(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"The CUDA backend's kernels at wiola-360m's step shapes: attention variants, GEMMs, memory-bound ops",
+  CLI::App app{"The CUDA backend's kernels at a model's step shapes (wiola-360m's unless --preset): attention variants, "
+               "GEMMs, memory-bound ops",
                "wiola_kernel_bench"};
   Options o;
   app.add_option("--json", o.json_path, "write one JSON line per result here, each flushed at once");
   app.add_option("--reps", o.reps, "timed calls per measurement (median reported)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed calls first")->capture_default_str();
-  app.add_flag("--small", o.small, "tiny shapes (the emulator's dry run): T = 64, d = 128, H = 4, Hkv = 2, L = 1");
+  app.add_flag("--small", o.small,
+               "tiny shapes (the emulator's dry run): T = 64, d = 128, H = 4, Hkv = 2, L = 1 (d = 4 d_h with --preset)");
+  app.add_option("--preset", o.preset,
+                 "the model whose step shapes are timed (wiola-1.5b: d_h 128; wiola-700m: 96; wiola-120m)")
+      ->capture_default_str();
   app.add_option("--only", o.only, "one section")->check(CLI::IsMember({"attention", "gemm", "memory"}));
   app.add_option("--peak-gbps", o.peak_gbps, "memory bandwidth for the fraction of peak (H100 SXM: 3350)")
       ->capture_default_str();
@@ -872,7 +920,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     WIOLA_CHECK(o.reps >= 1 && o.warmup >= 0 && o.misalign >= 0, "--reps >= 1, --warmup >= 0, --misalign >= 0");
-    const Shapes sh = make_shapes(o.small);
+    const Shapes sh = make_shapes(o.small, o.preset);
     auto g = wiola::make_cuda_ops(wiola::CudaPrecision::BF16, 0, o.backend);
     Report rep(o.json_path);
     const auto& c = sh.cfg;

@@ -3,7 +3,10 @@
 // step time, the simulated bubble split into fill/drain and stage imbalance
 // (dist::PipelineSim, docs/distributed.md §4) and the peak activation memory
 // per rank, for the planner's best layout and pp 4 / 8 at several numbers of
-// micro-batches, per schedule. No MPI, no GPU: the planner's predictions.
+// micro-batches, per schedule: 1F1B, GPipe, interleaved 1F1B (v = 2, 4
+// chunks per rank where p·v ≤ L and m % p == 0) and ZB-H1 (B and W timed
+// apart: W the weight-gradient GEMMs, perf::StageFlops::bwd_weight). No MPI,
+// no GPU: the planner's predictions.
 //
 //   build/bench/wiola_pipeline_bubbles
 #include <algorithm>
@@ -25,18 +28,19 @@ constexpr int kGpus = 64;
 constexpr double kGiB = 1073741824.0;
 const Precision kBf16{DType::BF16, DType::F32, DType::BF16, true};  // as `wiola plan` on a GPU
 
-// Schedules the trainer does not have yet: listed, not predicted.
-const char* const kNotImplemented[] = {"interleaved", "zb-h1", "zb-v"};
+// Schedules the simulator does not have yet: listed, not predicted.
+const char* const kNotImplemented[] = {"zb-v"};
 
 void print_header() {
-  std::printf("  %-26s %-11s %-8s %9s %8s %10s %10s %9s  %s\n", "layout (tp pp dp, mb x m)", "schedule", "balance",
-              "step s", "bubble", "fill/drn", "imbalance", "act GiB", "");
+  std::printf("  %-26s %-14s %-8s %9s %8s %10s %10s %9s %9s  %s\n", "layout (tp pp dp, mb x m)", "schedule",
+              "balance", "step s", "bubble", "fill/drn", "imbalance", "act GiB", "live mb", "");
 }
 
 void print_row(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, Layout lay, const std::string& schedule,
-               const std::string& balance) {
+               const std::string& balance, int v = 1) {
   lay.schedule = schedule;
   lay.stage_balance = balance;
+  lay.virtual_stages = v;
   const Workload w = wiola_workload(c, lay, kBf16);
   const Prediction p = predict(w, cl, cm);
   double act = 0;  // the fullest rank's activations (the first stage under 1F1B)
@@ -44,9 +48,14 @@ void print_row(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, Layout
   char name[64];
   std::snprintf(name, sizeof name, "%d %d %d, %dx%d%s%s", lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.micro_batches,
                 lay.zero_active() ? " z" : "", lay.recompute ? " rc" : "");
-  std::printf("  %-26s %-11s %-8s %9.3f %7.1f%% %9.1f%% %9.1f%% %9.2f  %s\n", name, schedule.c_str(), balance.c_str(),
-              p.step_s, 100 * p.bubble_sim, 100 * p.bubble_fill_drain, 100 * p.bubble_imbalance, act / kGiB,
-              p.fits ? "" : ("does not fit: " + p.why_not).c_str());
+  // Live activations at the peak, in micro-batches of a rank's layers: the
+  // first rank's and the last's.
+  char live[32];
+  std::snprintf(live, sizeof live, "%g/%g", p.peak_live.front(), p.peak_live.back());
+  const std::string sched = schedule == "interleaved" ? schedule + " v" + std::to_string(v) : schedule;
+  std::printf("  %-26s %-14s %-8s %9.3f %7.1f%% %9.1f%% %9.1f%% %9.2f %9s  %s\n", name, sched.c_str(),
+              balance.c_str(), p.step_s, 100 * p.bubble_sim, 100 * p.bubble_fill_drain, 100 * p.bubble_imbalance,
+              act / kGiB, live, p.fits ? "" : ("does not fit: " + p.why_not).c_str());
 }
 
 // The layout with tp 1 and `pp` stages over the 64 GPUs at micro-batch mb,
@@ -72,6 +81,15 @@ void report(const std::string& model) {
   std::printf("\n%s on %d H100s, global batch %d x %d tokens; best layout (wiola plan): %s\n", model.c_str(), kGpus,
               global_batch, c.T, best.name().c_str());
   std::printf("  compute: %s\n", cm->describe().c_str());
+  {  // The split backward's parts on the first and the last stage of tp1 pp8, micro-batch 1.
+    Layout l = with_pp(best, global_batch, 8, 1);
+    l.schedule = "zb-h1";
+    const Prediction p = predict(wiola_workload(c, l, kBf16), cl, *cm);
+    for (size_t s : {size_t(0), p.stage_fwd_s.size() - 1})
+      std::printf("  pp8 stage %zu, one micro-batch: F %.2f ms, B %.2f ms, W %.2f ms\n", s,
+                  1e3 * p.stage_fwd_s[s], 1e3 * (p.stage_bwd_s[s] - p.stage_bwd_weight_s[s]),
+                  1e3 * p.stage_bwd_weight_s[s]);
+  }
   print_header();
   std::vector<Layout> layouts = {best};
   for (int pp : {4, 8})
@@ -82,15 +100,19 @@ void report(const std::string& model) {
     if (l.pp == 1) continue;  // no pipeline: nothing to split or schedule
     print_row(c, cl, *cm, l, "1f1b", "layers");  // the even split, against the FLOP-balanced one
     print_row(c, cl, *cm, l, "gpipe", "compute");
+    for (int v : {2, 4})
+      if (l.pp * v <= c.L && l.micro_batches % l.pp == 0) print_row(c, cl, *cm, l, "interleaved", "compute", v);
+    print_row(c, cl, *cm, l, "zb-h1", "compute");
   }
-  for (const char* s : kNotImplemented) std::printf("  %-26s %-11s not implemented\n", "any", s);
+  for (const char* s : kNotImplemented) std::printf("  %-26s %-14s not implemented\n", "any", s);
 }
 
 }  // namespace
 
 int main() {
   std::printf("wiola_pipeline_bubbles: simulated bubble = fill/drain (every stage at the mean stage cost) + "
-              "imbalance (the rest); act GiB: peak activation memory of the fullest rank\n");
+              "imbalance (the rest); act GiB: peak activation memory of the fullest rank; live mb: live "
+              "activations at the peak, in micro-batches of the rank's layers, first rank/last rank\n");
   for (const char* m : {"wiola-1.5b", "wiola-360m"}) report(m);
   return 0;
 }

@@ -477,8 +477,9 @@ ConsolidateStats consolidate(const std::string& folder, const std::string& out, 
         fail(tmp, ": cannot create: ", e ? std::strerror(e) : "directory missing or not writable?");
       }
       // On any error (a full disk above all) HDF5's remaining writes go to
-      // memory (h5::discard_writes), so every handle below closes cleanly,
-      // at the failure itself and, for errors outside HDF5, when `f` closes.
+      // memory (h5::discard_writes), so that every handle closes cleanly:
+      // `need` switches at a failed write, before the handles of the tensor
+      // close; this guard, for any other error, before `f` closes.
       struct DiscardOnError {
         hid_t f;
         int pending = std::uncaught_exceptions();
@@ -493,19 +494,12 @@ ConsolidateStats consolidate(const std::string& folder, const std::string& out, 
         if (e) fail(tmp, ": write failed at ", what, ": ", std::strerror(e));
         h5::need(false, tmp, what);
       };
-      auto attr = [&](const char* name, auto write) {
-        try {
-          write();
-        } catch (const Error&) {
-          need(false, std::string("attribute ") + name);
-        }
-      };
       const nlohmann::json& mf = r.manifest();
-      attr("format", [&] { attr_str(tmp, f, "format", kConsolidatedFormat); });
-      attr("run_id", [&] { attr_str(tmp, f, "run_id", mf.value("run_id", "")); });
-      attr("step", [&] { attr_i64(tmp, f, "step", r.step()); });
-      attr("tokens", [&] { attr_i64(tmp, f, "tokens", mf.value("tokens", int64_t(0))); });
-      attr("config", [&] { attr_str(tmp, f, "config", mf.value("config", "")); });
+      attr_str(tmp, f, "format", kConsolidatedFormat);
+      attr_str(tmp, f, "run_id", mf.value("run_id", ""));
+      attr_i64(tmp, f, "step", r.step());
+      attr_i64(tmp, f, "tokens", mf.value("tokens", int64_t(0)));
+      attr_str(tmp, f, "config", mf.value("config", ""));
       std::vector<float> buf;
       for (const char* kind : kKinds) {
         if (!with_optimizer && std::string(kind) != "param") continue;

@@ -534,8 +534,8 @@ void check_run_config(const RunConfig& rc) {
               "parallel.data_plane must be \"auto\", \"nccl\" or \"staged\" (got \"", p.data_plane, "\")");
   WIOLA_CHECK(p.stage_balance == "compute" || p.stage_balance == "layers",
               "parallel.stage_balance must be \"compute\" or \"layers\" (got \"", p.stage_balance, "\")");
-  WIOLA_CHECK(p.schedule == "1f1b" || p.schedule == "gpipe",
-              "parallel.schedule must be \"1f1b\" or \"gpipe\" (got \"", p.schedule, "\")");
+  WIOLA_CHECK(p.schedule == "1f1b" || p.schedule == "gpipe" || p.schedule == "zb-h1",
+              "parallel.schedule must be \"1f1b\", \"gpipe\" or \"zb-h1\" (got \"", p.schedule, "\")");
   WIOLA_CHECK(p.pp <= rc.model.L, "parallel.pp (", p.pp, ") must not exceed model.n_layers (",
               rc.model.L, "): every pipeline stage needs a layer");
   auto divides = [&](int v, const char* key) {

@@ -25,6 +25,8 @@ const std::vector<Switch>& switches() {
       {"attention_bwd", "train.cuda_attention_bwd", "--attention-bwd", "WIOLA_CUDA_ATTENTION_BWD",
        {"v1", "v2", "fa2"}, &BackendOptions::attention_bwd},
       {"gemm", "train.cuda_gemm", "--gemm", nullptr, {"cublas", "cublaslt", "auto"}, &BackendOptions::gemm},
+      {"attention_tile", "train.cuda_attention_tile", "--attention-tile", nullptr,
+       {"64x64", "64x128", "128x64", "128x128"}, &BackendOptions::attention_tile},
   };
   return s;
 }

@@ -1,7 +1,8 @@
 // Start-up switches of a backend, chosen once and recorded: the config keys
-// train.cuda_attention, train.cuda_attention_bwd and train.cuda_gemm
-// (docs/config.md), the flags --attention, --attention-bwd and --gemm of
-// wiola_gpu_bench and wiola_kernel_bench. The run report and the checkpoint
+// train.cuda_attention, train.cuda_attention_bwd, train.cuda_gemm and
+// train.cuda_attention_tile (docs/config.md), the flags --attention,
+// --attention-bwd, --gemm and --attention-tile of wiola_gpu_bench and
+// wiola_kernel_bench. The run report and the checkpoint
 // manifest record them beside the backend's name. The attention switches
 // were the environment variables WIOLA_CUDA_ATTENTION and
 // WIOLA_CUDA_ATTENTION_BWD, read at every call; a backend refuses to start
@@ -25,6 +26,10 @@ struct BackendOptions {
   // "cublaslt" (cuBLASLt, its heuristic's first candidate for every shape)
   // or "auto" (per shape the tuning table's choice, kernels/gemm_tuning.h).
   std::string gemm = "cublas";
+  // The tile shape of the fa2 forward (attention = fa2), query rows a block
+  // x key rows a tile: "64x64" (four warps), "64x128", "128x64" or "128x128"
+  // (eight warps). The fa2 backward keeps 64 x 64.
+  std::string attention_tile = "64x64";
 };
 
 // Throws wiola::Error naming the key (and flag) and the values it takes.
@@ -35,7 +40,8 @@ void check_backend_options(const BackendOptions& o);
 void refuse_backend_env();
 
 // The options as recorded, field -> value: {"attention": "tc",
-// "attention_bwd": "v1", "gemm": "cublas"} (a JSON object as it is).
+// "attention_bwd": "v1", "attention_tile": "64x64", "gemm": "cublas"} (a JSON
+// object as it is).
 std::map<std::string, std::string> backend_option_fields(const BackendOptions& o);
 
 }  // namespace wiola

@@ -128,6 +128,20 @@ void ForwardingOps<T>::srpe_apply(Ptr x, int B, int Tn, int nh, int dh, CPtr tab
 }
 
 template <class T>
+void ForwardingOps<T>::srpe_split_fwd(CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPtr table, Ptr q, Ptr k,
+                                      Ptr v, Ptr gate) {
+  const Call c(*this, "srpe_split_fwd");
+  inner_.srpe_split_fwd(arg(proj), B, Tn, H, Hkv, dh, arg(table), arg(q), arg(k), arg(v), arg(gate));
+}
+
+template <class T>
+void ForwardingOps<T>::srpe_split_bwd(CPtr dq, CPtr dk, CPtr dv, CPtr dgate, int B, int Tn, int H, int Hkv, int dh,
+                                      CPtr table, Ptr dproj) {
+  const Call c(*this, "srpe_split_bwd");
+  inner_.srpe_split_bwd(arg(dq), arg(dk), arg(dv), arg(dgate), B, Tn, H, Hkv, dh, arg(table), arg(dproj));
+}
+
+template <class T>
 void ForwardingOps<T>::attention_fwd(const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v, Ptr o, Ptr lse) {
   const Call c(*this, "attention_fwd");
   inner_.attention_fwd(s, keys, arg(q), arg(k), arg(v), arg(raw_k), arg(raw_v), arg(o), arg(lse));

@@ -130,8 +130,8 @@ class Ops {
   virtual void convert(CPtr src, Ptr dst, size_t n) = 0;
   // dst[r, 0:cols] = src[r, 0:cols] for r < rows: a block of columns of
   // row-major matrices whose rows are ld_dst and ld_src elements apart, one
-  // storage type. Splits the fused Q|K|V|gate projection's output into its
-  // four tensors and joins their gradients back (model/layer.cpp).
+  // storage type. (The model splits the fused Q|K|V|gate projection's output
+  // with srpe_split_fwd, which gives copy_block's bits, SRPE fused in.)
   virtual void copy_block(Ptr dst, int ld_dst, CPtr src, int ld_src, int rows, int cols) = 0;
 
   // ---- BLAS ----------------------------------------------------------------
@@ -192,6 +192,19 @@ class Ops {
   // inverse=true applies the transpose rotation (= the backward pass).
   virtual void srpe_apply(Ptr x, int B, int Tn, int nh, int dh, CPtr table,
                           bool inverse) = 0;
+  // SRPE fused with the split of the fused input projection (model/layer.cpp):
+  // proj[B Tn, width] holds the column blocks [q: H dh | k: Hkv dh | v: Hkv dh
+  // | gate: H dh], width = 2 H dh + 2 Hkv dh, all one storage type.
+  // srpe_split_fwd writes q[B,Tn,H,dh] and k[B,Tn,Hkv,dh] rotated, v and
+  // gate as they are: the bits of copy_block of each block, then srpe_apply
+  // on q and k. srpe_split_bwd writes their gradients' join into dproj with
+  // dq and dk rotated back (inverse), dq and dk left as they are: the bits
+  // of srpe_apply(inverse) on dq and dk, then copy_block of each into dproj.
+  // One pass over the blocks each way, no copies in between.
+  virtual void srpe_split_fwd(CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPtr table, Ptr q, Ptr k,
+                              Ptr v, Ptr gate) = 0;
+  virtual void srpe_split_bwd(CPtr dq, CPtr dk, CPtr dv, CPtr dgate, int B, int Tn, int H, int Hkv, int dh,
+                              CPtr table, Ptr dproj) = 0;
 
   // ---- causal self-attention with GQA and ATM key merging ---------------------
   // q[B,Tq,H,dh], k,v[B,Tk,Hkv,dh], raw_k,raw_v[B,Tq,Hkv,dh] (only read where

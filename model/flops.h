@@ -18,5 +18,11 @@ double attention_step_flops(const ModelConfig& c, int B);
 // attention) and the tied head; train_step_flops is their sum.
 double layer_step_flops(const ModelConfig& c, int B, int l);
 double head_step_flops(const ModelConfig& c, int B);
+// One pass of the weight GEMMs (2 FLOPs per weight and token): what the
+// weight-gradient half of a split backward computes (the W of a zero-bubble
+// schedule, dist/schedule.h); the rest of the backward (input gradients,
+// attention, the context attention) is the B. Layer l, and the tied head.
+double layer_weight_grad_flops(const ModelConfig& c, int B, int l);
+double head_weight_grad_flops(const ModelConfig& c, int B);
 
 }  // namespace wiola

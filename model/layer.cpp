@@ -59,6 +59,27 @@ void LayerWork<T>::reserve(const LayerCtx<T>& c) {
   r.reserve(&dphi, 1);
 }
 
+template <class T>
+void LayerWeightInputs<T>::reserve(const LayerCtx<T>& c, int nc, bool acts) {
+  const size_t N = size_t(c.N()), d = size_t(c.cfg.d);
+  const size_t hd = size_t(c.ld.H) * c.ld.dh, kvd = size_t(c.ld.Hkv) * c.ld.dh;
+  const size_t dA = size_t(c.ld.dA), dB = size_t(c.ld.dB);
+  const DType act = c.prec.act, res = c.prec.residual;
+  auto& r = arena;
+  // The types of the LayerWork buffers they stand in for.
+  r.reserve(&dfpre, act, N * d); r.reserve(&da, act, N * d); r.reserve(&db, act, N * d);
+  r.reserve(&dub, act, N * dB); r.reserve(&dga, act, N * dA); r.reserve(&dua, act, N * dA);
+  r.reserve(&dxh, res, N * d);
+  r.reserve(&dproj, act, N * size_t(qkvg_width(c.ld)));
+  r.reserve(&dkc, act, N * size_t(nc) * kvd); r.reserve(&dvc, act, N * size_t(nc) * kvd);
+  copy_acts = acts;
+  if (!acts) return;
+  // The types of the LayerActs buffers they copy (X-tilde: xn1_operand's).
+  r.reserve(&a, act, N * d); r.reserve(&b, act, N * d); r.reserve(&hb, act, N * dB);
+  r.reserve(&ha, act, N * dA); r.reserve(&xn2, act, N * d); r.reserve(&og, act, N * hd);
+  r.reserve(&xn1, dtype_bytes(act) < dtype_bytes(res) ? act : res, N * d);
+}
+
 namespace {
 
 // ATM merge decision on X-tilde (docs/model.md §2): cosine of neighbours in
@@ -69,24 +90,6 @@ void atm_decide(const LayerCtx<T>& c, LayerActs<T>& a) {
   c.ops.atm_plan(a.rho, c.B, c.T_, c.cfg.tau, a.open, a.group_first, a.key_end, a.n_groups);
 }
 
-// The fused input projection (docs/model.md §3): q, k, v and the gate's
-// input are column blocks [H dh | Hkv dh | Hkv dh | H dh] of one
-// [N, qkvg_width] product in the proj scratch. The later ops read each as a
-// whole tensor, so the blocks are copied out (forward) and their gradients
-// copied back in (backward) around the one GEMM of each direction.
-template <class T>
-void qkvg_blocks(const LayerCtx<T>& c, const std::array<Ptr, 4>& parts, bool into_proj) {
-  const int N = c.N(), hd = c.ld.H * c.ld.dh, kvd = c.ld.Hkv * c.ld.dh, width = qkvg_width(c.ld);
-  const int widths[4] = {hd, kvd, kvd, hd};
-  size_t col = 0;
-  for (int i = 0; i < 4; ++i) {
-    const Ptr block = c.proj + col;
-    if (into_proj) c.ops.copy_block(block, width, parts[size_t(i)], widths[i], N, widths[i]);
-    else c.ops.copy_block(parts[size_t(i)], widths[i], block, width, N, widths[i]);
-    col += size_t(widths[i]);
-  }
-}
-
 // X-tilde as the input projection's GEMMs read it: the norm's copy in the
 // activation type where that is narrower (one conversion per layer, not one
 // inside each GEMM), else X-tilde itself.
@@ -95,25 +98,34 @@ CPtr xn1_operand(const LayerActs<T>& a) {
   return a.xn1_op ? a.xn1_op : a.xn1;
 }
 
-// [q | k | v | gate] = X-tilde [wq; wk; wv; wgate]^T, one GEMM.
+// The fused input projection (docs/model.md §3): q, k, v and the gate's
+// input are column blocks [H dh | Hkv dh | Hkv dh | H dh] of one
+// [N, qkvg_width] product in the proj scratch, [q | k | v | gate] = X-tilde
+// [wq; wk; wv; wgate]^T. The later ops read each as a whole tensor: one op
+// splits the blocks out with SRPE applied to q and k on the way
+// (srpe_split_fwd), and its backward joins their gradients back with the
+// rotation undone (srpe_split_bwd), around the one GEMM of each direction.
 template <class T>
 void qkvg_fwd(const LayerCtx<T>& c, const LayerParams& p, LayerActs<T>& a) {
   WIOLA_CHECK(c.proj, "layer forward: no fused-projection scratch in the layer context");
   linear_fwd(c.ops, xn1_operand(a), p.wqkvg, c.N(), c.cfg.d, qkvg_width(c.ld), c.proj);
-  qkvg_blocks(c, {a.q, a.k, a.v, a.gpre}, false);
+  c.ops.srpe_split_fwd(c.proj, c.B, c.T_, c.ld.H, c.ld.Hkv, c.ld.dh, c.srpe, a.q, a.k, a.v, a.gpre);
 }
 
 // dX-tilde (overwritten) and the four weight gradients (accumulated) from
-// dq, dk, dv, dgate: one GEMM each. The TP sum of dX-tilde starts between
-// them, hidden behind the weight gradients.
+// dq, dk (SRPE undone as they are joined), dv, dgate: one GEMM each. The TP
+// sum of dX-tilde starts between them, hidden behind the weight gradients.
+// dproj: where the joined gradient goes (the proj scratch, or a split
+// backward's LayerWeightInputs::dproj); weights false: B of a split
+// backward, the weight GEMM left to W.
 template <class T>
 TpInFlight qkvg_bwd(const LayerCtx<T>& c, const LayerParams& p, const LayerParams& g, const LayerActs<T>& a,
-                    const LayerWork<T>& w) {
+                    const LayerWork<T>& w, Ptr dproj, bool weights) {
   const int N = c.N(), d = c.cfg.d, width = qkvg_width(c.ld);
-  qkvg_blocks(c, {w.dq, w.dk, w.dv, w.dgpre}, true);
-  linear_bwd_x(c.ops, c.proj, p.wqkvg, N, d, width, w.dxn);
+  c.ops.srpe_split_bwd(w.dq, w.dk, w.dv, w.dgpre, c.B, c.T_, c.ld.H, c.ld.Hkv, c.ld.dh, c.srpe, dproj);
+  linear_bwd_x(c.ops, dproj, p.wqkvg, N, d, width, w.dxn);
   TpInFlight sum = tp_start_sum(c.tp, w.dxn, size_t(N) * d);
-  linear_bwd_w(c.ops, c.proj, xn1_operand(a), N, d, width, g.wqkvg);
+  if (weights) linear_bwd_w(c.ops, dproj, xn1_operand(a), N, d, width, g.wqkvg);
   return sum;
 }
 
@@ -137,9 +149,7 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, co
 
   // ---- GCLA (docs/model.md §2) ----
   ops.rmsnorm_fwd(x, p.ln1_g, p.ln1_d, N, d, c.cfg.eps, a.xn1, a.rstd1, a.xn1_op);
-  qkvg_fwd(c, p, a);
-  ops.srpe_apply(a.q, c.B, c.T_, c.ld.H, dh, c.srpe, false);
-  ops.srpe_apply(a.k, c.B, c.T_, c.ld.Hkv, dh, c.srpe, false);
+  qkvg_fwd(c, p, a);  // q and k with SRPE applied
 
   // Self-attention; in ATM layers over merged keys/values of each prefix.
   AttnShape s = attn_shape(c);
@@ -200,45 +210,86 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, co
   ops.fusion_fwd(a.fpre, a.a, a.b, a.xh, size_t(N) * d, x_out);  // X' = X-half + F
 }
 
+namespace {
+
+// The weight-gradient GEMMs' operands: the output gradients and the
+// activations they multiply (layer_backward: the LayerWork scratch and the
+// layer's activations; a split backward: its LayerWeightInputs).
+struct WeightOperands {
+  Ptr dfpre, da, db, dub, dga, dua, dxh, dproj, dkc, dvc;
+  CPtr a, b, hb, ha, xn2, og, xn1;
+};
+
 template <class T>
-void layer_backward(const LayerCtx<T>& c, int l, const LayerParams& p, const LayerParams& g,
-                    CPtr x, const CPtr* ctx, int nc, LayerActs<T>& a, LayerWork<T>& w,
-                    CPtr dx_out, Ptr dx, const Ptr* dctx) {
+WeightOperands operands(const LayerCtx<T>& c, const LayerActs<T>& a, const LayerWork<T>& w) {
+  return {w.dfpre, w.da, w.db, w.dub, w.dga, w.dua, w.dxh, c.proj, w.dkc, w.dvc,
+          a.a, a.b, a.hb, a.ha, a.xn2, a.og, xn1_operand(a)};
+}
+
+template <class T>
+WeightOperands operands(const LayerActs<T>& a, const LayerWeightInputs<T>& k) {
+  if (!k.copy_acts) return {k.dfpre, k.da, k.db, k.dub, k.dga, k.dua, k.dxh, k.dproj, k.dkc, k.dvc,
+                            a.a, a.b, a.hb, a.ha, a.xn2, a.og, xn1_operand(a)};
+  return {k.dfpre, k.da, k.db, k.dub, k.dga, k.dua, k.dxh, k.dproj, k.dkc, k.dvc,
+          k.a, k.b, k.hb, k.ha, k.xn2, k.og, k.xn1};
+}
+
+// layer_backward (k null), or B of a split backward (k: the weight GEMMs'
+// operands go there and the GEMMs are left to layer_backward_weight).
+template <class T>
+void backward(const LayerCtx<T>& c, const LayerParams& p, const LayerParams& g, CPtr x, const CPtr* ctx,
+              int nc, LayerActs<T>& a, LayerWork<T>& w, CPtr dx_out, Ptr dx, const Ptr* dctx,
+              LayerWeightInputs<T>* k) {
   Ops<T>& ops = c.ops;
   const int N = c.N(), d = c.cfg.d, dh = c.ld.dh;
   const int hd = c.ld.H * dh, kvd = c.ld.Hkv * dh, dA = c.ld.dA, dB = c.ld.dB;
   const size_t nd = size_t(N) * d, nhd = size_t(N) * hd;
+  const bool weights = k == nullptr;  // run the weight GEMMs here
+  const WeightOperands o = k ? operands(a, *k) : operands(c, a, w);
+  if (k && k->copy_acts) {  // recompute: the scratch activations are gone by W
+    const auto keep = [&](Ptr dst, CPtr src, size_t n) {
+      ops.copy(dst.raw(), src.raw(), n * dtype_bytes(src.dtype()));
+    };
+    const CPtr xn1 = xn1_operand(a);
+    keep(k->a, a.a, nd); keep(k->b, a.b, nd); keep(k->hb, a.hb, size_t(N) * dB);
+    keep(k->ha, a.ha, size_t(N) * dA); keep(k->xn2, a.xn2, nd); keep(k->og, a.og, nhd);
+    keep(k->xn1, xn1, nd);
+  }
 
   // ---- DSFF backward; the residual passes dx_out to X-half ----
-  ops.fusion_bwd(a.fpre, a.a, a.b, dx_out, nd, w.dfpre, w.da, w.db);
-  ops.gemm(Trans::N, Trans::N, N, d, d, T(1), w.dfpre, d, p.wf, 2 * d, T(1), w.da, d);
-  ops.gemm(Trans::N, Trans::N, N, d, d, T(1), w.dfpre, d, p.wf + d, 2 * d, T(1), w.db, d);
-  ops.gemm(Trans::T, Trans::N, d, d, N, T(1), w.dfpre, d, a.a, d, T(1), g.wf, 2 * d);
-  ops.gemm(Trans::T, Trans::N, d, d, N, T(1), w.dfpre, d, a.b, d, T(1), g.wf + d, 2 * d);
+  ops.fusion_bwd(a.fpre, a.a, a.b, dx_out, nd, o.dfpre, o.da, o.db);
+  ops.gemm(Trans::N, Trans::N, N, d, d, T(1), o.dfpre, d, p.wf, 2 * d, T(1), o.da, d);
+  ops.gemm(Trans::N, Trans::N, N, d, d, T(1), o.dfpre, d, p.wf + d, 2 * d, T(1), o.db, d);
+  if (weights) {
+    ops.gemm(Trans::T, Trans::N, d, d, N, T(1), o.dfpre, d, o.a, d, T(1), g.wf, 2 * d);
+    ops.gemm(Trans::T, Trans::N, d, d, N, T(1), o.dfpre, d, o.b, d, T(1), g.wf + d, 2 * d);
+  }
   // stream B
-  linear_bwd_x(ops, w.db, p.db, N, dB, d, w.dhb);
-  linear_bwd_w(ops, w.db, a.hb, N, dB, d, g.db);
-  ops.gelu_bwd(a.ub, w.dhb, size_t(N) * dB, w.dub);
-  linear_bwd_x(ops, w.dub, p.ub, N, d, dB, w.dxn);
+  linear_bwd_x(ops, o.db, p.db, N, dB, d, w.dhb);
+  if (weights) linear_bwd_w(ops, o.db, o.hb, N, dB, d, g.db);
+  ops.gelu_bwd(a.ub, w.dhb, size_t(N) * dB, o.dub);
+  linear_bwd_x(ops, o.dub, p.ub, N, d, dB, w.dxn);
   // stream A
-  linear_bwd_x(ops, w.da, p.da, N, dA, d, w.dha);
-  linear_bwd_w(ops, w.da, a.ha, N, dA, d, g.da);
-  ops.swiglu_bwd(a.ga, a.ua, w.dha, size_t(N) * dA, w.dga, w.dua);
-  linear_bwd_x(ops, w.dga, p.ga, N, d, dA, w.dxn, T(1));
-  linear_bwd_x(ops, w.dua, p.ua, N, d, dA, w.dxn, T(1));
+  linear_bwd_x(ops, o.da, p.da, N, dA, d, w.dha);
+  if (weights) linear_bwd_w(ops, o.da, o.ha, N, dA, d, g.da);
+  ops.swiglu_bwd(a.ga, a.ua, w.dha, size_t(N) * dA, o.dga, o.dua);
+  linear_bwd_x(ops, o.dga, p.ga, N, d, dA, w.dxn, T(1));
+  linear_bwd_x(ops, o.dua, p.ua, N, d, dA, w.dxn, T(1));
   // The column-parallel input gradient's TP sum runs while the weight
   // gradients of the up projections, which do not need it, are computed.
   TpInFlight mlp_dxn_sum = tp_start_sum(c.tp, w.dxn, nd);
-  linear_bwd_w(ops, w.dub, a.xn2, N, d, dB, g.ub);
-  linear_bwd_w(ops, w.dga, a.xn2, N, d, dA, g.ga);
-  linear_bwd_w(ops, w.dua, a.xn2, N, d, dA, g.ua);
+  if (weights) {
+    linear_bwd_w(ops, o.dub, o.xn2, N, d, dB, g.ub);
+    linear_bwd_w(ops, o.dga, o.xn2, N, d, dA, g.ga);
+    linear_bwd_w(ops, o.dua, o.xn2, N, d, dA, g.ua);
+  }
   mlp_dxn_sum.finish();
   // dX-half = dX' (the residual) + the norm's input gradient.
-  ops.rmsnorm_bwd(a.xh, p.ln2_g, p.ln2_d, a.rstd2, w.dxn, N, d, dx_out, w.dxh, g.ln2_g, g.ln2_d);
+  ops.rmsnorm_bwd(a.xh, p.ln2_g, p.ln2_d, a.rstd2, w.dxn, N, d, dx_out, o.dxh, g.ln2_g, g.ln2_d);
 
   // ---- GCLA backward; dA = dX-half ----
-  linear_bwd_x(ops, w.dxh, p.wo, N, hd, d, w.dog);
-  linear_bwd_w(ops, w.dxh, a.og, N, hd, d, g.wo);
+  linear_bwd_x(ops, o.dxh, p.wo, N, hd, d, w.dog);
+  if (weights) linear_bwd_w(ops, o.dxh, o.og, N, hd, d, g.wo);
   // The gate's backward, then the blend's (one op). dφ sums over this rank's
   // heads only: sum over TP (φ is replicated), then add to φ's gradient, all
   // in backend memory.
@@ -257,21 +308,61 @@ void layer_backward(const LayerCtx<T>& c, int l, const LayerParams& p, const Lay
   } else {
     ops.attention_bwd(s, AttnKeys{}, a.q, a.k, a.v, nullptr, nullptr, a.o_self, a.lse, w.do_self, w.dq, w.dk, w.dv, nullptr, nullptr);
   }
-  ops.ctx_attention_bwd(a.q, a.kc, a.vc, a.probs, w.do_ctx, N, nc, c.ld.H, c.ld.Hkv, dh, w.dq, w.dkc, w.dvc);
+  ops.ctx_attention_bwd(a.q, a.kc, a.vc, a.probs, w.do_ctx, N, nc, c.ld.H, c.ld.Hkv, dh, w.dq, o.dkc, o.dvc);
   for (int i = 0; i < nc; ++i) {
-    const CPtr dkc_i = w.dkc + size_t(i) * kvd;
-    const CPtr dvc_i = w.dvc + size_t(i) * kvd;
+    const CPtr dkc_i = o.dkc + size_t(i) * kvd;
+    const CPtr dvc_i = o.dvc + size_t(i) * kvd;
     ops.gemm(Trans::N, Trans::N, N, d, kvd, T(1), dkc_i, nc * kvd, p.wkc, d, T(1), dctx[i], d);
     ops.gemm(Trans::N, Trans::N, N, d, kvd, T(1), dvc_i, nc * kvd, p.wvc, d, T(1), dctx[i], d);
-    ops.gemm(Trans::T, Trans::N, kvd, d, N, T(1), dkc_i, nc * kvd, ctx[i], d, T(1), g.wkc, d);
-    ops.gemm(Trans::T, Trans::N, kvd, d, N, T(1), dvc_i, nc * kvd, ctx[i], d, T(1), g.wvc, d);
+    if (weights) {
+      ops.gemm(Trans::T, Trans::N, kvd, d, N, T(1), dkc_i, nc * kvd, ctx[i], d, T(1), g.wkc, d);
+      ops.gemm(Trans::T, Trans::N, kvd, d, N, T(1), dvc_i, nc * kvd, ctx[i], d, T(1), g.wvc, d);
+    }
   }
-  // Undo SRPE (transpose rotation), then the input projections.
-  ops.srpe_apply(w.dq, c.B, c.T_, c.ld.H, dh, c.srpe, true);
-  ops.srpe_apply(w.dk, c.B, c.T_, c.ld.Hkv, dh, c.srpe, true);
-  TpInFlight attn_dxn_sum = qkvg_bwd(c, p, g, a, w);
+  // The input projections, SRPE undone (transpose rotation) as their
+  // gradients are joined.
+  TpInFlight attn_dxn_sum = qkvg_bwd(c, p, g, a, w, o.dproj, weights);
   attn_dxn_sum.finish();
-  ops.rmsnorm_bwd(x, p.ln1_g, p.ln1_d, a.rstd1, w.dxn, N, d, w.dxh, dx, g.ln1_g, g.ln1_d);  // dX = dX-half + ...
+  ops.rmsnorm_bwd(x, p.ln1_g, p.ln1_d, a.rstd1, w.dxn, N, d, o.dxh, dx, g.ln1_g, g.ln1_d);  // dX = dX-half + ...
+}
+
+}  // namespace
+
+template <class T>
+void layer_backward(const LayerCtx<T>& c, int, const LayerParams& p, const LayerParams& g,
+                    CPtr x, const CPtr* ctx, int nc, LayerActs<T>& a, LayerWork<T>& w,
+                    CPtr dx_out, Ptr dx, const Ptr* dctx) {
+  backward(c, p, g, x, ctx, nc, a, w, dx_out, dx, dctx, static_cast<LayerWeightInputs<T>*>(nullptr));
+}
+
+template <class T>
+void layer_backward_input(const LayerCtx<T>& c, int, const LayerParams& p, const LayerParams& g,
+                          CPtr x, const CPtr* ctx, int nc, LayerActs<T>& a, LayerWork<T>& w,
+                          CPtr dx_out, Ptr dx, const Ptr* dctx, LayerWeightInputs<T>& k) {
+  backward(c, p, g, x, ctx, nc, a, w, dx_out, dx, dctx, &k);
+}
+
+// The weight GEMMs of backward() in its order, on the kept operands.
+template <class T>
+void layer_backward_weight(const LayerCtx<T>& c, const LayerParams& g, const CPtr* ctx, int nc,
+                           const LayerActs<T>& a, const LayerWeightInputs<T>& k) {
+  Ops<T>& ops = c.ops;
+  const int N = c.N(), d = c.cfg.d, dh = c.ld.dh;
+  const int hd = c.ld.H * dh, kvd = c.ld.Hkv * dh, dA = c.ld.dA, dB = c.ld.dB;
+  const WeightOperands o = operands(a, k);
+  ops.gemm(Trans::T, Trans::N, d, d, N, T(1), o.dfpre, d, o.a, d, T(1), g.wf, 2 * d);
+  ops.gemm(Trans::T, Trans::N, d, d, N, T(1), o.dfpre, d, o.b, d, T(1), g.wf + d, 2 * d);
+  linear_bwd_w(ops, o.db, o.hb, N, dB, d, g.db);
+  linear_bwd_w(ops, o.da, o.ha, N, dA, d, g.da);
+  linear_bwd_w(ops, o.dub, o.xn2, N, d, dB, g.ub);
+  linear_bwd_w(ops, o.dga, o.xn2, N, d, dA, g.ga);
+  linear_bwd_w(ops, o.dua, o.xn2, N, d, dA, g.ua);
+  linear_bwd_w(ops, o.dxh, o.og, N, hd, d, g.wo);
+  for (int i = 0; i < nc; ++i) {
+    ops.gemm(Trans::T, Trans::N, kvd, d, N, T(1), o.dkc + size_t(i) * kvd, nc * kvd, ctx[i], d, T(1), g.wkc, d);
+    ops.gemm(Trans::T, Trans::N, kvd, d, N, T(1), o.dvc + size_t(i) * kvd, nc * kvd, ctx[i], d, T(1), g.wvc, d);
+  }
+  linear_bwd_w(ops, o.dproj, o.xn1, N, d, qkvg_width(c.ld), g.wqkvg);
 }
 
 #define WIOLA_INSTANTIATE_LAYER(T)                                                          \
@@ -281,7 +372,14 @@ void layer_backward(const LayerCtx<T>& c, int l, const LayerParams& p, const Lay
                                  const CPtr*, int, bool, LayerActs<T>&, Ptr, const KvSlot*); \
   template void layer_backward<T>(const LayerCtx<T>&, int, const LayerParams&,              \
                                   const LayerParams&, CPtr, const CPtr*, int, LayerActs<T>&, \
-                                  LayerWork<T>&, CPtr, Ptr, const Ptr*);
+                                  LayerWork<T>&, CPtr, Ptr, const Ptr*);                     \
+  template struct LayerWeightInputs<T>;                                                     \
+  template void layer_backward_input<T>(const LayerCtx<T>&, int, const LayerParams&,        \
+                                        const LayerParams&, CPtr, const CPtr*, int,         \
+                                        LayerActs<T>&, LayerWork<T>&, CPtr, Ptr, const Ptr*, \
+                                        LayerWeightInputs<T>&);                             \
+  template void layer_backward_weight<T>(const LayerCtx<T>&, const LayerParams&, const CPtr*, \
+                                         int, const LayerActs<T>&, const LayerWeightInputs<T>&);
 WIOLA_INSTANTIATE_LAYER(float)
 WIOLA_INSTANTIATE_LAYER(double)
 

@@ -76,6 +76,30 @@ struct LayerWork {
   void reserve(const LayerCtx<T>& c);
 };
 
+// The split backward (issue 37; dist/schedule.h's B and W): what one layer's
+// weight-gradient GEMMs read, kept from its B (layer_backward_input) until
+// its W (layer_backward_weight). The output gradients those GEMMs multiply
+// are B's own results, written here instead of the shared LayerWork
+// scratch; the activations they multiply are the layer's saved activations,
+// which stay in the slot until W, except under recompute, where B rebuilds
+// them in a shared scratch: then B copies them here (copy_acts). One per
+// layer and weight slot (ModelOptions::weight_slots) of a stage that splits
+// its backward.
+template <class T>
+struct LayerWeightInputs {
+  // Output gradients: fusion gate, the two down projections, the three up
+  // projections, the output projection (dX-half), the fused Q|K|V|gate
+  // projection, the context keys and values (every context row).
+  Ptr dfpre, da, db, dub, dga, dua, dxh, dproj, dkc, dvc;
+  // Copies of the activations (copy_acts only; else null): a, b, hb, ha,
+  // xn2, og and X-tilde as the Q|K|V|gate GEMM reads it.
+  Ptr a, b, hb, ha, xn2, og, xn1;
+  bool copy_acts = false;
+  Arena<T> arena;
+  void allocate(const LayerCtx<T>& c, int nc, bool acts) { reserve(c, nc, acts); arena.commit(c.ops); }
+  void reserve(const LayerCtx<T>& c, int nc, bool acts);
+};
+
 // Cached decoding: this layer's keys (SRPE'd) and values of earlier positions,
 // [B, capacity, Hkv dh]; new rows are appended at `len` (the caller advances it).
 struct KvSlot {
@@ -101,5 +125,20 @@ template <class T>
 void layer_backward(const LayerCtx<T>& c, int l, const LayerParams& p, const LayerParams& g,
                     CPtr x, const CPtr* ctx, int nc, LayerActs<T>& a, LayerWork<T>& w,
                     CPtr dx_out, Ptr dx, const Ptr* dctx);
+
+// layer_backward in two parts. B (layer_backward_input): the same outputs
+// (dx, dctx) and the gradients of the norms' γ/δ and of φ, without the
+// weight-gradient GEMMs, whose operands it leaves in `k`. W
+// (layer_backward_weight): those GEMMs, accumulating into g.wf, g.db, g.da,
+// g.ub, g.ga, g.ua, g.wo, g.wkc, g.wvc and g.wqkvg in layer_backward's order.
+// a and ctx: the layer's activations and context operands, as in B (W reads
+// a only without copy_acts). B then W equals layer_backward bit for bit.
+template <class T>
+void layer_backward_input(const LayerCtx<T>& c, int l, const LayerParams& p, const LayerParams& g,
+                          CPtr x, const CPtr* ctx, int nc, LayerActs<T>& a, LayerWork<T>& w,
+                          CPtr dx_out, Ptr dx, const Ptr* dctx, LayerWeightInputs<T>& k);
+template <class T>
+void layer_backward_weight(const LayerCtx<T>& c, const LayerParams& g, const CPtr* ctx, int nc,
+                           const LayerActs<T>& a, const LayerWeightInputs<T>& k);
 
 }  // namespace wiola

@@ -47,6 +47,8 @@ struct Model<T>::Impl {
   Buffer<T, int32_t> targets;       // [N]
   std::vector<Slot> slots;
   LayerActs<T> scratch;             // recompute: one layer's activations
+  // Split backward: per weight slot, per layer, B's operands for W.
+  std::vector<std::vector<LayerWeightInputs<T>>> wk;
   LayerWork<T> work;
   DynBuffer<T> xtmp;                // recompute: discarded layer output
   std::vector<DynBuffer<T>> dS;     // summary gradients [N, d]
@@ -136,6 +138,14 @@ Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
   if (opt.recompute) {
     m.scratch.allocate(c, cfg.Lambda);
     m.xtmp = DynBuffer<T>(ops, res, N * d);
+  }
+  WIOLA_CHECK(opt.weight_slots >= 0, "weight slots must not be negative (got ", opt.weight_slots, ")");
+  if (opt.split_backward) {
+    m.wk.resize(size_t(opt.weight_slots > 0 ? opt.weight_slots : opt.slots));
+    for (auto& set : m.wk) {
+      set.resize(size_t(m.nl));
+      for (int l = m.l0; l < m.l1; ++l) set[size_t(l - m.l0)].allocate(c, cfg.n_ctx(l), opt.recompute);
+    }
   }
   for (int s = 0; s < n_summaries(); ++s) m.dS.emplace_back(ops, res, N * d);
   m.work.allocate(c);
@@ -237,6 +247,8 @@ template <class T>
 size_t Model<T>::activation_bytes() const {
   const Impl& m = *impl_;
   size_t b = m.scratch.arena.bytes() + m.xtmp.bytes() + m.xf.bytes() + m.logits.bytes();
+  for (const auto& set : m.wk)
+    for (const auto& k : set) b += k.arena.bytes();
   for (const Slot& sl : m.slots) {
     for (const auto& a : sl.acts) b += a.arena.bytes();
     for (const auto& x : sl.X) b += x.bytes();
@@ -286,6 +298,12 @@ typename Model<T>::Memory Model<T>::plan_memory(Ops<T>& ops, const ModelConfig& 
     }
   if (last) slot += N * st + N * d * res;
   r.activations = size_t(opt.slots) * slot;
+  if (opt.split_backward)
+    for (int l = l0; l < l1; ++l) {
+      LayerWeightInputs<T> k;
+      k.reserve(c, cfg.n_ctx(l), opt.recompute);
+      r.activations += size_t(opt.weight_slots > 0 ? opt.weight_slots : opt.slots) * k.arena.reserved_bytes();
+    }
   if (opt.recompute) {
     LayerActs<T> a;
     a.reserve(c, cfg.Lambda);
@@ -460,7 +478,7 @@ void Model<T>::head_loss(Slot& sl, const int32_t* targets_host, double loss_scal
 // Last stage: starts from sl.dx_top. Other stages: bwd_in() was filled with
 // dX(l1) and the gradients of the summaries the next stage read.
 template <class T>
-void Model<T>::backward(Slot& sl) {
+void Model<T>::backward(Slot& sl, std::vector<LayerWeightInputs<T>>* wk) {
   Impl& m = *impl_;
   const int B = m.B, d = cfg_.d, N = m.N;
   const size_t nd = size_t(N) * d;
@@ -492,6 +510,12 @@ void Model<T>::backward(Slot& sl) {
     if (opt_.recompute)
       layer_forward(c, l, w_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, true,
                     a, m.xtmp.data());
+    if (wk) {
+      layer_backward_input(c, l, w_.layers[size_t(i)], g_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, a,
+                           m.work, m.dcur.data(), m.dprev.data(), dctx, (*wk)[size_t(i)]);
+      std::swap(m.dcur, m.dprev);
+      continue;  // the layer's gradients are final after its W
+    }
     layer_backward(c, l, w_.layers[size_t(i)], g_.layers[size_t(i)], sl.X[size_t(i)].data(),
                    ctx, nc, a, m.work, m.dcur.data(), m.dprev.data(), dctx);
     std::swap(m.dcur, m.dprev);
@@ -523,9 +547,44 @@ void Model<T>::stage_forward(int i, const int32_t* tokens, double loss_scale, bo
   head_loss(sl, tg.data(), loss_scale, training);
 }
 
+// W of a split backward: the layers' weight-gradient GEMMs, in the
+// backward's layer order, on what B left in the slot.
+template <class T>
+void Model<T>::backward_weight(Slot& sl, const std::vector<LayerWeightInputs<T>>& wk) {
+  Impl& m = *impl_;
+  const LayerCtx<T> c = m.ctx(ops_, cfg_, ld_, tp_, m.T_, m.srpe.data(), prec_);
+  CPtr ctx[kMaxLambda];
+  Ptr dctx[kMaxLambda];
+  for (int l = m.l1 - 1; l >= m.l0; --l) {
+    const int i = l - m.l0;
+    context(sl, l, ctx, dctx);
+    // With recompute W reads the activation copies in wk, not the scratch.
+    const LayerActs<T>& a = opt_.recompute ? m.scratch : sl.acts[size_t(i)];
+    layer_backward_weight(c, g_.layers[size_t(i)], ctx, cfg_.n_ctx(l), a, wk[size_t(i)]);
+    report_ready(layer_range_[size_t(i)].first, layer_range_[size_t(i)].second - layer_range_[size_t(i)].first);
+  }
+}
+
+template <class T>
+std::vector<LayerWeightInputs<T>>& Model<T>::weight_inputs(int w) {
+  WIOLA_CHECK(opt_.split_backward, "a split backward needs ModelOptions::split_backward");
+  WIOLA_CHECK(w >= 0 && w < int(impl_->wk.size()), "weight slot ", w, " outside 0..", impl_->wk.size() - 1);
+  return impl_->wk[size_t(w)];
+}
+
 template <class T>
 void Model<T>::stage_backward(int i) {
-  backward(slot(i));
+  backward(slot(i), nullptr);
+}
+
+template <class T>
+void Model<T>::stage_backward_input(int i, int w) {
+  backward(slot(i), &weight_inputs(w));
+}
+
+template <class T>
+void Model<T>::stage_backward_weight(int i, int w) {
+  backward_weight(slot(i), weight_inputs(w));
 }
 
 template <class T>

@@ -30,6 +30,13 @@ struct ModelOptions {
   int slots = 1;           // micro-batches whose activations a stage keeps at once
                            // (pipeline schedules: 1F1B needs pp - stage)
   size_t param_align = kParamAlign;  // ParamLayout alignment (1: packed, for tests)
+  // Split backward (stage_backward_input / stage_backward_weight): each of
+  // weight_slots sets (0: one per slot) keeps one micro-batch's layers'
+  // weight-gradient operands from its B to its W (LayerWeightInputs; with
+  // recompute, copies of the activations too). A schedule needs as many as
+  // micro-batches wait between B and W at once (dist::max_pending_weight).
+  bool split_backward = false;
+  int weight_slots = 0;
 };
 
 // KV cache for incremental decoding: per layer SRPE'd keys and values of
@@ -137,6 +144,17 @@ class Model {
   void stage_forward(int slot, const int32_t* tokens, double loss_scale, bool training);
   // Backward of the micro-batch in `slot` (after its training forward).
   void stage_backward(int slot);
+  // The same in two parts (split_backward; issue 37, dist/schedule.h's B and
+  // W). stage_backward_input: everything the previous stage waits for (bwd_out,
+  // the summaries' gradients) and the gradients of the norms, φ and the
+  // embedding lookup; the layers' weight-gradient GEMMs wait in `wslot`.
+  // stage_backward_weight: those GEMMs (the tied head's weight gradient runs
+  // in the forward, as always). Grad-ready reports of layers come from W.
+  // B then W of a slot, in order, gives stage_backward's bits; the slot is
+  // busy until its W, and so is `wslot` (0..weight_slots-1), the operand set
+  // B fills and W reads.
+  void stage_backward_input(int slot, int wslot);
+  void stage_backward_weight(int slot, int wslot);
   // Called with flat [offset, offset+size) ranges of grads() as they become
   // final during the backward passes while armed (the trainer arms it for the
   // last micro-batch of a step, to start gradient reduction early). Ranges
@@ -177,7 +195,9 @@ class Model {
                KvCache<T>* cache);
   void head_loss(Slot& sl, const int32_t* targets_host, double loss_scale, bool grad);
   std::vector<T> download_logits(size_t count) const;
-  void backward(Slot& sl);
+  void backward(Slot& sl, std::vector<LayerWeightInputs<T>>* wk);
+  void backward_weight(Slot& sl, const std::vector<LayerWeightInputs<T>>& wk);
+  std::vector<LayerWeightInputs<T>>& weight_inputs(int wslot);
   Slot& slot(int i);
   int n_summaries() const;         // summary slots held by this stage
   int summary_lo() const;          // lowest summary index s held

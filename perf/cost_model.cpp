@@ -18,7 +18,8 @@ std::string Layout::name() const {
   char buf[160];
   std::snprintf(buf, sizeof buf, "tp%d pp%d dp%d, %dx%d%s%s%s", tp, pp, dp, micro_batch, micro_batches,
                 zero_active() ? ", zero" : "", recompute ? ", recompute" : "",
-                schedule == "gpipe" ? ", gpipe" : "");
+                schedule == "1f1b" ? "" : (", " + schedule).c_str());
+  if (schedule == "interleaved") return buf + (" v" + std::to_string(virtual_stages));
   return buf;
 }
 
@@ -47,12 +48,17 @@ ModelShard stage_shard(const ModelConfig& c, const Layout& lay, int stage) {
 }
 
 std::vector<dist::Action> stage_schedule(const Layout& lay, int stage) {
-  return lay.schedule == "gpipe" ? dist::schedule_gpipe(lay.pp, stage, lay.micro_batches)
-                                 : dist::schedule_1f1b(lay.pp, stage, lay.micro_batches);
+  const int m = lay.micro_batches;
+  if (lay.schedule == "1f1b") return dist::schedule_1f1b(lay.pp, stage, m);
+  if (lay.schedule == "gpipe") return dist::schedule_gpipe(lay.pp, stage, m);
+  if (lay.schedule == "interleaved") return dist::schedule_interleaved(lay.pp, stage, m, lay.virtual_stages);
+  if (lay.schedule == "zb-h1") return dist::schedule_zb_h1(lay.pp, stage, m);
+  fail("unknown pipeline schedule '", lay.schedule, "' (known: 1f1b, gpipe, interleaved, zb-h1)");
 }
 
 int stage_slots(const Layout& lay, int stage) {
-  return std::max(1, dist::max_in_flight(stage_schedule(lay, stage)));
+  const int v = lay.schedule == "interleaved" ? lay.virtual_stages : 1;
+  return std::max(1, (dist::max_in_flight(stage_schedule(lay, stage)) + v - 1) / v);
 }
 
 size_t rank_params(const ModelConfig& c, const ModelShard& s) { return ParamLayout(c, s).total(); }
@@ -98,6 +104,8 @@ Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Pre
   mo.micro_batch = lay.micro_batch;
   mo.recompute = lay.recompute;
   mo.slots = stage_slots(lay, stage);
+  mo.split_backward = lay.schedule == "zb-h1";  // W's operands kept from B to W (the trainer's ZB-H1)
+  mo.weight_slots = std::max(1, dist::max_pending_weight(stage_schedule(lay, stage)));
   // The layer contexts want an Ops; sizing touches none of its memory.
   static const std::unique_ptr<Ops<float>> sizing = make_backend<float>("cpu");
   const auto mm = Model<float>::plan_memory(*sizing, c, s, mo, prec);
@@ -113,11 +121,15 @@ Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Pre
 
 StageFlops stage_flops_split(const ModelConfig& c, const Layout& lay, int stage) {
   const ModelShard s = stage_shard(c, lay, stage);
-  double layers = 0;  // forward + backward (x 3 of the forward)
-  for (int l = s.layer_begin; l < s.end(c); ++l) layers += layer_step_flops(c, lay.micro_batch, l);
+  double layers = 0, weight = 0;  // forward + backward (x 3 of the forward); W
+  for (int l = s.layer_begin; l < s.end(c); ++l) {
+    layers += layer_step_flops(c, lay.micro_batch, l);
+    weight += layer_weight_grad_flops(c, lay.micro_batch, l);
+  }
   const double all = layers + (s.last_stage(c) ? head_step_flops(c, lay.micro_batch) : 0.0);
+  if (s.last_stage(c)) weight += head_weight_grad_flops(c, lay.micro_batch);
   // Recompute: the backward reruns each layer's forward, 1/3 of its FLOPs.
-  return {all / 3.0 / lay.tp, (2.0 * all / 3.0 + (lay.recompute ? layers / 3.0 : 0.0)) / lay.tp};
+  return {all / 3.0 / lay.tp, (2.0 * all / 3.0 + (lay.recompute ? layers / 3.0 : 0.0)) / lay.tp, weight / lay.tp};
 }
 
 double stage_flops(const ModelConfig& c, const Layout& lay, int stage) {
@@ -136,6 +148,7 @@ StageKinds stage_kinds(const ModelConfig& c, const Layout& lay, int stage) {
   k.attn_fwd = attention_step_flops(c, lay.micro_batch) / 3.0 * nl / c.L / lay.tp;
   k.gemm_fwd = f.fwd - k.attn_fwd;
   k.gemm_bwd = f.bwd - (lay.recompute ? 3.0 : 2.0) * k.attn_fwd;
+  k.gemm_bwd_weight = f.bwd_weight;
   // The memory-bound rest, in tokens x d x layers (split over TP like the rest).
   k.units_fwd = double(lay.micro_batch) * c.T * c.d * nl / lay.tp;
   k.units_bwd = (lay.recompute ? 3.0 : 2.0) * k.units_fwd;

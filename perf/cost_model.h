@@ -25,7 +25,11 @@ struct Layout {
   int micro_batches = 1;    // micro-batches per optimizer step per DP replica
   bool zero = true;         // ZeRO-1 (only meaningful with dp > 1)
   bool recompute = false;
+  // "1f1b", "gpipe", "interleaved" (virtual_stages chunks per rank) or
+  // "zb-h1" (dist/schedule.h); the planner simulates all four, the trainer
+  // runs 1f1b and gpipe.
   std::string schedule = "1f1b", stage_balance = "compute";
+  int virtual_stages = 1;
   int world() const { return tp * pp * dp; }
   bool zero_active() const { return zero && dp > 1; }
   int global_batch() const { return micro_batch * micro_batches * dp; }
@@ -39,7 +43,8 @@ std::vector<std::pair<int, int>> pipeline_stages(const ModelConfig& c, int pp, c
 // The shard of stage `stage`, TP rank 0.
 ModelShard stage_shard(const ModelConfig& c, const Layout& lay, int stage);
 // The stage's schedule and the activation slots it keeps (its peak number
-// of micro-batches in flight).
+// of micro-batches in flight; interleaved: its peak live chunk activations
+// over v, rounded up, each chunk holding 1/v of the rank's layers).
 std::vector<dist::Action> stage_schedule(const Layout& lay, int stage);
 int stage_slots(const Layout& lay, int stage);
 
@@ -74,9 +79,12 @@ Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Pre
 
 // FLOPs of one micro-batch on one rank of `stage` (model/flops.h's count,
 // split over layers, head and TP): forward, and backward with the rerun
-// forward of recomputed layers; stage_flops is their sum.
+// forward of recomputed layers; stage_flops is their sum. bwd_weight: the
+// backward's weight-gradient GEMMs (W of a split backward, one pass of the
+// weight GEMMs, model/flops.h layer_weight_grad_flops); bwd − bwd_weight is
+// its B (input gradients, attention, the recomputed forward).
 struct StageFlops {
-  double fwd = 0, bwd = 0;
+  double fwd = 0, bwd = 0, bwd_weight = 0;
 };
 StageFlops stage_flops_split(const ModelConfig& c, const Layout& lay, int stage);
 double stage_flops(const ModelConfig& c, const Layout& lay, int stage);
@@ -87,6 +95,7 @@ double stage_flops(const ModelConfig& c, const Layout& lay, int stage);
 // and memory-bound units (tokens x d x layers).
 struct StageKinds {
   double gemm_fwd = 0, gemm_bwd = 0;   // backward: with the recomputed forward
+  double gemm_bwd_weight = 0;          // the weight-gradient GEMMs of gemm_bwd (W)
   double attn_fwd = 0;                 // one forward of the stage's attention
   bool recompute = false;              // the backward reruns the forward (attention included)
   double units_fwd = 0, units_bwd = 0;

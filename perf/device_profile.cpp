@@ -79,6 +79,12 @@ class ProfileCompute final : public ComputeModel {
     const double attn = 2.5 * k.attn_fwd / (p_.attention_bwd_at(k.dh) * 1e12) + (k.recompute ? attention_fwd(k) : 0.0);
     return k.gemm_bwd / gemm() + attn + k.units_bwd * p_.memory_bound_ns * 1e-9;
   }
+  // W: the weight-gradient GEMMs at the GEMM rate (B keeps the attention
+  // and the memory-bound work).
+  double bwd_weight(const Workload& w, int s) override {
+    const StageKinds& k = w.stages[size_t(s)].kinds;
+    return (k.dh == 0 ? w.stages[size_t(s)].bwd_weight_flops : k.gemm_bwd_weight) / gemm();
+  }
   double optimizer(double elems) override { return elems * p_.optimizer_ns * 1e-9; }
   std::string describe() const override {
     char buf[320];

@@ -41,6 +41,7 @@ Workload wiola_workload(const ModelConfig& c, const Layout& lay, const Precision
     const StageFlops f = stage_flops_split(c, lay, s);
     sw.fwd_flops = f.fwd;
     sw.bwd_flops = f.bwd;
+    sw.bwd_weight_flops = f.bwd_weight;
     sw.kinds = stage_kinds(c, lay, s);
     const size_t padded = params_reduced(c, lay, sh, kBucketBytes);
     sw.traffic = rank_traffic(c, lay, sh, double(padded), res);
@@ -60,6 +61,22 @@ Workload wiola_workload(const ModelConfig& c, const Layout& lay, const Precision
     sw.opt_elems = lay.zero_active() ? double(padded) / lay.dp : double(n_local);
     sw.memory = rank_memory(c, lay, s, prec, kBucketBytes);
     w.stages.push_back(sw);
+  }
+  if (lay.schedule == "interleaved" && lay.virtual_stages > 1) {
+    const int v = lay.virtual_stages;
+    WIOLA_CHECK(lay.pp * v <= c.L, "interleaved schedule: pp x v = ", lay.pp * v, " chunks for ", c.L, " layers");
+    w.bubble_analytic = dist::bubble_fraction_interleaved(lay.pp, lay.micro_batches, v);
+    Layout lc = lay;
+    lc.pp = lay.pp * v;
+    lc.schedule = "1f1b";
+    lc.virtual_stages = 1;
+    w.chunks = wiola_workload(c, lc, prec).stages;
+    // A rank sends and receives at each of its chunks' boundaries.
+    for (int s = 0; s < lay.pp; ++s) {
+      double pp_bytes = 0;
+      for (int k = 0; k < v; ++k) pp_bytes += w.chunks[size_t(k * lay.pp + s)].traffic.pp;
+      w.stages[size_t(s)].traffic.pp = pp_bytes;
+    }
   }
   return w;
 }
@@ -85,6 +102,7 @@ Workload gpt_workload(const GptConfig& g, const Layout& lay) {
     const double head = last ? head_fwd : 0.0;
     sw.fwd_flops = (nl * layer_fwd + head) / t;
     sw.bwd_flops = 2 * (nl * layer_fwd + head) / t + (lay.recompute ? nl * layer_fwd / t : 0.0);
+    sw.bwd_weight_flops = (nl * 24 * b * s * d * d + head) / t;  // the weight GEMMs once
     // TP (no sequence parallelism): two [b,s,d] all-reduces per layer
     // forward and two backward, two more when the backward recomputes.
     if (lay.tp > 1) {
@@ -169,6 +187,11 @@ Link link_for(const Cluster& cl, int span) {
 
 }  // namespace
 
+double ComputeModel::bwd_weight(const Workload& w, int s) {
+  const StageWork& sw = w.stages[size_t(s)];
+  return sw.bwd_flops > 0 ? bwd(w, s) * (sw.bwd_weight_flops / sw.bwd_flops) : 0.0;
+}
+
 std::unique_ptr<ComputeModel> flops_compute_model(double peak_flops, double efficiency, double mem_gbs) {
   return std::make_unique<FlopsCompute>(peak_flops, efficiency, mem_gbs);
 }
@@ -179,16 +202,12 @@ namespace {
 Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, dist::PipelineSim* sim_out);
 
 // Per stage, the share of its busy time during which no other stage is busy.
-std::vector<double> alone_shares(const Workload& w, const Prediction& p, const dist::PipelineSim& sim) {
+std::vector<double> alone_shares(const Workload& w, const dist::PipelineSim& sim) {
   const int pp = w.layout.pp;
   std::vector<std::vector<std::pair<double, double>>> busy(static_cast<size_t>(pp));
-  for (int s = 0; s < pp; ++s) {
-    const auto sched = stage_schedule(w.layout, s);
-    for (size_t k = 0; k < sched.size(); ++k) {
-      const double t0 = sim.start[size_t(s)][k];
-      busy[size_t(s)].push_back({t0, t0 + (sched[k].op == dist::Op::Fwd ? p.stage_fwd_s : p.stage_bwd_s)[size_t(s)]});
-    }
-  }
+  for (int s = 0; s < pp; ++s)
+    for (size_t k = 0; k < sim.start[size_t(s)].size(); ++k)
+      busy[size_t(s)].push_back({sim.start[size_t(s)][k], sim.end[size_t(s)][k]});
   std::vector<double> out;
   for (int s = 0; s < pp; ++s) {
     double total = 0, alone = 0;
@@ -222,7 +241,7 @@ Prediction predict(const Workload& w, const Cluster& cl, ComputeModel& cm) {
   Prediction p = predict_once(w, cl, cm, &sim);
   if (w.layout.pp == 1 || !cm.shares_cores()) return p;
   Workload again = w;
-  again.alone_share = alone_shares(w, p, sim);
+  again.alone_share = alone_shares(w, sim);
   return predict_once(again, cl, cm, nullptr);
 }
 
@@ -235,21 +254,47 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
   const int pp = lay.pp;
   const Link tp_link = link_for(cl, lay.tp), pp_link = link_for(cl, lay.tp * lay.pp),
              dp_link = link_for(cl, lay.world());
+  // The pipeline's units: the stages, or (interleaved) the p·v chunks,
+  // global chunk g on rank g mod p.
+  const int v = lay.schedule == "interleaved" ? lay.virtual_stages : 1;
+  WIOLA_CHECK(v == 1 || int(w.chunks.size()) == pp * v, "plan: an interleaved layout needs its workload's ", pp * v,
+              " chunks (Wiola workloads only)");
+  Workload chunked;
+  if (v > 1) {
+    chunked = w;
+    chunked.stages = w.chunks;
+    chunked.chunks.clear();
+    chunked.layout.pp = pp * v;
+    chunked.layout.schedule = "1f1b";
+    chunked.layout.virtual_stages = 1;
+    chunked.alone_share.clear();
+    for (int g = 0; g < pp * v && !w.alone_share.empty(); ++g)
+      chunked.alone_share.push_back(w.alone_share[size_t(g % pp)]);
+  }
+  const Workload& units = v > 1 ? chunked : w;
   dist::StageCosts costs;
-  std::vector<std::vector<dist::Action>> sched;
+  std::vector<double> rank_tp(size_t(pp), 0.0), rank_compute(size_t(pp), 0.0);
   double link = 0;
-  for (int s = 0; s < pp; ++s) {
-    const StageWork& sw = w.stages[size_t(s)];
+  for (int g = 0; g < pp * v; ++g) {
+    const StageWork& sw = units.stages[size_t(g)];
     const double tp = sw.tp_ops * ring_latency(lay.tp, tp_link.latency, true) +
                       (sw.tp_bytes > 0 ? sw.tp_bytes / (tp_link.gbs * 1e9) : 0.0);
-    p.tp_s = std::max(p.tp_s, tp * lay.micro_batches);
-    const double f = cm.fwd(w, s), b = cm.bwd(w, s);
-    p.compute_s = std::max(p.compute_s, (f + b) * lay.micro_batches);
+    const double f = cm.fwd(units, g), b = cm.bwd(units, g);
+    rank_tp[size_t(g % pp)] += tp;
+    rank_compute[size_t(g % pp)] += f + b;
     // TP sums sit on the critical path: the forward's half before the next
-    // GEMM, the backward's half likewise.
+    // GEMM, the backward's half likewise (in B: W needs no TP sum).
     costs.fwd.push_back(f + tp / 2);
     costs.bwd.push_back(b + tp / 2);
+    costs.bwd_weight.push_back(std::min(cm.bwd_weight(units, g), b));
     if (pp > 1) link = std::max(link, pp_link.latency + sw.pp_msg_bytes / (pp_link.gbs * 1e9));
+  }
+  std::vector<std::vector<dist::Action>> sched;
+  for (int s = 0; s < pp; ++s) {
+    const StageWork& sw = w.stages[size_t(s)];
+    p.tp_s = std::max(p.tp_s, rank_tp[size_t(s)] * lay.micro_batches);
+    p.compute_s = std::max(p.compute_s, rank_compute[size_t(s)] * lay.micro_batches);
+    const double b = cm.bwd(units, s);  // the rank's last backward (its chunk 0)
     sched.push_back(stage_schedule(lay, s));
     p.traffic.tp = std::max(p.traffic.tp, sw.traffic.tp);
     p.traffic.pp = std::max(p.traffic.pp, sw.traffic.pp);
@@ -268,13 +313,15 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
   costs.link = link;
   p.stage_fwd_s = costs.fwd;
   p.stage_bwd_s = costs.bwd;
+  p.stage_bwd_weight_s = costs.bwd_weight;
   const dist::PipelineSim sim = dist::simulate_pipeline(sched, costs);
   if (sim_out) *sim_out = sim;
   p.pipeline_s = sim.makespan;
   p.bubble_sim = sim.bubble_fraction;
   p.bubble_fill_drain = sim.bubble_fill_drain;
   p.bubble_imbalance = sim.bubble_imbalance;
-  p.pp_s = pp > 1 ? 2.0 * lay.micro_batches * link : 0.0;
+  for (int s = 0; s < pp; ++s) p.peak_live.push_back(double(sim.peak_live[size_t(s)]) / v);
+  p.pp_s = pp > 1 ? 2.0 * lay.micro_batches * v * link : 0.0;
   // The loss and norm sums: a few scalar all-reduces over the world.
   const double scalars = 3 * ring_latency(lay.world(), dp_link.latency, true);
   p.step_s = p.pipeline_s + p.embed_s + p.dp_exposed_s + p.optimizer_s + scalars;

@@ -33,6 +33,7 @@ struct GptConfig {
 // One rank of one pipeline stage (TP rank 0 stands for its group).
 struct StageWork {
   double fwd_flops = 0, bwd_flops = 0;  // per micro-batch, recompute included in bwd
+  double bwd_weight_flops = 0;          // the weight-gradient GEMMs of bwd (W of a split backward)
   double tp_bytes = 0;     // TP wire bytes per micro-batch (fwd + bwd)
   int tp_ops = 0;          // TP collectives per micro-batch
   double pp_msg_bytes = 0; // one forward message out of the stage (the backward one is as big)
@@ -52,7 +53,13 @@ struct Workload {
   double step_flops = 0;   // model FLOPs of one optimizer step (the MFU numerator)
   Layout layout;
   std::vector<StageWork> stages;
-  double bubble_analytic = 0;  // (p-1)/(m+p-1)
+  double bubble_analytic = 0;  // (p-1)/(m+p-1); interleaved: ((p-1)/v)/(m+(p-1)/v)
+  // Interleaved (layout.virtual_stages = v > 1): the p·v model chunks' work,
+  // chunk g the stage g of the same layout with p·v stages (rank g mod p
+  // holds it). The pipeline is simulated chunk by chunk; `stages` (the
+  // contiguous split of the layout) gives the rank-level figures: memory,
+  // DP, optimizer.
+  std::vector<StageWork> chunks;
   // Per stage, the share of its busy time no other stage is busy: for a
   // compute model whose speed depends on how many ranks run at once
   // (CpuCompute). predict() sets it from a first simulation; empty: not
@@ -87,6 +94,8 @@ class ComputeModel {
   virtual ~ComputeModel() = default;
   virtual double fwd(const Workload& w, int stage) = 0;
   virtual double bwd(const Workload& w, int stage) = 0;
+  // The weight-gradient part (W) of bwd; default: bwd's FLOP share of it.
+  virtual double bwd_weight(const Workload& w, int stage);
   virtual double optimizer(double elems) = 0;  // AdamW over elems parameters, one rank
   // True when a rank's speed depends on how many others run at once.
   virtual bool shares_cores() const { return false; }
@@ -107,7 +116,11 @@ struct Prediction {
   // bubble_sim split (dist::PipelineSim): the schedule's bubble with every
   // stage at the mean stage cost, and the rest, the stages' imbalance.
   double bubble_fill_drain = 0, bubble_imbalance = 0;
-  std::vector<double> stage_fwd_s, stage_bwd_s;  // per micro-batch, TP included
+  std::vector<double> stage_fwd_s, stage_bwd_s;  // per micro-batch, TP included (interleaved: per chunk)
+  std::vector<double> stage_bwd_weight_s;        // W's part of stage_bwd_s
+  // Per rank, the activations alive at the schedule's peak, in micro-batches
+  // of the rank's layers (interleaved: live chunk activations / v).
+  std::vector<double> peak_live;
   Traffic traffic;             // max over ranks, per group
   Memory memory;               // the fullest rank
 };

@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "dist/agree.h"
+#include "train/gemm_record.h"
+#include "train/spike_policy.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/json.h"
@@ -264,14 +266,16 @@ ResumeState Checkpointer::resume(const std::string& folder) {
     st.applied_steps = json_int<long>(mf.at("applied_steps"), where + "applied_steps");
     st.loader = loader_state_from_json(mf.at("loader"), where + "loader");
     st.run_id = mf.at("run_id").get<std::string>();
+    if (mf.contains("gemm")) st.gemm = mf.at("gemm");
     if (mf.contains("spike")) {
       const nlohmann::json& sp = mf.at("spike");
       st.spike = true;
       for (const auto& w : sp.at("skip_batches"))
         st.skip_batches.push_back({w.at(0).get<int64_t>(), w.at(1).get<int64_t>()});
       st.rewinds = json_int<int64_t>(sp.at("rewinds"), where + "spike.rewinds");
-      st.consecutive_skipped = json_int<int64_t>(sp.at("consecutive_skipped"), where + "spike.consecutive_skipped");
-      st.recent_losses = sp.at("recent_losses").get<std::vector<double>>();
+      SpikeState detector = spike_state_from_json(sp, where);
+      st.consecutive_skipped = detector.consecutive_skipped;
+      st.recent_losses = std::move(detector.recent_losses);
     }
   } catch (const nlohmann::json::exception& e) {
     fail(where, "missing or mistyped resume field (", e.what(), ")");
@@ -507,11 +511,12 @@ nlohmann::json Checkpointer::manifest(nlohmann::json files) const {
   mf["skipped"] = saving_.skipped;
   mf["applied_steps"] = saving_.applied_steps;
   mf["loader"] = loader_state_to_json(saving_.loader);
+  mf["gemm"] = gemm_record(ops_, rc_.train.backend_options);  // what the saved state was computed with
   if (saving_.spike) {
     nlohmann::json w = nlohmann::json::array();
     for (const StepWindow& x : saving_.skip_batches) w.push_back({x.from, x.to});
-    mf["spike"] = {{"skip_batches", w}, {"rewinds", saving_.rewinds},
-                   {"consecutive_skipped", saving_.consecutive_skipped}, {"recent_losses", saving_.recent_losses}};
+    mf["spike"] = {{"skip_batches", w}, {"rewinds", saving_.rewinds}};
+    spike_state_to_json({saving_.recent_losses, saving_.consecutive_skipped}, mf["spike"]);
   }
   mf["identity"] = identity_;
   mf["files"] = std::move(files);

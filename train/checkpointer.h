@@ -59,6 +59,9 @@ struct ResumeState {
   std::vector<StepWindow> skip_batches;
   int64_t rewinds = 0, consecutive_skipped = 0;
   std::vector<double> recent_losses;
+  // The GEMM choices the checkpoint's run computed with (manifest "gemm",
+  // train/gemm_record.h; null in older checkpoints).
+  nlohmann::json gemm;
 };
 
 class Checkpointer {

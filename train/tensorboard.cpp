@@ -143,6 +143,10 @@ TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& dir, const std
   std::string e = event(wall_now(), 0);
   put_bytes(e, 3, "brain.Event:2");
   write_record(e);
+  restart(first_step);
+}
+
+void TensorBoardWriter::restart(int64_t first_step) {
   std::string start = event(wall_now(), first_step);
   put_bytes(start, 7, std::string("\x08\x01", 2));  // session_log = SessionLog { status: START }
   write_record(start);

@@ -7,8 +7,8 @@
 // libprotobuf): TFRecord frames (uint64 length, masked CRC32C of the length,
 // the data, masked CRC32C of the data) of `Event` messages: wall_time
 // (double, field 1), step (int64, 2), file_version ("brain.Event:2", 3, the
-// first record), session_log (7) = SessionLog { status = 1 } (START, the
-// second record) or summary (5) = Summary { repeated Value value = 1 },
+// first record), session_log (7) = SessionLog { status = 1 } (START: the
+// second record, and after a loss-spike rewind) or summary (5) = Summary { repeated Value value = 1 },
 // Value { string tag = 1; float simple_value = 2 }.
 #pragma once
 
@@ -57,6 +57,12 @@ class TensorBoardWriter {
   // metrics.jsonl is cut back or started anew. `blend`: data.blend, which
   // names the val/ sources.
   TensorBoardWriter(const std::filesystem::path& dir, const std::vector<BlendSource>& blend, int64_t first_step);
+  // A session START at `first_step` in this file: TensorBoard drops the
+  // events before it (this file's and earlier files') from that step on. A
+  // loss-spike rewind to checkpoint c calls it with c + 1, as metrics.jsonl
+  // is cut back to step c, so the steps trained again replace the rewound
+  // ones instead of showing as a second curve.
+  void restart(int64_t first_step);
   // One Event with every scalar at `step`, flushed (a crash keeps it).
   void add(int64_t step, const Scalars& scalars);
   // The scalars of a metrics.jsonl record (tensorboard_scalars).

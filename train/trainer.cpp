@@ -30,8 +30,10 @@
 #include "train/checkpointer.h"
 #include "train/data_plane.h"
 #include "train/gather.h"
+#include "train/gemm_record.h"
 #include "train/run_report.h"
 #include "train/schedule.h"
+#include "train/spike_policy.h"
 #include "train/stage_link.h"
 #include "train/stragglers.h"
 #include "train/tensorboard.h"
@@ -229,16 +231,18 @@ struct Trainer::State {
   // first), the current run of consecutive skipped steps.
   bool spike_on = false;
   std::vector<StepWindow> windows;
-  int64_t rewinds = 0, consecutive_skipped = 0;
-  std::vector<double> recent;
+  int64_t rewinds = 0;
+  SpikeDetector spike;                  // the window's losses, the run of skipped steps
   int64_t inject_spike = -1;            // WIOLA_INJECT_LOSS_SPIKE (test hook)
   nlohmann::json pending_rewind;        // rank 0: goes into the next metrics record
   bool gemm_shared = false;
+  nlohmann::json resumed_gemm;  // the resumed checkpoint's GEMM record (train/gemm_record.h); null: none
 
   State(const RunConfig& r, const TrainOptions& o, Ops<float>& b, Comm& w)
       : rc(r), opt(o), ops(b), world(w), budget(StepBudget::of(r)), B(r.train.micro_batch),
         T(r.model.T), m(r.train.grad_accum), GB(r.global_batch()),
-        spike_on(r.train.spike_sigma > 0 || r.train.spike_skipped > 0), windows(r.train.skip_batches) {}
+        spike_on(r.train.spike_sigma > 0 || r.train.spike_skipped > 0), windows(r.train.skip_batches),
+        spike(SpikeSettings{r.train.spike_sigma, r.train.spike_window, r.train.spike_skipped}) {}
   // Step t's data lies in a skipped window.
   bool skipping(int64_t t) const {
     for (const StepWindow& w : windows)
@@ -271,6 +275,7 @@ struct Trainer::State {
   void setup_checkpoints();
   void open_outputs();
   void share_gemm_tuning(bool measured);
+  void check_resumed_gemm();
   void measure_peak();
   // After step t: closes the step's times and adds them to the run's.
   void account_step(int64_t t, bool dumping);
@@ -285,8 +290,8 @@ struct Trainer::State {
     st.spike = spike_on || !windows.empty();
     st.skip_batches = windows;
     st.rewinds = rewinds;
-    st.consecutive_skipped = consecutive_skipped;
-    st.recent_losses = recent;
+    st.consecutive_skipped = spike.state().consecutive_skipped;
+    st.recent_losses = spike.state().recent_losses;
     return st;
   }
   nlohmann::json checkpoint_info() const;
@@ -434,8 +439,9 @@ void Trainer::State::build_grid_and_schedule() {
   std::tie(l0, l1) = stages[size_t(me.pp)];
   first = grid->first_stage();
   last = grid->last_stage();
-  actions = par.schedule == "gpipe" ? dist::schedule_gpipe(par.pp, me.pp, m)
-                                    : dist::schedule_1f1b(par.pp, me.pp, m);
+  actions = par.schedule == "gpipe"   ? dist::schedule_gpipe(par.pp, me.pp, m)
+            : par.schedule == "zb-h1" ? dist::schedule_zb_h1(par.pp, me.pp, m)
+                                      : dist::schedule_1f1b(par.pp, me.pp, m);
   slots = std::max(1, dist::max_in_flight(actions));
 }
 
@@ -447,6 +453,8 @@ void Trainer::State::build_model_and_optimizer() {
   mo.micro_batch = B;
   mo.recompute = tr.recompute;
   mo.slots = slots;
+  mo.split_backward = par.schedule == "zb-h1";  // B and W as separate actions
+  mo.weight_slots = std::max(1, dist::max_pending_weight(actions));  // micro-batches between B and W
   mo.param_align = opt.param_align;
   model = std::make_unique<Model<float>>(ops, rc.model, ModelShard{me.tp, par.tp, l0, l1}, tpc.get(), mo);
   model->init(tr.seed);
@@ -544,10 +552,10 @@ void Trainer::State::setup_checkpoints() {
     progress.skipped = st.skipped;
     loader->restore(st.loader);
     resumed_from = st.step;
+    resumed_gemm = st.gemm;
     for (const StepWindow& w : st.skip_batches) add_window(windows, w);
     rewinds = st.rewinds;
-    consecutive_skipped = st.consecutive_skipped;
-    recent = st.recent_losses;
+    spike.restore({st.recent_losses, st.consecutive_skipped});
     if (root())
       std::printf("wiola train: resuming from %s (step %lld, %lld tokens, layout of this run: tp %d x pp %d x dp %d)\n",
                   folder.c_str(), (long long)st.step, (long long)st.tokens, rc.parallel.tp, rc.parallel.pp,
@@ -638,44 +646,21 @@ StepOutcome Trainer::State::skip_data_step(int64_t t) {
 }
 
 bool Trainer::State::spike_detected(int64_t t, const StepOutcome& out, std::string& why) {
-  const TrainSection& tr = rc.train;
   double seen = out.loss;  // what detection sees
   if (t == inject_spike) {
     seen *= 1000.0;
     inject_spike = -1;  // the first time only
   }
-  consecutive_skipped = out.skipped ? consecutive_skipped + 1 : 0;
-  int64_t flag = 0;
-  char buf[256];
-  if (tr.spike_skipped > 0 && consecutive_skipped >= tr.spike_skipped) {
-    flag = 1;
-    std::snprintf(buf, sizeof buf, "%lld consecutive skipped steps (train.spike_skipped = %d)",
-                  (long long)consecutive_skipped, tr.spike_skipped);
-    why = buf;
-  } else if (tr.spike_sigma > 0 && !out.skipped && std::isfinite(seen) && recent.size() >= size_t(tr.spike_window)) {
-    double mean = 0, var = 0;
-    for (double x : recent) mean += x;
-    mean /= double(recent.size());
-    for (double x : recent) var += (x - mean) * (x - mean);
-    const double sd = std::sqrt(var / double(recent.size()));
-    const double limit = mean + tr.spike_sigma * sd;
-    if (seen > limit) {
-      flag = 1;
-      std::snprintf(buf, sizeof buf, "loss spike: %.6g > mean %.6g + %g x std %.4g of the last %d steps", seen, mean,
-                    tr.spike_sigma, sd, tr.spike_window);
-      why = buf;
-    }
-  }
+  const SpikeVerdict v = spike.check(seen, out.skipped);
+  int64_t flag = v.rewind ? 1 : 0;
+  why = v.reason;
   if (world.size() > 1) {
     dist::set_context("step " + std::to_string(t) + " loss-spike decision");
     world.broadcast(&flag, 1, 0);  // rank 0's decision on every rank
   }
   if (flag && why.empty()) why = "loss-spike policy (rank 0's decision)";
   if (flag) return true;
-  if (!out.skipped && std::isfinite(out.loss)) {
-    recent.push_back(out.loss);
-    if (recent.size() > size_t(tr.spike_window)) recent.erase(recent.begin());
-  }
+  spike.accept(out.loss, out.skipped);
   return false;
 }
 
@@ -698,8 +683,7 @@ void Trainer::State::rewind(int64_t t, const std::string& why) {
   progress.tokens = st.tokens;
   progress.skipped = st.skipped;
   loader->restore(st.loader);
-  consecutive_skipped = st.consecutive_skipped;
-  recent = st.recent_losses;
+  spike.restore({st.recent_losses, st.consecutive_skipped});
   ++rewinds;
   const StepWindow w{st.step + 1, t};
   add_window(windows, w);
@@ -709,6 +693,7 @@ void Trainer::State::rewind(int64_t t, const std::string& why) {
               (long long)w.to, (long long)rewinds, tr.spike_max_rewinds);
   std::fflush(stdout);
   cut_metrics(st.step);
+  if (tb) tb->restart(st.step + 1);  // TensorBoard drops the rewound steps as metrics.jsonl does
   pending_rewind = {{"detected_at", t}, {"reason", why}, {"checkpoint_step", st.step},
                     {"window", {w.from, w.to}}, {"rewinds", rewinds}, {"skip_batches", windows_json(windows)}};
   write_config_toml();
@@ -734,9 +719,31 @@ void Trainer::State::share_gemm_tuning(bool measured) {
     if (!root()) text.assign(size_t(n), '\0');
     if (n > 0) world.broadcast(text.data(), size_t(n), DType::U8, 0);
   }
-  if (text.empty()) return;  // a backend that does not tune, or no cache yet
-  ops.adopt_gemm_tuning(text);
-  if (root() && measured) write_text_atomic(cache.string(), text);
+  if (!text.empty()) ops.adopt_gemm_tuning(text);  // empty: a backend that does not tune, or no cache yet
+  if (root() && measured && !text.empty()) write_text_atomic(cache.string(), text);
+  // A resume computes with the resumed checkpoint's choices (its manifest
+  // records them), whatever the run folder's cache holds: every rank read
+  // the same manifest. A table for another device is ignored, with a
+  // message (check_resumed_gemm warns).
+  if (!measured && resumed_gemm.is_object() && resumed_gemm.contains("tuning") && !resumed_gemm["tuning"].is_null())
+    ops.adopt_gemm_tuning(resumed_gemm["tuning"].dump());
+}
+
+// After a resume: whether this run computes its GEMMs as the checkpoint's
+// run did (train/gemm_record.h). Where not (another card or library
+// version, another train.cuda_gemm, choices the device does not take) the
+// run goes on with a warning: the difference is rounding, and refusing
+// would strand a checkpoint on the card that wrote it; the steps from here
+// are then not bit for bit those of the uninterrupted run.
+void Trainer::State::check_resumed_gemm() {
+  if (!root() || resumed_gemm.is_null()) return;
+  const std::string diff = gemm_record_difference(resumed_gemm, gemm_record(ops, rc.train.backend_options));
+  if (diff.empty()) return;
+  std::fprintf(stderr,
+               "wiola: warning: the resumed checkpoint's GEMMs ran other algorithms than this run will (%s); "
+               "training goes on, but not bit for bit as the uninterrupted run would have\n",
+               diff.c_str());
+  std::fflush(stderr);
 }
 
 // ---- Trainer ---------------------------------------------------------------------
@@ -753,6 +760,7 @@ Trainer::Trainer(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, 
   if (rc.train.tensorboard && s_->root())
     s_->tb = std::make_unique<TensorBoardWriter>(s_->run_dir / "tensorboard", rc.data.blend, s_->progress.step + 1);
   s_->share_gemm_tuning(false);
+  s_->check_resumed_gemm();
   print_banner();
 }
 
@@ -828,6 +836,14 @@ std::vector<uint8_t> Trainer::run_schedule(int64_t t, bool dumping, StepDump* du
   double busy = 0;
   const WaitClock w0 = WaitClock::read(*s.grid);
   const auto ts = Clock::now();
+  // Gradient-ready reports come from the step's last backward (its whole
+  // backward, or with a split one the norm's from the last B and the
+  // layers' from the last W): each range once.
+  size_t last_b = s.actions.size(), last_w = s.actions.size();
+  for (size_t k = 0; k < s.actions.size(); ++k) {
+    if (s.actions[k].op == dist::Op::BwdWeight) last_w = k;
+    else if (s.actions[k].op != dist::Op::Fwd) last_b = k;
+  }
   for (size_t k = 0; k < s.actions.size(); ++k) {
     const dist::Action a = s.actions[k];
     const int slot = a.micro % s.slots;
@@ -849,12 +865,23 @@ std::vector<uint8_t> Trainer::run_schedule(int64_t t, bool dumping, StepDump* du
           if (!o.empty()) atm_local[l].insert(atm_local[l].end(), o.begin(), o.end());
         }
       if (!s.last) s.link->send(model.fwd_out(slot), next, 2 * a.micro);
-    } else {
+    } else if (a.op == dist::Op::BwdWeight) {
+      // W of a split backward: the weight-gradient GEMMs, no messages. The
+      // step's last W reports the layers' gradients final.
+      dist::set_context(step_ctx + " weight gradients micro-batch " + std::to_string(a.micro));
+      model.arm_grad_ready(overlap_now && k == last_w);
+      const auto tb = Clock::now();
+      model.stage_backward_weight(slot, a.micro % model.options().weight_slots);
+      if (s.sync_phases) s.ops.synchronize();
+      busy += seconds_since(tb);
+      model.arm_grad_ready(false);
+    } else {  // the whole backward, or B of a split one
       dist::set_context(step_ctx + " backward micro-batch " + std::to_string(a.micro));
       if (!s.last) s.link->recv(model.bwd_in(), next, 2 * a.micro + 1);
-      model.arm_grad_ready(overlap_now && k + 1 == s.actions.size());
+      model.arm_grad_ready(overlap_now && k == last_b);
       const auto tb = Clock::now();
-      model.stage_backward(slot);
+      if (a.op == dist::Op::BwdInput) model.stage_backward_input(slot, a.micro % model.options().weight_slots);
+      else model.stage_backward(slot);
       if (s.sync_phases) s.ops.synchronize();
       busy += seconds_since(tb);
       model.arm_grad_ready(false);
@@ -1184,6 +1211,7 @@ void Trainer::write_report(const TrainSummary& sum) {
   a.stragglers = s.stragglers.get();
   a.backend = {{"name", s.ops.name()}, {"options", backend_option_fields(s.rc.train.backend_options)}};
   if (const std::string g = s.ops.gemm_tuning(); !g.empty()) a.backend["gemm_tuning"] = nlohmann::json::parse(g);
+  a.backend["gemm"] = gemm_record(s.ops, s.rc.train.backend_options);
   write_run_report(*s.grid, s.rc, *s.model, padded, s.zero, s.overlap, sum, s.measure, s.atm_stats, a, s.run_dir);
 }
 

@@ -278,6 +278,20 @@ void CpuOps<T>::srpe_apply(Ptr x, int B, int Tn, int nh, int dh, CPtr table,
   OPEN;
   cpu::srpe_apply(O(x), B, Tn, nh, dh, I(table), inverse);
 }
+template <class T>
+void CpuOps<T>::srpe_split_fwd(CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPtr table, Ptr q, Ptr k, Ptr v,
+                               Ptr gate) {
+  WIOLA_CHECK(dh % 2 == 0, "srpe_split_fwd: head dim ", dh, " is odd");
+  OPEN;
+  cpu::srpe_split_fwd(I(proj), B, Tn, H, Hkv, dh, I(table), O(q), O(k), O(v), O(gate));
+}
+template <class T>
+void CpuOps<T>::srpe_split_bwd(CPtr dq, CPtr dk, CPtr dv, CPtr dgate, int B, int Tn, int H, int Hkv, int dh,
+                               CPtr table, Ptr dproj) {
+  WIOLA_CHECK(dh % 2 == 0, "srpe_split_bwd: head dim ", dh, " is odd");
+  OPEN;
+  cpu::srpe_split_bwd(I(dq), I(dk), I(dv), I(dgate), B, Tn, H, Hkv, dh, I(table), O(dproj));
+}
 
 // ---- attention ---------------------------------------------------------------------
 template <class T>

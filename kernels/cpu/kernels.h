@@ -56,6 +56,15 @@ void rmsnorm_bwd(const T* x, const T* gamma, const T* delta, const T* rstd,
 template <class T>
 void srpe_apply(T* x, int B, int Tn, int nh, int dh, const T* table,
                 bool inverse);
+// proj[B Tn, 2 H dh + 2 Hkv dh] = [q | k | v | gate] blocks: q, k rotated, v,
+// gate copied (forward); dproj = [dq, dk rotated back | dv | dgate] (backward).
+// The bits of copy_block and srpe_apply (one pass; Ops::srpe_split_fwd).
+template <class T>
+void srpe_split_fwd(const T* proj, int B, int Tn, int H, int Hkv, int dh, const T* table, T* q, T* k, T* v,
+                    T* gate);
+template <class T>
+void srpe_split_bwd(const T* dq, const T* dk, const T* dv, const T* dgate, int B, int Tn, int H, int Hkv, int dh,
+                    const T* table, T* dproj);
 
 // ---- atm.cpp: ATM similarity and key/value merging --------------------------
 template <class T>

@@ -8,7 +8,11 @@
 //
 // One block per (64 query rows, head h, sequence b), four warps of 16 query
 // rows; the query tiles run last to first (the causal tiles with the most
-// keys start first). Everything goes through the warp-level instructions of
+// keys start first). That is the default tile shape; the kernel is a template
+// on query rows a block (64 or 128: a warp per 16 rows, so 128 is eight
+// warps) and key rows a tile (64 or 128), chosen by the backend option
+// attention_tile (c.attn_tile, docs/gpu.md "The fa2 forward's tile shapes");
+// 64 below reads BM or BN there. Everything goes through the warp-level instructions of
 // ptx.cuh (mma.m16n8k16, ldmatrix, cp.async), whose fragment layouts are
 // documented there:
 // - Q is copied once (cp.async) and kept as A fragments in registers.
@@ -43,40 +47,55 @@
 namespace wiola::cuda {
 namespace {
 
-constexpr int kFaRows = 64;  // query rows of a block, key rows of a tile
+constexpr int kFaRows = 64;  // the backward's rows of a block and of a tile; the forward's default
 constexpr int kFaWarps = 4, kFaThreads = 32 * kFaWarps;
 
 // The row stride of the shared tiles, in elements: 16 bytes of padding.
 constexpr int fa_ld(int D) { return D + 8; }
 
-// Shared memory of the forward: Q, K[2], V[2] tiles [64][D + 8] (bf16) and the
-// visibility ends of the two K/V tiles in flight.
-constexpr size_t fa2_fwd_smem_bytes(int D) { return size_t(5 * kFaRows * fa_ld(D)) * 2 + size_t(2 * kFaRows) * 4; }
+// Shared memory of the forward with BM query rows a block and BN key rows a
+// tile: the Q tile [BM][D + 8], K[2], V[2] tiles [BN][D + 8] (bf16) and the
+// visibility ends of the two K/V tiles in flight. At most 171 KB (128 x 128,
+// d_h 128), within H100's opt-in 227 KB a block.
+constexpr size_t fa2_fwd_smem_bytes(int D, int BM = kFaRows, int BN = kFaRows) {
+  return size_t((BM + 4 * BN) * fa_ld(D)) * 2 + size_t(2 * BN) * 4;
+}
 
-// Blocks per SM the register allocation is held to (__launch_bounds__).
-constexpr int fa2_fwd_min_blocks(int D) { return D <= 64 ? 3 : 2; }
+// Blocks per SM the register allocation is held to (__launch_bounds__): the
+// register cap is 64K / (threads x blocks), at most 255. 64 x 64 as measured
+// before the variants; 128 query rows (eight warps, 256 threads) hold one
+// block (255 registers) except 128 x 64 at d_h 32 (two, 128 registers).
+constexpr int fa2_fwd_min_blocks(int D, int BM = kFaRows, int BN = kFaRows) {
+  return BM == 64 ? (BN == 64 ? (D <= 64 ? 3 : 2) : (D <= 32 ? 3 : 2)) : (D <= 32 && BN == 64 ? 2 : 1);
+}
+// Whether the forward holds the warp's Q rows as A fragments from first tile
+// to last: not at d_h 128 with 128-key tiles, where S (64 fp32 a lane), O (64)
+// and Q (32) would spill; there Q is reloaded from shared memory (ldmatrix)
+// at every k step: the same values, the same products.
+constexpr bool fa2_fwd_hold_q(int D, int BN) { return D * BN < 128 * 128; }
 
 
-// Rows [r0, r0 + 64) of the bf16 matrix src (rows ld apart, columns [0, D))
-// into the shared tile dst [64][D + 8] by cp.async, 16 bytes a copy; rows at
-// or past `valid` are zero-filled.
-template <int D>
+// Rows [r0, r0 + R) of the bf16 matrix src (rows ld apart, columns [0, D))
+// into the shared tile dst [R][D + 8] by cp.async, 16 bytes a copy, by a
+// block of NT threads; rows at or past `valid` are zero-filled.
+template <int D, int R = kFaRows, int NT = kFaThreads>
 __device__ __forceinline__ void fa_copy_tile(bf16_t* dst, const bf16_t* src, size_t ld, int r0, int valid) {
-  constexpr int kChunks = D / 8, kPer = kFaRows * kChunks / kFaThreads;
-  static_assert(kFaRows * kChunks % kFaThreads == 0, "a tile is a whole number of copies per thread");
+  constexpr int kChunks = D / 8, kPer = R * kChunks / NT;
+  static_assert(R * kChunks % NT == 0, "a tile is a whole number of copies per thread");
 #pragma unroll
   for (int t = 0; t < kPer; ++t) {
-    const int idx = int(threadIdx.x) + t * kFaThreads, r = idx / kChunks, c = (idx % kChunks) * 8;
+    const int idx = int(threadIdx.x) + t * NT, r = idx / kChunks, c = (idx % kChunks) * 8;
     const bool ok = r0 + r < valid;
     ptx::cp_async_16_zfill(dst + r * fa_ld(D) + c, ok ? src + size_t(r0 + r) * ld + c : src, ok);
   }
 }
 
-// The visibility ends of key rows [j0, j0 + 64) into kend[64]: key j is
+// The visibility ends of key rows [j0, j0 + R) into kend[R]: key j is
 // visible to position p iff kend[j - j0] <= p; rows at or past jmax get
 // INT_MAX (never visible).
+template <int R = kFaRows>
 __device__ __forceinline__ void fa_key_ends(int* kend, const AttnKeys& keys, int b, int Tk, int j0, int jmax) {
-  for (int c = threadIdx.x; c < kFaRows; c += blockDim.x) {
+  for (int c = threadIdx.x; c < R; c += blockDim.x) {
     const int j = j0 + c;
     kend[c] = j >= jmax ? INT_MAX : keys.key_end ? keys.key_end[size_t(b) * Tk + j] : j;
   }
@@ -97,47 +116,53 @@ __device__ __forceinline__ float bf16_hi(uint32_t r) {
 }
 __device__ __forceinline__ uint32_t ld_u32(const bf16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-template <int D>
-__global__ void __launch_bounds__(kFaThreads, fa2_fwd_min_blocks(D))
+// BM query rows a block (a warp per 16), BN key rows a tile.
+template <int D, int BM, int BN>
+__global__ void __launch_bounds__(2 * BM, fa2_fwd_min_blocks(D, BM, BN))
     k_attn_fwd_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
                    const bf16_t* raw_k, const bf16_t* raw_v, bf16_t* o, float* lse) {
   // KQ: 16-wide k steps of Q K^T; NO: 8-wide column tiles of O; NS: of S;
   // KP: 16-wide k steps of P V.
-  constexpr int LD = fa_ld(D), KQ = D / 16, NO = D / 8, NS = kFaRows / 8, KP = kFaRows / 16;
+  constexpr int LD = fa_ld(D), KQ = D / 16, NO = D / 8, NS = BN / 8, KP = BN / 16, NT = 2 * BM;
+  static_assert((BM == 64 || BM == 128) && (BN == 64 || BN == 128), "the tile shapes of AttnTile");
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);          // [64][LD]
-  bf16_t* Ks = Qs + kFaRows * LD;                         // [2][64][LD]
-  bf16_t* Vs = Ks + 2 * kFaRows * LD;                     // [2][64][LD]
-  int* kend = reinterpret_cast<int*>(Vs + 2 * kFaRows * LD);  // [2][64]
+  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);          // [BM][LD]
+  bf16_t* Ks = Qs + BM * LD;                              // [2][BN][LD]
+  bf16_t* Vs = Ks + 2 * BN * LD;                          // [2][BN][LD]
+  int* kend = reinterpret_cast<int*>(Vs + 2 * BN * LD);  // [2][BN]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tq = lane & 3;
-  const int i0 = (gridDim.x - 1 - blockIdx.x) * kFaRows, h = blockIdx.y, b = blockIdx.z, g = h % s.Hkv;
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * BM, h = blockIdx.y, b = blockIdx.z, g = h % s.Hkv;
   const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D;
   const bf16_t* qb = q + size_t(b) * s.Tq * q_ld + size_t(h) * D;
   const bf16_t* kb = k + size_t(b) * s.Tk * kv_ld + size_t(g) * D;
   const bf16_t* vb = v + size_t(b) * s.Tk * kv_ld + size_t(g) * D;
   const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
-  const int kmax = visible_prefix(keys.key_end, b, s.Tk, nk, s.q_pos0 + min(i0 + kFaRows, s.Tq) - 1);
-  const int n_tiles = (kmax + kFaRows - 1) / kFaRows;
+  const int kmax = visible_prefix(keys.key_end, b, s.Tk, nk, s.q_pos0 + min(i0 + BM, s.Tq) - 1);
+  const int n_tiles = (kmax + BN - 1) / BN;
 
   // Copies: Q (group 1), then K and V tile 0 (group 2).
-  fa_copy_tile<D>(Qs, qb, q_ld, i0, s.Tq);
+  fa_copy_tile<D, BM, NT>(Qs, qb, q_ld, i0, s.Tq);
   ptx::cp_async_commit();
   if (n_tiles > 0) {
-    fa_copy_tile<D>(Ks, kb, kv_ld, 0, kmax);
-    fa_copy_tile<D>(Vs, vb, kv_ld, 0, kmax);
-    fa_key_ends(kend, keys, b, s.Tk, 0, kmax);
+    fa_copy_tile<D, BN, NT>(Ks, kb, kv_ld, 0, kmax);
+    fa_copy_tile<D, BN, NT>(Vs, vb, kv_ld, 0, kmax);
+    fa_key_ends<BN>(kend, keys, b, s.Tk, 0, kmax);
   }
   ptx::cp_async_commit();
   ptx::cp_async_wait<1>();
   __syncthreads();
 
   // The warp's 16 rows of Q as A fragments: matrix i of the x4 is rows
-  // (i & 1) * 8.., columns (i >> 1) * 8.. of the 16 x 16 block.
+  // (i & 1) * 8.., columns (i >> 1) * 8.. of the 16 x 16 block. Held from
+  // here (kHoldQ) or loaded at each k step and again after the last tile.
+  constexpr bool kHoldQ = fa2_fwd_hold_q(D, BN);
   uint32_t qf[KQ][4];
+  const bf16_t* q_frag = Qs + (warp * 16 + (lane & 8) + (lane & 7)) * LD + (lane >> 4) * 8;
+  if constexpr (kHoldQ) {
 #pragma unroll
-  for (int kk = 0; kk < KQ; ++kk)
-    ptx::ldmatrix_x4(qf[kk], Qs + (warp * 16 + (lane & 8) + (lane & 7)) * LD + kk * 16 + (lane >> 4) * 8);
+    for (int kk = 0; kk < KQ; ++kk) ptx::ldmatrix_x4(qf[kk], q_frag + kk * 16);
+  }
 
   // The lane's rows r = 0, 1: the warp's rows gr and gr + 8. m in base 2
   // units (the scaled score times log2 e); l the lane's share of the sum.
@@ -153,18 +178,18 @@ __global__ void __launch_bounds__(kFaThreads, fa2_fwd_min_blocks(D))
     const int cur = t & 1;
     if (t + 1 < n_tiles) {  // the next tile's copies fly while this one is computed
       const int nxt = cur ^ 1;
-      fa_copy_tile<D>(Ks + nxt * kFaRows * LD, kb, kv_ld, (t + 1) * kFaRows, kmax);
-      fa_copy_tile<D>(Vs + nxt * kFaRows * LD, vb, kv_ld, (t + 1) * kFaRows, kmax);
-      fa_key_ends(kend + nxt * kFaRows, keys, b, s.Tk, (t + 1) * kFaRows, kmax);
+      fa_copy_tile<D, BN, NT>(Ks + nxt * BN * LD, kb, kv_ld, (t + 1) * BN, kmax);
+      fa_copy_tile<D, BN, NT>(Vs + nxt * BN * LD, vb, kv_ld, (t + 1) * BN, kmax);
+      fa_key_ends<BN>(kend + nxt * BN, keys, b, s.Tk, (t + 1) * BN, kmax);
       ptx::cp_async_commit();
       ptx::cp_async_wait<1>();
     } else {
       ptx::cp_async_wait<0>();
     }
     __syncthreads();
-    const bf16_t* Kt = Ks + cur * kFaRows * LD;
-    const bf16_t* Vt = Vs + cur * kFaRows * LD;
-    const int* ke = kend + cur * kFaRows;
+    const bf16_t* Kt = Ks + cur * BN * LD;
+    const bf16_t* Vt = Vs + cur * BN * LD;
+    const int* ke = kend + cur * BN;
 
     // S = Q K^T: matrix i of an x4 of K is key rows (i >> 1) * 8.., columns
     // (i & 1) * 8..: the B fragments of column tiles n and n + 1.
@@ -172,7 +197,8 @@ __global__ void __launch_bounds__(kFaThreads, fa2_fwd_min_blocks(D))
 #pragma unroll
     for (int n = 0; n < NS; ++n) acc_s[n][0] = acc_s[n][1] = acc_s[n][2] = acc_s[n][3] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < KQ; ++kk)
+    for (int kk = 0; kk < KQ; ++kk) {
+      if constexpr (!kHoldQ) ptx::ldmatrix_x4(qf[kk], q_frag + kk * 16);
 #pragma unroll
       for (int n = 0; n < NS; n += 2) {
         uint32_t kf[4];
@@ -181,10 +207,11 @@ __global__ void __launch_bounds__(kFaThreads, fa2_fwd_min_blocks(D))
         ptx::mma_bf16_16816(acc_s[n], qf[kk], b0, acc_s[n]);
         ptx::mma_bf16_16816(acc_s[n + 1], qf[kk], b1, acc_s[n + 1]);
       }
+    }
 
     // Visibility: only a tile with a key that the block's first query does
     // not see (keys sorted by their ends; past kmax INT_MAX) needs the mask.
-    if (ke[kFaRows - 1] > s.q_pos0 + i0) {
+    if (ke[BN - 1] > s.q_pos0 + i0) {
 #pragma unroll
       for (int n = 0; n < NS; ++n)
 #pragma unroll
@@ -255,6 +282,10 @@ __global__ void __launch_bounds__(kFaThreads, fa2_fwd_min_blocks(D))
   // holds row r's Q at columns 16kk + 2tq (+1) in qf[kk][r] and 16kk + 8 +
   // 2tq (+1) in qf[kk][2 + r], and O at columns 8n + 2tq (+1).
   if (keys.self_open) {
+    if constexpr (!kHoldQ) {
+#pragma unroll
+      for (int kk = 0; kk < KQ; ++kk) ptx::ldmatrix_x4(qf[kk], q_frag + kk * 16);
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int i = row0 + 8 * r;
@@ -315,20 +346,33 @@ __global__ void __launch_bounds__(kFaThreads, fa2_fwd_min_blocks(D))
 }
 
 
-template <int D>
+template <int D, int BM, int BN>
 void launch_fa2_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                     Ptr o, Ptr lse) {
-  const size_t smem = fa2_fwd_smem_bytes(D);
+  const size_t smem = fa2_fwd_smem_bytes(D, BM, BN);
   static const bool attr_set = [&] {
-    check(cudaFuncSetAttribute(k_attn_fwd_fa2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+    check(cudaFuncSetAttribute(k_attn_fwd_fa2<D, BM, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
           "attention_fwd (fa2): shared memory size");
     return true;
   }();
   (void)attr_set;
-  const dim3 grid(unsigned((s.Tq + kFaRows - 1) / kFaRows), unsigned(s.H), unsigned(s.B));
-  k_attn_fwd_fa2<D><<<grid, kFaThreads, smem, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
+  const dim3 grid(unsigned((s.Tq + BM - 1) / BM), unsigned(s.H), unsigned(s.B));
+  k_attn_fwd_fa2<D, BM, BN><<<grid, 2 * BM, smem, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
                                                      dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<bf16_t>(o),
                                                      dev<float>(lse));
+}
+
+// The forward at tile shape BM x BN for the head dims it takes; false for another.
+template <int BM, int BN>
+bool fa2_fwd_dh(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                Ptr o, Ptr lse) {
+  switch (s.dh) {
+    case 32: launch_fa2_fwd<32, BM, BN>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 64: launch_fa2_fwd<64, BM, BN>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 96: launch_fa2_fwd<96, BM, BN>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 128: launch_fa2_fwd<128, BM, BN>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    default: return false;
+  }
 }
 
 bool aligned(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
@@ -876,19 +920,21 @@ bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, 
                        CPtr raw_v, Ptr o, Ptr lse) {
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || v.dtype() != DType::BF16 || o.dtype() != DType::BF16)
     return false;
-  if (s.dh % 32 != 0 || s.dh > 128 || !attention_smem_fits(fa2_fwd_smem_bytes(s.dh))) return false;
+  const int BM = c.attn_tile == AttnTile::T128x64 || c.attn_tile == AttnTile::T128x128 ? 128 : 64;
+  const int BN = c.attn_tile == AttnTile::T64x128 || c.attn_tile == AttnTile::T128x128 ? 128 : 64;
+  if (s.dh % 32 != 0 || s.dh > 128 || !attention_smem_fits(fa2_fwd_smem_bytes(s.dh, BM, BN))) return false;
   // cp.async and the 16-byte stores of o need 16-byte aligned rows (rows are
   // multiples of 64 bytes: the bases decide); the raw rows are read in pairs.
   if (!aligned(dev<bf16_t>(q), 16) || !aligned(dev<bf16_t>(k), 16) || !aligned(dev<bf16_t>(v), 16) ||
       !aligned(dev<bf16_t>(o), 16) || !aligned(dev<bf16_t>(raw_k), 4) || !aligned(dev<bf16_t>(raw_v), 4))
     return false;
   if (s.Tq <= 0 || s.B <= 0 || s.H <= 0) return true;  // nothing to do
-  switch (s.dh) {
-    case 32: launch_fa2_fwd<32>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
-    case 64: launch_fa2_fwd<64>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
-    case 96: launch_fa2_fwd<96>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
-    case 128: launch_fa2_fwd<128>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
-    default: return false;
+  // The tile shape (c.attn_tile), then the head dim: every pair instantiated.
+  switch (c.attn_tile) {
+    case AttnTile::T64x128: return fa2_fwd_dh<64, 128>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+    case AttnTile::T128x64: return fa2_fwd_dh<128, 64>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+    case AttnTile::T128x128: return fa2_fwd_dh<128, 128>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+    default: return fa2_fwd_dh<64, 64>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
   }
 }
 

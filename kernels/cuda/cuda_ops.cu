@@ -216,6 +216,16 @@ class CudaOps final : public Ops<float> {
     WIOLA_CHECK(dh % 2 == 0, "srpe_apply: head dim ", dh, " is odd");
     cuda::srpe_apply(ctx(), x, B, Tn, nh, dh, table, inverse);
   }
+  void srpe_split_fwd(CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPtr table, Ptr q, Ptr k, Ptr v,
+                      Ptr gate) override {
+    WIOLA_CHECK(dh % 2 == 0, "srpe_split_fwd: head dim ", dh, " is odd");
+    cuda::srpe_split_fwd(ctx(), proj, B, Tn, H, Hkv, dh, table, q, k, v, gate);
+  }
+  void srpe_split_bwd(CPtr dq, CPtr dk, CPtr dv, CPtr dgate, int B, int Tn, int H, int Hkv, int dh, CPtr table,
+                      Ptr dproj) override {
+    WIOLA_CHECK(dh % 2 == 0, "srpe_split_bwd: head dim ", dh, " is odd");
+    cuda::srpe_split_bwd(ctx(), dq, dk, dv, dgate, B, Tn, H, Hkv, dh, table, dproj);
+  }
 
   // ---- attention, ATM, GCLA ----
   void attention_fwd(const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
@@ -327,18 +337,25 @@ class CudaOps final : public Ops<float> {
     using cuda::AttnBwdKind, cuda::AttnFwdKind;
     attn_fwd_ = o.attention == "fa2" ? AttnFwdKind::FA2 : o.attention == "rows" ? AttnFwdKind::ROWS : AttnFwdKind::TC;
     attn_bwd_ = o.attention_bwd == "v2" ? AttnBwdKind::V2 : o.attention_bwd == "fa2" ? AttnBwdKind::FA2 : AttnBwdKind::V1;
+    using cuda::AttnTile;
+    const std::string& t = o.attention_tile;
+    attn_tile_ = t == "64x128"    ? AttnTile::T64x128
+                 : t == "128x64"  ? AttnTile::T128x64
+                 : t == "128x128" ? AttnTile::T128x128
+                                  : AttnTile::T64x64;
     if (tuner_) tuner_->set_mode(o.gemm);
     options_ = o;
   }
 
  private:
-  cuda::Ctx ctx() { return cuda::Ctx{stream_, mem_, attn_fwd_, attn_bwd_}; }
+  cuda::Ctx ctx() { return cuda::Ctx{stream_, mem_, attn_fwd_, attn_bwd_, attn_tile_}; }
 
   CudaPrecision prec_;
   int device_;
   BackendOptions options_;
   cuda::AttnFwdKind attn_fwd_ = cuda::AttnFwdKind::TC;
   cuda::AttnBwdKind attn_bwd_ = cuda::AttnBwdKind::V1;
+  cuda::AttnTile attn_tile_ = cuda::AttnTile::T64x64;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<cuda::GemmTuner> tuner_;  // the GEMMs' algorithms (options_.gemm)

@@ -18,12 +18,16 @@ namespace wiola::cuda {
 // attention and attention_bwd, kernels/backend_options.h).
 enum class AttnFwdKind { TC, FA2, ROWS };
 enum class AttnBwdKind { V1, V2, FA2 };
+// The fa2 forward's tile shape (BackendOptions attention_tile): query rows a
+// block x key rows a tile.
+enum class AttnTile { T64x64, T64x128, T128x64, T128x128 };
 
 struct Ctx {
   cudaStream_t s;
   CachingAllocator& mem;
   AttnFwdKind attn_fwd = AttnFwdKind::TC;
   AttnBwdKind attn_bwd = AttnBwdKind::V1;
+  AttnTile attn_tile = AttnTile::T64x64;
 };
 
 // ---- elementwise.cu ----------------------------------------------------------
@@ -71,6 +75,12 @@ void ce_loss(Ctx c, CPtr logits, const int32_t* targets, int N, int V_local, int
 
 // ---- gcla.cu: SRPE, prefix means, context attention, ATM -------------------------
 void srpe_apply(Ctx c, Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool inverse);
+// SRPE fused with the Q|K|V|gate split and with its gradients' join
+// (Ops::srpe_split_fwd / _bwd): one kernel each way, no copies.
+void srpe_split_fwd(Ctx c, CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPtr table, Ptr q, Ptr k, Ptr v,
+                    Ptr gate);
+void srpe_split_bwd(Ctx c, CPtr dq, CPtr dk, CPtr dv, CPtr dgate, int B, int Tn, int H, int Hkv, int dh, CPtr table,
+                    Ptr dproj);
 // out_op (may be null): out again in its own storage type (the GEMM operand).
 void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op);
 void prefix_mean_bwd(Ctx c, CPtr dout, int B, int Tn, int d, Ptr dx);
@@ -96,8 +106,8 @@ void atm_merge_rows_bwd(Ctx c, CPtr dout, int B, int Tn, int w, const int32_t* g
 // (the FlashAttention-2 form: register fragments, cp.async double
 // buffering); TC, the default, until fa2 is measured on a GPU.
 // attention_fa2.cu: the forward of attention_fwd_tc in the FlashAttention-2
-// form (bf16, head dims 32, 64, 96, 128, 16-byte aligned q, k, v, o); false,
-// launching nothing, where it does not apply.
+// form (bf16, head dims 32, 64, 96, 128, 16-byte aligned q, k, v, o), at the
+// tile shape c.attn_tile; false, launching nothing, where it does not apply.
 bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
                        CPtr raw_v, Ptr o, Ptr lse);
 // c.attn_bwd == V2 selects the second form of the tensor-core backward

@@ -326,6 +326,43 @@ disk_full() {  # disk_full TRAINFN REF
 case_disk_full() { disk_full train1 "$ref1"; }
 case_disk_full_mpirun() { disk_full train2 "$ref2"; }
 
+# ---- wiola ckpt consolidate onto a full disk ------------------------------------------
+# A tmpfs too small for the consolidated file, sized so that the write fails
+# at the first tensor, in the middle of the moments and at the final flush
+# of HDF5's metadata: each time exit status 1 with one line naming the file,
+# the stage and the reason, no crash (HDF5's exit handlers included: a file
+# left half closed by a failed flush crashed them), nothing left on the
+# disk; with room, the same command writes the file.
+case_consolidate_disk_full() {
+  [ "$(id -u)" = 0 ] || skip "mounting a small tmpfs needs root"
+  local src; src=$(step_dir "$ref1/ck" $steps)
+  expect_ok whole "$wiola" ckpt consolidate "$src" "$t/whole.h5"
+  expect_ok whole_opt "$wiola" ckpt consolidate --with-optimizer "$src" "$t/whole_opt.h5"
+  local p o; p=$(stat -c %s "$t/whole.h5"); o=$(stat -c %s "$t/whole_opt.h5")
+  rm "$t/whole.h5" "$t/whole_opt.h5"
+  mkdir -p "$t/disk"
+  trap 'umount "$t/disk" 2> /dev/null' EXIT
+  local size opt stage name
+  # size (bytes), --with-optimizer or not, the stage named
+  for c in "$(( 1 << 20 )) - param/model\.embed_tokens\.weight" \
+           "$(( o / 2 )) --with-optimizer exp_avg/model\.[a-z0-9_.]+" \
+           "$(( p * 9 / 10 )) - flush"; do
+    read -r size opt stage <<< "$c"
+    [ "$opt" = - ] && opt=
+    mount -t tmpfs -o size="$size" tmpfs "$t/disk" 2> "$t/mount.err" ||
+      skip "mount -t tmpfs is not permitted here: $(cat "$t/mount.err")"
+    name=full_$size
+    # shellcheck disable=SC2086
+    expect_fail "$name" "^wiola ckpt: error: $t/disk/out\.h5\.tmp: write failed at $stage: No space left on device\$" \
+      "$wiola" ckpt consolidate $opt "$src" "$t/disk/out.h5"
+    one_line "$t/$name.err"
+    [ -z "$(ls -A "$t/disk")" ] || fail "$name: left on the disk: $(ls -A "$t/disk")"
+    umount "$t/disk"
+    note "$size bytes${opt:+ $opt}: $(cat "$t/$name.err")"
+  done
+  trap - EXIT
+}
+
 # ---- a save that fails on purpose at each stage (WIOLA_CKPT_FAIL_AT) -----------------
 # failed_saves_left CK ERR CAUSE: after a run whose saves of steps 4, 6
 # and 8 failed: one warning each for steps 4 and 6 (CAUSE names the path and

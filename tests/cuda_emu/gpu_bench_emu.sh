@@ -27,7 +27,8 @@ rel = abs(both["bf16"]["loss"] - both["fp32"]["loss"]) / both["fp32"]["loss"]
 assert rel < 0.01, f"bf16 loss {both['bf16']['loss']} vs fp32 {both['fp32']['loss']}"
 assert rec["recompute"] and abs(rec["bf16"]["loss"] - both["bf16"]["loss"]) < 1e-6 * both["bf16"]["loss"], \
     f"recompute changed the loss: {rec['bf16']['loss']} vs {both['bf16']['loss']}"
-assert new["backend_options"] == {"attention": "fa2", "attention_bwd": "fa2", "gemm": "auto"}, new["backend_options"]
+assert new["backend_options"] == {"attention": "fa2", "attention_bwd": "fa2", "attention_tile": "64x64",
+                                 "gemm": "auto"}, new["backend_options"]
 assert abs(new["bf16"]["loss"] - both["bf16"]["loss"]) < 0.01 * both["bf16"]["loss"], \
     f"the new variant's loss {new['bf16']['loss']} vs {both['bf16']['loss']}"
 print(f"gpu_bench_emu: ok (loss bf16 {both['bf16']['loss']:.6f}, fp32 {both['fp32']['loss']:.6f}, "

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU kit's kernel benchmark on the CUDA emulator (ctest kernel_bench_emu):
 # bench/kernel_bench.cpp with --small, then its JSON lines checked: each one
-# valid JSON; every attention variant present, checked against the CPU and
-# timed (ok, a positive time, its errors within their bounds), or skipped with
-# the message of the refused switch value; every GEMM (aligned and
-# misaligned) and memory-bound op ok with a positive time.
+# valid JSON; every attention variant present (the fa2 forward at each tile
+# shape among them), checked against the CPU and timed (ok, a positive time,
+# its errors within their bounds), or skipped with the message of the refused
+# switch value; every GEMM (aligned and
+# misaligned) and memory-bound op ok with a positive time; then --preset
+# wiola-1.5b (d_h 128) in its tiny form, memory-bound ops only.
 # usage: kernel_bench_emu.sh <wiola_kernel_bench_emu> <python> <work dir>
 set -euo pipefail
 bench=$1 py=$2 dir=$3
@@ -24,10 +26,11 @@ assert rows and rows[0]["section"] == "meta", "the first line is not the meta li
 by_name = {r["name"]: r for r in rows[1:]}
 assert len(by_name) == len(rows) - 1, "a result name appears twice"
 required = [f"attention {v} {layer}" for layer in ("causal", "atm")
-            for v in ("fwd tc", "fwd fa2", "fwd rows", "bwd v1", "bwd v2", "bwd fa2", "bwd rows")]
+            for v in ("fwd tc", "fwd fa2", "fwd fa2 64x128", "fwd fa2 128x64", "fwd fa2 128x128", "fwd rows",
+                      "bwd v1", "bwd v2", "bwd fa2", "bwd rows")]
 required += ["gemm step total", "gemm step total misaligned"]
-required += ["rmsnorm_fwd", "add_rmsnorm_fwd", "rmsnorm_bwd", "add", "swiglu_fwd", "gelu_fwd", "adamw",
-             "convert f32->bf16"]
+required += ["rmsnorm_fwd", "add_rmsnorm_fwd", "rmsnorm_bwd", "add", "swiglu_fwd", "gelu_fwd", "srpe_split_fwd",
+             "srpe_split_bwd", "adamw", "convert f32->bf16"]
 missing = [n for n in required if n not in by_name]
 assert not missing, f"missing results: {missing}"
 timed = skipped = 0
@@ -43,7 +46,8 @@ for r in rows[1:]:
     if r["section"] == "attention":
         assert r["tflops"] > 0 and all(e < r["check"]["tol"][k] for k, e in r["check"]["max_rel"].items()), r
     timed += 1
-for v in ("fwd tc", "fwd rows", "bwd v1", "bwd v2", "bwd rows"):
+for v in ("fwd tc", "fwd fa2 64x128", "fwd fa2 128x64", "fwd fa2 128x128", "fwd rows", "bwd v1", "bwd v2",
+          "bwd rows"):
     for layer in ("causal", "atm"):
         assert not by_name[f"attention {v} {layer}"].get("skipped"), f"{v} {layer} skipped"
 atm = by_name["attention fwd tc atm"]["atm"]
@@ -59,4 +63,17 @@ assert any("splitk 4" in c for c in cands), "no split-K candidate was timed"
 tables = json.load(open(sys.argv[2]))["tables"]
 assert len(tables) == 1 and len(tables[0]["choices"]) == len(winners), tables
 print(f"kernel_bench_emu: ok ({timed} timed, {skipped} skipped, {len(gemms) // 2} distinct GEMMs)")
+PY
+# --preset: another model's head dim (wiola-1.5b: d_h 128), here its tiny
+# form with the memory-bound ops only.
+rm -f "$dir/preset.jsonl"
+"$bench" --small --preset wiola-1.5b --only memory --json "$dir/preset.jsonl"
+"$py" - "$dir/preset.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+meta = rows[0]
+assert meta["section"] == "meta" and meta["dh"] == 128 and meta["config"] == "kernel-bench-small-wiola-1.5b", meta
+names = {r["name"] for r in rows[1:] if r.get("ok") and r.get("ms", 0) > 0}
+assert {"srpe_split_fwd", "srpe_split_bwd", "rmsnorm_fwd"} <= names, names
+print(f"kernel_bench_emu --preset wiola-1.5b: ok (d_h {meta['dh']}, {len(names)} memory ops)")
 PY

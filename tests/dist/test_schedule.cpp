@@ -1,8 +1,12 @@
 // Pipeline schedules: completeness, satisfiable dependencies (whole-pipeline
-// simulation), in-flight activation bounds and the bubble formula.
+// simulation), in-flight activation bounds and the bubble formulas; the
+// chunked (interleaved) and split-backward (ZB-H1) schedules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <string>
+#include <tuple>
 
 #include "dist/schedule.h"
 #include "util/error.h"
@@ -128,4 +132,204 @@ TEST(Schedule, DeadlockDetected) {
   EXPECT_THROW(simulate_pipeline(bad, 1, 2), wiola::Error);
   EXPECT_THROW(schedule_1f1b(2, 2, 4), wiola::Error);
   EXPECT_THROW(schedule_gpipe(2, 0, 0), wiola::Error);
+}
+
+// ---- chunks and the split backward (issue 37) --------------------------------------
+
+namespace {
+// One rank's schedule: every (micro-batch, chunk < v) forwarded once, then
+// backwarded once whole (B) or split (I then W), nothing else.
+void check_complete(const std::vector<Action>& sc, int m, int v, const std::string& what) {
+  std::map<std::pair<int, int>, std::string> seen;  // (micro, chunk) -> the kinds in order
+  for (const Action& a : sc) {
+    ASSERT_TRUE(a.micro >= 0 && a.micro < m && a.chunk >= 0 && a.chunk < v) << what << ": " << to_string(a);
+    seen[{a.micro, a.chunk}] += to_string(a).substr(0, 1);
+  }
+  ASSERT_EQ(int(seen.size()), m * v) << what;
+  for (const auto& [key, kinds] : seen)
+    EXPECT_TRUE(kinds == "FB" || kinds == "FIW") << what << ": micro " << key.first << " chunk " << key.second
+                                                 << " runs " << kinds;
+}
+
+std::vector<std::vector<Action>> interleaved(int pp, int m, int v) {
+  std::vector<std::vector<Action>> all;
+  for (int s = 0; s < pp; ++s) all.push_back(schedule_interleaved(pp, s, m, v));
+  return all;
+}
+}  // namespace
+
+TEST(ScheduleChunks, Shapes) {
+  EXPECT_EQ(to_string(schedule_interleaved(2, 0, 2, 2)), "F0 F1 F0.1 F1.1 B0.1 B1.1 B0 B1");
+  EXPECT_EQ(to_string(schedule_interleaved(2, 1, 2, 2)), "F0 F1 F0.1 B0.1 F1.1 B1.1 B0 B1");
+  EXPECT_EQ(to_string(schedule_interleaved(2, 1, 4, 2)),
+            "F0 F1 F0.1 B0.1 F1.1 B1.1 F2 B0 F3 B1 F2.1 B2.1 F3.1 B3.1 B2 B3");
+  EXPECT_EQ(schedule_interleaved(4, 2, 8, 1), schedule_1f1b(4, 2, 8));
+  // ZB-H1: stage 0 is 1F1B with each backward split in place; the last
+  // stage keeps pp − 1 W's pending and runs them after its last B.
+  EXPECT_EQ(to_string(schedule_zb_h1(4, 0, 6)), "F0 F1 F2 F3 I0 W0 F4 I1 W1 F5 I2 W2 I3 W3 I4 W4 I5 W5");
+  EXPECT_EQ(to_string(schedule_zb_h1(4, 3, 6)), "F0 I0 F1 I1 F2 I2 F3 I3 W0 F4 I4 W1 F5 I5 W2 W3 W4 W5");
+  // W operands kept at once (a split backward's weight slots): stage + 1.
+  for (int st = 0; st < 4; ++st) {
+    EXPECT_EQ(max_pending_weight(schedule_zb_h1(4, st, 6)), st + 1);
+    EXPECT_EQ(max_pending_weight(schedule_zb_h1(4, st, 2)), std::min(st + 1, 2));
+    EXPECT_EQ(max_pending_weight(schedule_1f1b(4, st, 6)), 0);
+  }
+  EXPECT_EQ(to_string(Action{Op::BwdWeight, 3, 2}), "W3.2");
+  EXPECT_EQ((Action{Op::Fwd, 1}), (Action{Op::Fwd, 1, 0}));
+  EXPECT_NE((Action{Op::Fwd, 1}), (Action{Op::Fwd, 1, 1}));
+}
+
+TEST(ScheduleChunks, EveryScheduleCompleteAndDeadlockFree) {
+  // p 1..8, v 1..4, m p..4p; B and W timed apart, with and without a link delay.
+  for (int pp = 1; pp <= 8; ++pp)
+    for (int m = pp; m <= 4 * pp; ++m)
+      for (double link : {0.0, 0.3}) {
+        std::vector<std::vector<std::vector<Action>>> cases;
+        std::vector<int> chunks;
+        std::vector<std::string> names;
+        for (int v = 1; v <= 4; ++v)
+          if (v == 1 || m % pp == 0) {
+            cases.push_back(interleaved(pp, m, v));
+            chunks.push_back(v);
+            names.push_back("interleaved v" + std::to_string(v));
+          }
+        cases.push_back(whole_pipeline(&schedule_zb_h1, pp, m));
+        chunks.push_back(1);
+        names.push_back("zb-h1");
+        for (size_t k = 0; k < cases.size(); ++k) {
+          const std::string what = names[k] + " pp=" + std::to_string(pp) + " m=" + std::to_string(m);
+          for (int s = 0; s < pp; ++s) check_complete(cases[k][size_t(s)], m, chunks[k], what);
+          const size_t n = size_t(pp * chunks[k]);
+          const StageCosts cost{std::vector<double>(n, 1.0), std::vector<double>(n, 2.0), link,
+                                std::vector<double>(n, 0.8)};
+          PipelineSim sim;
+          ASSERT_NO_THROW(sim = simulate_pipeline(cases[k], cost)) << what;
+          EXPECT_GT(sim.makespan, 0.0) << what;
+          for (int s = 0; s < pp; ++s) {
+            EXPECT_EQ(sim.peak_live[size_t(s)], max_in_flight(cases[k][size_t(s)])) << what;
+            ASSERT_EQ(sim.start[size_t(s)].size(), cases[k][size_t(s)].size());
+            for (size_t a = 0; a + 1 < sim.start[size_t(s)].size(); ++a)  // one action at a time per rank
+              EXPECT_LE(sim.end[size_t(s)][a], sim.start[size_t(s)][a + 1] + 1e-12) << what;
+          }
+        }
+      }
+}
+
+TEST(ScheduleChunks, InterleavedBubbleMatchesFormula) {
+  // Balanced chunks (a rank's stage cost split v ways), no link delay: the
+  // bubble is ((p − 1)/v)/(m + (p − 1)/v) and the makespan
+  // (m + (p − 1)/v)(t_f + t_b).
+  for (int pp = 1; pp <= 8; ++pp)
+    for (int v = 1; v <= 4; ++v)
+      for (int m = pp; m <= 4 * pp; m += pp) {
+        const PipelineSim sim = simulate_pipeline(interleaved(pp, m, v), 1.0 / v, 2.0 / v);
+        const double fill = double(pp - 1) / v;
+        EXPECT_NEAR(sim.makespan, 3.0 * (m + fill), 1e-9) << "pp=" << pp << " v=" << v << " m=" << m;
+        EXPECT_NEAR(sim.bubble_fraction, bubble_fraction_interleaved(pp, m, v), 1e-9);
+        EXPECT_EQ(sim.bubble_imbalance, 0.0);
+        // Live chunk activations: the warm-up + 1 (v = 1: 1F1B's pp − s).
+        for (int s = 0; s < pp; ++s)
+          EXPECT_EQ(sim.peak_live[size_t(s)],
+                    v == 1 ? std::min(pp - s, m) : std::min(m * v, (v - 1) * pp + 2 * (pp - s - 1) + 1));
+      }
+  EXPECT_DOUBLE_EQ(bubble_fraction_interleaved(4, 8, 1), bubble_fraction_predicted(4, 8));
+  EXPECT_DOUBLE_EQ(bubble_fraction_interleaved(4, 8, 3), 1.0 / 9.0);
+}
+
+TEST(ScheduleChunks, InterleavingCutsFillDrainNotImbalance) {
+  // The head on the last global chunk (3× a chunk's cost): interleaving
+  // shrinks fill/drain by about v, the imbalance stays (a heavier chunk
+  // still holds every rank up).
+  for (int pp : {4, 8}) {
+    const int m = 2 * pp;
+    double fill_v1 = 0;
+    for (int v : {1, 2, 4}) {
+      const size_t n = size_t(pp * v);
+      StageCosts c{std::vector<double>(n, 1.0 / v), std::vector<double>(n, 2.0 / v), 0.0};
+      c.fwd.back() *= 3;
+      c.bwd.back() *= 3;
+      const PipelineSim sim = simulate_pipeline(interleaved(pp, m, v), c);
+      EXPECT_NEAR(sim.bubble_fill_drain, bubble_fraction_interleaved(pp, m, v), 1e-9) << "pp=" << pp << " v=" << v;
+      EXPECT_GT(sim.bubble_imbalance, 0.01) << "pp=" << pp << " v=" << v;
+      if (v == 1) {
+        fill_v1 = sim.bubble_fill_drain;
+      } else {
+        EXPECT_LT(sim.bubble_fill_drain, fill_v1 / (0.75 * v));
+      }
+    }
+  }
+}
+
+TEST(ScheduleChunks, ZeroBubbleH1BeatsOneFOneBAtItsMemory) {
+  // Any t_W > 0: ZB-H1's bubble and makespan below 1F1B's (Bwd = B + W),
+  // its peak live activations per rank at most 1F1B's peak, min(p, m).
+  for (int pp = 2; pp <= 8; ++pp)
+    for (int m = 1; m <= 4 * pp; ++m)
+      for (auto [tf, tb, tw] : {std::tuple{1.0, 1.0, 1.0}, {1.0, 1.2, 0.8}, {1.0, 0.5, 1.5}, {2.0, 1.0, 1.0},
+                                {1.0, 1.0, 0.1}})
+        for (double link : {0.0, 0.2}) {
+          const size_t n = size_t(pp);
+          const StageCosts cost{std::vector<double>(n, tf), std::vector<double>(n, tb + tw), link,
+                                std::vector<double>(n, tw)};
+          const PipelineSim one = simulate_pipeline(whole_pipeline(&schedule_1f1b, pp, m), cost);
+          const PipelineSim zb = simulate_pipeline(whole_pipeline(&schedule_zb_h1, pp, m), cost);
+          const std::string what = "pp=" + std::to_string(pp) + " m=" + std::to_string(m) + " tw=" +
+                                   std::to_string(tw) + " link=" + std::to_string(link);
+          EXPECT_LT(zb.makespan, one.makespan - 1e-9) << what;
+          EXPECT_LT(zb.bubble_fraction, one.bubble_fraction) << what;
+          const int peak_1f1b = *std::max_element(one.peak_live.begin(), one.peak_live.end());
+          EXPECT_EQ(peak_1f1b, std::min(pp, m));
+          for (int s = 0; s < pp; ++s) EXPECT_LE(zb.peak_live[size_t(s)], peak_1f1b) << what << " stage " << s;
+          // The paper's balanced figure: (p − 1)(T_F + T_B − T_W) of bubble
+          // when m ≥ p, T_W ≤ T_B and sends are instant.
+          if (m >= pp && tw <= tb && link == 0.0) {
+            EXPECT_NEAR(zb.makespan, m * (tf + tb + tw) + (pp - 1) * (tf + tb - tw), 1e-9) << what;
+          }
+        }
+}
+
+TEST(ScheduleChunks, SplitTimesLeaveWholeBackwardSchedulesUnchanged) {
+  // A schedule of whole backwards only sees B + W: 1F1B and GPipe as before.
+  for (int pp = 1; pp <= 6; ++pp)
+    for (int m = 1; m <= 10; ++m)
+      for (Sched make : {&schedule_1f1b, &schedule_gpipe}) {
+        const PipelineSim a = simulate_pipeline(whole_pipeline(make, pp, m), 1.0, 2.0);
+        const PipelineSim b = simulate_pipeline(whole_pipeline(make, pp, m), 1.0, 1.25, 0.75);
+        EXPECT_DOUBLE_EQ(a.makespan, b.makespan);
+        EXPECT_EQ(a.start, b.start);
+        for (int s = 0; s < pp; ++s)
+          EXPECT_EQ(a.peak_live[size_t(s)], make == &schedule_1f1b ? std::min(pp - s, m) : m);
+      }
+}
+
+TEST(ScheduleChunks, BadSchedulesRejected) {
+  EXPECT_THROW(schedule_interleaved(4, 0, 6, 2), wiola::Error);  // m % pp != 0
+  EXPECT_THROW(schedule_interleaved(4, 0, 8, 0), wiola::Error);
+  EXPECT_THROW(schedule_zb_h1(2, 2, 4), wiola::Error);
+  const auto message = [](const std::vector<std::vector<Action>>& s) {
+    try {
+      simulate_pipeline(s, 1.0, 1.0, 1.0);
+    } catch (const wiola::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // A W before its B: stuck at the W.
+  EXPECT_NE(message({{{Op::Fwd, 0}, {Op::BwdWeight, 0}, {Op::BwdInput, 0}}}).find("stage 0 waits at W0"),
+            std::string::npos);
+  // Rank 0 runs chunk 1 (global chunk 2) before chunk 0: chunk 1 of rank 1
+  // never gets its input.
+  const std::vector<std::vector<Action>> early = {
+      {{Op::Fwd, 0, 1}, {Op::Fwd, 0, 0}, {Op::Bwd, 0, 1}, {Op::Bwd, 0, 0}},
+      {{Op::Fwd, 0, 0}, {Op::Fwd, 0, 1}, {Op::Bwd, 0, 1}, {Op::Bwd, 0, 0}}};
+  const std::string e = message(early);
+  EXPECT_NE(e.find("stage 0 waits at F0.1"), std::string::npos) << e;
+  EXPECT_NE(e.find("stage 1 waits at F0"), std::string::npos) << e;
+  // A forward twice, a backward both whole and split.
+  EXPECT_NE(message({{{Op::Fwd, 0}, {Op::Fwd, 0}, {Op::Bwd, 0}}}).find("twice"), std::string::npos);
+  EXPECT_NE(message({{{Op::Fwd, 0}, {Op::BwdInput, 0}, {Op::Bwd, 0}}}).find("twice"), std::string::npos);
+  // A W after a whole backward waits for a B that never comes.
+  EXPECT_NE(message({{{Op::Fwd, 0}, {Op::Bwd, 0}, {Op::BwdWeight, 0}}}).find("waits at W0"), std::string::npos);
+  // The weight-gradient share is part of the backward.
+  EXPECT_THROW(simulate_pipeline({schedule_zb_h1(1, 0, 2)}, StageCosts{{1.0}, {1.0}, 0.0, {2.0}}), wiola::Error);
 }

@@ -14,7 +14,9 @@
 #             shape, --gemm auto; bwd_v2: the second form of the tensor-core
 #             backward, --attention-bwd v2; on request rows: the row attention
 #             kernels, --attention rows; gemm_lt: cuBLASLt's heuristic, --gemm
-#             cublaslt):
+#             cublaslt; fa2_64x128, fa2_128x64, fa2_128x128: the fa2 forward
+#             at another tile shape, --attention fa2 --attention-tile ..., whose
+#             kernel alone kit_kernels.sh times by default):
 #             wiola_bench_<variant>.json;
 #             then the attention references, PyTorch's SDPA with
 #             FlashAttention-2's and cuDNN's kernels at the same shape
@@ -39,6 +41,7 @@ variant_flags() {  # the backend options that select a variant
     fa2_bwd) echo --attention-bwd fa2 ;;
     gemm_auto) echo --gemm auto ;;
     gemm_lt) echo --gemm cublaslt ;;
+    fa2_64x128 | fa2_128x64 | fa2_128x128) echo --attention fa2 --attention-tile "${1#fa2_}" ;;
     *) echo "kit_bench: unknown variant $1" >&2; return 1 ;;
   esac
 }

@@ -10,7 +10,8 @@
 #      then, with KIT_BASELINE="DIR ...", the same benchmark from older builds'
 #      wiola_gpu_bench in each DIR (carry them too) for ratios on the same card
 #   3. kernel variants (kit_bench.sh variants), then the kernels one at a
-#      time at the step's shapes (kit_kernels.sh)
+#      time at the step's shapes (kit_kernels.sh), and the attention kernels
+#      again at wiola-1.5b's (d_h 128: kernels_dh128.jsonl)
 #   4. memcheck on the op tests, the big preset, racecheck
 #   5. torch.compile, only with the time left (KIT_T_COMPILE, default 0)
 # If the tensor-core attention fails its tests, the later steps run with the
@@ -20,7 +21,8 @@
 # $OUT/session.log; tests/gpu/kit_table.py turns the results into the table
 # row for docs/gpu.md.
 # KIT_T_<STEP> (TESTS, TRAIN, MULTI, BENCH, BASELINE, VARIANTS, KERNELS,
-# MEMCHECK, BIG, RACECHECK, COMPILE): seconds for that step, 0 skips it.
+# KERNELS128, MEMCHECK, BIG, RACECHECK, COMPILE): seconds for that step, 0
+# skips it.
 # KIT_BIG_STEPS: timed steps of the big preset (20). KIT_FULL=1: fp32 in the
 # benchmark too. KIT_DEADLINE: seconds after which no step runs (step()).
 set -uo pipefail
@@ -66,6 +68,7 @@ for base in ${KIT_BASELINE:-}; do  # each an older build's wiola_gpu_bench(.gz) 
 done
 KIT_BENCH_PART=variants step variants "${KIT_T_VARIANTS:-100}" bash tests/gpu/kit_bench.sh --steps 4 --warmup 1
 step kernels "${KIT_T_KERNELS:-90}" bash tests/gpu/kit_kernels.sh
+KIT_KERNELS_NAME=kernels_dh128 step "kernels d_h 128" "${KIT_T_KERNELS128:-45}" bash tests/gpu/kit_kernels.sh --preset wiola-1.5b --only attention
 KIT_SAN_TOOLS=memcheck step memcheck "${KIT_T_MEMCHECK:-90}" bash tests/gpu/kit_sanitizer.sh
 step big "${KIT_T_BIG:-100}" bash tests/gpu/kit_big.sh
 KIT_SAN_TOOLS=racecheck step racecheck "${KIT_T_RACECHECK:-120}" bash tests/gpu/kit_sanitizer.sh

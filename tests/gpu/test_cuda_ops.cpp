@@ -488,7 +488,11 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
 // from position 133 over 200 keys, forward only: the tensor-core backward
 // takes q_pos0 = 0). The cases with a backward run again with
 // attention_bwd = fa2 (attention_fa2.cu's backward), twice, the two
-// runs bit-identical. Bounds those of AttentionTensorCoresBf16.
+// runs bit-identical. Every case runs the forward again at each other tile
+// shape (attention_tile 64x128, 128x64, 128x128), each against the CPU; 128
+// query rows a block give the bits of 64 at the same key tile (a warp's 16
+// rows see the same key tiles; the extra ones are wholly masked for them:
+// p = 0, alpha = 1). Bounds those of AttentionTensorCoresBf16.
 TEST(CudaOps, AttentionFa2Bf16) {
   REQUIRE_GPU();
   auto gpu = make_cuda_ops(CudaPrecision::BF16);
@@ -539,6 +543,13 @@ TEST(CudaOps, AttentionFa2Bf16) {
         };
         set_cuda_backend_options(*gpu, {.attention = "fa2"});
         const auto fa2 = run_gpu(!decoding);
+        // The forward at the other tile shapes: 64x128, 128x64, 128x128.
+        const char* const tile_names[] = {"64x128", "128x64", "128x128"};
+        std::vector<Vec> tiles[3];
+        for (int t = 0; t < 3; ++t) {
+          set_cuda_backend_options(*gpu, {.attention = "fa2", .attention_tile = tile_names[t]});
+          tiles[t] = run_gpu(false);
+        }
         // The fa2 backward (attention_bwd = fa2) on the same o and lse,
         // twice: the two runs must agree bit for bit.
         std::vector<Vec> fa2b, fa2b_again;
@@ -580,15 +591,18 @@ TEST(CudaOps, AttentionFa2Bf16) {
         std::string name = "dh=" + std::to_string(dh) + " T=" + std::to_string(s.Tq);
         if (decoding) name += " from " + std::to_string(s.q_pos0);
         if (with_atm) name += " ATM";
-        std::vector<std::pair<const char*, const std::vector<Vec>*>> runs{{"fa2", &fa2}, {"tc", &tc}};
-        if (!decoding) runs.emplace_back("fa2 bwd", &fa2b);
-        for (const auto& [kernel, got] : runs) {
+        // (name, outputs, forward only: o and lse)
+        std::vector<std::tuple<std::string, const std::vector<Vec>*, bool>> runs{{"fa2", &fa2, decoding},
+                                                                                {"tc", &tc, true}};
+        if (!decoding) runs.emplace_back("fa2 bwd", &fa2b, false);
+        for (int t = 0; t < 3; ++t) runs.emplace_back(std::string("fa2 ") + tile_names[t], &tiles[t], true);
+        for (const auto& [kernel, got, fwd_only] : runs) {
           ASSERT_LE(got->size(), ref.size());
-          ASSERT_EQ(got->size(), std::string(kernel) == "tc" ? size_t(2) : ref.size());
+          ASSERT_EQ(got->size(), fwd_only ? size_t(2) : ref.size());
           for (size_t t = 0; t < got->size(); ++t) {
             const double e = rel(ref[t], (*got)[t]);
-            std::printf("  attention bf16 %-20s %-7s %-7s max rel %.2e (tol %.0e)\n", name.c_str(), kernel, names[t],
-                        e, tols[t]);
+            std::printf("  attention bf16 %-20s %-11s %-7s max rel %.2e (tol %.0e)\n", name.c_str(), kernel.c_str(),
+                        names[t], e, tols[t]);
             EXPECT_LT(e, tols[t]) << name << " " << kernel << " " << names[t];
           }
         }
@@ -607,6 +621,20 @@ TEST(CudaOps, AttentionFa2Bf16) {
         // The fa2 kernel ran (a fallback to the tensor-core kernel would give
         // its outputs bit for bit: fa2 sums in another order, in base 2).
         EXPECT_NE(fa2[1], tc[1]) << name << ": attention = fa2 gave the tc kernel's lse";
+        for (int t = 0; t < 3; ++t)
+          EXPECT_NE(tiles[t][1], tc[1]) << name << " " << tile_names[t] << ": gave the tc kernel's lse";
+        // 128-key tiles ran: at T = 200 the running max moves between 64-key
+        // tiles that one 128-key tile takes at once (one rescale fewer: other
+        // bits). (At T = 67 the sums run in the same order: the same bits.)
+        if (shape.Tq == 200) {
+          EXPECT_NE(tiles[0][1], fa2[1]) << name << ": attention_tile = 64x128 gave 64x64's lse";
+        }
+        // 128 query rows a block: the bits of 64 at the same key tile (o, lse).
+        using Outs = const std::vector<Vec>*;
+        for (auto [t128, t64] : {std::pair<Outs, Outs>{&tiles[1], &fa2}, std::pair<Outs, Outs>{&tiles[2], &tiles[0]}})
+          for (size_t t = 0; t < 2; ++t)
+            EXPECT_EQ(0, std::memcmp((*t128)[t].data(), (*t64)[t].data(), (*t64)[t].size() * sizeof(float)))
+                << name << " " << names[t] << ": 128 query rows a block differ from 64";
       }
     }
 }
@@ -749,7 +777,8 @@ TEST(CudaModel, Bf16TrainingTracksFp32) {
 // bit for bit: AdamW with the weight copy and the gradient's zeroing against
 // adamw, convert and zero; the norms' GEMM operand copy against convert; the
 // blend and gate (forward and backward) against the four ops with their
-// intermediate stored in the activation type.
+// intermediate stored in the activation type; SRPE fused with the Q|K|V|gate
+// split and join against copy_block and srpe_apply.
 TEST(CudaOps, FusedOpsMatchUnfusedBitForBit) {
   REQUIRE_GPU();
   for (CudaPrecision prec : {CudaPrecision::FP32, CudaPrecision::BF16}) {
@@ -866,6 +895,51 @@ TEST(CudaOps, FusedOpsMatchUnfusedBitForBit) {
     double h[2];
     o.download(h, dphi.data(), sizeof h);
     EXPECT_EQ(h[1], h[0]);
+
+    // SRPE fused with the Q|K|V|gate split and with the join of the
+    // gradients, in the activation type, against copy_block and srpe_apply:
+    // 16 bytes a thread (dh 16 and 64) and element by element (dh 6: heads
+    // off 16-byte boundaries; every operand one element into its buffer).
+    for (const auto& [sB, sT, H, Hkv, dh, off] :
+         {std::tuple{2, 37, 3, 1, 16, 0}, std::tuple{1, 33, 4, 2, 64, 0}, std::tuple{2, 9, 3, 1, 6, 0},
+          std::tuple{1, 9, 2, 1, 16, 1}}) {
+      SCOPED_TRACE(testing::Message() << "dh " << dh << " offset " << off);
+      const int sN = sB * sT, hd = H * dh, kvd = Hkv * dh, width = 2 * hd + 2 * kvd;
+      const size_t sizes[4] = {size_t(sN) * hd, size_t(sN) * kvd, size_t(sN) * kvd, size_t(sN) * hd};
+      const size_t nw = size_t(sN) * width;
+      const size_t shift = size_t(off);  // a copy: older compilers capture no structured binding
+      auto at = [&](DType t, const Vec& v) { return make(t, v) + shift; };
+      const Ptr proj = at(act, randn(nw + size_t(off), 40)), tab = make(F, randn(size_t(sT) * dh, 41));
+      Ptr one[4], two[4], g[4];
+      std::vector<unsigned char> gb[4];
+      for (int i = 0; i < 4; ++i) {
+        one[i] = at(act, Vec(sizes[i] + size_t(off), 3.5f));
+        two[i] = at(act, Vec(sizes[i] + size_t(off), -2.5f));
+        g[i] = at(act, randn(sizes[i] + size_t(off), 42 + uint64_t(i)));
+        gb[i] = bytes(g[i], sizes[i]);
+      }
+      size_t col = 0;
+      for (int i = 0; i < 4; ++i) {
+        o.copy_block(one[i], int(sizes[i] / size_t(sN)), proj + col, width, sN, int(sizes[i] / size_t(sN)));
+        col += sizes[i] / size_t(sN);
+      }
+      o.srpe_apply(one[0], sB, sT, H, dh, tab, false);
+      o.srpe_apply(one[1], sB, sT, Hkv, dh, tab, false);
+      o.srpe_split_fwd(proj, sB, sT, H, Hkv, dh, tab, two[0], two[1], two[2], two[3]);
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(bytes(two[i], sizes[i]), bytes(one[i], sizes[i])) << "block " << i;
+      const Ptr dj1 = at(act, Vec(nw + size_t(off), 1.5f)), dj2 = at(act, Vec(nw + size_t(off), -0.5f));
+      o.srpe_split_bwd(g[0], g[1], g[2], g[3], sB, sT, H, Hkv, dh, tab, dj2);
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(bytes(g[i], sizes[i]), gb[i]) << "gradient " << i << " changed";
+      o.srpe_apply(g[0], sB, sT, H, dh, tab, true);
+      o.srpe_apply(g[1], sB, sT, Hkv, dh, tab, true);
+      EXPECT_NE(bytes(g[0], sizes[0]), gb[0]);  // the rotation did something
+      col = 0;
+      for (int i = 0; i < 4; ++i) {
+        o.copy_block(dj1 + col, width, g[i], int(sizes[i] / size_t(sN)), sN, int(sizes[i] / size_t(sN)));
+        col += sizes[i] / size_t(sN);
+      }
+      EXPECT_EQ(bytes(dj2, nw), bytes(dj1, nw));
+    }
   }
 }
 
@@ -1091,7 +1165,7 @@ TEST(CudaOps, VectorisedElementwiseMatchesScalar) {
 // kernels/cuda/gemm_tuner.cuh) -------------------------------------------------------
 
 // An old switch still set is refused with the key that replaced it; an
-// unknown option value is refused naming the key.
+// unknown option value is refused naming the key (and the values it takes).
 TEST(CudaOps, BackendOptionsRefuseOldVariables) {
   REQUIRE_GPU();
   setenv("WIOLA_CUDA_ATTENTION", "rows", 1);
@@ -1103,6 +1177,15 @@ TEST(CudaOps, BackendOptionsRefuseOldVariables) {
   }
   unsetenv("WIOLA_CUDA_ATTENTION");
   EXPECT_THROW(make_cuda_ops(CudaPrecision::BF16, 0, {.gemm = "fastest"}), Error);
+  try {
+    make_cuda_ops(CudaPrecision::BF16, 0, {.attention = "fa2", .attention_tile = "96x64"});
+    ADD_FAILURE() << "attention_tile = 96x64 was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.cuda_attention_tile (--attention-tile) must be 64x64, 64x128, "
+                                         "128x64 or 128x128 (got \"96x64\")"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // One GEMM of every kind the backend issues (transposes NT, NN, TN; bf16

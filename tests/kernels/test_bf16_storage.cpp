@@ -181,6 +181,55 @@ TEST(Bf16StorageOps, FusedOpsRoundAsTheUnfusedOps) {
   EXPECT_EQ(g2, std::vector<float>(n, 0.f));
 }
 
+// SRPE fused with the Q|K|V|gate split rounds q and k once, as srpe_apply
+// after copy_block does (the GPU's bits), and moves v and the gate
+// unchanged; its backward rounds the joined dq and dk once, as srpe_apply
+// (inverse) before copy_block does, and leaves dq and dk as they are. The
+// four parts lie back to back in one allocation, as in the layer's arena, so
+// their shadows overlap.
+TEST(Bf16StorageOps, SrpeSplitRoundsAsCopyThenRotate) {
+  auto bf = make_backend<float>("cpu-bf16");
+  const int B = 2, Tn = 5, H = 3, Hkv = 1, dh = 8, N = B * Tn, hd = H * dh, kvd = Hkv * dh;
+  const int width = 2 * hd + 2 * kvd, widths[4] = {hd, kvd, kvd, hd};
+  const size_t nw = size_t(N) * width, at[4] = {0, size_t(N) * hd, size_t(N) * (hd + kvd), size_t(N) * (hd + 2 * kvd)};
+  const auto tab = randn(size_t(Tn) * dh, 60);
+  Buffer<float> table(*bf, tab.size());
+  bf->upload(table.data(), tab.data(), tab.size() * sizeof(float));
+  Bf16Buf proj(*bf, nw), one(*bf, nw), two(*bf, nw);
+  proj.set(*bf, to_bits(randn(nw, 61)));
+  one.set(*bf, to_bits(std::vector<float>(nw, 2.f)));
+  two.set(*bf, to_bits(std::vector<float>(nw, -2.f)));
+  size_t col = 0;
+  for (int i = 0; i < 4; ++i) {
+    bf->copy_block(one.ptr() + at[i], widths[i], proj.ptr() + col, width, N, widths[i]);
+    col += size_t(widths[i]);
+  }
+  bf->srpe_apply(one.ptr() + at[0], B, Tn, H, dh, table.data(), false);
+  bf->srpe_apply(one.ptr() + at[1], B, Tn, Hkv, dh, table.data(), false);
+  bf->srpe_split_fwd(proj.ptr(), B, Tn, H, Hkv, dh, table.data(), two.ptr() + at[0], two.ptr() + at[1],
+                     two.ptr() + at[2], two.ptr() + at[3]);
+  EXPECT_EQ(two.get(*bf), one.get(*bf));
+
+  Bf16Buf grads(*bf, nw), rotated(*bf, nw), dproj1(*bf, nw), dproj2(*bf, nw);
+  const auto g = to_bits(randn(nw, 62));
+  grads.set(*bf, g);
+  rotated.set(*bf, g);
+  dproj1.set(*bf, to_bits(std::vector<float>(nw, 1.f)));
+  dproj2.set(*bf, to_bits(std::vector<float>(nw, -1.f)));
+  bf->srpe_split_bwd(grads.ptr() + at[0], grads.ptr() + at[1], grads.ptr() + at[2], grads.ptr() + at[3], B, Tn, H,
+                     Hkv, dh, table.data(), dproj2.ptr());
+  EXPECT_EQ(grads.get(*bf), g);
+  bf->srpe_apply(rotated.ptr() + at[0], B, Tn, H, dh, table.data(), true);
+  bf->srpe_apply(rotated.ptr() + at[1], B, Tn, Hkv, dh, table.data(), true);
+  col = 0;
+  for (int i = 0; i < 4; ++i) {
+    bf->copy_block(dproj1.ptr() + col, width, rotated.ptr() + at[i], widths[i], N, widths[i]);
+    col += size_t(widths[i]);
+  }
+  EXPECT_EQ(dproj2.get(*bf), dproj1.get(*bf));
+  EXPECT_NE(rotated.get(*bf), g);  // the rotation changed dq and dk
+}
+
 TEST(Bf16StorageOps, ForeignBf16PointerIsAnError) {
   auto bf = make_backend<float>("cpu-bf16");
   std::vector<uint16_t> host(8, 0);

@@ -7,6 +7,12 @@ straggler warnings and the timeout diagnostic's view of every rank.
                                                      in TensorBoard, read with
                                                      the tensorboard package
                                                      (exit 77: not installed)
+  monitor_test.py --wiola W --work DIR tensorboard_rewind
+                                                     a loss-spike rewind and a
+                                                     resume from an older
+                                                     checkpoint: TensorBoard
+                                                     shows metrics.jsonl's rows
+                                                     (each step once)
   monitor_test.py ... --mpiexec M straggler          WIOLA_SLOW_RANK=1: rank 1
                                                      named in the log and report
   monitor_test.py ... --mpiexec M stall              a rank that stops: the
@@ -30,7 +36,7 @@ ap.add_argument("--work", required=True)
 ap.add_argument("--text", help="plain text to take the sources from (setup)")
 ap.add_argument("--tokenizer", help="tokenizer.json (setup)")
 ap.add_argument("--mpiexec", default="mpiexec")
-ap.add_argument("mode", choices=["setup", "tensorboard", "straggler", "stall"])
+ap.add_argument("mode", choices=["setup", "tensorboard", "tensorboard_rewind", "straggler", "stall"])
 args = ap.parse_args()
 work = args.work
 COMMON = ["--set", "model.preset=wiola-tiny", "--set", "model.vocab_size=32000", "--set", "train.micro_batch=2",
@@ -66,6 +72,10 @@ TAGS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", 
         "val_loss": "val/loss"}
 
 
+def is_scalar(x):  # what train/tensorboard.cpp writes: numbers and null, not booleans, strings or lists
+    return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
+
+
 def expected_scalars(rec, sources):
     out = {}
     for k, v in rec.items():
@@ -76,8 +86,9 @@ def expected_scalars(rec, sources):
                 out["val/%d-%s/loss" % (i + 1, sources[i])] = x
         elif isinstance(v, dict):
             for sub, x in v.items():
-                out[("time_ms/" if k == "time_ms" else "metrics/%s/" % k) + sub] = x
-        else:
+                if is_scalar(x):
+                    out[("time_ms/" if k == "time_ms" else "metrics/%s/" % k) + sub] = x
+        elif is_scalar(v):
             out[TAGS.get(k, "metrics/" + k)] = v
     return out
 
@@ -126,29 +137,85 @@ def tensorboard():
     assert events[0].file_version == "brain.Event:2", events[0]
     assert events[1].session_log.status == event_pb2.SessionLog.START and events[1].step == 1, events[1]
     print("%d records, CRCs and file_version good" % len(events))
-    # Every scalar of metrics.jsonl, through TensorBoard's own reader.
-    ea = EventAccumulator(tbdir, size_guidance={"scalars": 0}, purge_orphaned_data=True)
-    ea.Reload()
-    tb = {tag: {e.step: e.value for e in ea.Scalars(tag)} for tag in ea.Tags()["scalars"]}
-    records = [json.loads(line) for line in open(os.path.join(rd, "metrics.jsonl"))]
-    want = {}
-    for rec in records:
-        for tag, v in expected_scalars(rec, ["sa", "sb"]).items():
-            want.setdefault(tag, {})[rec["step"]] = v
-    assert set(tb) == set(want), "tags differ: only in TensorBoard %s, only in metrics.jsonl %s" % (
-        sorted(set(tb) - set(want)), sorted(set(want) - set(tb)))
-    n = 0
-    for tag, steps in want.items():
-        assert set(tb[tag]) == set(steps), (tag, sorted(tb[tag]), sorted(steps))
-        for step, v in steps.items():
-            got, exp = tb[tag][step], f32(v)
-            assert got == exp or (math.isnan(got) and math.isnan(exp)), (tag, step, got, v)
-            n += 1
+    tb, n = same_as_metrics(rd, ["sa", "sb"])
     for tag in ("train/loss", "perf/mfu", "time_ms/compute", "memory/peak_mib", "atm/mu", "val/1-sa/loss",
                 "val/2-sb/loss"):
         assert tag in tb, tag
     assert sorted(tb["val/2-sb/loss"]) == [3, 6]
     print("OK: %d scalars under %d tags equal metrics.jsonl (float32)" % (n, len(tb)))
+
+
+def same_as_metrics(rd, sources):
+    """Every scalar of RUN_DIR's metrics.jsonl, through TensorBoard's own
+    reader (which drops orphaned events at a session START): each tag's
+    events, in order, are metrics.jsonl's rows, each step once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ea = EventAccumulator(os.path.join(rd, "tensorboard"), size_guidance={"scalars": 0}, purge_orphaned_data=True)
+    ea.Reload()
+    tb = {tag: [(e.step, e.value) for e in ea.Scalars(tag)] for tag in ea.Tags()["scalars"]}
+    records = [json.loads(line) for line in open(os.path.join(rd, "metrics.jsonl"))]
+    steps = [r["step"] for r in records]
+    assert steps == sorted(set(steps)), "metrics.jsonl: steps %s" % steps
+    want = {}
+    for rec in records:
+        for tag, v in expected_scalars(rec, sources).items():
+            want.setdefault(tag, []).append((rec["step"], v))
+    assert set(tb) == set(want), "tags differ: only in TensorBoard %s, only in metrics.jsonl %s" % (
+        sorted(set(tb) - set(want)), sorted(set(want) - set(tb)))
+    n = 0
+    for tag, rows in want.items():
+        assert [s for s, _ in tb[tag]] == [s for s, _ in rows], (tag, [s for s, _ in tb[tag]], [s for s, _ in rows])
+        for (step, got), (_, v) in zip(tb[tag], rows):
+            exp = f32(v)
+            assert got == exp or (math.isnan(got) and math.isnan(exp)), (tag, step, got, v)
+            n += 1
+    return {tag: dict(rows) for tag, rows in tb.items()}, n
+
+
+def tensorboard_rewind():
+    try:
+        import tensorboard.backend.event_processing.event_accumulator  # noqa: F401
+    except ImportError as e:
+        print("SKIP: the tensorboard Python package is not installed (%s); scripts/setup.sh installs it" % e)
+        sys.exit(77)
+    rd = os.path.join(work, "tb_rewind")
+    shutil.rmtree(rd, ignore_errors=True)
+    ck = os.path.join(rd, "ck")
+    spike = ["--set", "data.path=%s/sa" % work, "--set", "train.tensorboard=true", "--set", "train.run_dir=" + rd,
+             "--set", "checkpoint.dir=" + ck, "--set", "checkpoint.every=3", "--set", "checkpoint.keep=10",
+             "--set", "train.spike_sigma=3", "--set", "train.spike_window=3", "-q"]
+    # Step 5's loss looks 1000 times larger: rewind to checkpoint 3, skip
+    # steps 4..5. The first steps 4 and 5 (trained) were in the event file.
+    p = run([args.wiola, "train", *COMMON, *spike, "--set", "train.steps=8"],
+            env=dict(os.environ, WIOLA_INJECT_LOSS_SPIKE="5"))
+    assert "rewinding to" in p.stdout and "(step 3)" in p.stdout, p.stdout
+    rows = [json.loads(line) for line in open(os.path.join(rd, "metrics.jsonl"))]
+    assert [r.get("data_skipped", False) for r in rows] == [False] * 3 + [True] * 2 + [False] * 3, rows
+    tb, n = same_as_metrics(rd, [])
+    assert math.isnan(tb["train/loss"][4]) and math.isfinite(tb["train/loss"][6]), tb["train/loss"]
+    assert tb["metrics/rewind/detected_at"] == {4: 5.0}, tb["metrics/rewind/detected_at"]
+    print("OK after the rewind: %d scalars, each step once, equal metrics.jsonl" % n)
+    # Checkpoint 8 lost (say, damaged), and the run extended to 10 steps: it
+    # resumes from step 6 in a new event file; TensorBoard drops the first
+    # file's steps 7 and 8 there, as metrics.jsonl is cut back.
+    before = {s: v for s, v in tb["train/loss"].items()}
+    shutil.rmtree(os.path.join(ck, "step-00000008"))
+    with open(os.path.join(ck, "latest"), "w") as f:
+        f.write("step-00000006\n")
+    time.sleep(1.1)  # event files are named by the second they were made in
+    p = run([args.wiola, "train", *COMMON, *spike, "--set", "train.steps=10"])
+    assert "resuming from" in p.stdout and "step-00000006" in p.stdout, p.stdout
+    files = sorted(f for f in os.listdir(os.path.join(rd, "tensorboard")) if f.startswith("events.out.tfevents."))
+    assert len(files) == 2, files
+    tb, n = same_as_metrics(rd, [])
+    assert sorted(tb["train/loss"]) == list(range(1, 11)), sorted(tb["train/loss"])
+    for s in range(1, 7):  # the first file's steps up to the checkpoint stay
+        a, b = before[s], tb["train/loss"][s]
+        assert a == b or (math.isnan(a) and math.isnan(b)), (s, a, b)
+    # 10 steps instead of 8 change the LR schedule from step 7's update on,
+    # so step 8's loss differs: the one shown is the second file's.
+    assert tb["train/loss"][8] != before[8], (tb["train/loss"], before)
+    print("OK after a resume from step 6: %d scalars, each step once, equal metrics.jsonl" % n)
 
 
 def mpirun(np_, extra, env_add, check=True):
@@ -192,4 +259,5 @@ def stall():
     print("OK: the timeout shows both ranks' last phase and wait")
 
 
-{"setup": setup, "tensorboard": tensorboard, "straggler": straggler, "stall": stall}[args.mode]()
+{"setup": setup, "tensorboard": tensorboard, "tensorboard_rewind": tensorboard_rewind, "straggler": straggler,
+ "stall": stall}[args.mode]()

@@ -121,13 +121,16 @@ TEST(Pipeline, PerStageCostsAndLinkDelay) {
 // The stage balancer against the bubble split (issue 37), 64 H100s timed by
 // the committed H100 profile, tp1 pp8 dp8, 1 x 32 micro-batches. The
 // balancer weighs layers and the head by FLOPs; the profile times them.
-Prediction pp8_on_h100s(const std::string& model, const std::string& balance) {
+Prediction pp8_on_h100s(const std::string& model, const std::string& balance, const std::string& schedule = "1f1b",
+                        int v = 1) {
   const ModelConfig c = model_preset(model);
   const Cluster cl = Cluster::gpu("h100", 64);
   const auto cm = gpu_compute_model(cl, GpuComputeChoice{});
   Layout l;
   l.pp = 8; l.dp = 8; l.micro_batches = 32;
   l.stage_balance = balance;
+  l.schedule = schedule;
+  l.virtual_stages = v;
   return predict(wiola_workload(c, l, Precision{DType::BF16, DType::F32, DType::BF16, true}), cl, *cm);
 }
 
@@ -152,6 +155,91 @@ TEST(Planner, BubbleSplitAndTheStageBalancer) {
   const Prediction small = pp8_on_h100s("wiola-360m", "compute"), small_even = pp8_on_h100s("wiola-360m", "layers");
   EXPECT_GT(small.bubble_imbalance, small_even.bubble_imbalance + 0.03);
   EXPECT_GT(small.step_s, small_even.step_s);
+}
+
+// The backward's split (issue 37): W is one pass of the weight GEMMs, B the
+// rest (input-gradient GEMMs, attention, context attention), so per stage
+// 0 < W ≤ B and W ≤ the forward; over the stages W adds up to
+// model/flops.h's weight-gradient count.
+TEST(CostModel, BackwardSplitsIntoInputAndWeightGradients) {
+  const ModelConfig c = tiny();
+  for (bool rc : {false, true}) {
+    Layout l;
+    l.pp = 3; l.tp = 2; l.micro_batch = 2; l.recompute = rc;
+    double w = 0;
+    for (int s = 0; s < l.pp; ++s) {
+      const StageFlops f = stage_flops_split(c, l, s);
+      EXPECT_GT(f.bwd_weight, 0.0);
+      EXPECT_LE(f.bwd_weight, f.bwd - f.bwd_weight);
+      EXPECT_LE(f.bwd_weight, f.fwd);
+      const StageKinds k = stage_kinds(c, l, s);
+      EXPECT_EQ(k.gemm_bwd_weight, f.bwd_weight);
+      EXPECT_LE(k.gemm_bwd_weight, k.gemm_bwd);
+      w += f.bwd_weight;
+    }
+    double want = head_weight_grad_flops(c, 2);
+    for (int i = 0; i < c.L; ++i) want += layer_weight_grad_flops(c, 2, i);
+    EXPECT_NEAR(w * l.tp, want, 1e-9 * want);
+  }
+  // Without attention (the weights only), W is exactly a third of the step.
+  ModelConfig big = model_preset("wiola-1.5b");
+  EXPECT_NEAR(layer_weight_grad_flops(big, 1, 0) * 3,
+              layer_step_flops(big, 1, 0) - attention_step_flops(big, 1) / big.L -
+                  3.0 * big.T * big.H * 4.0 * big.dh() * big.n_ctx(0),
+              1e-9 * layer_step_flops(big, 1, 0));
+  EXPECT_DOUBLE_EQ(head_weight_grad_flops(big, 2) * 3, head_step_flops(big, 2));
+}
+
+// The schedules past 1F1B on the planner's H100 model (tp1 pp8 dp8, 1 x 32).
+TEST(Planner, InterleavedAndZeroBubbleSchedules) {
+  for (const char* model : {"wiola-1.5b", "wiola-360m"}) {
+    SCOPED_TRACE(model);
+    const Prediction one = pp8_on_h100s(model, "compute");
+    const Prediction zb = pp8_on_h100s(model, "compute", "zb-h1");
+    const Prediction il = pp8_on_h100s(model, "compute", "interleaved", 2);
+    // ZB-H1: less fill/drain and a shorter step, live activations at 1F1B's
+    // peak (8 micro-batches) on every rank.
+    EXPECT_LT(zb.bubble_fill_drain, one.bubble_fill_drain - 0.02);
+    EXPECT_LT(zb.step_s, one.step_s);
+    EXPECT_EQ(one.peak_live, (std::vector<double>{8, 7, 6, 5, 4, 3, 2, 1}));
+    EXPECT_EQ(zb.peak_live, std::vector<double>(8, 8.0));
+    for (size_t g = 0; g < zb.stage_bwd_s.size(); ++g) {
+      EXPECT_GT(zb.stage_bwd_weight_s[g], 0.0);
+      EXPECT_LT(zb.stage_bwd_weight_s[g], zb.stage_bwd_s[g] / 2);  // W ≤ B
+    }
+    // Interleaved, 2 chunks per rank: the formula's fill/drain (plus the
+    // transfers: 2 x as many), one chunk cost per global chunk, twice the
+    // pipeline traffic's messages.
+    EXPECT_DOUBLE_EQ(il.bubble_analytic, dist::bubble_fraction_interleaved(8, 32, 2));
+    EXPECT_GE(il.bubble_fill_drain, il.bubble_analytic);
+    EXPECT_LT(il.bubble_fill_drain, il.bubble_analytic + 0.03);
+    EXPECT_LT(il.bubble_fill_drain, one.bubble_fill_drain - 0.05);
+    EXPECT_LT(il.step_s, one.step_s);
+    EXPECT_EQ(il.stage_fwd_s.size(), 16u);
+    EXPECT_GT(il.traffic.pp, 1.5 * one.traffic.pp);
+    EXPECT_GT(il.pp_s, 1.9 * one.pp_s);
+    EXPECT_EQ(il.peak_live.front(), 11.5);  // (v−1)p + 2(p−1) + 1 = 23 chunks of 1/2
+    EXPECT_EQ(il.peak_live.back(), 4.5);
+  }
+  // Not legal: m not a multiple of pp, more chunks than layers, unknown names.
+  const ModelConfig c = tiny();
+  Layout l;
+  l.pp = 2; l.micro_batches = 3;
+  l.schedule = "interleaved";
+  l.virtual_stages = 2;
+  EXPECT_THROW(stage_schedule(l, 0), Error);
+  l.micro_batches = 4;
+  l.virtual_stages = 4;
+  EXPECT_THROW(wiola_workload(c, l, Precision{DType::F32, DType::F32, DType::F32, false}), Error);
+  l.schedule = "zb-v";
+  EXPECT_THROW(stage_schedule(l, 0), Error);
+  l.schedule = "zb-h1";
+  EXPECT_EQ(stage_slots(l, 1), 2);  // W's deferred: 1F1B's peak on every stage
+  EXPECT_NE(l.name().find(", zb-h1"), std::string::npos);
+  l.schedule = "interleaved";
+  l.virtual_stages = 3;
+  EXPECT_NE(l.name().find(", interleaved v3"), std::string::npos);
+  EXPECT_EQ(wiola_workload(c, l, Precision{DType::F32, DType::F32, DType::F32, false}).chunks.size(), 6u);
 }
 
 TEST(Hardware, TableLookups) {

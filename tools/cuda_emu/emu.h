@@ -192,6 +192,10 @@ inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+// Round-to-nearest arithmetic that nvcc never contracts into an FMA.
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
 
 // Device min/max take mixed integer types; the result is their common type.
 template <class A, class B>
