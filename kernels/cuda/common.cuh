@@ -65,6 +65,31 @@ inline int grid_for(size_t n, int threads = kThreads) {
   return int(std::min<size_t>(std::max<size_t>(b, 1), 65535u * 8u));
 }
 
+// A grid-stride loop over i < n.
+#define GRID_LOOP(i, n) \
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += size_t(gridDim.x) * blockDim.x)
+
+// Reductions (sum, sum_squares, blend_bwd's dL/dphi): a fixed grid of at
+// most kRedBlocks blocks, whose partial sums one block then adds in order.
+constexpr int kRedBlocks = 512;
+inline int red_blocks(size_t n) { return std::min(kRedBlocks, grid_for(n)); }
+
+// The logistic function in fp32 (SwiGLU, the stream fusion, the output gate).
+__device__ __forceinline__ float sigm(float x) {
+  const float e = __expf(-fabsf(x));
+  return x >= 0.f ? 1.f / (1.f + e) : e / (1.f + e);
+}
+
+// The launcher of a one-storage-type per-element map: dispatches on op's
+// dtype; `launch` names `grid`: map_grid's blocks for storage E.
+#define WIOLA_UNARY_A(NAME, op, launch)                     \
+  dispatch(op.dtype(), NAME, [&](auto e) {                  \
+    using E = decltype(e);                                  \
+    const int grid = map_grid<E>(n);                        \
+    launch;                                                 \
+  });                                                       \
+  after_launch(NAME)
+
 // ---- Flat per-element maps at 16 bytes per access ------------------------------
 // A memory-bound elementwise kernel that moves one 2- or 4-byte scalar per
 // thread per access reaches a fraction of the GPU's bandwidth; 16-byte

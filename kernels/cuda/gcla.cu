@@ -1,142 +1,17 @@
-// GCLA and ATM pieces on the GPU: SRPE rotation from the host-computed table
-// (alone, or fused with the split of the fused Q|K|V|gate projection output
-// and with the join of its gradient),
-// prefix-mean summaries (chunked scans over positions per column, in double),
-// the context sub-attention (one warp per token and KV group, so the heads of
-// a group sum their key/value gradients in a fixed order), and ATM's
-// similarity, plan (kernels/atm_plan.h, one thread per sequence) and merged
-// rows.
-#include <cstdint>
-#include <type_traits>
-
-#include "kernels/atm_plan.h"
+// GCLA pieces on the GPU: prefix-mean summaries (chunked scans over positions
+// per column, in double), the context sub-attention (one warp per token and
+// KV group, so the heads of a group sum their key/value gradients in a fixed
+// order), the blend of the self and context outputs and the output gate, and
+// the blend fused with the gate. The blend and gate are flat per-element
+// maps through vec_map (common.cuh) but for blend_bwd, whose per-thread
+// partial sums fix the order of its dL/dphi sum.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.cuh"
+#include "kernels/scalar.h"
 #include "util/error.h"
 
 namespace wiola::cuda {
 namespace {
-
-// One SRPE pair (x[j], x[j + dh/2]) = (a, b) by the table's (c, s), or by
-// its transpose. Each product and sum rounded on its own (no FMA
-// contraction), so k_srpe and the fused split kernels give the same bits
-// whatever nvcc would contract in each, and the CPU's fp32 ones.
-__device__ __forceinline__ void srpe_pair(float a, float b, float c, float s, bool inverse, float& lo, float& hi) {
-  if (!inverse) {
-    lo = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    hi = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
-  } else {
-    lo = __fadd_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    hi = __fsub_rn(__fmul_rn(b, c), __fmul_rn(a, s));
-  }
-}
-
-template <class E>
-__global__ void k_srpe(E* x, int B, int Tn, int nh, int dh, const float* table, bool inverse) {
-  const int half = dh / 2;
-  const size_t n = size_t(B) * Tn * nh * half;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const int j = int(i % half);
-    const size_t rh = i / half;         // (b, t, h)
-    const int t = int((rh / nh) % Tn);
-    E* v = x + rh * dh;
-    const float c = table[(size_t(t) * half + j) * 2], s = table[(size_t(t) * half + j) * 2 + 1];
-    float lo, hi;
-    srpe_pair(ld(v + j), ld(v + j + half), c, s, inverse, lo, hi);
-    st(v + j, lo);
-    st(v + j + half, hi);
-  }
-}
-
-// K consecutive elements of storage E: K == 1 one by one, else as 16-byte
-// pieces (the address a multiple of 16 bytes).
-template <class E, int K>
-__device__ __forceinline__ void load_k(const E* p, float (&v)[K]) {
-  if constexpr (K == 1) {
-    v[0] = ld(p);
-  } else {
-    map_detail::Pack<E, K> b;
-    const uint4* src = reinterpret_cast<const uint4*>(p);
-#pragma unroll
-    for (int k = 0; k < K; ++k) v[k] = 0.f;
-    if (!map_detail::vector_access_ok(src)) return;
-#pragma unroll
-    for (int c = 0; c < int(sizeof b.u / 16); ++c) b.u[c] = src[c];
-#pragma unroll
-    for (int k = 0; k < K; ++k) v[k] = ld(&b.e[k]);
-  }
-}
-template <class E, int K>
-__device__ __forceinline__ void store_k(E* p, const float (&v)[K]) {
-  if constexpr (K == 1) {
-    st(p, v[0]);
-  } else {
-    map_detail::Pack<E, K> b;
-#pragma unroll
-    for (int k = 0; k < K; ++k) st(&b.e[k], v[k]);
-    uint4* dst = reinterpret_cast<uint4*>(p);
-    if (!map_detail::vector_access_ok(dst)) return;
-#pragma unroll
-    for (int c = 0; c < int(sizeof b.u / 16); ++c) dst[c] = b.u[c];
-  }
-}
-// The bytes of K elements, unchanged (copy_block's bits, NaN payloads too).
-template <class E, int K>
-__device__ __forceinline__ void copy_k(const E* src, E* dst) {
-  if constexpr (K == 1) {
-    *dst = *src;
-  } else {
-    const uint4* s = reinterpret_cast<const uint4*>(src);
-    uint4* d = reinterpret_cast<uint4*>(dst);
-    if (!map_detail::vector_access_ok(s) || !map_detail::vector_access_ok(d)) return;
-#pragma unroll
-    for (int c = 0; c < int(K * sizeof(E) / 16); ++c) d[c] = s[c];
-  }
-}
-
-// SRPE fused with the split of the fused Q|K|V|gate projection output
-// (kJoin false: fused -> q, k rotated, v, gate copied) or with the join of
-// their gradients (kJoin true: dq, dk rotated back, dv, dgate -> fused). The
-// fused rows hold 2 (H + Hkv) heads of dh columns, q's H, k's Hkv, v's Hkv,
-// the gate's H. A thread moves K consecutive pairs (j, j + dh/2) of one
-// head: K = 16 bytes of E where every head starts on a 16-byte boundary
-// (one 16-byte load and store per half), else 1; the pairs go through
-// srpe_pair as in k_srpe, element by element (the same bits).
-template <class E, int K, bool kJoin>
-__global__ void k_srpe_split(E* fused, int B, int Tn, int H, int Hkv, int dh, const float* table, E* q, E* k, E* v,
-                             E* g) {
-  const int half = dh / 2, per_head = half / K, nheads = 2 * (H + Hkv);
-  const size_t width = size_t(nheads) * dh;
-  const size_t n = size_t(B) * Tn * nheads * per_head;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const int j = int(i % per_head) * K;
-    const size_t rh = i / per_head;  // (row, head of the fused row)
-    const int hh = int(rh % nheads);
-    const size_t r = rh / nheads;
-    E* part;
-    if (hh < H) part = q + (r * H + hh) * dh;
-    else if (hh < H + Hkv) part = k + (r * Hkv + (hh - H)) * dh;
-    else if (hh < H + 2 * Hkv) part = v + (r * Hkv + (hh - H - Hkv)) * dh;
-    else part = g + (r * H + (hh - H - 2 * Hkv)) * dh;
-    part += j;
-    E* whole = fused + r * width + size_t(hh) * dh + j;
-    const E* src = kJoin ? part : whole;
-    E* dst = kJoin ? whole : part;
-    if (hh >= H + Hkv) {  // v and the gate: copied
-      copy_k<E, K>(src, dst);
-      copy_k<E, K>(src + half, dst + half);
-      continue;
-    }
-    float a[K], b[K], lo[K], hi[K];
-    load_k<E, K>(src, a);
-    load_k<E, K>(src + half, b);
-    const float* tab = table + (size_t(r % size_t(Tn)) * half + j) * 2;
-#pragma unroll
-    for (int e = 0; e < K; ++e) srpe_pair(a[e], b[e], tab[2 * e], tab[2 * e + 1], kJoin, lo[e], hi[e]);
-    store_k<E, K>(dst, lo);
-    store_k<E, K>(dst + half, hi);
-  }
-}
 
 // Prefix-mean scans over positions, per (sequence, column), in double. A block
 // takes 32 columns and splits the positions into 32 chunks (one thread each):
@@ -299,123 +174,90 @@ __global__ void k_ctx_bwd(const A* q, const A* kc, const A* vc, const float* pro
     }
 }
 
-// One block per neighbour pair (b, t), t < Tn-1; sums in double.
+// One element of the output gate and of the blend, forward and backward:
+// the unfused kernels and the fused blend + gate share them (the same bits).
+__device__ __forceinline__ float gate_fwd(float p, float x) { return sigm(p) * x; }
+__device__ __forceinline__ void gate_bwd(float p, float x, float d, float& dp, float& dx) {
+  const float s = sigm(p);
+  dp = d * x * s * (1.f - s);
+  dx = d * s;
+}
+__device__ __forceinline__ float blend_beta(const float* phi) { return float(ref::sigmoid(double(phi[0]))); }
+__device__ __forceinline__ float blend(float beta, float s, float c) { return (1.f - beta) * s + beta * c; }
+// d_self, d_ctx of element i from its dout d; returns its term of the dL/dφ sum.
 template <class E>
-__global__ void k_atm_sim(const E* x, int Tn, int d, double* rho) {
-  const int b = blockIdx.y, t = blockIdx.x;
-  const E* a = x + (size_t(b) * Tn + t) * d;
-  const E* c = a + d;
-  double s = 0, na = 0, nb = 0;
-  for (int j = threadIdx.x; j < d; j += blockDim.x) {
-    const double u = ld(a + j), v = ld(c + j);
-    s += u * v;
-    na += u * u;
-    nb += v * v;
+__device__ __forceinline__ double blend_bwd_at(float beta, float d, const E* os, const E* oc, size_t i, E* ds,
+                                               E* dc) {
+  st(ds + i, (1.f - beta) * d);
+  st(dc + i, beta * d);
+  return double(d) * (double(ld(oc + i)) - double(ld(os + i)));
+}
+
+template <class E>
+__global__ void k_gate_fwd(const E* pre, const E* x, size_t n, E* out) {
+  vec_map(n, [](float p, float x, float& o) { o = gate_fwd(p, x); }, MapIn{pre}, MapIn{x}, MapOut{out});
+}
+template <class E>
+__global__ void k_gate_bwd(const E* pre, const E* x, const E* dout, size_t n, E* dpre, E* dx) {
+  vec_map(
+      n, [](float p, float x, float d, float& dp, float& dx) { gate_bwd(p, x, d, dp, dx); }, MapIn{pre}, MapIn{x},
+      MapIn{dout}, MapOut{dpre}, MapOut{dx});
+}
+template <class E>
+__global__ void k_blend_fwd(const E* os, const E* oc, const float* phi, size_t n, E* out) {
+  const float beta = blend_beta(phi);
+  vec_map(n, [beta](float s, float c, float& o) { o = blend(beta, s, c); }, MapIn{os}, MapIn{oc}, MapOut{out});
+}
+// d_self, d_ctx, and per-block partial sums of dout (o_ctx - o_self).
+template <class E>
+__global__ void k_blend_bwd(const E* os, const E* oc, const float* phi, const E* dout, size_t n, E* ds,
+                            E* dc, double* part) {
+  const float beta = blend_beta(phi);
+  double s = 0;
+  GRID_LOOP(i, n) s += blend_bwd_at(beta, ld(dout + i), os, oc, i, ds, dc);
+  s = block_sum(s);
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+// The blend, then the gate on o as stored (its one rounding), in one pass.
+template <class E>
+__global__ void k_blend_gate_fwd(const E* os, const E* oc, const float* phi, const E* pre, size_t n, E* o,
+                                 E* og) {
+  const float beta = blend_beta(phi);
+  vec_map(
+      n,
+      [beta](float s, float c, float p, float& o, float& og) {
+        o = blend(beta, s, c);
+        og = gate_fwd(p, as_stored<E>(o));
+      },
+      MapIn{os}, MapIn{oc}, MapIn{pre}, MapOut{o}, MapOut{og});
+}
+// The gate's backward, then the blend's on dL/do as d_o would store it, in
+// k_blend_bwd's order (its grid and loop: the same partial sums of dL/dφ).
+template <class E>
+__global__ void k_blend_gate_bwd(const E* os, const E* oc, const float* phi, const E* pre, const E* o,
+                                 const E* dog, size_t n, E* dpre, E* ds, E* dc, double* part) {
+  const float beta = blend_beta(phi);
+  double s = 0;
+  GRID_LOOP(i, n) {
+    float dp, d_o;
+    gate_bwd(ld(pre + i), ld(o + i), ld(dog + i), dp, d_o);
+    st(dpre + i, dp);
+    s += blend_bwd_at(beta, as_stored<E>(d_o), os, oc, i, ds, dc);
   }
   s = block_sum(s);
-  na = block_sum(na);
-  nb = block_sum(nb);
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+__global__ void k_blend_finish(const double* part, int nb, const float* phi, double* dphi) {
+  double s = 0;
+  for (int i = threadIdx.x; i < nb; i += blockDim.x) s += part[i];
+  s = block_sum(s);
   if (threadIdx.x == 0) {
-    const double n0 = sqrt(na), n1 = sqrt(nb);
-    rho[size_t(b) * (Tn - 1) + t] = (n0 > 0 && n1 > 0) ? s / (n0 * n1) : 0.0;
-  }
-}
-__global__ void k_atm_plan(const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first,
-                           int32_t* key_end, int32_t* n_groups) {
-  const int b = blockIdx.x * blockDim.x + threadIdx.x;
-  if (b >= B) return;
-  uint8_t* ob = open + size_t(b) * Tn;
-  atm_greedy_row(rho + size_t(b) * (Tn - 1), Tn, tau, ob);
-  n_groups[b] = atm_layout_row(ob, Tn, group_first + size_t(b) * Tn, key_end + size_t(b) * Tn);
-}
-template <class E>
-__global__ void k_atm_merge(const E* x, int B, int Tn, int w, const int32_t* gf, const int32_t* ke,
-                            const int32_t* ng, E* out) {
-  const size_t n = size_t(B) * Tn * w;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const size_t r = i / w;
-    const int c = int(i % w), b = int(r / Tn), j = int(r % Tn);
-    if (j >= ng[b]) {
-      st(out + i, 0.f);
-      continue;
-    }
-    const int f = gf[r], e = ke[r];
-    float s = 0.f;
-    for (int t = f; t <= e; ++t) s += ld(x + (size_t(b) * Tn + t) * w + c);
-    st(out + i, s / float(e - f + 1));
-  }
-}
-template <class E>
-__global__ void k_atm_merge_bwd(const E* dout, int B, int Tn, int w, const int32_t* gf, const int32_t* ke,
-                                const int32_t* ng, E* dx) {
-  const size_t n = size_t(B) * Tn * w;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const size_t r = i / w;
-    const int c = int(i % w), b = int(r / Tn), j = int(r % Tn);
-    if (j >= ng[b]) continue;
-    const int f = gf[r], e = ke[r];
-    const float v = ld(dout + i) / float(e - f + 1);
-    for (int t = f; t <= e; ++t) {  // each member row belongs to exactly one group
-      E* p = dx + (size_t(b) * Tn + t) * w + c;
-      st(p, ld(p) + v);
-    }
+    const double b = ref::sigmoid(double(phi[0]));
+    dphi[0] = s * b * (1.0 - b);
   }
 }
 
 }  // namespace
-
-void srpe_apply(Ctx c, Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool inverse) {
-  dispatch(x.dtype(), "srpe_apply", [&](auto e) {
-    using E = decltype(e);
-    k_srpe<E><<<grid_for(size_t(B) * Tn * nh * (dh / 2)), kThreads, 0, c.s>>>(dev<E>(x), B, Tn, nh, dh,
-                                                                             dev<float>(table), inverse);
-  });
-  after_launch("srpe_apply");
-}
-
-namespace {
-// k_srpe_split over B Tn rows, 16 bytes a thread where every pointer and
-// head start allows it.
-template <bool kJoin>
-void srpe_split(Ctx c, const char* op, DType t, void* fused, int B, int Tn, int H, int Hkv, int dh, CPtr table,
-                void* q, void* k, void* v, void* g) {
-  dispatch(t, op, [&](auto e) {
-    using E = decltype(e);
-    constexpr int W = int(16 / sizeof(E));
-    auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    const bool vec = (dh / 2) % W == 0 && a16(fused) && a16(q) && a16(k) && a16(v) && a16(g);
-    const size_t pairs = size_t(B) * Tn * size_t(2 * (H + Hkv)) * size_t(dh / 2);
-    auto launch = [&](auto kk) {
-      constexpr int K = decltype(kk)::value;
-      k_srpe_split<E, K, kJoin><<<grid_for(pairs / K), kThreads, 0, c.s>>>(
-          static_cast<E*>(fused), B, Tn, H, Hkv, dh, dev<float>(table), static_cast<E*>(q), static_cast<E*>(k),
-          static_cast<E*>(v), static_cast<E*>(g));
-    };
-    if (vec) launch(std::integral_constant<int, W>{});
-    else launch(std::integral_constant<int, 1>{});
-  });
-  after_launch(op);
-}
-}  // namespace
-
-void srpe_split_fwd(Ctx c, CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPtr table, Ptr q, Ptr k, Ptr v,
-                    Ptr gate) {
-  const DType t = proj.dtype();
-  WIOLA_CHECK(q.dtype() == t && k.dtype() == t && v.dtype() == t && gate.dtype() == t,
-              "cuda srpe_split_fwd: q, k, v, gate not all ", dtype_name(t));
-  srpe_split<false>(c, "srpe_split_fwd", t, const_cast<void*>(proj.raw()), B, Tn, H, Hkv, dh, table, q.raw(),
-                    k.raw(), v.raw(), gate.raw());
-}
-void srpe_split_bwd(Ctx c, CPtr dq, CPtr dk, CPtr dv, CPtr dgate, int B, int Tn, int H, int Hkv, int dh, CPtr table,
-                    Ptr dproj) {
-  const DType t = dproj.dtype();
-  WIOLA_CHECK(dq.dtype() == t && dk.dtype() == t && dv.dtype() == t && dgate.dtype() == t,
-              "cuda srpe_split_bwd: dq, dk, dv, dgate not all ", dtype_name(t));
-  // The kernel only reads the parts here (kJoin): their pointers lose const
-  // to share one kernel with the forward, which writes them.
-  srpe_split<true>(c, "srpe_split_bwd", t, dproj.raw(), B, Tn, H, Hkv, dh, table, const_cast<void*>(dq.raw()),
-                   const_cast<void*>(dk.raw()), const_cast<void*>(dv.raw()), const_cast<void*>(dgate.raw()));
-}
 
 void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op) {
   prefix_mean_carry_fwd(c, x, B, Tn, d, 0, nullptr, out, out_op);
@@ -467,36 +309,44 @@ void ctx_attention_bwd(Ctx c, CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, i
   after_launch("ctx_attention_bwd");
 }
 
-void atm_similarity(Ctx c, CPtr x, int B, int Tn, int d, double* rho) {
-  if (Tn < 2 || B <= 0) return;
-  dispatch(x.dtype(), "atm_similarity", [&](auto e) {
-    using E = decltype(e);
-    k_atm_sim<E><<<dim3(Tn - 1, B), kThreads, 0, c.s>>>(dev<E>(x), Tn, d, rho);
-  });
-  after_launch("atm_similarity");
+void sigmoid_gate_fwd(Ctx c, CPtr pre, CPtr x, size_t n, Ptr out) {
+  WIOLA_UNARY_A("sigmoid_gate_fwd", out, (k_gate_fwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(pre), dev<E>(x), n, dev<E>(out))));
 }
-void atm_plan(Ctx c, const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first,
-              int32_t* key_end, int32_t* n_groups) {
-  k_atm_plan<<<(B + 63) / 64, 64, 0, c.s>>>(rho, B, Tn, tau, open, group_first, key_end, n_groups);
-  after_launch("atm_plan");
+void sigmoid_gate_bwd(Ctx c, CPtr pre, CPtr x, CPtr dout, size_t n, Ptr dpre, Ptr dx) {
+  WIOLA_UNARY_A("sigmoid_gate_bwd", dx, (k_gate_bwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(pre), dev<E>(x), dev<E>(dout), n, dev<E>(dpre), dev<E>(dx))));
 }
-void atm_merge_rows(Ctx c, CPtr x, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end,
-                    const int32_t* n_groups, Ptr out) {
-  dispatch(x.dtype(), "atm_merge_rows", [&](auto e) {
-    using E = decltype(e);
-    k_atm_merge<E><<<grid_for(size_t(B) * Tn * w), kThreads, 0, c.s>>>(dev<E>(x), B, Tn, w, group_first, key_end,
-                                                                      n_groups, dev<E>(out));
-  });
-  after_launch("atm_merge_rows");
+void blend_fwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr out) {
+  WIOLA_UNARY_A("blend_fwd", out, (k_blend_fwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(o_self), dev<E>(o_ctx), dev<float>(phi), n, dev<E>(out))));
 }
-void atm_merge_rows_bwd(Ctx c, CPtr dout, int B, int Tn, int w, const int32_t* group_first,
-                        const int32_t* key_end, const int32_t* n_groups, Ptr dx) {
-  dispatch(dx.dtype(), "atm_merge_rows_bwd", [&](auto e) {
+void blend_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout, size_t n, Ptr d_self, Ptr d_ctx,
+               double* dphi) {
+  DeviceTemp part(c.mem, kRedBlocks * sizeof(double), "blend_bwd");
+  const int nb = red_blocks(n);
+  dispatch(dout.dtype(), "blend_bwd", [&](auto e) {
     using E = decltype(e);
-    k_atm_merge_bwd<E><<<grid_for(size_t(B) * Tn * w), kThreads, 0, c.s>>>(dev<E>(dout), B, Tn, w, group_first,
-                                                                          key_end, n_groups, dev<E>(dx));
+    k_blend_bwd<E><<<nb, kThreads, 0, c.s>>>(dev<E>(o_self), dev<E>(o_ctx), dev<float>(phi), dev<E>(dout), n,
+                                             dev<E>(d_self), dev<E>(d_ctx), part.as<double>());
   });
-  after_launch("atm_merge_rows_bwd");
+  k_blend_finish<<<1, kThreads, 0, c.s>>>(part.as<double>(), nb, dev<float>(phi), dphi);
+  after_launch("blend_bwd");
+}
+void blend_gate_fwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, size_t n, Ptr o, Ptr og) {
+  WIOLA_UNARY_A("blend_gate_fwd", og,
+                (k_blend_gate_fwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(o_self), dev<E>(o_ctx), dev<float>(phi),
+                                                                 dev<E>(pre), n, dev<E>(o), dev<E>(og))));
+}
+void blend_gate_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, CPtr dog, size_t n, Ptr dpre,
+                    Ptr d_self, Ptr d_ctx, double* dphi) {
+  DeviceTemp part(c.mem, kRedBlocks * sizeof(double), "blend_gate_bwd");
+  const int nb = red_blocks(n);
+  dispatch(dog.dtype(), "blend_gate_bwd", [&](auto e) {
+    using E = decltype(e);
+    k_blend_gate_bwd<E><<<nb, kThreads, 0, c.s>>>(dev<E>(o_self), dev<E>(o_ctx), dev<float>(phi), dev<E>(pre),
+                                                  dev<E>(o), dev<E>(dog), n, dev<E>(dpre), dev<E>(d_self),
+                                                  dev<E>(d_ctx), part.as<double>());
+  });
+  k_blend_finish<<<1, kThreads, 0, c.s>>>(part.as<double>(), nb, dev<float>(phi), dphi);
+  after_launch("blend_gate_bwd");
 }
 
 }  // namespace wiola::cuda
