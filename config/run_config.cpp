@@ -29,7 +29,11 @@ namespace wiola {
 namespace {
 
 // ---------------------------------------------------------------------------
-// Schema: every section and key, bound to the RunConfig field it sets.
+// Schema: every section and key, bound to the RunConfig field it sets, with
+// its doc line. This is the one place a key is described: its default is the
+// field's initializer (run_config.h, model/config.h), and docs/config.md's key
+// tables are generated from both (run_config_schema(); `wiola train
+// --print-config-schema`, scripts/config_docs.py; ctest config_docs).
 
 using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<BlendSource>*,
                               std::vector<StepWindow>*>;
@@ -37,6 +41,7 @@ using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::st
 struct KeyDef {
   const char* name;
   FieldPtr (*field)(RunConfig&);
+  const char* doc;  // the meaning column of docs/config.md (Markdown, one line)
 };
 
 struct SectionDef {
@@ -44,93 +49,203 @@ struct SectionDef {
   std::vector<KeyDef> keys;
 };
 
-#define WIOLA_KEY(key, member) \
-  KeyDef { key, [](RunConfig& r) -> FieldPtr { return &r.member; } }
+#define WIOLA_KEY(key, member, doc) \
+  KeyDef { key, [](RunConfig& r) -> FieldPtr { return &r.member; }, doc }
 
 const std::vector<SectionDef>& schema() {
   static const std::vector<SectionDef> s = {
       {"model",
-       {WIOLA_KEY("preset", preset),  // applied first; handled specially
-        WIOLA_KEY("d", model.d),
-        WIOLA_KEY("n_layers", model.L),
-        WIOLA_KEY("n_heads", model.H),
-        WIOLA_KEY("n_kv_heads", model.Hkv),
-        WIOLA_KEY("d_a", model.dA),
-        WIOLA_KEY("d_b", model.dB),
-        WIOLA_KEY("vocab_size", model.V),
-        WIOLA_KEY("seq_len", model.T),
-        WIOLA_KEY("srpe_theta", model.theta0),
-        WIOLA_KEY("srpe_spiral_divisor", model.k_s),
-        WIOLA_KEY("srpe_radial_amp", model.a_s),
-        WIOLA_KEY("srpe_radial_freq", model.f_s),
-        WIOLA_KEY("atm", model.atm),
-        WIOLA_KEY("atm_tau", model.tau),
-        WIOLA_KEY("lookback", model.Lambda),
-        WIOLA_KEY("rms_eps", model.eps),
-        WIOLA_KEY("init_std", model.init_std),
-        WIOLA_KEY("ctx_gate_init", model.phi_init)}},
+       {WIOLA_KEY("preset", preset,  // applied first; handled specially
+                  "one of the [presets](#presets); empty: a custom model, from the defaults below"),
+        WIOLA_KEY("d", model.d, "hidden size d (> 0, divisible by `n_heads`)"),
+        WIOLA_KEY("n_layers", model.L, "layers L (> 0; ATM needs L ≥ 3 to have a layer)"),
+        WIOLA_KEY("n_heads", model.H,
+                  "query heads H (divisible by `n_kv_heads`; d/H must be even, SRPE rotates pairs)"),
+        WIOLA_KEY("n_kv_heads", model.Hkv,
+                  "KV groups H_kv; query head h uses group h mod H_kv ([model.md §5](model.md#5-parallelism))"),
+        WIOLA_KEY("d_a", model.dA, "DSFF stream A width d_A"),
+        WIOLA_KEY("d_b", model.dB, "DSFF stream B width d_B"),
+        WIOLA_KEY("vocab_size", model.V, "V (≥ 2); must match the tokenizer the data was prepared with"),
+        WIOLA_KEY("seq_len", model.T,
+                  "training window T (≥ 2); samples are T+1 tokens ([model.md §6](model.md#6-data))"),
+        WIOLA_KEY("srpe_theta", model.theta0, "SRPE base θ0 (> 1)"),
+        WIOLA_KEY("srpe_spiral_divisor", model.k_s, "SRPE spiral divisor k_s (> 0)"),
+        WIOLA_KEY("srpe_radial_amp", model.a_s, "SRPE radial amplitude a_s"),
+        WIOLA_KEY("srpe_radial_freq", model.f_s, "SRPE radial frequency f_s"),
+        WIOLA_KEY("atm", model.atm,
+                  "adaptive token merging in training (layers floor(L/3) ≤ ℓ < floor(2L/3); never in "
+                  "eval/generation)"),
+        WIOLA_KEY("atm_tau", model.tau, "ATM merge threshold τ (merge when similarity > τ)"),
+        WIOLA_KEY("lookback", model.Lambda, "cross-layer look-back Λ (> 0)"),
+        WIOLA_KEY("rms_eps", model.eps, "RMSNorm ε (> 0)"),
+        WIOLA_KEY("init_std", model.init_std,
+                  "std of the N(0, σ²) init of matrices and embedding (> 0; [model.md "
+                  "§3](model.md#3-parameters-names-initialisation))"),
+        WIOLA_KEY("ctx_gate_init", model.phi_init,
+                  "initial context-gate logit φ ([model.md §3](model.md#3-parameters-names-initialisation))")}},
       {"train",
-       {WIOLA_KEY("micro_batch", train.micro_batch),
-        WIOLA_KEY("grad_accum", train.grad_accum),
-        WIOLA_KEY("steps", train.steps),
-        WIOLA_KEY("tokens", train.tokens),
-        WIOLA_KEY("lr_max", train.lr_max),
-        WIOLA_KEY("lr_min", train.lr_min),
-        WIOLA_KEY("warmup", train.warmup),
-        WIOLA_KEY("beta1", train.beta1),
-        WIOLA_KEY("beta2", train.beta2),
-        WIOLA_KEY("adam_eps", train.adam_eps),
-        WIOLA_KEY("weight_decay", train.weight_decay),
-        WIOLA_KEY("clip", train.clip),
-        WIOLA_KEY("nonfinite_fatal", train.nonfinite_fatal),
-        WIOLA_KEY("seed", train.seed),
-        WIOLA_KEY("recompute", train.recompute),
-        WIOLA_KEY("threads", train.threads),
-        WIOLA_KEY("backend", train.backend),
-        WIOLA_KEY("cuda_attention", train.backend_options.attention),
-        WIOLA_KEY("cuda_attention_bwd", train.backend_options.attention_bwd),
-        WIOLA_KEY("cuda_gemm", train.backend_options.gemm),
-        WIOLA_KEY("cuda_attention_tile", train.backend_options.attention_tile),
-        WIOLA_KEY("log_every", train.log_every),
-        WIOLA_KEY("eval_every", train.eval_every),
-        WIOLA_KEY("eval_batches", train.eval_batches),
-        WIOLA_KEY("run_dir", train.run_dir),
-        WIOLA_KEY("max_steps", train.max_steps),
-        WIOLA_KEY("accounting", train.accounting),
-        WIOLA_KEY("peak_tflops", train.peak_tflops),
-        WIOLA_KEY("tensorboard", train.tensorboard),
-        WIOLA_KEY("straggler_share", train.straggler_share),
-        WIOLA_KEY("spike_sigma", train.spike_sigma),
-        WIOLA_KEY("spike_window", train.spike_window),
-        WIOLA_KEY("spike_skipped", train.spike_skipped),
-        WIOLA_KEY("spike_max_rewinds", train.spike_max_rewinds),
-        WIOLA_KEY("skip_batches", train.skip_batches)}},
+       {WIOLA_KEY("micro_batch", train.micro_batch, "sequences per rank per micro-step (≥ 1)"),
+        WIOLA_KEY("grad_accum", train.grad_accum, "micro-batches per optimizer step (≥ 1)"),
+        WIOLA_KEY("steps", train.steps, "T_max, optimizer steps (≥ 0). 0: derived, see below"),
+        WIOLA_KEY("tokens", train.tokens, "token budget D used when `steps` = 0 (≥ 0); 0: Chinchilla D = 20·N"),
+        WIOLA_KEY("lr_max", train.lr_max, "peak LR η_max (> 0)"),
+        WIOLA_KEY("lr_min", train.lr_min, "final LR η_min (0 ≤ η_min ≤ η_max)"),
+        WIOLA_KEY("warmup", train.warmup,
+                  "warmup steps T_w (≥ -1); -1: floor((T_max + 10)/20) in integer arithmetic, i.e. 0.05·T_max "
+                  "rounded half up ([model.md §4](model.md#4-training))"),
+        WIOLA_KEY("beta1", train.beta1, "AdamW β1, in [0, 1)"),
+        WIOLA_KEY("beta2", train.beta2, "AdamW β2, in [0, 1)"),
+        WIOLA_KEY("adam_eps", train.adam_eps, "AdamW ε (> 0)"),
+        WIOLA_KEY("weight_decay", train.weight_decay,
+                  "AdamW decoupled decay (≥ 0) on matrices and the embedding, never on γ, δ, φ ([model.md "
+                  "§4](model.md#4-training))"),
+        WIOLA_KEY("clip", train.clip,
+                  "max global gradient L2 norm, as PyTorch's `clip_grad_norm_`; ≤ 0: no clipping"),
+        WIOLA_KEY("nonfinite_fatal", train.nonfinite_fatal,
+                  "a non-finite gradient norm stops the run instead of skipping the step ([model.md "
+                  "§4](model.md#4-training))"),
+        WIOLA_KEY("seed", train.seed,
+                  "parameter init seed ([model.md §3](model.md#3-parameters-names-initialisation)); also the "
+                  "data order unless `data.seed` is set"),
+        WIOLA_KEY("recompute", train.recompute,
+                  "recompute each layer's activations in backward (less memory, ~1 extra forward)"),
+        WIOLA_KEY("threads", train.threads,
+                  "OpenMP threads (≥ 0); 0: the runtime default (`OMP_NUM_THREADS`, else all cores)"),
+        WIOLA_KEY("backend", train.backend,
+                  "the op backend, chosen at start-up: `\"cpu\"` (OpenBLAS + OpenMP), or `\"cpu-opaque\"`, a "
+                  "debug backend with the same kernels whose memory the host cannot touch outside its ops (any "
+                  "host access crashes; fresh memory is NaN; GEMM weights in a refreshed copy). `cpu-opaque` "
+                  "gives bit for bit the results of `cpu`, more slowly; use it to check code that must also run "
+                  "on a GPU (docs/architecture.md). `\"cpu-bf16\"`: a debug backend with the storage types of "
+                  "the GPU's bf16 mode (bf16 activations and weight copies) on the CPU kernels, slow, for "
+                  "testing bf16 runs and layouts without a GPU. In builds with `WIOLA_CUDA=ON` also `\"cuda\"` "
+                  "(bf16 activations and weights, fp32 master and residual stream) and `\"cuda-fp32\"` (TF32 "
+                  "off), see docs/gpu.md; without a usable GPU they fail with the reason"),
+        WIOLA_KEY("cuda_attention", train.backend_options.attention,
+                  "the CUDA backend's self-attention forward in bf16: `\"tc\"` (WMMA tensor cores), `\"fa2\"` "
+                  "(FlashAttention-2 form), `\"rows\"` (the row kernels, forward and backward). Recorded in the "
+                  "run report and checkpoint manifests; replaces `WIOLA_CUDA_ATTENTION` (refused when set). "
+                  "[gpu.md](gpu.md#backend-options)"),
+        WIOLA_KEY("cuda_attention_bwd", train.backend_options.attention_bwd,
+                  "its backward: `\"v1\"`, `\"v2\"` or `\"fa2\"`; replaces `WIOLA_CUDA_ATTENTION_BWD`"),
+        WIOLA_KEY("cuda_gemm", train.backend_options.gemm,
+                  "the CUDA backend's matrix products: `\"cublas\"` (`cublasGemmEx`), `\"cublaslt\"` "
+                  "(cuBLASLt's heuristic), `\"auto\"` (tuned per shape; rank 0's choices on every rank, cached "
+                  "in `RUN_DIR/gemm_tuning.json`). [gpu.md](gpu.md#gemms-tuned-per-shape)"),
+        WIOLA_KEY("cuda_attention_tile", train.backend_options.attention_tile,
+                  "the tile shape of the `\"fa2\"` forward, query rows a block × key rows a tile: `\"64x64\"`, "
+                  "`\"64x128\"`, `\"128x64\"` or `\"128x128\"` (the fa2 backward keeps 64 × 64). "
+                  "[gpu.md](gpu.md#the-fa2-forwards-tile-shapes)"),
+        WIOLA_KEY("log_every", train.log_every, "progress line every N steps (≥ 1)"),
+        WIOLA_KEY("eval_every", train.eval_every, "validation loss every N steps (≥ 0); 0: off"),
+        WIOLA_KEY("eval_batches", train.eval_batches, "global batches per validation (≥ 1)"),
+        WIOLA_KEY("run_dir", train.run_dir, "output directory: `metrics.jsonl`, `config.toml`, …"),
+        WIOLA_KEY("max_steps", train.max_steps,
+                  "stop after this many steps of the T_max schedule (≥ 0); 0: run all T_max. The LR schedule "
+                  "still uses T_max"),
+        WIOLA_KEY("accounting", train.accounting,
+                  "per-step time breakdown (compute, exposed communication, bubble, data, optimizer, "
+                  "checkpoint) in the log line, `metrics.jsonl` and `report.json` "
+                  "([performance.md](performance.md)); on a GPU it synchronises the stream at phase ends. MFU "
+                  "is reported either way"),
+        WIOLA_KEY("peak_tflops", train.peak_tflops,
+                  "MFU denominator per rank in TFLOP/s (≥ 0); 0: the OpenBLAS sgemm 1024³ rate measured at "
+                  "start on the CPU, the dense BF16 (or TF32) datasheet peak of a known GPU "
+                  "([performance.md](performance.md#hardware-table))"),
+        WIOLA_KEY("tensorboard", train.tensorboard,
+                  "rank 0 also writes every `metrics.jsonl` number as TensorBoard scalars into "
+                  "`RUN_DIR/tensorboard/` ([performance.md](performance.md#tensorboard))"),
+        WIOLA_KEY("straggler_share", train.straggler_share,
+                  "warn (log and `report.json`) about a rank whose median own work per step (step time minus "
+                  "waiting on other ranks) exceeds its peers' median by more than this share (≥ 0); 0: no "
+                  "per-interval check ([performance.md](performance.md#stragglers))"),
+        WIOLA_KEY("spike_sigma", train.spike_sigma,
+                  "loss-spike policy ([checkpoints.md](checkpoints.md#loss-spikes-rewind-and-skip-the-data)): a "
+                  "step whose loss exceeds mean + `spike_sigma` × std of the last `spike_window` steps' losses "
+                  "rewinds to the newest checkpoint and skips the data since it (≥ 0); 0: off. Needs "
+                  "`checkpoint.dir`"),
+        WIOLA_KEY("spike_window", train.spike_window,
+                  "steps whose losses give that mean and (population) std (≥ 2); detection starts once the "
+                  "window is full. Only applied steps with a finite loss enter it"),
+        WIOLA_KEY("spike_skipped", train.spike_skipped,
+                  "this many consecutive skipped steps (non-finite gradient norm) rewind the same way (≥ 0); 0: "
+                  "off. Needs `checkpoint.dir`; not with `nonfinite_fatal`"),
+        WIOLA_KEY("spike_max_rewinds", train.spike_max_rewinds,
+                  "the run stops with an error at a spike after this many rewinds (≥ 0; counted over resumes)"),
+        WIOLA_KEY("skip_batches", train.skip_batches,
+                  "data windows to skip: `[[from, to], ...]`, steps, inclusive, sorted and disjoint (1 ≤ from ≤ "
+                  "to). The global batch of a step in a window is read and dropped: no forward, backward or "
+                  "update (the LR schedule, the step count and the data after the window are as without the "
+                  "skip). A rewind adds its window to the list in effect "
+                  "([checkpoints.md](checkpoints.md#loss-spikes-rewind-and-skip-the-data))")}},
       {"data",
-       {WIOLA_KEY("path", data.path),
-        WIOLA_KEY("blend", data.blend),
-        WIOLA_KEY("shuffle", data.shuffle),
-        WIOLA_KEY("seed", data.seed),
-        WIOLA_KEY("prefetch", data.prefetch),
-        WIOLA_KEY("max_open_shards", data.max_open_shards)}},
+       {WIOLA_KEY("path", data.path,
+                  "`manifest.json` written by `wiola prep`, the directory holding it, or one `.h5` shard "
+                  "(docs/data.md)"),
+        WIOLA_KEY("blend", data.blend,
+                  "instead of `path`: several sources, each `{ path = \"...\", weight = w }` (w > 0), mixed in "
+                  "the shares w / Σw of the samples; `[[data.blend]]` sections work too. All must share one "
+                  "tokenizer. Order, validation and resume: "
+                  "[data.md](data.md#blends-several-sources-in-fixed-shares). Setting both `path` and `blend` "
+                  "is an error"),
+        WIOLA_KEY("shuffle", data.shuffle,
+                  "visit the windows in a seeded permutation per epoch ([model.md §6](model.md#6-data)); false: "
+                  "in order"),
+        WIOLA_KEY("seed", data.seed, "data order seed (≥ -1); -1: `train.seed`"),
+        WIOLA_KEY("prefetch", data.prefetch, "batches the loader thread prepares ahead (≥ 0)"),
+        WIOLA_KEY("max_open_shards", data.max_open_shards,
+                  "shards of each source kept open at once (≥ 0; 0: all). Each open shard holds a file "
+                  "descriptor, HDF5 state and a chunk cache; samples do not depend on it "
+                  "([data.md](data.md#the-loader-at-scale))")}},
       {"parallel",
-       {WIOLA_KEY("tp", parallel.tp),
-        WIOLA_KEY("pp", parallel.pp),
-        WIOLA_KEY("dp", parallel.dp),
-        WIOLA_KEY("zero", parallel.zero),
-        WIOLA_KEY("schedule", parallel.schedule),
-        WIOLA_KEY("overlap", parallel.overlap),
-        WIOLA_KEY("stage_balance", parallel.stage_balance),
-        WIOLA_KEY("data_plane", parallel.data_plane)}},
+       {WIOLA_KEY("tp", parallel.tp,
+                  "tensor-parallel ranks (≥ 1); must divide `model.n_kv_heads`, `model.d_a`, `model.d_b` and "
+                  "`model.vocab_size`"),
+        WIOLA_KEY("pp", parallel.pp, "pipeline stages (≥ 1, ≤ `model.n_layers`)"),
+        WIOLA_KEY("dp", parallel.dp, "data-parallel replicas (≥ 1); part of the global batch"),
+        WIOLA_KEY("zero", parallel.zero, "ZeRO-1: shard fp32 master weights and AdamW state over DP"),
+        WIOLA_KEY("schedule", parallel.schedule,
+                  "pipeline schedule: `\"1f1b\"` (PipeDream-flush), `\"gpipe\"` or `\"zb-h1\"` (1F1B with the "
+                  "weight gradients deferred, docs/distributed.md §4); micro-batches per step are "
+                  "`train.grad_accum`"),
+        WIOLA_KEY("overlap", parallel.overlap,
+                  "start the DP gradient reduction bucket by bucket during the step's last backward pass "
+                  "(results are bit-identical either way)"),
+        WIOLA_KEY("stage_balance", parallel.stage_balance,
+                  "how layers are split into pipeline stages: `\"compute\"` minimises the largest stage's FLOPs "
+                  "per token (a layer ≈ 6·its parameters + 6·T·d, the head ≈ 6·V·d, so the last stage gets "
+                  "fewer layers); `\"layers\"`: equal layer counts, extra layers in front"),
+        WIOLA_KEY("data_plane", parallel.data_plane,
+                  "how backend tensors travel between ranks: `\"nccl\"` (GPU backends: NCCL, one GPU per rank), "
+                  "`\"staged\"` (MPI, through host memory where the backend's memory is not host memory), "
+                  "`\"auto\"`: NCCL for a GPU backend with more than one rank when `libnccl.so.2` loads and no "
+                  "two ranks share a GPU, otherwise MPI. See [gpu.md](gpu.md#several-gpus)")}},
       {"checkpoint",
-       {WIOLA_KEY("dir", checkpoint.dir),
-        WIOLA_KEY("every", checkpoint.every),
-        WIOLA_KEY("minutes", checkpoint.minutes),
-        WIOLA_KEY("resume", checkpoint.resume),
-        WIOLA_KEY("keep", checkpoint.keep),
-        WIOLA_KEY("keep_every", checkpoint.keep_every),
-        WIOLA_KEY("async", checkpoint.async),
-        WIOLA_KEY("max_failed_minutes", checkpoint.max_failed_minutes),
-        WIOLA_KEY("init_from", checkpoint.init_from)}},
+       {WIOLA_KEY("dir", checkpoint.dir,
+                  "checkpoint directory (shared by all ranks); empty: no checkpoints, and SIGUSR1/SIGTERM end "
+                  "the run as usual"),
+        WIOLA_KEY("every", checkpoint.every,
+                  "steps between checkpoints (≥ 0); 0: only at the end. The last step always saves"),
+        WIOLA_KEY("minutes", checkpoint.minutes,
+                  "also save when this many minutes passed since the last save (rank 0's clock; 0: off)"),
+        WIOLA_KEY("resume", checkpoint.resume,
+                  "resume from the newest sound checkpoint in `dir` (damaged ones are skipped with a warning)"),
+        WIOLA_KEY("keep", checkpoint.keep,
+                  "newest checkpoints kept (≥ 1); older ones are deleted after each save"),
+        WIOLA_KEY("keep_every", checkpoint.keep_every,
+                  "also keep for good every checkpoint whose step is a multiple of this (0: none)"),
+        WIOLA_KEY("async", checkpoint.async,
+                  "write in a background thread while training goes on (false: the step loop waits)"),
+        WIOLA_KEY("max_failed_minutes", checkpoint.max_failed_minutes,
+                  "a save that fails (disk full, not writable) is a warning and training goes on, saving again "
+                  "at the next checkpoint; when saves have failed for this many minutes (from the first failure "
+                  "since the last saved checkpoint; ≥ 0, 0: at the first failure) the run stops with the error, "
+                  "exit status 1. A failed final save always ends the run that way "
+                  "([checkpoints.md](checkpoints.md#when-a-save-fails))"),
+        WIOLA_KEY("init_from", checkpoint.init_from,
+                  "weights-only start: parameters from this checkpoint (a step folder or a checkpoint "
+                  "directory), new optimizer state, data from the start. Ignored when `dir` holds a checkpoint "
+                  "to resume")}},
   };
   return s;
 }
@@ -256,6 +371,38 @@ std::string toml_windows(const std::vector<StepWindow>& w) {
   std::string o = "[";
   for (size_t i = 0; i < w.size(); ++i) o += detail::concat(i ? ", " : "", "[", w[i].from, ", ", w[i].to, "]");
   return o + "]";
+}
+
+// A key's value as the effective config writes it.
+std::string toml_value(const FieldPtr& field) {
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::string>) return toml_string(*p);
+        else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) return toml_blend(*p);
+        else if constexpr (std::is_same_v<T, std::vector<StepWindow>>) return toml_windows(*p);
+        else if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
+        else if constexpr (std::is_same_v<T, double>) return toml_double(*p);
+        else return std::to_string(*p);
+      },
+      field);
+}
+
+// A key's type as docs/config.md's "Types" table names it.
+const char* doc_type(const FieldPtr& field) {
+  return std::visit(
+      [](auto* p) -> const char* {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, int>) return "int";
+        else if constexpr (std::is_same_v<T, int64_t>) return "int64";
+        else if constexpr (std::is_same_v<T, uint64_t>) return "int64 ≥ 0";
+        else if constexpr (std::is_same_v<T, double>) return "float";
+        else if constexpr (std::is_same_v<T, bool>) return "bool";
+        else if constexpr (std::is_same_v<T, std::string>) return "string";
+        else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) return "array of tables";
+        else return "array of [int64, int64]";
+      },
+      field);
 }
 
 std::string describe(const toml::node& n) {
@@ -625,22 +772,21 @@ std::string run_config_to_toml(const RunConfig& rc) {
     first = false;
     for (const auto& k : sec.keys) {
       if (std::string_view(k.name) == "preset" && rc.preset.empty()) continue;
-      os << k.name << " = ";
-      std::visit(
-          [&](auto* p) {
-            using T = std::remove_pointer_t<decltype(p)>;
-            if constexpr (std::is_same_v<T, std::string>) os << toml_string(*p);
-            else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) os << toml_blend(*p);
-            else if constexpr (std::is_same_v<T, std::vector<StepWindow>>) os << toml_windows(*p);
-            else if constexpr (std::is_same_v<T, bool>) os << (*p ? "true" : "false");
-            else if constexpr (std::is_same_v<T, double>) os << toml_double(*p);
-            else os << *p;
-          },
-          k.field(copy));
-      os << "\n";
+      os << k.name << " = " << toml_value(k.field(copy)) << "\n";
     }
   }
   return os.str();
+}
+
+std::vector<ConfigKeyDoc> run_config_schema() {
+  RunConfig defaults;
+  std::vector<ConfigKeyDoc> out;
+  for (const auto& sec : schema())
+    for (const auto& k : sec.keys) {
+      const FieldPtr f = k.field(defaults);
+      out.push_back({sec.name, k.name, doc_type(f), toml_value(f), k.doc});
+    }
+  return out;
 }
 
 }  // namespace wiola

@@ -1,7 +1,9 @@
 // A training run's configuration: the TOML file of `wiola train --config`
 // with sections [model] [train] [data] [parallel] [checkpoint], plus
-// `--set section.key=value` overrides. Every key is documented in
-// docs/config.md. Unknown sections or keys, wrong types and inconsistent
+// `--set section.key=value` overrides. A key's default is its field's
+// initializer below; its name and doc line are its schema line in
+// run_config.cpp; docs/config.md's key tables are generated from the two
+// (run_config_schema). Unknown sections or keys, wrong types and inconsistent
 // values are errors naming the file and key.
 #pragma once
 
@@ -135,5 +137,18 @@ void validate_run_config(const RunConfig& rc);
 // The effective configuration as TOML (written into RUN_DIR/config.toml and
 // checkpoints, so a run records exactly what it ran with).
 std::string run_config_to_toml(const RunConfig& rc);
+
+// One key of the schema as docs/config.md's tables show it.
+struct ConfigKeyDoc {
+  std::string section, key;
+  std::string type;           // as docs/config.md's "Types" table names it: "int", "float", ...
+  std::string default_value;  // as run_config_to_toml writes it for a default RunConfig
+  std::string doc;            // the meaning (Markdown, one line)
+};
+
+// Every key in schema order (the order of the effective config):
+// `wiola train --print-config-schema` prints it as JSON, from which
+// scripts/config_docs.py writes and checks docs/config.md's key tables.
+std::vector<ConfigKeyDoc> run_config_schema();
 
 }  // namespace wiola

@@ -1,7 +1,9 @@
 // wiola train --config FILE [--set section.key=value ...] [--dump-step N:PATH ...]
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -67,7 +69,17 @@ int wiola_cmd_train(int argc, char** argv) {
                 "--dump-step '", s, "': expected N:PATH");
     int64_t step = 0;
     try {
+  bool print_schema = false;  // hidden: docs/config.md's key tables come from it (scripts/config_docs.py)
+  app.add_flag("--print-config-schema", print_schema, "print every config key as JSON and exit")->group("");
       size_t used = 0;
+  if (print_schema) {
+    nlohmann::json keys = nlohmann::json::array();
+    for (const wiola::ConfigKeyDoc& k : wiola::run_config_schema())
+      keys.push_back({{"section", k.section}, {"key", k.key}, {"type", k.type}, {"default", k.default_value},
+                      {"doc", k.doc}});
+    std::printf("%s\n", keys.dump(1).c_str());
+    return 0;
+  }
       step = std::stoll(s.substr(0, colon), &used);
       WIOLA_CHECK(used == colon, "");
     } catch (...) {

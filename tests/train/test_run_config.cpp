@@ -4,7 +4,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -641,6 +644,49 @@ TEST_F(RunConfigTest, BrownSmallIsTheCpuDemo) {
   EXPECT_EQ(rc.data.path, "runs/brown-shards/manifest.json");
   EXPECT_EQ(rc.checkpoint.dir, "runs/brown-small/ck");  // generate and export read it
   EXPECT_EQ(rc.checkpoint.every, 100);
+}
+
+// The schema docs/config.md's tables are generated from (scripts/config_docs.py):
+// every key once, with a doc line a table cell can hold, and its default the
+// value the effective config of a config without keys writes for it, which
+// reads back as that value.
+TEST_F(RunConfigTest, SchemaDocumentsEveryKeyWithItsEffectiveDefault) {
+  const std::vector<ConfigKeyDoc> schema = run_config_schema();
+  const RunConfig defaults = load_run_config("", {});
+  const std::string effective = run_config_to_toml(defaults);
+  // "section.key" -> value, from the effective config's lines.
+  std::map<std::string, std::string> written;
+  std::string section;
+  std::istringstream lines(effective);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] == '[') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const size_t eq = line.find(" = ");
+    ASSERT_NE(eq, std::string::npos) << line;
+    written[section + "." + line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  std::set<std::string> seen;
+  for (const ConfigKeyDoc& k : schema) {
+    const std::string name = k.section + "." + k.key;
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(seen.insert(name).second) << "twice in the schema";
+    EXPECT_FALSE(k.doc.empty());
+    EXPECT_EQ(k.doc.find_first_of("|\n"), std::string::npos) << "a table cell cannot hold it: " << k.doc;
+    EXPECT_FALSE(k.type.empty());
+    if (name == "model.preset") {
+      EXPECT_EQ(k.default_value, "\"\"");  // the effective config leaves an empty preset out
+      EXPECT_EQ(written.count(name), 0u);
+    } else {
+      ASSERT_EQ(written.count(name), 1u) << "not in the effective config";
+      EXPECT_EQ(k.default_value, written[name]);
+    }
+    // The default, set explicitly, is the default.
+    EXPECT_EQ(run_config_to_toml(load_run_config("", {name + "=" + k.default_value})), effective);
+  }
+  EXPECT_EQ(seen.size(), written.size() + 1);  // every key of the effective config, and model.preset
 }
 
 }  // namespace
