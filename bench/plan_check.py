@@ -96,7 +96,7 @@ def main():
         comm = reps[0].get("comm_per_rank_per_step", {})
         traffic_ok = all(abs(comm.get(g, {}).get("measured_bytes", 0.0) - pred["traffic_bytes"][g]) < 0.5
                          for g in ("tp", "pp", "dp", "embed"))
-        bubble_ok = abs(reps[0]["bubble_predicted"] - pred["bubble_analytic"]) < 1e-12
+        bubble_ok = abs(reps[0]["bubble_formula"] - pred["bubble_analytic"]) < 1e-12
         row = {"name": name, "ranks": n, "threads": t, "predicted_s": pred["step_s"],
                "predicted_all_s": [p["step_s"] for p in preds], "measured_s": meas,
                "measured_all_s": steps, "error": pred["step_s"] / meas - 1, "traffic_exact": traffic_ok,

@@ -83,8 +83,9 @@ Layout parse_layout(const std::string& s, int global_batch, int devices) {
     else if (k == "zero") l.zero = to_bool(v, k, "--layout");
     else if (k == "recompute") l.recompute = to_bool(v, k, "--layout");
     else if (k == "schedule") l.schedule = v;
+    else if (k == "v") l.virtual_stages = to_int(v, k, "--layout");
     else if (k == "balance") l.stage_balance = v;
-    else fail("--layout: unknown key '", k, "' (tp, pp, dp, mb, m, zero, recompute, schedule, balance)");
+    else fail("--layout: unknown key '", k, "' (tp, pp, dp, mb, m, zero, recompute, schedule, v, balance)");
   }
   if (!s.empty() && s.find("dp=") == std::string::npos) l.dp = std::max(1, devices / (l.tp * l.pp));
   WIOLA_CHECK(l.world() == devices, "--layout: tp x pp x dp = ", l.world(), " but there are ", devices,
@@ -124,12 +125,22 @@ std::string human_time(double s) {
   return buf;
 }
 
+nlohmann::json schedule_options_json(const Prediction& p) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& o : p.schedule_options)
+    a.push_back({{"schedule", o.name}, {"runnable", o.runnable}, {"fits", o.fits}, {"step_s", o.step_s},
+                 {"bubble_sim", o.bubble_sim}, {"activation_bytes", o.activation_bytes}, {"pp_bytes", o.pp_bytes}});
+  return a;
+}
+
 nlohmann::json to_json(const Prediction& p) {
   const auto gib = [](double b) { return b / 1073741824.0; };
   return {{"layout", p.layout.name()},
           {"tp", p.layout.tp}, {"pp", p.layout.pp}, {"dp", p.layout.dp},
           {"micro_batch", p.layout.micro_batch}, {"micro_batches", p.layout.micro_batches},
           {"zero", p.layout.zero_active()}, {"recompute", p.layout.recompute},
+          {"schedule", p.layout.schedule}, {"virtual_stages", p.layout.virtual_stages},
+          {"schedule_why", p.schedule_why},
           {"fits", p.fits}, {"why_not", p.why_not},
           {"step_s", p.step_s}, {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu},
           {"pipeline_s", p.pipeline_s}, {"compute_s", p.compute_s}, {"tp_s", p.tp_s}, {"pp_s", p.pp_s},
@@ -141,7 +152,8 @@ nlohmann::json to_json(const Prediction& p) {
                              {"embed", p.traffic.embed}}},
           {"memory_gib", {{"params", gib(p.memory.params)}, {"grads", gib(p.memory.grads)},
                           {"optimizer", gib(p.memory.optimizer)}, {"activations", gib(p.memory.activations)},
-                          {"total", gib(p.memory.total())}}}};
+                          {"total", gib(p.memory.total())}}},
+          {"schedule_options", schedule_options_json(p)}};
 }
 
 void print_table(const std::vector<Prediction>& ps, int top) {
@@ -152,8 +164,10 @@ void print_table(const std::vector<Prediction>& ps, int top) {
     const Prediction& p = ps[i];
     const Layout& l = p.layout;
     char lay[64];
-    std::snprintf(lay, sizeof lay, "%d %d %d, %dx%d%s%s", l.tp, l.pp, l.dp, l.micro_batch, l.micro_batches,
-                  l.zero_active() ? " z" : "", l.recompute ? " rc" : "");
+    const std::string sched = l.schedule == "1f1b" ? "" : l.schedule == "zb-h1" ? " zb"
+                              : l.schedule == "interleaved" ? " i" + std::to_string(l.virtual_stages) : " " + l.schedule;
+    std::snprintf(lay, sizeof lay, "%d %d %d, %dx%d%s%s%s", l.tp, l.pp, l.dp, l.micro_batch, l.micro_batches,
+                  l.zero_active() ? " z" : "", l.recompute ? " rc" : "", sched.c_str());
     std::printf("  %-4zu %-22s %8.3fs %12.0f %5.1f%% %9.2f %7.1f%% %7.1f%% %6.1f%%  %s\n", i + 1, lay, p.step_s,
                 p.tokens_per_s, 100 * p.mfu, p.memory.total() / 1073741824.0,
                 100 * (p.tp_s + p.dp_exposed_s + p.embed_s + p.pp_s) / p.step_s, 100 * p.bubble_sim,
@@ -218,7 +232,8 @@ int wiola_cmd_plan(int argc, char** argv) {
   app.add_option("--inter", inter, "inter-node link: ib-ndr (default for H100/H200) or ib-hdr");
   app.add_option("--global-batch", global_batch, "sequences per optimizer step (default: ~0.5M tokens)");
   app.add_option("--seq-len", seq_len, "override the model's T");
-  app.add_option("--layout", layout, "predict this layout only: tp=,pp=,dp=,mb=,m=,zero=on|off,recompute=on|off");
+  app.add_option("--layout", layout, "predict this layout only: tp=,pp=,dp=,mb=,m=,zero=on|off,recompute=on|off,"
+                 "schedule=1f1b|gpipe|zb-h1|interleaved,v= (interleaved chunks per rank)");
   app.add_option("--top", top, "layouts listed")->capture_default_str();
   app.add_option("--efficiency", efficiency, "GPU: share of the dense BF16 peak the GEMMs reach (implies --datasheet)")
       ->capture_default_str();
@@ -334,6 +349,7 @@ int wiola_cmd_plan(int argc, char** argv) {
     WIOLA_CHECK(!cpu || ranks <= 4, "plan: a --cpu search times every stage shape here; give --layout for > 4 ranks");
     SearchSpace sp;
     sp.global_batch = global_batch;
+    sp.try_interleaved = !cpu;  // on the CPU every chunk shape would be timed here
     ps = is_gpt ? search_gpt(g, cl, *cm, sp) : search_wiola(c, cl, *cm, sp, prec);
     WIOLA_CHECK(!ps.empty(), "plan: no layout of ", devices, " devices divides the global batch of ", global_batch,
                 " sequences (try --global-batch)");
@@ -350,6 +366,16 @@ int wiola_cmd_plan(int argc, char** argv) {
               best.step_s, best.pipeline_s, best.compute_s, best.tp_s, best.pp_s, 100 * best.bubble_sim,
               100 * best.bubble_fill_drain, 100 * best.bubble_imbalance,
               100 * best.bubble_analytic, best.embed_s, best.dp_exposed_s, best.optimizer_s);
+  const bool predicted_only = std::any_of(best.schedule_options.begin(), best.schedule_options.end(),
+                                          [](const Prediction::ScheduleOption& o) { return !o.runnable; });
+  if (!best.schedule_why.empty())
+    std::printf("    schedule: %s, the fastest that fits of those wiola train runs%s\n      %s\n",
+                best.layout.schedule.c_str(), predicted_only ? " (interleaved: predicted only, never picked)" : "",
+                best.schedule_why.c_str());
+  else if (best.layout.pp > 1)
+    std::printf("    schedule: %s%s (given)%s\n", best.layout.schedule.c_str(),
+                best.layout.schedule == "interleaved" ? (" v" + std::to_string(best.layout.virtual_stages)).c_str() : "",
+                best.layout.schedule == "interleaved" ? ": a prediction only, not yet runnable by wiola train" : "");
   std::printf("    memory per device %.2f GiB: params %.2f, grads %.2f, optimizer %.2f, activations %.2f\n",
               best.memory.total() / 1073741824.0, best.memory.params / 1073741824.0,
               best.memory.grads / 1073741824.0, best.memory.optimizer / 1073741824.0,

@@ -47,6 +47,16 @@ size_t param_align_from_env() {
   return size_t(n);
 }
 
+// A test hook: WIOLA_TRACE_SCHEDULE=1 has every rank write the pipeline
+// actions it executed (TrainOptions::trace_schedule; tests/dist/schedule_order.sh).
+bool trace_schedule_from_env() {
+  const char* v = std::getenv("WIOLA_TRACE_SCHEDULE");
+  if (!v || !*v) return false;
+  const std::string s(v);
+  WIOLA_CHECK(s == "0" || s == "1", "WIOLA_TRACE_SCHEDULE='", s, "': expected 0 or 1");
+  return s == "1";
+}
+
 }  // namespace
 
 int wiola_cmd_train(int argc, char** argv) {
@@ -59,19 +69,9 @@ int wiola_cmd_train(int argc, char** argv) {
   app.add_option("--dump-step", dump_specs,
                  "N:PATH write the numerics of step N to HDF5 (docs/model.md §7; repeatable)");
   app.add_flag("-q,--quiet", quiet, "no per-step progress lines");
-  if (const int rc = wiola::cli::parse(app, argc, argv, "train"); rc >= 0) return rc;
-  wiola::TrainOptions opt;
-  opt.quiet = quiet;
-  opt.param_align = param_align_from_env();
-  for (const std::string& s : dump_specs) {
-    const auto colon = s.find(':');
-    WIOLA_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < s.size(),
-                "--dump-step '", s, "': expected N:PATH");
-    int64_t step = 0;
-    try {
   bool print_schema = false;  // hidden: docs/config.md's key tables come from it (scripts/config_docs.py)
   app.add_flag("--print-config-schema", print_schema, "print every config key as JSON and exit")->group("");
-      size_t used = 0;
+  if (const int rc = wiola::cli::parse(app, argc, argv, "train"); rc >= 0) return rc;
   if (print_schema) {
     nlohmann::json keys = nlohmann::json::array();
     for (const wiola::ConfigKeyDoc& k : wiola::run_config_schema())
@@ -80,6 +80,17 @@ int wiola_cmd_train(int argc, char** argv) {
     std::printf("%s\n", keys.dump(1).c_str());
     return 0;
   }
+  wiola::TrainOptions opt;
+  opt.quiet = quiet;
+  opt.param_align = param_align_from_env();
+  opt.trace_schedule = trace_schedule_from_env();
+  for (const std::string& s : dump_specs) {
+    const auto colon = s.find(':');
+    WIOLA_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < s.size(),
+                "--dump-step '", s, "': expected N:PATH");
+    int64_t step = 0;
+    try {
+      size_t used = 0;
       step = std::stoll(s.substr(0, colon), &used);
       WIOLA_CHECK(used == colon, "");
     } catch (...) {

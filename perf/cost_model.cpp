@@ -137,6 +137,27 @@ double stage_flops(const ModelConfig& c, const Layout& lay, int stage) {
   return f.fwd + f.bwd;
 }
 
+dist::PipelineSim schedule_bubble(const ModelConfig& c, const Layout& lay) {
+  if (lay.pp <= 1) return dist::PipelineSim{};
+  // The pipeline's units: the stages, or the p·v chunks of an interleaved
+  // schedule (chunk g the stage g of the same layout cut into p·v stages).
+  const int v = lay.schedule == "interleaved" ? lay.virtual_stages : 1;
+  Layout units = lay;
+  units.pp = lay.pp * v;
+  units.schedule = "1f1b";
+  units.virtual_stages = 1;
+  dist::StageCosts cost;
+  for (int g = 0; g < units.pp; ++g) {
+    const StageFlops f = stage_flops_split(c, units, g);
+    cost.fwd.push_back(f.fwd);
+    cost.bwd.push_back(f.bwd);
+    cost.bwd_weight.push_back(std::min(f.bwd_weight, f.bwd));
+  }
+  std::vector<std::vector<dist::Action>> sched;
+  for (int s = 0; s < lay.pp; ++s) sched.push_back(stage_schedule(lay, s));
+  return dist::simulate_pipeline(sched, cost);
+}
+
 StageKinds stage_kinds(const ModelConfig& c, const Layout& lay, int stage) {
   const ModelShard s = stage_shard(c, lay, stage);
   const StageFlops f = stage_flops_split(c, lay, stage);

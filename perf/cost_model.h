@@ -89,6 +89,15 @@ struct StageFlops {
 StageFlops stage_flops_split(const ModelConfig& c, const Layout& lay, int stage);
 double stage_flops(const ModelConfig& c, const Layout& lay, int stage);
 
+// The bubble of the layout's own schedule (lay.schedule; interleaved: its
+// p·v chunks) on its stages, as the simulator (dist::simulate_pipeline)
+// gives it with each stage timed by its FLOPs (stage_flops_split: forward,
+// backward, W its weight-GEMM share) and no link delay: what the trainer's
+// report predicts beside the bubble it measures. The stages' imbalance (the
+// head on the last one) is in it and in its split (bubble_fill_drain,
+// bubble_imbalance); pp 1: no bubble.
+dist::PipelineSim schedule_bubble(const ModelConfig& c, const Layout& lay);
+
 // One stage's micro-batch of work in the terms of a device profile
 // (perf/device_profile.h): GEMM FLOPs, the causal attention's forward FLOPs (our count,
 // which the profile's FlashAttention-counted rates time as the same work),

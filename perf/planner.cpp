@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "dist/grid.h"
 #include "dist/optimizer.h"
@@ -338,6 +339,83 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
 }
 }  // namespace
 
+// ---- schedule choice -----------------------------------------------------------------
+
+Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Cluster& cl, ComputeModel& cm,
+                             const Precision& prec, bool interleaved) {
+  if (lay.pp <= 1) return predict(wiola_workload(c, lay, prec), cl, cm);
+  std::vector<Layout> tries;
+  for (const char* name : {"1f1b", "zb-h1"}) {
+    Layout l = lay;
+    l.schedule = name;
+    l.virtual_stages = 1;
+    tries.push_back(l);
+  }
+  if (interleaved && lay.micro_batches % lay.pp == 0)
+    for (int v : {2, 4})
+      if (lay.pp * v <= c.L) {
+        Layout l = lay;
+        l.schedule = "interleaved";
+        l.virtual_stages = v;
+        tries.push_back(l);
+      }
+  std::vector<Prediction> ps;
+  for (const Layout& l : tries) ps.push_back(predict(wiola_workload(c, l, prec), cl, cm));
+  const auto runnable = [](const Layout& l) { return l.schedule != "interleaved"; };
+  const auto label = [](const Layout& l) {
+    return l.schedule == "interleaved" ? "interleaved v" + std::to_string(l.virtual_stages) : l.schedule;
+  };
+  // The pick: fits first, then the step time, among the runnable ones.
+  size_t pick = 0;
+  for (size_t i = 1; i < ps.size(); ++i) {
+    if (!runnable(ps[i].layout)) continue;
+    const Prediction& a = ps[i];
+    const Prediction& b = ps[pick];
+    if (a.fits != b.fits ? a.fits : a.step_s < b.step_s) pick = i;
+  }
+  Prediction best = ps[pick];
+  for (const Prediction& p : ps)
+    best.schedule_options.push_back({label(p.layout), runnable(p.layout), p.fits, p.step_s, p.bubble_sim,
+                                     p.memory.activations, p.traffic.pp});
+  // Why: the pick against the other runnable one, then interleaved.
+  const auto pct = [](double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f%%", 100 * x);
+    return std::string(buf);
+  };
+  const auto gib = [](double b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
+    return std::string(buf);
+  };
+  const auto secs = [](double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f s", x);
+    return std::string(buf);
+  };
+  std::string why = label(best.layout) + ": step " + secs(best.step_s) + ", bubble " + pct(best.bubble_sim) +
+                    ", activations " + gib(best.memory.activations);
+  for (const Prediction& p : ps) {
+    if (&p == &ps[pick]) continue;
+    std::string line = "; " + label(p.layout) + ": ";
+    if (!p.fits) line += "does not fit (" + p.why_not + ")";
+    else line += "step " + secs(p.step_s) + ", bubble " + pct(p.bubble_sim);
+    if (p.fits && p.memory.activations != best.memory.activations)
+      line += ", activations " + gib(p.memory.activations);
+    if (!runnable(p.layout)) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, ", %.1fx the pipeline traffic",
+                    best.traffic.pp > 0 ? p.traffic.pp / best.traffic.pp : 0.0);
+      line += buf;
+      line += p.fits && p.step_s < best.step_s ? " (faster, but not yet runnable by wiola train)"
+                                               : " (not yet runnable by wiola train)";
+    }
+    why += line;
+  }
+  best.schedule_why = why;
+  return best;
+}
+
 // ---- search --------------------------------------------------------------------------
 
 namespace {
@@ -350,10 +428,11 @@ std::vector<int> divisors(int n) {
 }
 
 // Every (tp, pp, dp, micro-batch, ZeRO, recompute) the cluster and the
-// batch allow; `legal` says whether the model takes a (tp, pp).
-template <class Legal, class MakeWork>
-std::vector<Prediction> search(const Cluster& cl, ComputeModel& cm, const SearchSpace& sp, int n_layers,
-                               Legal legal, MakeWork make_work) {
+// batch allow; `legal` says whether the model takes a (tp, pp); `predict_one`
+// predicts a layout (and may choose its schedule).
+template <class Legal, class PredictOne>
+std::vector<Prediction> search(const Cluster& cl, const SearchSpace& sp, int n_layers, Legal legal,
+                               PredictOne predict_one) {
   WIOLA_CHECK(sp.global_batch >= 1, "plan: the global batch must be at least 1 sequence");
   std::vector<Prediction> out;
   for (int tp : divisors(cl.devices)) {
@@ -372,7 +451,7 @@ std::vector<Prediction> search(const Cluster& cl, ComputeModel& cm, const Search
             lay.micro_batches = sp.global_batch / dp / mb;
             lay.zero = zero == 1;
             lay.recompute = rc == 1;
-            out.push_back(predict(make_work(lay), cl, cm));
+            out.push_back(predict_one(lay));
           }
       }
     }
@@ -391,12 +470,15 @@ std::vector<Prediction> search_wiola(const ModelConfig& c, const Cluster& cl, Co
   const auto legal = [&](int tp, int pp) {
     return c.Hkv % tp == 0 && c.dA % tp == 0 && c.dB % tp == 0 && c.V % tp == 0 && pp <= c.L;
   };
-  return search(cl, cm, sp, c.L, legal, [&](const Layout& l) { return wiola_workload(c, l, prec); });
+  return search(cl, sp, c.L, legal, [&](const Layout& l) {
+    return sp.try_schedules ? predict_schedules(c, l, cl, cm, prec, sp.try_interleaved)
+                            : predict(wiola_workload(c, l, prec), cl, cm);
+  });
 }
 
 std::vector<Prediction> search_gpt(const GptConfig& g, const Cluster& cl, ComputeModel& cm, const SearchSpace& sp) {
   const auto legal = [&](int tp, int pp) { return g.H % tp == 0 && g.V % tp == 0 && pp <= g.L; };
-  return search(cl, cm, sp, g.L, legal, [&](const Layout& l) { return gpt_workload(g, l); });
+  return search(cl, sp, g.L, legal, [&](const Layout& l) { return predict(gpt_workload(g, l), cl, cm); });
 }
 
 RunEstimate estimate_run(const Prediction& p, const Workload& w, const Cluster& cl, double tokens,

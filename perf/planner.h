@@ -123,9 +123,33 @@ struct Prediction {
   std::vector<double> peak_live;
   Traffic traffic;             // max over ranks, per group
   Memory memory;               // the fullest rank
+  // The schedule choice (predict_schedules; the search, pp > 1, Wiola):
+  // every schedule predicted for this layout, and why layout.schedule won.
+  struct ScheduleOption {
+    std::string name;          // "1f1b", "zb-h1", "interleaved v2", ...
+    bool runnable = true;      // wiola train runs it (interleaved: not yet)
+    bool fits = true;
+    double step_s = 0, bubble_sim = 0;
+    double activation_bytes = 0;  // the fullest rank's activations
+    double pp_bytes = 0;          // pipeline wire bytes per step, the busiest rank
+  };
+  std::vector<ScheduleOption> schedule_options;
+  std::string schedule_why;    // empty: the layout's schedule was given, not chosen
 };
 
 Prediction predict(const Workload& w, const Cluster& cl, ComputeModel& cm);
+
+// The schedules the planner chooses among, for a Wiola layout with pp > 1:
+// the trainer's 1f1b and zb-h1, and (interleaved = true) interleaved 1F1B
+// with v = 2 and 4 chunks per rank where m % pp == 0 and pp·v ≤ L (the
+// stage balancer cuts the chunks, so pp·v need not divide L). Each is predicted (step time, bubble, memory, the pipeline
+// traffic interleaving multiplies); the pick is the fastest schedule wiola
+// train can run among those that fit (none fits: the fastest runnable one).
+// Interleaved is never picked: wiola train cannot run it yet, so it is a
+// prediction only, listed in schedule_options and named in schedule_why
+// when it would be faster. pp 1: `lay` as given, no options.
+Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Cluster& cl, ComputeModel& cm,
+                             const Precision& prec, bool interleaved = true);
 
 // Every layout the model allows on the cluster for a global batch (tp
 // divides n_kv_heads (Wiola), d_a, d_b and V, and stays inside a node; pp <=
@@ -136,6 +160,10 @@ struct SearchSpace {
   std::vector<int> micro_batch_sizes = {1, 2, 4, 8, 16};
   bool try_recompute = true, try_no_zero = true;
   int max_pp = 0;              // 0: L
+  // Wiola, pp > 1: choose each layout's schedule (predict_schedules);
+  // false: 1f1b only. try_interleaved: predict interleaved too (more stage
+  // shapes to time for a CPU compute model).
+  bool try_schedules = true, try_interleaved = true;
 };
 std::vector<Prediction> search_wiola(const ModelConfig& c, const Cluster& cl, ComputeModel& cm,
                                      const SearchSpace& sp, const Precision& prec);

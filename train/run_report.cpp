@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "dist/schedule.h"
+#include "perf/cost_model.h"
 #include "util/files.h"
 
 namespace wiola {
@@ -138,6 +140,11 @@ void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>&
   if (world.size() > 1) world.all_gather(analytic.data(), rank_analytic.data(), analytic.size(), DType::F64);
   else rank_analytic = analytic;
 
+  // The predicted bubble of the run's own schedule: the simulator on the
+  // stages' FLOPs (perf::schedule_bubble; W its weight-GEMM share), beside
+  // the balanced 1F1B formula (p-1)/(m+p-1).
+  const dist::PipelineSim bubble = perf::schedule_bubble(rc.model, rc.layout());
+  const std::string bubble_for = par.schedule + ", simulated on the stages' FLOPs";
   nlohmann::json report;
   if (root) {
     std::printf("done: %lld steps, loss %.4f -> %.4f", (long long)sum.steps, sum.first_loss, sum.last_loss);
@@ -150,7 +157,10 @@ void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>&
     report = {{"world", world.size()}, {"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp},
               {"zero", zero}, {"schedule", par.schedule}, {"micro_batches", m},
               {"overlap", overlap}, {"steps", sum.steps}, {"tokens_per_s", sum.tokens_per_s},
-              {"bubble_predicted", dist::bubble_fraction_predicted(par.pp, m)}};
+              {"bubble_predicted", bubble.bubble_fraction}, {"bubble_predicted_schedule", bubble_for},
+              {"bubble_predicted_fill_drain", bubble.bubble_fill_drain},
+              {"bubble_predicted_imbalance", bubble.bubble_imbalance},
+              {"bubble_formula", dist::bubble_fraction_predicted(par.pp, m)}};
     if (meas.steps > 0 && world.size() > 1) {
       // Bubble: the share of the schedule's wall time a rank is not
       // computing (waiting for its neighbours), averaged over ranks.
@@ -164,8 +174,9 @@ void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>&
       std::vector<double> busy_per_step;
       for (double b : rank_busy) busy_per_step.push_back(b / double(meas.steps));
       report["compute_s_per_step"] = busy_per_step;
-      std::printf("  pipeline: predicted bubble (p-1)/(m+p-1) = %.3f, measured idle share of the schedule %.3f "
-                  "(mean over ranks, steps 2..%lld)\n",
+      std::printf("  pipeline: predicted bubble of %s %.3f (%.3f fill/drain + %.3f imbalance; (p-1)/(m+p-1) = "
+                  "%.3f), measured idle share of the schedule %.3f (mean over ranks, steps 2..%lld)\n",
+                  bubble_for.c_str(), bubble.bubble_fraction, bubble.bubble_fill_drain, bubble.bubble_imbalance,
                   dist::bubble_fraction_predicted(par.pp, m), idle, (long long)sum.steps);
       std::printf("  communication per rank per step (steps 2..; wire bytes, measured / analytic, max over ranks):\n");
       nlohmann::json comm = nlohmann::json::object();

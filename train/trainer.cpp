@@ -200,6 +200,7 @@ struct Trainer::State {
   std::map<int64_t, std::string> dumps;
   std::filesystem::path run_dir;
   std::ofstream metrics;                    // world rank 0
+  std::ofstream schedule_trace;             // TrainOptions::trace_schedule: this rank's executed actions
   TrainProgress progress;
   std::vector<int32_t> batch;               // this rank's slice of the global batch
   Fault fault;
@@ -601,6 +602,13 @@ void Trainer::State::open_outputs() {
   run_dir = rc.train.run_dir;
   fault = fault_from_env();
   if (spike_on) inject_spike = spike_injection_from_env();
+  if (opt.trace_schedule) {
+    const auto dir = run_dir / "schedule_trace";
+    std::filesystem::create_directories(dir);
+    const auto path = dir / ("rank" + std::to_string(world.rank()) + ".txt");
+    schedule_trace.open(path, progress.step > 0 ? std::ios::app : std::ios::trunc);
+    WIOLA_CHECK(schedule_trace.good(), "cannot write '", path.string(), "'");
+  }
   if (!root()) return;
   std::filesystem::create_directories(run_dir);
   write_config_toml();
@@ -844,6 +852,9 @@ std::vector<uint8_t> Trainer::run_schedule(int64_t t, bool dumping, StepDump* du
     if (s.actions[k].op == dist::Op::BwdWeight) last_w = k;
     else if (s.actions[k].op != dist::Op::Fwd) last_b = k;
   }
+  // TrainOptions::trace_schedule: each action as it completes, named by the
+  // work that ran (not copied from the list).
+  std::vector<dist::Action> executed;
   for (size_t k = 0; k < s.actions.size(); ++k) {
     const dist::Action a = s.actions[k];
     const int slot = a.micro % s.slots;
@@ -865,6 +876,7 @@ std::vector<uint8_t> Trainer::run_schedule(int64_t t, bool dumping, StepDump* du
           if (!o.empty()) atm_local[l].insert(atm_local[l].end(), o.begin(), o.end());
         }
       if (!s.last) s.link->send(model.fwd_out(slot), next, 2 * a.micro);
+      if (s.schedule_trace.is_open()) executed.push_back({dist::Op::Fwd, a.micro, a.chunk});
     } else if (a.op == dist::Op::BwdWeight) {
       // W of a split backward: the weight-gradient GEMMs, no messages. The
       // step's last W reports the layers' gradients final.
@@ -875,20 +887,29 @@ std::vector<uint8_t> Trainer::run_schedule(int64_t t, bool dumping, StepDump* du
       if (s.sync_phases) s.ops.synchronize();
       busy += seconds_since(tb);
       model.arm_grad_ready(false);
+      if (s.schedule_trace.is_open()) executed.push_back({dist::Op::BwdWeight, a.micro, a.chunk});
     } else {  // the whole backward, or B of a split one
       dist::set_context(step_ctx + " backward micro-batch " + std::to_string(a.micro));
       if (!s.last) s.link->recv(model.bwd_in(), next, 2 * a.micro + 1);
       model.arm_grad_ready(overlap_now && k == last_b);
       const auto tb = Clock::now();
-      if (a.op == dist::Op::BwdInput) model.stage_backward_input(slot, a.micro % model.options().weight_slots);
+      const bool split = a.op == dist::Op::BwdInput;
+      if (split) model.stage_backward_input(slot, a.micro % model.options().weight_slots);
       else model.stage_backward(slot);
       if (s.sync_phases) s.ops.synchronize();
       busy += seconds_since(tb);
       model.arm_grad_ready(false);
       if (!s.first) s.link->send(model.bwd_out(), prev, 2 * a.micro + 1);
+      if (s.schedule_trace.is_open())
+        executed.push_back({split ? dist::Op::BwdInput : dist::Op::Bwd, a.micro, a.chunk});
     }
   }
   s.link->flush();
+  if (s.schedule_trace.is_open()) {
+    s.schedule_trace << "step " << t << " stage " << s.me.pp << " dp " << s.me.dp << " tp " << s.me.tp << ": "
+                     << dist::to_string(executed) << '\n';
+    s.schedule_trace.flush();
+  }
   const double sched = seconds_since(ts);
   if (t > 1 && !dumping) {
     s.measure.busy_s += busy;

@@ -43,6 +43,11 @@ struct TrainOptions {
   // on it; 1 (the packed layout before tensors were aligned) lets tests
   // write such checkpoints (`wiola train` reads WIOLA_PARAM_ALIGN).
   size_t param_align = kParamAlign;
+  // A test hook (`wiola train` reads WIOLA_TRACE_SCHEDULE=1): every rank
+  // writes the pipeline actions it executed, in the order each completed,
+  // one line per step to RUN_DIR/schedule_trace/rank<R>.txt:
+  //   "step T stage S dp D tp P: F0 F1 B0 ..." (dist::to_string).
+  bool trace_schedule = false;
 };
 
 struct TrainSummary {

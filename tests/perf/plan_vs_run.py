@@ -74,7 +74,7 @@ def main():
         for g in ["tp", "pp", "dp", "embed"]:
             got = comm.get(g, {}).get("measured_bytes", 0.0)
             check(f"{g} wire bytes/step", got, plan["traffic_bytes"][g])
-        check("bubble (p-1)/(m+p-1)", rep["bubble_predicted"], plan["bubble_analytic"])
+        check("bubble (p-1)/(m+p-1)", rep["bubble_formula"], plan["bubble_analytic"])
         mem = rep["memory_mib_per_rank"]
         fullest = max(sum(r[k] for k in ("params", "grads", "optimizer", "activations")) for r in mem)
         check("memory MiB, fullest rank", fullest, plan["memory_gib"]["total"] * 1024)

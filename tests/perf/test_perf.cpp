@@ -242,6 +242,114 @@ TEST(Planner, InterleavedAndZeroBubbleSchedules) {
   EXPECT_EQ(wiola_workload(c, l, Precision{DType::F32, DType::F32, DType::F32, false}).chunks.size(), 6u);
 }
 
+// The search's schedule choice (issue 37): among the schedules wiola train
+// runs, the fastest that fits; interleaved predicted and named, never picked.
+TEST(Planner, ChoosesTheScheduleByStepTimeAndMemoryAndSaysWhy) {
+  const ModelConfig c = model_preset("wiola-1.5b");
+  Cluster cl = Cluster::gpu("h100", 64);
+  const auto cm = gpu_compute_model(cl, GpuComputeChoice{});
+  const Precision bf16{DType::BF16, DType::F32, DType::BF16, true};
+  Layout l;
+  l.pp = 8; l.dp = 8; l.micro_batches = 32;
+  const Prediction p = predict_schedules(c, l, cl, *cm, bf16);
+  // 1f1b, zb-h1, interleaved v2 (v4: 32 chunks for 28 layers, left out).
+  ASSERT_EQ(p.schedule_options.size(), 3u);
+  EXPECT_EQ(p.schedule_options[0].name, "1f1b");
+  EXPECT_EQ(p.schedule_options[1].name, "zb-h1");
+  EXPECT_EQ(p.schedule_options[2].name, "interleaved v2");
+  EXPECT_FALSE(p.schedule_options[2].runnable);
+  EXPECT_GT(p.schedule_options[2].pp_bytes, 1.5 * p.schedule_options[0].pp_bytes);  // twice the boundaries
+  // Each option is predict()'s figure for that schedule.
+  Layout zl = l;
+  zl.schedule = "zb-h1";
+  const Prediction zb = predict(wiola_workload(c, zl, bf16), cl, *cm);
+  EXPECT_DOUBLE_EQ(p.schedule_options[1].step_s, zb.step_s);
+  EXPECT_DOUBLE_EQ(p.schedule_options[1].bubble_sim, zb.bubble_sim);
+  EXPECT_DOUBLE_EQ(p.schedule_options[1].activation_bytes, zb.memory.activations);
+  // Everything fits on an H100: ZB-H1 is faster than 1F1B and is picked.
+  EXPECT_LT(p.schedule_options[1].step_s, p.schedule_options[0].step_s);
+  EXPECT_EQ(p.layout.schedule, "zb-h1");
+  EXPECT_DOUBLE_EQ(p.step_s, zb.step_s);
+  EXPECT_EQ(p.schedule_why.rfind("zb-h1: step", 0), 0u) << p.schedule_why;
+  EXPECT_NE(p.schedule_why.find("interleaved v2: step"), std::string::npos) << p.schedule_why;
+  EXPECT_NE(p.schedule_why.find("not yet runnable by wiola train"), std::string::npos) << p.schedule_why;
+  EXPECT_NE(p.schedule_why.find("2.0x the pipeline traffic"), std::string::npos) << p.schedule_why;
+  // Even where interleaved would be fastest, the pick stays runnable.
+  for (const char* model : {"wiola-1.5b", "wiola-360m"}) {
+    const Prediction q = predict_schedules(model_preset(model), l, cl, *cm, bf16);
+    EXPECT_NE(q.layout.schedule, "interleaved") << model;
+    for (const auto& o : q.schedule_options) {
+      if (o.runnable && o.fits) {
+        EXPECT_LE(q.step_s, o.step_s) << model << " " << o.name;
+      }
+    }
+  }
+  // Memory decides: a device where 1F1B fits and ZB-H1 (more live W
+  // operands and activations) does not.
+  Layout ol = l;
+  const Prediction one = predict(wiola_workload(c, ol, bf16), cl, *cm);
+  ASSERT_LT(one.memory.total(), zb.memory.total());
+  Cluster tight = cl;
+  tight.memory_bytes = (one.memory.total() + zb.memory.total()) / 2 / 0.92;
+  const Prediction m = predict_schedules(c, l, tight, *cm, bf16);
+  EXPECT_TRUE(m.fits);
+  EXPECT_EQ(m.layout.schedule, "1f1b");
+  EXPECT_NE(m.schedule_why.find("zb-h1: does not fit"), std::string::npos) << m.schedule_why;
+  // m not a multiple of pp: no interleaved; interleaved off: none either.
+  Layout odd = l;
+  odd.micro_batches = 30;
+  EXPECT_EQ(predict_schedules(c, odd, cl, *cm, bf16).schedule_options.size(), 2u);
+  EXPECT_EQ(predict_schedules(c, l, cl, *cm, bf16, false).schedule_options.size(), 2u);
+  // pp 1: nothing to choose.
+  Layout flat;
+  flat.dp = 64;
+  const Prediction f = predict_schedules(c, flat, cl, *cm, bf16);
+  EXPECT_TRUE(f.schedule_options.empty());
+  EXPECT_TRUE(f.schedule_why.empty());
+  // The search: every pipelined layout carries its choice, all runnable;
+  // try_schedules = false keeps 1F1B.
+  SearchSpace sp;
+  sp.global_batch = 256;
+  sp.micro_batch_sizes = {1, 2};
+  sp.try_recompute = sp.try_no_zero = false;
+  bool saw_zb = false;
+  for (const Prediction& x : search_wiola(c, cl, *cm, sp, bf16)) {
+    EXPECT_NE(x.layout.schedule, "interleaved");
+    EXPECT_EQ(x.schedule_why.empty(), x.layout.pp == 1) << x.layout.name();
+    saw_zb = saw_zb || x.layout.schedule == "zb-h1";
+  }
+  EXPECT_TRUE(saw_zb);
+  sp.try_schedules = false;
+  for (const Prediction& x : search_wiola(c, cl, *cm, sp, bf16)) EXPECT_EQ(x.layout.schedule, "1f1b");
+}
+
+// The run report's predicted bubble (perf::schedule_bubble): the run's own
+// schedule simulated on its stages' FLOPs. Its fill/drain part is the
+// balanced formula for 1F1B and GPipe; ZB-H1's is smaller; pp 1 has none.
+TEST(Planner, ScheduleBubbleOfTheRunsOwnSchedule) {
+  const ModelConfig c = model_preset("wiola-360m");
+  Layout l;
+  l.pp = 4; l.micro_batches = 8;
+  for (const char* s : {"1f1b", "gpipe"}) {
+    l.schedule = s;
+    const dist::PipelineSim b = schedule_bubble(c, l);
+    EXPECT_NEAR(b.bubble_fill_drain, dist::bubble_fraction_predicted(4, 8), 1e-12) << s;
+    EXPECT_GT(b.bubble_imbalance, 0.0) << s;  // the head on the last stage
+    EXPECT_NEAR(b.bubble_fraction, b.bubble_fill_drain + b.bubble_imbalance, 1e-12) << s;
+  }
+  l.schedule = "1f1b";
+  const double one = schedule_bubble(c, l).bubble_fraction;
+  l.schedule = "zb-h1";
+  const dist::PipelineSim zb = schedule_bubble(c, l);
+  EXPECT_LT(zb.bubble_fill_drain, dist::bubble_fraction_predicted(4, 8) - 0.05);
+  EXPECT_LT(zb.bubble_fraction, one);
+  l.schedule = "interleaved";
+  l.virtual_stages = 2;
+  EXPECT_LT(schedule_bubble(c, l).bubble_fill_drain, dist::bubble_fraction_predicted(4, 8) - 0.05);
+  Layout flat;
+  EXPECT_EQ(schedule_bubble(c, flat).bubble_fraction, 0.0);
+}
+
 TEST(Hardware, TableLookups) {
   const Accelerator* h = find_accelerator("NVIDIA H100 80GB HBM3");
   ASSERT_NE(h, nullptr);
