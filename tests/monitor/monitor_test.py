@@ -97,14 +97,20 @@ def f32(x):
     return float("nan") if x is None else struct.unpack("<f", struct.pack("<f", float(x)))[0]
 
 
-def tensorboard():
+def require_tensorboard():
+    """Skips (exit 77) where the tensorboard package is missing."""
     try:
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-        from tensorboard.compat.proto import event_pb2
-        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+        import tensorboard.backend.event_processing.event_accumulator  # noqa: F401
     except ImportError as e:
         print("SKIP: the tensorboard Python package is not installed (%s); scripts/setup.sh installs it" % e)
         sys.exit(77)
+
+
+def tensorboard():
+    require_tensorboard()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
     rd = os.path.join(work, "tb_run")
     shutil.rmtree(rd, ignore_errors=True)
     # An earlier run in the same folder: its event file stays, and
@@ -173,11 +179,7 @@ def same_as_metrics(rd, sources):
 
 
 def tensorboard_rewind():
-    try:
-        import tensorboard.backend.event_processing.event_accumulator  # noqa: F401
-    except ImportError as e:
-        print("SKIP: the tensorboard Python package is not installed (%s); scripts/setup.sh installs it" % e)
-        sys.exit(77)
+    require_tensorboard()
     rd = os.path.join(work, "tb_rewind")
     shutil.rmtree(rd, ignore_errors=True)
     ck = os.path.join(rd, "ck")
