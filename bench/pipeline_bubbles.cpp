@@ -4,8 +4,12 @@
 // (dist::PipelineSim, docs/distributed.md §4) and the peak activation memory
 // per rank, for the planner's best layout and pp 4 / 8 at several numbers of
 // micro-batches, per schedule: 1F1B, GPipe, interleaved 1F1B (v = 2, 4
-// chunks per rank where p·v ≤ L and m % p == 0) and ZB-H1 (B and W timed
-// apart: W the weight-gradient GEMMs, perf::StageFlops::bwd_weight). No MPI,
+// chunks per rank where p·v ≤ L and m % p == 0), ZB-H1 (B and W timed
+// apart: W the weight-gradient GEMMs, perf::StageFlops::bwd_weight) and ZB-V
+// (two chunks per rank in a V, where m ≥ p and 2p ≤ L). The chunked
+// schedules' chunks are cut by the FLOP balancer ("compute") and by the
+// chunk balancer ("chunks": perf::balance_chunks, the simulated step
+// minimised); wiola train cannot run them yet (marked in the row). No MPI,
 // no GPU: the planner's predictions.
 //
 //   build/bench/wiola_pipeline_bubbles
@@ -28,9 +32,6 @@ constexpr int kGpus = 64;
 constexpr double kGiB = 1073741824.0;
 const Precision kBf16{DType::BF16, DType::F32, DType::BF16, true};  // as `wiola plan` on a GPU
 
-// Schedules the simulator does not have yet: listed, not predicted.
-const char* const kNotImplemented[] = {"zb-v"};
-
 void print_header() {
   std::printf("  %-26s %-14s %-8s %9s %8s %10s %10s %9s %9s  %s\n", "layout (tp pp dp, mb x m)", "schedule",
               "balance", "step s", "bubble", "fill/drn", "imbalance", "act GiB", "live mb", "");
@@ -39,8 +40,9 @@ void print_header() {
 void print_row(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, Layout lay, const std::string& schedule,
                const std::string& balance, int v = 1) {
   lay.schedule = schedule;
-  lay.stage_balance = balance;
+  lay.stage_balance = balance == "chunks" ? "compute" : balance;
   lay.virtual_stages = v;
+  if (balance == "chunks") lay = balance_chunks(c, lay, cl, cm, kBf16);
   const Workload w = wiola_workload(c, lay, kBf16);
   const Prediction p = predict(w, cl, cm);
   double act = 0;  // the fullest rank's activations (the first stage under 1F1B)
@@ -53,9 +55,19 @@ void print_row(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, Layout
   char live[32];
   std::snprintf(live, sizeof live, "%g/%g", p.peak_live.front(), p.peak_live.back());
   const std::string sched = schedule == "interleaved" ? schedule + " v" + std::to_string(v) : schedule;
+  std::string note = p.fits ? "" : "does not fit: " + p.why_not;
+  if (schedule == "interleaved" || schedule == "zb-v")
+    note += (note.empty() ? "" : "; ") + std::string("not yet runnable by wiola train");
+  if (!lay.cuts.empty()) {
+    note += note.empty() ? "chunks" : "; chunks";
+    for (size_t k = 1; k < lay.cuts.size(); ++k) {
+      note += ' ';
+      note += std::to_string(lay.cuts[k] - lay.cuts[k - 1]);
+    }
+  }
   std::printf("  %-26s %-14s %-8s %9.3f %7.1f%% %9.1f%% %9.1f%% %9.2f %9s  %s\n", name, sched.c_str(),
               balance.c_str(), p.step_s, 100 * p.bubble_sim, 100 * p.bubble_fill_drain, 100 * p.bubble_imbalance,
-              act / kGiB, live, p.fits ? "" : ("does not fit: " + p.why_not).c_str());
+              act / kGiB, live, note.c_str());
 }
 
 // The layout with tp 1 and `pp` stages over the 64 GPUs at micro-batch mb,
@@ -90,6 +102,11 @@ void report(const std::string& model) {
                   1e3 * p.stage_fwd_s[s], 1e3 * (p.stage_bwd_s[s] - p.stage_bwd_weight_s[s]),
                   1e3 * p.stage_bwd_weight_s[s]);
   }
+  {  // What `wiola plan` says of the schedules for tp1 pp8, micro-batch 1 (the chunked ones balanced).
+    const Prediction p = predict_schedules(c, with_pp(best, global_batch, 8, 1), cl, *cm, kBf16);
+    std::printf("  wiola plan's schedule choice at tp1 pp8, 1x%d: %s\n", p.layout.micro_batches,
+                p.schedule_why.c_str());
+  }
   print_header();
   std::vector<Layout> layouts = {best};
   for (int pp : {4, 8})
@@ -101,10 +118,14 @@ void report(const std::string& model) {
     print_row(c, cl, *cm, l, "1f1b", "layers");  // the even split, against the FLOP-balanced one
     print_row(c, cl, *cm, l, "gpipe", "compute");
     for (int v : {2, 4})
-      if (l.pp * v <= c.L && l.micro_batches % l.pp == 0) print_row(c, cl, *cm, l, "interleaved", "compute", v);
+      if (l.pp * v <= c.L && l.micro_batches % l.pp == 0)
+        for (const char* balance : {"compute", "chunks"}) print_row(c, cl, *cm, l, "interleaved", balance, v);
     print_row(c, cl, *cm, l, "zb-h1", "compute");
+    if (l.micro_batches >= l.pp && 2 * l.pp <= c.L)
+      for (const char* balance : {"compute", "chunks"}) print_row(c, cl, *cm, l, "zb-v", balance);
+    else
+      std::printf("  %-26s %-14s needs m >= p = %d micro-batches\n", "", "zb-v", l.pp);
   }
-  for (const char* s : kNotImplemented) std::printf("  %-26s %-14s not implemented\n", "any", s);
 }
 
 }  // namespace

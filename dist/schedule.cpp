@@ -81,6 +81,66 @@ std::vector<Action> schedule_zb_h1(int pp, int stage, int m) {
   return s;
 }
 
+int global_chunk(int pp, int stage, int chunk, ChunkPlacement placement) {
+  return chunk * pp + (placement == ChunkPlacement::V && chunk % 2 == 1 ? pp - 1 - stage : stage);
+}
+
+int chunk_rank(int pp, int g, ChunkPlacement placement) {
+  const int r = g % pp;
+  return placement == ChunkPlacement::V && (g / pp) % 2 == 1 ? pp - 1 - r : r;
+}
+
+std::vector<Action> schedule_zb_v(int pp, int stage, int m) {
+  check_args(pp, stage, m);
+  WIOLA_CHECK(m >= pp, "zb-v schedule: needs m >= pp micro-batches (m=", m, " pp=", pp,
+              "): the last rank's warm-up runs pp of them through both its chunks");
+  std::vector<Action> s;
+  int f[2] = {0, 0}, b[2] = {0, 0};
+  std::vector<Action> deferred;  // W's not yet run, oldest first
+  size_t oldest = 0;
+  const auto fwd = [&](int c) { s.push_back({Op::Fwd, f[c]++, c}); };
+  const auto bwd = [&](int c, bool defer) {
+    const int i = b[c]++;
+    s.push_back({Op::BwdInput, i, c});
+    if (defer) deferred.push_back({Op::BwdWeight, i, c});
+    else s.push_back({Op::BwdWeight, i, c});
+  };
+  const auto weight = [&] { s.push_back(deferred.at(oldest++)); };
+  // Chunk-0 forwards before the first chunk-1 one: 2q, or what m leaves.
+  const int w0 = std::min(2 * (pp - stage - 1), m - stage - 1);
+  const int q1 = (w0 + 1) / 2, q2 = w0 - q1;
+  for (int k = 0; k < w0; ++k) fwd(0);  // warm-up
+  for (int k = 0; k <= stage; ++k) {
+    fwd(0);
+    fwd(1);
+  }
+  for (int k = 0; k < q1; ++k) {
+    bwd(1, false);
+    fwd(1);
+  }
+  for (int k = 0; k < m - w0 - stage - 1; ++k) {  // steady state
+    bwd(1, false);
+    fwd(0);
+    bwd(0, false);
+    fwd(1);
+  }
+  for (int k = 0; k < q2; ++k) {  // cool-down
+    bwd(1, false);
+    bwd(0, false);
+    fwd(1);
+  }
+  for (int k = 0; k <= stage; ++k) {
+    bwd(1, false);
+    bwd(0, true);
+  }
+  for (int k = 0; k < q1; ++k) {
+    weight();
+    bwd(0, true);
+  }
+  while (oldest < deferred.size()) weight();
+  return s;
+}
+
 double bubble_fraction_predicted(int pp, int m) {
   return double(pp - 1) / double(m + pp - 1);
 }
@@ -126,17 +186,18 @@ PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& sched, dou
 }
 
 PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& sched, double t_fwd, double t_bwd_input,
-                              double t_bwd_weight) {
+                              double t_bwd_weight, ChunkPlacement placement) {
   const size_t n = sched.size() * size_t(chunks_per_rank(sched));
-  return simulate_pipeline(sched, StageCosts{std::vector<double>(n, t_fwd),
-                                             std::vector<double>(n, t_bwd_input + t_bwd_weight), 0.0,
-                                             std::vector<double>(n, t_bwd_weight)});
+  return simulate_pipeline(sched,
+                           StageCosts{std::vector<double>(n, t_fwd), std::vector<double>(n, t_bwd_input + t_bwd_weight),
+                                      0.0, std::vector<double>(n, t_bwd_weight)},
+                           placement);
 }
 
 namespace {
 // The event simulation itself: makespan, bubble fraction, start and end
 // times, peak live activations.
-PipelineSim simulate(const std::vector<std::vector<Action>>& sched, const StageCosts& cost) {
+PipelineSim simulate(const std::vector<std::vector<Action>>& sched, const StageCosts& cost, ChunkPlacement placement) {
   const int pp = int(sched.size()), v = chunks_per_rank(sched), P = pp * v;
   int m = 0;
   for (const auto& s : sched)
@@ -161,7 +222,9 @@ PipelineSim simulate(const std::vector<std::vector<Action>>& sched, const StageC
     for (int s = 0; s < pp; ++s) {
       while (next[size_t(s)] < sched[size_t(s)].size()) {
         const Action a = sched[size_t(s)][next[size_t(s)]];
-        const int g = a.chunk * pp + s;
+        const int g = global_chunk(pp, s, a.chunk, placement);
+        // A message's delay: none between two chunks of this rank.
+        const auto link = [&](int from) { return chunk_rank(pp, from, placement) != s ? cost.link : 0.0; };
         const size_t gi = size_t(g), i = size_t(a.micro);
         double ready = free_at[size_t(s)], dur = 0;
         int bit = 0;
@@ -170,7 +233,7 @@ PipelineSim simulate(const std::vector<std::vector<Action>>& sched, const StageC
           case Op::Fwd:
             if (g > 0) {
               blocked = fdone[gi - 1][i] < 0;
-              ready = std::max(ready, fdone[gi - 1][i] + (pp > 1 ? cost.link : 0.0));
+              ready = std::max(ready, fdone[gi - 1][i] + link(g - 1));
             }
             dur = cost.fwd[gi];
             bit = 1;
@@ -180,7 +243,7 @@ PipelineSim simulate(const std::vector<std::vector<Action>>& sched, const StageC
             blocked = fdone[gi][i] < 0;
             if (g + 1 < P) {
               blocked = blocked || gdone[gi + 1][i] < 0;
-              ready = std::max(ready, gdone[gi + 1][i] + (pp > 1 ? cost.link : 0.0));
+              ready = std::max(ready, gdone[gi + 1][i] + link(g + 1));
             }
             dur = a.op == Op::Bwd ? cost.bwd[gi] : cost.bwd[gi] - weight(g);
             bit = a.op == Op::Bwd ? 2 : 4;
@@ -232,7 +295,8 @@ StageCosts mean_costs(const StageCosts& cost) {
 bool uniform(const std::vector<double>& v) { return v.empty() || std::equal(v.begin() + 1, v.end(), v.begin()); }
 }  // namespace
 
-PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& sched, const StageCosts& cost) {
+PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& sched, const StageCosts& cost,
+                              ChunkPlacement placement) {
   const size_t n = sched.size() * size_t(chunks_per_rank(sched));
   WIOLA_CHECK(cost.fwd.size() == n && cost.bwd.size() == n && (cost.bwd_weight.empty() || cost.bwd_weight.size() == n),
               "simulate_pipeline: one forward and one backward cost (and weight-gradient share, if any) per global "
@@ -240,9 +304,10 @@ PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& sched, con
   for (size_t g = 0; g < cost.bwd_weight.size(); ++g)
     WIOLA_CHECK(cost.bwd_weight[g] >= 0 && cost.bwd_weight[g] <= cost.bwd[g],
                 "simulate_pipeline: the weight-gradient share of a backward must lie in [0, the backward]");
-  PipelineSim r = simulate(sched, cost);
+  PipelineSim r = simulate(sched, cost, placement);
   const bool balanced = uniform(cost.fwd) && uniform(cost.bwd) && uniform(cost.bwd_weight);
-  r.bubble_fill_drain = balanced ? r.bubble_fraction : simulate(sched, mean_costs(cost)).bubble_fraction;
+  r.bubble_fill_drain =
+      balanced ? r.bubble_fraction : simulate(sched, mean_costs(cost), placement).bubble_fraction;
   r.bubble_imbalance = r.bubble_fraction - r.bubble_fill_drain;
   return r;
 }

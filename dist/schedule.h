@@ -1,6 +1,7 @@
 // Pipeline schedules (docs/model.md §5, docs/distributed.md §4): the ordered
 // list of forward/backward micro-batch actions one stage runs in a step
-// (1F1B, GPipe, interleaved 1F1B, ZB-H1 with its split backward), and the
+// (1F1B, GPipe, interleaved 1F1B, ZB-H1 with its split backward, ZB-V on
+// two chunks per rank placed in a V), and the
 // event simulation of a whole pipeline that proves a set of them
 // deadlock-free and gives the bubble and the peak live activations. Pure
 // logic, no communication: the trainer walks the list, receiving inputs
@@ -30,6 +31,18 @@ struct Action {
   int chunk = 0;
   bool operator==(const Action&) const = default;
 };
+
+// Where a rank's chunks sit in the model. Interleaved (above): chunk c of
+// rank s is global chunk c·p + s, every chunk's pass runs over the ranks
+// 0 → p − 1. V (ZB-V): the passes alternate direction, chunk c of rank s is
+// global chunk c·p + s for even c and c·p + (p − 1 − s) for odd c; with two
+// chunks rank s holds g = s and g = 2p − 1 − s, so the last chunk (the head)
+// is back on rank 0 and chunks p − 1 and p meet on rank p − 1 (no transfer
+// between them).
+enum class ChunkPlacement { Interleaved, V };
+int global_chunk(int pp, int stage, int chunk, ChunkPlacement placement);
+// The rank that holds global chunk g.
+int chunk_rank(int pp, int g, ChunkPlacement placement);
 
 // 1F1B (PipeDream-flush): min(pp − stage − 1, m) warm-up forwards, then
 // alternate one forward / one backward, then the remaining backwards. At most
@@ -68,6 +81,35 @@ std::vector<Action> schedule_interleaved(int pp, int stage, int m, int v);
 // last B, at the end of the step: in the simulation the makespan ends with
 // the last action, W's included, so the bubble figures contain it.
 std::vector<Action> schedule_zb_h1(int pp, int stage, int m);
+// ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", the V-shaped
+// schedule; the phase structure of DeepSeek's DualPipeV, run one action at
+// a time): two chunks per rank in ChunkPlacement::V, every backward split
+// (I, then W at once or deferred). With w = min(2(pp − stage − 1), m −
+// stage − 1) (2(pp − stage − 1) when m ≥ 2p − 1), w₁ = ⌈w/2⌉, w₂ = w − w₁,
+// stage s runs
+//   warm-up   w × F0, then s + 1 × (F0 F1)      — 2p chunks live, 1F1B's peak
+//             w₁ × (B1 F1)
+//   steady    m − w − s − 1 × (B1 F0 B0 F1)
+//   cool-down w₂ × (B1 B0 F1), s + 1 × (B1 B0*), w₁ × (W B0*), the deferred W's
+// where Fc/Bc are chunk c's forward / backward (B = I W), B0* an input
+// gradient whose W is deferred (the oldest deferred W runs first).
+// Needs m ≥ pp (the last rank's warm-up runs p micro-batches through both
+// its chunks); throws otherwise. For p ≤ m < 2p − 1 rank 0 cannot fill the
+// V's round trip with forwards and the pipeline idles more (deadlock-free,
+// at most the same memory; below m = 2p − 2 slower than ZB-H1 on the same
+// work); the figures below need m ≥ 2p − 1.
+// Live chunk activations peak at 2p on every rank (m ≥ 2p − 1; at most 2p
+// otherwise): p micro-batches of the rank's layers, 1F1B's peak (its stage
+// 0). Balanced chunks, T_F = T_B =
+// T_W per chunk, no link delay, m ≥ 2p − 1: makespan 2m(T_F + T_B + T_W) + (p − 1)T_F,
+// the least any schedule can have (the last rank waits (p − 1)T_F for its
+// first input and then has 2m(T_F + T_B + T_W) of work): no rank idles
+// except the first micro-batch's way down the first leg of the V and the
+// matching tail on the earlier ranks. That is the paper's "zero bubble":
+// with its post-validation the next step's fill overlaps this step's tail;
+// here the optimizer waits for every rank's last W (as ZB-H1, above), so
+// that fill stays in the step.
+std::vector<Action> schedule_zb_v(int pp, int stage, int m);
 
 // Idle fraction of a balanced pipeline: (p − 1)/(m + p − 1).
 double bubble_fraction_predicted(int pp, int m);
@@ -84,11 +126,13 @@ int max_pending_weight(const std::vector<Action>& s);
 
 // Event simulation of a whole pipeline: schedules[s] for every rank s. With
 // v chunks per rank (v − 1 = the largest chunk index), global chunk g =
-// c·p + s: Fwd(i) of g needs Fwd(i) of g − 1 (on rank (g − 1) mod p), Bwd or
+// global_chunk(p, s, c, placement) (interleaved: c·p + s): Fwd(i) of g
+// needs Fwd(i) of g − 1 (on rank chunk_rank(p, g − 1)), Bwd or
 // BwdInput (i) of g needs Fwd(i) of g on the rank and the input gradient
 // (Bwd or BwdInput (i)) of g + 1, BwdWeight(i) of g needs BwdInput(i) of g.
 // Each action takes t_fwd / t_bwd (Bwd) / t_bwd − t_w (BwdInput) / t_w
-// (BwdWeight); sends are free and non-blocking. Throws wiola::Error naming
+// (BwdWeight); sends are free and non-blocking, and a message between two
+// chunks of the same rank (V: chunks p − 1 and p) has no link delay. Throws wiola::Error naming
 // the stuck stages on deadlock, and on an action repeated or a backward
 // both whole and split.
 struct PipelineSim {
@@ -107,7 +151,8 @@ PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& schedules,
                               double t_fwd, double t_bwd);
 // B and W timed apart: Bwd takes t_bwd_input + t_bwd_weight.
 PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& schedules,
-                              double t_fwd, double t_bwd_input, double t_bwd_weight);
+                              double t_fwd, double t_bwd_input, double t_bwd_weight,
+                              ChunkPlacement placement = ChunkPlacement::Interleaved);
 // The same with a forward and a backward cost per global chunk (per stage
 // when v = 1; uneven stages: the last one runs the head), the weight-gradient
 // part of each backward (bwd_weight; empty: none, B = the whole backward)
@@ -119,7 +164,8 @@ struct StageCosts {
   double link = 0;
   std::vector<double> bwd_weight = {};  // W's share of bwd; empty: 0
 };
-PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& schedules, const StageCosts& cost);
+PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& schedules, const StageCosts& cost,
+                              ChunkPlacement placement = ChunkPlacement::Interleaved);
 
 // "F0 F1 B0 F2 B1 ...": F, B (Bwd), I (BwdInput), W (BwdWeight), then the
 // micro-batch and, for chunk c > 0, ".c" ("F3.1": micro-batch 3, chunk 1).

@@ -164,7 +164,7 @@ void print_table(const std::vector<Prediction>& ps, int top) {
     const Prediction& p = ps[i];
     const Layout& l = p.layout;
     char lay[64];
-    const std::string sched = l.schedule == "1f1b" ? "" : l.schedule == "zb-h1" ? " zb"
+    const std::string sched = l.schedule == "1f1b" ? "" : l.schedule == "zb-h1" ? " zb" : l.schedule == "zb-v" ? " zv"
                               : l.schedule == "interleaved" ? " i" + std::to_string(l.virtual_stages) : " " + l.schedule;
     std::snprintf(lay, sizeof lay, "%d %d %d, %dx%d%s%s%s", l.tp, l.pp, l.dp, l.micro_batch, l.micro_batches,
                   l.zero_active() ? " z" : "", l.recompute ? " rc" : "", sched.c_str());
@@ -233,7 +233,7 @@ int wiola_cmd_plan(int argc, char** argv) {
   app.add_option("--global-batch", global_batch, "sequences per optimizer step (default: ~0.5M tokens)");
   app.add_option("--seq-len", seq_len, "override the model's T");
   app.add_option("--layout", layout, "predict this layout only: tp=,pp=,dp=,mb=,m=,zero=on|off,recompute=on|off,"
-                 "schedule=1f1b|gpipe|zb-h1|interleaved,v= (interleaved chunks per rank)");
+                 "schedule=1f1b|gpipe|zb-h1|zb-v|interleaved,v= (interleaved chunks per rank)");
   app.add_option("--top", top, "layouts listed")->capture_default_str();
   app.add_option("--efficiency", efficiency, "GPU: share of the dense BF16 peak the GEMMs reach (implies --datasheet)")
       ->capture_default_str();
@@ -370,12 +370,15 @@ int wiola_cmd_plan(int argc, char** argv) {
                                           [](const Prediction::ScheduleOption& o) { return !o.runnable; });
   if (!best.schedule_why.empty())
     std::printf("    schedule: %s, the fastest that fits of those wiola train runs%s\n      %s\n",
-                best.layout.schedule.c_str(), predicted_only ? " (interleaved: predicted only, never picked)" : "",
+                best.layout.schedule.c_str(),
+                predicted_only ? " (interleaved, zb-v: predicted only, never picked; their chunks cut by the chunk balancer)" : "",
                 best.schedule_why.c_str());
   else if (best.layout.pp > 1)
     std::printf("    schedule: %s%s (given)%s\n", best.layout.schedule.c_str(),
                 best.layout.schedule == "interleaved" ? (" v" + std::to_string(best.layout.virtual_stages)).c_str() : "",
-                best.layout.schedule == "interleaved" ? ": a prediction only, not yet runnable by wiola train" : "");
+                best.layout.schedule == "interleaved" || best.layout.schedule == "zb-v"
+                    ? ": a prediction only, not yet runnable by wiola train"
+                    : "");
   std::printf("    memory per device %.2f GiB: params %.2f, grads %.2f, optimizer %.2f, activations %.2f\n",
               best.memory.total() / 1073741824.0, best.memory.params / 1073741824.0,
               best.memory.grads / 1073741824.0, best.memory.optimizer / 1073741824.0,

@@ -38,10 +38,18 @@ std::vector<std::pair<int, int>> pipeline_stages(const ModelConfig& c, int pp, c
 }
 
 ModelShard stage_shard(const ModelConfig& c, const Layout& lay, int stage) {
-  const auto st = pipeline_stages(c, lay.pp, lay.stage_balance);
   ModelShard s;
   s.tp_rank = 0;
   s.tp_size = lay.tp;
+  if (int(lay.cuts.size()) == lay.pp + 1) {  // the chunk balancer's cut (a layout of p·v units)
+    bool increasing = lay.cuts.front() == 0 && lay.cuts.back() == c.L;
+    for (size_t k = 1; k < lay.cuts.size(); ++k) increasing = increasing && lay.cuts[k - 1] < lay.cuts[k];
+    WIOLA_CHECK(increasing, "layout cuts: need 0 = cut_0 < cut_1 < ... < cut_n = L (", c.L, ")");
+    s.layer_begin = lay.cuts[size_t(stage)];
+    s.layer_end = lay.cuts[size_t(stage) + 1];
+    return s;
+  }
+  const auto st = pipeline_stages(c, lay.pp, lay.stage_balance);
   s.layer_begin = st[size_t(stage)].first;
   s.layer_end = st[size_t(stage)].second;
   return s;
@@ -53,11 +61,20 @@ std::vector<dist::Action> stage_schedule(const Layout& lay, int stage) {
   if (lay.schedule == "gpipe") return dist::schedule_gpipe(lay.pp, stage, m);
   if (lay.schedule == "interleaved") return dist::schedule_interleaved(lay.pp, stage, m, lay.virtual_stages);
   if (lay.schedule == "zb-h1") return dist::schedule_zb_h1(lay.pp, stage, m);
-  fail("unknown pipeline schedule '", lay.schedule, "' (known: 1f1b, gpipe, interleaved, zb-h1)");
+  if (lay.schedule == "zb-v") return dist::schedule_zb_v(lay.pp, stage, m);
+  fail("unknown pipeline schedule '", lay.schedule, "' (known: 1f1b, gpipe, interleaved, zb-h1, zb-v)");
+}
+
+int chunks_per_rank(const Layout& lay) {
+  return lay.schedule == "interleaved" ? lay.virtual_stages : lay.schedule == "zb-v" ? 2 : 1;
+}
+
+dist::ChunkPlacement chunk_placement(const Layout& lay) {
+  return lay.schedule == "zb-v" ? dist::ChunkPlacement::V : dist::ChunkPlacement::Interleaved;
 }
 
 int stage_slots(const Layout& lay, int stage) {
-  const int v = lay.schedule == "interleaved" ? lay.virtual_stages : 1;
+  const int v = chunks_per_rank(lay);
   return std::max(1, (dist::max_in_flight(stage_schedule(lay, stage)) + v - 1) / v);
 }
 
@@ -104,8 +121,11 @@ Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Pre
   mo.micro_batch = lay.micro_batch;
   mo.recompute = lay.recompute;
   mo.slots = stage_slots(lay, stage);
-  mo.split_backward = lay.schedule == "zb-h1";  // W's operands kept from B to W (the trainer's ZB-H1)
-  mo.weight_slots = std::max(1, dist::max_pending_weight(stage_schedule(lay, stage)));
+  // W's operands kept from B to W (the trainer's ZB-H1; ZB-V's chunks: per
+  // v chunk slots one of the rank's layers, as the activation slots).
+  mo.split_backward = lay.schedule == "zb-h1" || lay.schedule == "zb-v";
+  const int v = chunks_per_rank(lay);
+  mo.weight_slots = std::max(1, (dist::max_pending_weight(stage_schedule(lay, stage)) + v - 1) / v);
   // The layer contexts want an Ops; sizing touches none of its memory.
   static const std::unique_ptr<Ops<float>> sizing = make_backend<float>("cpu");
   const auto mm = Model<float>::plan_memory(*sizing, c, s, mo, prec);
@@ -139,9 +159,10 @@ double stage_flops(const ModelConfig& c, const Layout& lay, int stage) {
 
 dist::PipelineSim schedule_bubble(const ModelConfig& c, const Layout& lay) {
   if (lay.pp <= 1) return dist::PipelineSim{};
-  // The pipeline's units: the stages, or the p·v chunks of an interleaved
-  // schedule (chunk g the stage g of the same layout cut into p·v stages).
-  const int v = lay.schedule == "interleaved" ? lay.virtual_stages : 1;
+  // The pipeline's units: the stages, or the p·v chunks of an interleaved or
+  // zb-v schedule (chunk g the stage g of the same layout cut into p·v
+  // stages, or by lay.cuts).
+  const int v = chunks_per_rank(lay);
   Layout units = lay;
   units.pp = lay.pp * v;
   units.schedule = "1f1b";
@@ -155,7 +176,7 @@ dist::PipelineSim schedule_bubble(const ModelConfig& c, const Layout& lay) {
   }
   std::vector<std::vector<dist::Action>> sched;
   for (int s = 0; s < lay.pp; ++s) sched.push_back(stage_schedule(lay, s));
-  return dist::simulate_pipeline(sched, cost);
+  return dist::simulate_pipeline(sched, cost, chunk_placement(lay));
 }
 
 StageKinds stage_kinds(const ModelConfig& c, const Layout& lay, int stage) {

@@ -25,11 +25,16 @@ struct Layout {
   int micro_batches = 1;    // micro-batches per optimizer step per DP replica
   bool zero = true;         // ZeRO-1 (only meaningful with dp > 1)
   bool recompute = false;
-  // "1f1b", "gpipe", "interleaved" (virtual_stages chunks per rank) or
-  // "zb-h1" (dist/schedule.h); the planner simulates all four, the trainer
-  // runs 1f1b and gpipe.
+  // "1f1b", "gpipe", "interleaved" (virtual_stages chunks per rank),
+  // "zb-h1" or "zb-v" (two chunks per rank in a V) (dist/schedule.h); the
+  // planner simulates all five, the trainer runs 1f1b, gpipe and zb-h1.
   std::string schedule = "1f1b", stage_balance = "compute";
   int virtual_stages = 1;
+  // The layer boundaries of the pipeline's p·v chunks (p·v + 1 entries, 0 …
+  // L), as the chunk balancer (perf/planner.h balance_chunks) chose them;
+  // empty: stage_balance cuts them. Only the chunks of interleaved and
+  // zb-v use it (the trainer's stages follow stage_balance).
+  std::vector<int> cuts;
   int world() const { return tp * pp * dp; }
   bool zero_active() const { return zero && dp > 1; }
   int global_batch() const { return micro_batch * micro_batches * dp; }
@@ -47,6 +52,10 @@ ModelShard stage_shard(const ModelConfig& c, const Layout& lay, int stage);
 // over v, rounded up, each chunk holding 1/v of the rank's layers).
 std::vector<dist::Action> stage_schedule(const Layout& lay, int stage);
 int stage_slots(const Layout& lay, int stage);
+// The model chunks per rank of the layout's schedule (interleaved: v; zb-v:
+// 2; otherwise 1) and how they sit on the ranks (dist::ChunkPlacement).
+int chunks_per_rank(const Layout& lay);
+dist::ChunkPlacement chunk_placement(const Layout& lay);
 
 // Bytes one rank of `stage` puts on the wire per optimizer step, per group,
 // under the ring/direct algorithms the communicators count (dist/comm.h):
@@ -89,8 +98,8 @@ struct StageFlops {
 StageFlops stage_flops_split(const ModelConfig& c, const Layout& lay, int stage);
 double stage_flops(const ModelConfig& c, const Layout& lay, int stage);
 
-// The bubble of the layout's own schedule (lay.schedule; interleaved: its
-// p·v chunks) on its stages, as the simulator (dist::simulate_pipeline)
+// The bubble of the layout's own schedule (lay.schedule; interleaved and
+// zb-v: its p·v chunks) on its stages, as the simulator (dist::simulate_pipeline)
 // gives it with each stage timed by its FLOPs (stage_flops_split: forward,
 // backward, W its weight-GEMM share) and no link delay: what the trainer's
 // report predicts beside the bubble it measures. The stages' imbalance (the

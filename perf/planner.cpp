@@ -63,21 +63,29 @@ Workload wiola_workload(const ModelConfig& c, const Layout& lay, const Precision
     sw.memory = rank_memory(c, lay, s, prec, kBucketBytes);
     w.stages.push_back(sw);
   }
-  if (lay.schedule == "interleaved" && lay.virtual_stages > 1) {
-    const int v = lay.virtual_stages;
-    WIOLA_CHECK(lay.pp * v <= c.L, "interleaved schedule: pp x v = ", lay.pp * v, " chunks for ", c.L, " layers");
-    w.bubble_analytic = dist::bubble_fraction_interleaved(lay.pp, lay.micro_batches, v);
+  if (const int v = chunks_per_rank(lay); v > 1) {  // interleaved, zb-v
+    WIOLA_CHECK(lay.pp * v <= c.L, lay.schedule, " schedule: pp x v = ", lay.pp * v, " chunks for ", c.L, " layers");
+    if (lay.schedule == "interleaved")
+      w.bubble_analytic = dist::bubble_fraction_interleaved(lay.pp, lay.micro_batches, v);
     Layout lc = lay;
     lc.pp = lay.pp * v;
     lc.schedule = "1f1b";
     lc.virtual_stages = 1;
     w.chunks = wiola_workload(c, lc, prec).stages;
-    // A rank sends and receives at each of its chunks' boundaries.
+    // A rank sends and receives at each of its chunks' boundaries, except
+    // between two chunks of its own (zb-v: chunks p - 1 and p on the last
+    // rank).
+    const dist::ChunkPlacement pl = chunk_placement(lay);
     for (int s = 0; s < lay.pp; ++s) {
       double pp_bytes = 0;
-      for (int k = 0; k < v; ++k) pp_bytes += w.chunks[size_t(k * lay.pp + s)].traffic.pp;
+      for (int k = 0; k < v; ++k) pp_bytes += w.chunks[size_t(dist::global_chunk(lay.pp, s, k, pl))].traffic.pp;
       w.stages[size_t(s)].traffic.pp = pp_bytes;
     }
+    for (int g = 1; g < lay.pp * v; ++g)
+      if (const int s = dist::chunk_rank(lay.pp, g, pl); s == dist::chunk_rank(lay.pp, g - 1, pl))
+        w.stages[size_t(s)].traffic.pp -=
+            m * double(boundary_tensors_out(c, stage_shard(c, lc, g - 1)) + boundary_tensors_in(c, stage_shard(c, lc, g))) *
+            N * d * double(res);
   }
   return w;
 }
@@ -255,11 +263,13 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
   const int pp = lay.pp;
   const Link tp_link = link_for(cl, lay.tp), pp_link = link_for(cl, lay.tp * lay.pp),
              dp_link = link_for(cl, lay.world());
-  // The pipeline's units: the stages, or (interleaved) the p·v chunks,
-  // global chunk g on rank g mod p.
-  const int v = lay.schedule == "interleaved" ? lay.virtual_stages : 1;
-  WIOLA_CHECK(v == 1 || int(w.chunks.size()) == pp * v, "plan: an interleaved layout needs its workload's ", pp * v,
-              " chunks (Wiola workloads only)");
+  // The pipeline's units: the stages, or (interleaved, zb-v) the p·v
+  // chunks, global chunk g on rank dist::chunk_rank(p, g).
+  const int v = chunks_per_rank(lay);
+  const dist::ChunkPlacement placement = chunk_placement(lay);
+  const auto rank_of = [&](int g) { return size_t(dist::chunk_rank(pp, g, placement)); };
+  WIOLA_CHECK(v == 1 || int(w.chunks.size()) == pp * v, "plan: a ", lay.schedule, " layout needs its workload's ",
+              pp * v, " chunks (Wiola workloads only)");
   Workload chunked;
   if (v > 1) {
     chunked = w;
@@ -270,7 +280,7 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
     chunked.layout.virtual_stages = 1;
     chunked.alone_share.clear();
     for (int g = 0; g < pp * v && !w.alone_share.empty(); ++g)
-      chunked.alone_share.push_back(w.alone_share[size_t(g % pp)]);
+      chunked.alone_share.push_back(w.alone_share[rank_of(g)]);
   }
   const Workload& units = v > 1 ? chunked : w;
   dist::StageCosts costs;
@@ -281,8 +291,8 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
     const double tp = sw.tp_ops * ring_latency(lay.tp, tp_link.latency, true) +
                       (sw.tp_bytes > 0 ? sw.tp_bytes / (tp_link.gbs * 1e9) : 0.0);
     const double f = cm.fwd(units, g), b = cm.bwd(units, g);
-    rank_tp[size_t(g % pp)] += tp;
-    rank_compute[size_t(g % pp)] += f + b;
+    rank_tp[rank_of(g)] += tp;
+    rank_compute[rank_of(g)] += f + b;
     // TP sums sit on the critical path: the forward's half before the next
     // GEMM, the backward's half likewise (in B: W needs no TP sum).
     costs.fwd.push_back(f + tp / 2);
@@ -315,7 +325,7 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
   p.stage_fwd_s = costs.fwd;
   p.stage_bwd_s = costs.bwd;
   p.stage_bwd_weight_s = costs.bwd_weight;
-  const dist::PipelineSim sim = dist::simulate_pipeline(sched, costs);
+  const dist::PipelineSim sim = dist::simulate_pipeline(sched, costs, placement);
   if (sim_out) *sim_out = sim;
   p.pipeline_s = sim.makespan;
   p.bubble_sim = sim.bubble_fraction;
@@ -341,8 +351,54 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
 
 // ---- schedule choice -----------------------------------------------------------------
 
+Layout balance_chunks(const ModelConfig& c, const Layout& lay, const Cluster& cl, ComputeModel& cm,
+                      const Precision& prec) {
+  const int n = lay.pp * chunks_per_rank(lay);
+  WIOLA_CHECK(n <= c.L, "balance_chunks: ", n, " chunks for ", c.L, " layers");
+  const auto cuts_of = [](const std::vector<std::pair<int, int>>& ranges) {
+    std::vector<int> cuts = {0};
+    for (const auto& r : ranges) cuts.push_back(r.second);
+    return cuts;
+  };
+  const auto step = [&](const std::vector<int>& cuts) {
+    Layout l = lay;
+    l.cuts = cuts;
+    return predict(wiola_workload(c, l, prec), cl, cm).step_s;
+  };
+  // Start from the better of the even split and the FLOP balance, then move
+  // one layer across one boundary at a time while the step shrinks (the
+  // largest gain first): never worse than either start.
+  std::vector<int> best = cuts_of(pipeline_stages(c, n, "layers"));
+  double best_s = step(best);
+  if (const std::vector<int> flops = cuts_of(pipeline_stages(c, n, "compute")); flops != best)
+    if (const double s = step(flops); s < best_s) {
+      best = flops;
+      best_s = s;
+    }
+  for (int round = 0; round < 4 * c.L; ++round) {
+    std::vector<int> move;
+    double move_s = best_s * (1 - 1e-9);
+    for (int k = 1; k < n; ++k)
+      for (int dk : {-1, 1}) {
+        std::vector<int> t = best;
+        t[size_t(k)] += dk;
+        if (t[size_t(k)] <= t[size_t(k) - 1] || t[size_t(k)] >= t[size_t(k) + 1]) continue;
+        if (const double s = step(t); s < move_s) {
+          move = t;
+          move_s = s;
+        }
+      }
+    if (move.empty()) break;
+    best = move;
+    best_s = move_s;
+  }
+  Layout out = lay;
+  out.cuts = best;
+  return out;
+}
+
 Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Cluster& cl, ComputeModel& cm,
-                             const Precision& prec, bool interleaved) {
+                             const Precision& prec, bool interleaved, bool balance) {
   if (lay.pp <= 1) return predict(wiola_workload(c, lay, prec), cl, cm);
   std::vector<Layout> tries;
   for (const char* name : {"1f1b", "zb-h1"}) {
@@ -359,9 +415,18 @@ Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Clus
         l.virtual_stages = v;
         tries.push_back(l);
       }
+  if (interleaved && lay.micro_batches >= lay.pp && 2 * lay.pp <= c.L) {
+    Layout l = lay;
+    l.schedule = "zb-v";
+    l.virtual_stages = 1;
+    tries.push_back(l);
+  }
   std::vector<Prediction> ps;
-  for (const Layout& l : tries) ps.push_back(predict(wiola_workload(c, l, prec), cl, cm));
-  const auto runnable = [](const Layout& l) { return l.schedule != "interleaved"; };
+  for (Layout l : tries) {
+    if (balance && chunks_per_rank(l) > 1) l = balance_chunks(c, l, cl, cm, prec);
+    ps.push_back(predict(wiola_workload(c, l, prec), cl, cm));
+  }
+  const auto runnable = [](const Layout& l) { return l.schedule != "interleaved" && l.schedule != "zb-v"; };
   const auto label = [](const Layout& l) {
     return l.schedule == "interleaved" ? "interleaved v" + std::to_string(l.virtual_stages) : l.schedule;
   };
@@ -402,6 +467,15 @@ Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Clus
     else line += "step " + secs(p.step_s) + ", bubble " + pct(p.bubble_sim);
     if (p.fits && p.memory.activations != best.memory.activations)
       line += ", activations " + gib(p.memory.activations);
+    if (!p.layout.cuts.empty()) {  // the chunk balancer's cut: layers per global chunk
+      line += ", chunks of";
+      for (size_t k = 1; k < p.layout.cuts.size(); ++k)
+        {
+        line += ' ';
+        line += std::to_string(p.layout.cuts[k] - p.layout.cuts[k - 1]);
+      }
+      line += " layers";
+    }
     if (!runnable(p.layout)) {
       char buf[96];
       std::snprintf(buf, sizeof buf, ", %.1fx the pipeline traffic",
@@ -470,10 +544,20 @@ std::vector<Prediction> search_wiola(const ModelConfig& c, const Cluster& cl, Co
   const auto legal = [&](int tp, int pp) {
     return c.Hkv % tp == 0 && c.dA % tp == 0 && c.dB % tp == 0 && c.V % tp == 0 && pp <= c.L;
   };
-  return search(cl, sp, c.L, legal, [&](const Layout& l) {
-    return sp.try_schedules ? predict_schedules(c, l, cl, cm, prec, sp.try_interleaved)
-                            : predict(wiola_workload(c, l, prec), cl, cm);
+  std::vector<Prediction> out = search(cl, sp, c.L, legal, [&](const Layout& l) {
+    return sp.try_schedules
+               ? predict_schedules(c, l, cl, cm, prec, sp.try_interleaved, sp.balance_chunks_everywhere)
+               : predict(wiola_workload(c, l, prec), cl, cm);
   });
+  // The best layout's chunked options with balanced chunks (its pick, a
+  // runnable schedule, does not change).
+  if (sp.try_schedules && sp.try_interleaved && !sp.balance_chunks_everywhere && !out.empty() &&
+      out.front().layout.pp > 1) {
+    Layout l = out.front().layout;
+    l.schedule = "1f1b";
+    out.front() = predict_schedules(c, l, cl, cm, prec, true, true);
+  }
+  return out;
 }
 
 std::vector<Prediction> search_gpt(const GptConfig& g, const Cluster& cl, ComputeModel& cm, const SearchSpace& sp) {

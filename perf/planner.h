@@ -54,11 +54,14 @@ struct Workload {
   Layout layout;
   std::vector<StageWork> stages;
   double bubble_analytic = 0;  // (p-1)/(m+p-1); interleaved: ((p-1)/v)/(m+(p-1)/v)
-  // Interleaved (layout.virtual_stages = v > 1): the p·v model chunks' work,
-  // chunk g the stage g of the same layout with p·v stages (rank g mod p
-  // holds it). The pipeline is simulated chunk by chunk; `stages` (the
-  // contiguous split of the layout) gives the rank-level figures: memory,
-  // DP, optimizer.
+  // Interleaved (layout.virtual_stages = v > 1) and zb-v (v = 2): the p·v
+  // model chunks' work, chunk g the stage g of the same layout with p·v
+  // stages (or layout.cuts; rank dist::chunk_rank(p, g) holds it: g mod p
+  // interleaved, the V for zb-v). The pipeline is simulated chunk by chunk;
+  // `stages` (the contiguous split of the layout) gives the rank-level
+  // figures: memory, DP, optimizer (zb-v: the V puts the head on rank 0,
+  // these figures keep it on the last rank; the fullest rank's figure is
+  // about right, not which rank it is).
   std::vector<StageWork> chunks;
   // Per stage, the share of its busy time no other stage is busy: for a
   // compute model whose speed depends on how many ranks run at once
@@ -126,8 +129,8 @@ struct Prediction {
   // The schedule choice (predict_schedules; the search, pp > 1, Wiola):
   // every schedule predicted for this layout, and why layout.schedule won.
   struct ScheduleOption {
-    std::string name;          // "1f1b", "zb-h1", "interleaved v2", ...
-    bool runnable = true;      // wiola train runs it (interleaved: not yet)
+    std::string name;          // "1f1b", "zb-h1", "interleaved v2", "zb-v", ...
+    bool runnable = true;      // wiola train runs it (interleaved, zb-v: not yet)
     bool fits = true;
     double step_s = 0, bubble_sim = 0;
     double activation_bytes = 0;  // the fullest rank's activations
@@ -139,17 +142,33 @@ struct Prediction {
 
 Prediction predict(const Workload& w, const Cluster& cl, ComputeModel& cm);
 
+// The chunk-aware stage balancer: for a layout whose schedule runs v > 1
+// chunks per rank (interleaved, zb-v; v = 1 works too), the cut of the L
+// layers into p·v contiguous chunks (Layout::cuts) that minimises the
+// predicted step: the pipeline simulated on each chunk's times (the head on
+// the last chunk, the embedding on the first, each on its rank by the
+// schedule's placement), so the sum of a rank's chunks and the schedule's
+// order count, not just the largest chunk. Local search from the better of
+// the even split and the FLOP balance (pipeline_stages), one layer across
+// one boundary at a time: never slower than either start. About 2·p·v
+// predictions per round.
+Layout balance_chunks(const ModelConfig& c, const Layout& lay, const Cluster& cl, ComputeModel& cm,
+                      const Precision& prec);
+
 // The schedules the planner chooses among, for a Wiola layout with pp > 1:
-// the trainer's 1f1b and zb-h1, and (interleaved = true) interleaved 1F1B
-// with v = 2 and 4 chunks per rank where m % pp == 0 and pp·v ≤ L (the
-// stage balancer cuts the chunks, so pp·v need not divide L). Each is predicted (step time, bubble, memory, the pipeline
-// traffic interleaving multiplies); the pick is the fastest schedule wiola
-// train can run among those that fit (none fits: the fastest runnable one).
-// Interleaved is never picked: wiola train cannot run it yet, so it is a
-// prediction only, listed in schedule_options and named in schedule_why
-// when it would be faster. pp 1: `lay` as given, no options.
+// the trainer's 1f1b and zb-h1, and (interleaved = true) the chunked ones:
+// interleaved 1F1B with v = 2 and 4 chunks per rank where m % pp == 0 and
+// pp·v ≤ L, and zb-v where m ≥ pp and 2·pp ≤ L (their chunks cut by
+// balance_chunks when `balance`, else by the layout's stage balancer, so
+// pp·v need not divide L). Each is predicted (step time, bubble, memory, the
+// pipeline traffic the chunks multiply); the pick is the fastest schedule
+// wiola train can run among those that fit (none fits: the fastest runnable
+// one). Interleaved and zb-v are never picked: wiola train cannot run them
+// yet, so they are predictions only, listed in schedule_options and named in
+// schedule_why ("not yet runnable by wiola train", and "faster" when they
+// would be). pp 1: `lay` as given, no options.
 Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Cluster& cl, ComputeModel& cm,
-                             const Precision& prec, bool interleaved = true);
+                             const Precision& prec, bool interleaved = true, bool balance = true);
 
 // Every layout the model allows on the cluster for a global batch (tp
 // divides n_kv_heads (Wiola), d_a, d_b and V, and stays inside a node; pp <=
@@ -161,9 +180,15 @@ struct SearchSpace {
   bool try_recompute = true, try_no_zero = true;
   int max_pp = 0;              // 0: L
   // Wiola, pp > 1: choose each layout's schedule (predict_schedules);
-  // false: 1f1b only. try_interleaved: predict interleaved too (more stage
-  // shapes to time for a CPU compute model).
+  // false: 1f1b only. try_interleaved: predict the chunked schedules
+  // (interleaved, zb-v) too (more stage shapes to time for a CPU compute
+  // model).
   bool try_schedules = true, try_interleaved = true;
+  // The chunked schedules' chunks cut by balance_chunks: for every layout
+  // (slow: a local search each), or (false) only for the best layout's
+  // options, the others by the stage balancer. The pick is the same either
+  // way (the chunked schedules are never picked).
+  bool balance_chunks_everywhere = false;
 };
 std::vector<Prediction> search_wiola(const ModelConfig& c, const Cluster& cl, ComputeModel& cm,
                                      const SearchSpace& sp, const Precision& prec);

@@ -1,6 +1,8 @@
 // Pipeline schedules: completeness, satisfiable dependencies (whole-pipeline
 // simulation), in-flight activation bounds and the bubble formulas; the
-// chunked (interleaved) and split-backward (ZB-H1) schedules.
+// chunked (interleaved) and split-backward (ZB-H1) schedules, and ZB-V (two
+// chunks per rank in a V: placement, dependencies, memory, the paper's
+// balanced figure).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -332,4 +334,181 @@ TEST(ScheduleChunks, BadSchedulesRejected) {
   EXPECT_NE(message({{{Op::Fwd, 0}, {Op::Bwd, 0}, {Op::BwdWeight, 0}}}).find("waits at W0"), std::string::npos);
   // The weight-gradient share is part of the backward.
   EXPECT_THROW(simulate_pipeline({schedule_zb_h1(1, 0, 2)}, StageCosts{{1.0}, {1.0}, 0.0, {2.0}}), wiola::Error);
+}
+
+// ---- ZB-V: two chunks per rank in a V (issue 37) -------------------------------------
+
+namespace {
+std::vector<std::vector<Action>> zb_v(int pp, int m) {
+  std::vector<std::vector<Action>> all;
+  for (int s = 0; s < pp; ++s) all.push_back(schedule_zb_v(pp, s, m));
+  return all;
+}
+
+// Every action of a simulation starts after what it needs has ended (plus
+// the link between two ranks), recomputed here from the simulator's times
+// and the V placement, independently of the simulator's own bookkeeping.
+void check_dependencies(const std::vector<std::vector<Action>>& all, const PipelineSim& sim, double link,
+                        const std::string& what) {
+  const int pp = int(all.size());
+  std::map<std::tuple<int, int, int>, std::pair<double, int>> done;  // (kind F=0/I=1/W=2, g, micro) -> (end, rank)
+  for (int s = 0; s < pp; ++s)
+    for (size_t k = 0; k < all[size_t(s)].size(); ++k) {
+      const Action& a = all[size_t(s)][k];
+      const int kind = a.op == Op::Fwd ? 0 : a.op == Op::BwdWeight ? 2 : 1;
+      done[{kind, global_chunk(pp, s, a.chunk, ChunkPlacement::V), a.micro}] = {sim.end[size_t(s)][k], s};
+    }
+  const auto need = [&](int kind, int g, int i, int s, double start) {
+    const auto it = done.find({kind, g, i});
+    ASSERT_NE(it, done.end()) << what;
+    const double arrive = it->second.first + (it->second.second != s ? link : 0.0);
+    EXPECT_GE(start + 1e-9, arrive) << what << ": kind " << kind << " chunk " << g << " micro " << i;
+  };
+  for (int s = 0; s < pp; ++s)
+    for (size_t k = 0; k < all[size_t(s)].size(); ++k) {
+      const Action& a = all[size_t(s)][k];
+      const int g = global_chunk(pp, s, a.chunk, ChunkPlacement::V);
+      const double t = sim.start[size_t(s)][k];
+      if (a.op == Op::Fwd && g > 0) need(0, g - 1, a.micro, s, t);
+      if (a.op == Op::BwdInput) {
+        need(0, g, a.micro, s, t);
+        if (g + 1 < 2 * pp) need(1, g + 1, a.micro, s, t);
+      }
+      if (a.op == Op::BwdWeight) need(1, g, a.micro, s, t);
+    }
+}
+}  // namespace
+
+TEST(ScheduleZbV, Placement) {
+  // V: rank s holds global chunks s and 2p − 1 − s; interleaved: s and p + s.
+  for (int pp = 1; pp <= 8; ++pp)
+    for (int s = 0; s < pp; ++s) {
+      EXPECT_EQ(global_chunk(pp, s, 0, ChunkPlacement::V), s);
+      EXPECT_EQ(global_chunk(pp, s, 1, ChunkPlacement::V), 2 * pp - 1 - s);
+      EXPECT_EQ(global_chunk(pp, s, 1, ChunkPlacement::Interleaved), pp + s);
+      for (int c = 0; c < 4; ++c)
+        for (ChunkPlacement pl : {ChunkPlacement::V, ChunkPlacement::Interleaved})
+          EXPECT_EQ(chunk_rank(pp, global_chunk(pp, s, c, pl), pl), s);
+    }
+  // p 2, m 3, every step's order (warm-up, steady, cool-down).
+  EXPECT_EQ(to_string(schedule_zb_v(2, 0, 3)),
+            "F0 F1 F2 F0.1 I0.1 W0.1 F1.1 I1.1 W1.1 I0 W0 F2.1 I2.1 W2.1 I1 W1 I2 W2");
+  EXPECT_EQ(to_string(schedule_zb_v(2, 1, 3)),
+            "F0 F0.1 F1 F1.1 I0.1 W0.1 F2 I0 W0 F2.1 I1.1 W1.1 I1 I2.1 W2.1 I2 W1 W2");
+  EXPECT_THROW(schedule_zb_v(4, 0, 3), wiola::Error);  // m < p
+  EXPECT_THROW(schedule_zb_v(4, 4, 8), wiola::Error);
+}
+
+TEST(ScheduleZbV, CompleteDeadlockFreeAtOneFOneBMemory) {
+  // p 1..8, m p..4p, B and W timed apart, with and without a link
+  // delay: each (micro-batch, chunk) forwarded once and split-backwarded
+  // once, every dependency met, live chunk activations at most 2p on every
+  // rank (exactly 2p when m ≥ 2p − 1): 1F1B's peak of p micro-batches of the
+  // rank's layers (a chunk is half of them).
+  for (int pp = 1; pp <= 8; ++pp)
+    for (int m = pp; m <= 4 * pp; ++m)
+      for (auto [tf, tb, tw, link] : {std::tuple{1.0, 1.0, 1.0, 0.0}, {1.0, 1.2, 0.8, 0.3}, {2.0, 2.6, 0.5, 0.1}}) {
+        const std::string what = "zb-v pp=" + std::to_string(pp) + " m=" + std::to_string(m) +
+                                 " link=" + std::to_string(link);
+        const auto all = zb_v(pp, m);
+        for (int s = 0; s < pp; ++s) {
+          check_complete(all[size_t(s)], m, 2, what);
+          for (const Action& a : all[size_t(s)]) ASSERT_NE(a.op, Op::Bwd) << what;  // every backward split
+        }
+        const size_t n = size_t(2 * pp);
+        const StageCosts cost{std::vector<double>(n, tf), std::vector<double>(n, tb + tw), link,
+                              std::vector<double>(n, tw)};
+        PipelineSim sim;
+        ASSERT_NO_THROW(sim = simulate_pipeline(all, cost, ChunkPlacement::V)) << what;
+        check_dependencies(all, sim, link, what);
+        const int one_f_one_b = max_in_flight(schedule_1f1b(pp, 0, m));  // min(p, m) micro-batches
+        for (int s = 0; s < pp; ++s) {
+          EXPECT_EQ(sim.peak_live[size_t(s)], max_in_flight(all[size_t(s)])) << what;
+          EXPECT_LE(sim.peak_live[size_t(s)], 2 * pp) << what << " stage " << s;
+          if (m >= 2 * pp - 1) {
+            EXPECT_EQ(sim.peak_live[size_t(s)], 2 * pp) << what << " stage " << s;
+          }
+          EXPECT_LE(sim.peak_live[size_t(s)], 2 * one_f_one_b) << what;
+          for (size_t a = 0; a + 1 < sim.start[size_t(s)].size(); ++a)
+            EXPECT_LE(sim.end[size_t(s)][a], sim.start[size_t(s)][a + 1] + 1e-12) << what;
+        }
+        // No schedule beats the last rank's wait for its first input plus its work.
+        EXPECT_GE(sim.makespan, 2 * m * (tf + tb + tw) + (pp - 1) * tf + (pp > 1 ? 2 * (pp - 1) * link : 0.0) - 1e-9)
+            << what;
+      }
+  // The interleaved placement is wrong for a V schedule: chunk 1 of rank 0
+  // would need chunk 0 of rank p − 1 first, which waits for rank 0's chunk 1.
+  EXPECT_THROW(simulate_pipeline(zb_v(2, 3), 1.0, 1.0, 1.0), wiola::Error);
+}
+
+TEST(ScheduleZbV, BalancedIsThePapersZeroBubble) {
+  // T_F = T_B = T_W per chunk, no link delay (the paper's setting): the
+  // makespan is the lower bound 2m(T_F + T_B + T_W) + (p − 1)T_F, the last
+  // rank never idles once it starts, and every rank's idle time is the
+  // (p − 1)T_F of the first micro-batch's way down the V's first leg.
+  for (int pp = 1; pp <= 8; ++pp)
+    for (int m = 2 * pp - 1; m <= 4 * pp; ++m)
+      for (double t : {1.0, 0.37}) {
+        const std::string what = "pp=" + std::to_string(pp) + " m=" + std::to_string(m);
+        const PipelineSim sim = simulate_pipeline(zb_v(pp, m), t, t, t, ChunkPlacement::V);
+        EXPECT_NEAR(sim.makespan, 6.0 * m * t + (pp - 1) * t, 1e-9) << what;
+        EXPECT_NEAR(sim.bubble_fraction, (pp - 1.0) / (6.0 * m + pp - 1), 1e-9) << what;
+        EXPECT_EQ(sim.bubble_imbalance, 0.0);
+        const auto& st = sim.start[size_t(pp - 1)];
+        const auto& en = sim.end[size_t(pp - 1)];
+        EXPECT_NEAR(st.front(), (pp - 1) * t, 1e-9) << what;
+        for (size_t a = 0; a + 1 < st.size(); ++a) EXPECT_NEAR(en[a], st[a + 1], 1e-9) << what;
+      }
+  // p ≤ m < 2p − 1: rank 0's forwards cannot cover the V's round trip and
+  // the pipeline idles more (below m = 2p − 2, more than ZB-H1 on the same
+  // work, e.g. p 4, m 4: 33 against 30 chunk times), still less than 1F1B.
+  for (int pp = 3; pp <= 8; ++pp)
+    for (int m = pp; m < 2 * pp - 2; ++m) {
+      const PipelineSim sim = simulate_pipeline(zb_v(pp, m), 1.0, 1.0, 1.0, ChunkPlacement::V);
+      const PipelineSim h1 = simulate_pipeline(whole_pipeline(&schedule_zb_h1, pp, m), 2.0, 2.0, 2.0);
+      const PipelineSim one = simulate_pipeline(whole_pipeline(&schedule_1f1b, pp, m), 2.0, 4.0);
+      EXPECT_GT(sim.makespan, 6.0 * m + pp - 1) << "pp=" << pp << " m=" << m;
+      EXPECT_GT(sim.makespan, h1.makespan) << "pp=" << pp << " m=" << m;
+      EXPECT_LT(sim.makespan, one.makespan) << "pp=" << pp << " m=" << m;
+    }
+  // Against ZB-H1 and 1F1B on the same work (a stage = two chunks), T_F =
+  // T_B = T_W: 1F1B's bubble is (p − 1)·3T, ZB-H1's (p − 1)·T (the paper's
+  // third), ZB-V's (p − 1)·T/2 (stage times: T = 2 chunk times).
+  for (int pp = 2; pp <= 8; ++pp)
+    for (int m : {2 * pp - 1, 2 * pp, 4 * pp}) {
+      const double t = 1.0;  // a chunk's F, B and W; a stage's are 2t
+      const PipelineSim v = simulate_pipeline(zb_v(pp, m), t, t, t, ChunkPlacement::V);
+      const PipelineSim h1 = simulate_pipeline(whole_pipeline(&schedule_zb_h1, pp, m), 2 * t, 2 * t, 2 * t);
+      const PipelineSim one = simulate_pipeline(whole_pipeline(&schedule_1f1b, pp, m), 2 * t, 4 * t);
+      EXPECT_NEAR(one.makespan - 6.0 * m * t, (pp - 1) * 6 * t, 1e-9);
+      EXPECT_NEAR(h1.makespan - 6.0 * m * t, (pp - 1) * 2 * t, 1e-9);
+      EXPECT_NEAR(v.makespan - 6.0 * m * t, (pp - 1) * t, 1e-9);
+    }
+}
+
+TEST(ScheduleZbV, BubbleSplitAndUnevenCosts) {
+  // The head on the last global chunk (rank 0 in the V) at 3× a chunk:
+  // fill/drain is the balanced schedule's, the rest is imbalance; W a fifth
+  // of the backward (the planner's H100 profile): still below ZB-H1 and
+  // 1F1B on the same stages.
+  for (int pp : {2, 4, 8})
+    for (int m : {2 * pp, 4 * pp}) {
+      const size_t n = size_t(2 * pp);
+      StageCosts c{std::vector<double>(n, 1.0), std::vector<double>(n, 2.5), 0.05, std::vector<double>(n, 0.5)};
+      const PipelineSim even = simulate_pipeline(zb_v(pp, m), c, ChunkPlacement::V);
+      c.fwd.back() *= 3;
+      c.bwd.back() *= 3;
+      c.bwd_weight.back() *= 3;
+      const PipelineSim sim = simulate_pipeline(zb_v(pp, m), c, ChunkPlacement::V);
+      EXPECT_GT(sim.bubble_imbalance, 0.0) << "pp=" << pp << " m=" << m;
+      EXPECT_NEAR(sim.bubble_fill_drain + sim.bubble_imbalance, sim.bubble_fraction, 1e-15);
+      EXPECT_GT(sim.makespan, even.makespan);
+      // The same work as pp stages of two chunks each.
+      StageCosts st{std::vector<double>(size_t(pp), 2.0), std::vector<double>(size_t(pp), 5.0), 0.05,
+                    std::vector<double>(size_t(pp), 1.0)};
+      const PipelineSim h1 = simulate_pipeline(whole_pipeline(&schedule_zb_h1, pp, m), st);
+      const PipelineSim one = simulate_pipeline(whole_pipeline(&schedule_1f1b, pp, m), st);
+      EXPECT_LT(even.makespan, h1.makespan) << "pp=" << pp << " m=" << m;
+      EXPECT_LT(h1.makespan, one.makespan) << "pp=" << pp << " m=" << m;
+    }
 }

@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <memory>
+#include <tuple>
+#include <vector>
 
+#include "dist/grid.h"
 #include "dist/optimizer.h"
 #include "dist/schedule.h"
 #include "kernels/backend.h"
@@ -231,7 +235,7 @@ TEST(Planner, InterleavedAndZeroBubbleSchedules) {
   l.micro_batches = 4;
   l.virtual_stages = 4;
   EXPECT_THROW(wiola_workload(c, l, Precision{DType::F32, DType::F32, DType::F32, false}), Error);
-  l.schedule = "zb-v";
+  l.schedule = "zb-x";
   EXPECT_THROW(stage_schedule(l, 0), Error);
   l.schedule = "zb-h1";
   EXPECT_EQ(stage_slots(l, 1), 2);  // W's deferred: 1F1B's peak on every stage
@@ -240,6 +244,91 @@ TEST(Planner, InterleavedAndZeroBubbleSchedules) {
   l.virtual_stages = 3;
   EXPECT_NE(l.name().find(", interleaved v3"), std::string::npos);
   EXPECT_EQ(wiola_workload(c, l, Precision{DType::F32, DType::F32, DType::F32, false}).chunks.size(), 6u);
+}
+
+// ZB-V on the planner's H100 model (tp1 pp8 dp8, 1 x 32): two chunks per
+// rank in a V, at 1F1B's peak of live activations (p micro-batches of the
+// rank's layers) on every rank, less fill/drain than ZB-H1, a shorter step
+// than 1F1B; the last rank's two chunks meet without a transfer.
+TEST(Planner, ZeroBubbleVSchedule) {
+  for (const char* model : {"wiola-1.5b", "wiola-360m"}) {
+    SCOPED_TRACE(model);
+    const Prediction one = pp8_on_h100s(model, "compute");
+    const Prediction zb = pp8_on_h100s(model, "compute", "zb-h1");
+    const Prediction zv = pp8_on_h100s(model, "compute", "zb-v");
+    EXPECT_EQ(zv.peak_live, std::vector<double>(8, 8.0));
+    EXPECT_EQ(zv.stage_fwd_s.size(), 16u);
+    EXPECT_LT(zv.bubble_fill_drain, zb.bubble_fill_drain);
+    EXPECT_LT(zv.step_s, one.step_s);
+    EXPECT_NEAR(zv.bubble_fill_drain + zv.bubble_imbalance, zv.bubble_sim, 1e-12);
+    EXPECT_GT(zv.traffic.pp, 1.5 * one.traffic.pp);
+  }
+  // The V's turn on the last rank is not on the wire: its pipeline bytes are
+  // its two chunks' less the boundary between them.
+  const ModelConfig c = tiny();
+  const Precision f32{DType::F32, DType::F32, DType::F32, false};
+  Layout l;
+  l.pp = 2; l.micro_batches = 3; l.schedule = "zb-v";
+  const Workload w = wiola_workload(c, l, f32);
+  ASSERT_EQ(w.chunks.size(), 4u);
+  EXPECT_DOUBLE_EQ(w.stages[0].traffic.pp, w.chunks[0].traffic.pp + w.chunks[3].traffic.pp);
+  EXPECT_LT(w.stages[1].traffic.pp, w.chunks[1].traffic.pp + w.chunks[2].traffic.pp);
+  EXPECT_EQ(stage_slots(l, 0), 2);  // 2p chunks live = p micro-batches of the rank's layers
+  EXPECT_EQ(chunks_per_rank(l), 2);
+  l.micro_batches = 1;  // m < p
+  EXPECT_THROW(stage_schedule(l, 0), Error);
+}
+
+// The chunk-aware stage balancer (issue 37) against the simulator: its cut
+// is never slower than the even split or the FLOP balance, its pipeline is
+// the simulation of its chunks' times, and where the head outweighs a
+// layer's share it takes layers off the last chunk.
+TEST(Planner, ChunkBalancerAgainstTheSimulator) {
+  const Cluster cl = Cluster::gpu("h100", 64);
+  const auto profile = gpu_compute_model(cl, GpuComputeChoice{});
+  // The datasheet model times by FLOPs: there wiola-360m's tied head (V·d)
+  // outweighs one of its layers.
+  const auto datasheet = flops_compute_model(cl.peak_flops, kGpuGemmEfficiency, 2000);
+  const Precision bf16{DType::BF16, DType::F32, DType::BF16, true};
+  for (auto [model, schedule, v, pp, by_flops] :
+       {std::tuple{"wiola-1.5b", "zb-v", 1, 4, false}, {"wiola-1.5b", "interleaved", 2, 4, false},
+        {"wiola-360m", "zb-v", 1, 4, false}, {"wiola-360m", "zb-v", 1, 4, true},
+        {"wiola-360m", "interleaved", 2, 4, true}, {"wiola-1.5b", "1f1b", 1, 8, false}}) {
+    SCOPED_TRACE(testing::Message() << model << " " << schedule << " pp" << pp << (by_flops ? " datasheet" : ""));
+    ComputeModel& cm = by_flops ? *datasheet : *profile;
+    const ModelConfig c = model_preset(model);
+    Layout l;
+    l.pp = pp; l.dp = 64 / pp; l.micro_batches = 4 * pp;
+    l.schedule = schedule;
+    l.virtual_stages = v;
+    const int n = pp * chunks_per_rank(l);
+    Layout even_l = l;  // the same rank-level stages, the chunks cut evenly
+    even_l.cuts = {0};
+    for (int g = 0; g < n; ++g) even_l.cuts.push_back(dist::stage_layers(c.L, n, g).second);
+    const Prediction flops = predict(wiola_workload(c, l, bf16), cl, cm);
+    const Prediction even = predict(wiola_workload(c, even_l, bf16), cl, cm);
+    const Layout b = balance_chunks(c, l, cl, cm, bf16);
+    ASSERT_EQ(int(b.cuts.size()), n + 1);
+    const Prediction bal = predict(wiola_workload(c, b, bf16), cl, cm);
+    EXPECT_LE(bal.step_s, flops.step_s + 1e-12);
+    EXPECT_LE(bal.step_s, even.step_s + 1e-12);
+    // Its pipeline is the simulator's makespan on its chunks' times (the
+    // prediction adds the transfers' delay).
+    std::vector<std::vector<dist::Action>> sched;
+    for (int s = 0; s < pp; ++s) sched.push_back(stage_schedule(b, s));
+    const dist::StageCosts cost{bal.stage_fwd_s, bal.stage_bwd_s, 0.0, bal.stage_bwd_weight_s};
+    EXPECT_LE(dist::simulate_pipeline(sched, cost, chunk_placement(b)).makespan, bal.pipeline_s + 1e-12);
+    EXPECT_GT(dist::simulate_pipeline(sched, cost, chunk_placement(b)).makespan, 0.95 * bal.pipeline_s);
+    const int last = b.cuts[size_t(n)] - b.cuts[size_t(n) - 1], last_even = even_l.cuts[size_t(n)] - even_l.cuts[size_t(n) - 1];
+    EXPECT_LE(last, last_even + 1);
+    if (by_flops) {
+      EXPECT_LT(last, last_even);  // the head-heavy case: layers off the last chunk
+      EXPECT_LT(bal.step_s, even.step_s);
+    }
+    std::printf("%s %s pp%d%s: cuts", model, schedule, pp, by_flops ? " datasheet" : "");
+    for (int x : b.cuts) std::printf(" %d", x);
+    std::printf("; step %.4f (even %.4f, flops %.4f)\n", bal.step_s, even.step_s, flops.step_s);
+  }
 }
 
 // The search's schedule choice (issue 37): among the schedules wiola train
@@ -252,12 +341,15 @@ TEST(Planner, ChoosesTheScheduleByStepTimeAndMemoryAndSaysWhy) {
   Layout l;
   l.pp = 8; l.dp = 8; l.micro_batches = 32;
   const Prediction p = predict_schedules(c, l, cl, *cm, bf16);
-  // 1f1b, zb-h1, interleaved v2 (v4: 32 chunks for 28 layers, left out).
-  ASSERT_EQ(p.schedule_options.size(), 3u);
+  // 1f1b, zb-h1, interleaved v2 (v4: 32 chunks for 28 layers, left out), zb-v.
+  ASSERT_EQ(p.schedule_options.size(), 4u);
   EXPECT_EQ(p.schedule_options[0].name, "1f1b");
   EXPECT_EQ(p.schedule_options[1].name, "zb-h1");
   EXPECT_EQ(p.schedule_options[2].name, "interleaved v2");
+  EXPECT_EQ(p.schedule_options[3].name, "zb-v");
   EXPECT_FALSE(p.schedule_options[2].runnable);
+  EXPECT_FALSE(p.schedule_options[3].runnable);
+  EXPECT_NE(p.schedule_why.find("zb-v: step"), std::string::npos) << p.schedule_why;
   EXPECT_GT(p.schedule_options[2].pp_bytes, 1.5 * p.schedule_options[0].pp_bytes);  // twice the boundaries
   // Each option is predict()'s figure for that schedule.
   Layout zl = l;
@@ -276,7 +368,7 @@ TEST(Planner, ChoosesTheScheduleByStepTimeAndMemoryAndSaysWhy) {
   EXPECT_NE(p.schedule_why.find("2.0x the pipeline traffic"), std::string::npos) << p.schedule_why;
   // Even where interleaved would be fastest, the pick stays runnable.
   for (const char* model : {"wiola-1.5b", "wiola-360m"}) {
-    const Prediction q = predict_schedules(model_preset(model), l, cl, *cm, bf16);
+    const Prediction q = predict_schedules(model_preset(model), l, cl, *cm, bf16, true, false);
     EXPECT_NE(q.layout.schedule, "interleaved") << model;
     for (const auto& o : q.schedule_options) {
       if (o.runnable && o.fits) {
@@ -291,14 +383,17 @@ TEST(Planner, ChoosesTheScheduleByStepTimeAndMemoryAndSaysWhy) {
   ASSERT_LT(one.memory.total(), zb.memory.total());
   Cluster tight = cl;
   tight.memory_bytes = (one.memory.total() + zb.memory.total()) / 2 / 0.92;
-  const Prediction m = predict_schedules(c, l, tight, *cm, bf16);
+  const Prediction m = predict_schedules(c, l, tight, *cm, bf16, true, false);
   EXPECT_TRUE(m.fits);
   EXPECT_EQ(m.layout.schedule, "1f1b");
   EXPECT_NE(m.schedule_why.find("zb-h1: does not fit"), std::string::npos) << m.schedule_why;
-  // m not a multiple of pp: no interleaved; interleaved off: none either.
+  // m not a multiple of pp: no interleaved (zb-v: m ≥ p); m < p: neither;
+  // the chunked ones off: neither.
   Layout odd = l;
   odd.micro_batches = 30;
-  EXPECT_EQ(predict_schedules(c, odd, cl, *cm, bf16).schedule_options.size(), 2u);
+  EXPECT_EQ(predict_schedules(c, odd, cl, *cm, bf16, true, false).schedule_options.size(), 3u);
+  odd.micro_batches = 6;
+  EXPECT_EQ(predict_schedules(c, odd, cl, *cm, bf16, true, false).schedule_options.size(), 2u);
   EXPECT_EQ(predict_schedules(c, l, cl, *cm, bf16, false).schedule_options.size(), 2u);
   // pp 1: nothing to choose.
   Layout flat;
