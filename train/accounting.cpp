@@ -5,6 +5,8 @@
 #include "kernels/backend.h"
 #include "model/flops.h"
 #include "perf/hardware.h"
+#include "train/pipeline.h"
+#include "train/stragglers.h"
 #include "util/files.h"
 
 namespace wiola {
@@ -70,6 +72,144 @@ AtmSaving atm_saving(const std::vector<Model<float>::AtmStats>& stats, const Mod
     s.saved_flops += (1.0 - a.visible_fraction) * per_layer;
   }
   return s;
+}
+
+
+// ---- Accounting ------------------------------------------------------------------
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::map<std::string, dist::CommTraffic> traffic_snapshot(dist::Grid& grid) {
+  using dist::GroupKind;
+  std::map<std::string, dist::CommTraffic> s;
+  for (auto k : {GroupKind::Tp, GroupKind::Pp, GroupKind::Dp, GroupKind::Embed, GroupKind::Mp})
+    s[dist::group_name(k)] = grid.traffic(k);
+  return s;
+}
+
+// Phases that read the communicators' wait clocks.
+bool waits(Phase p) { return p == Phase::Schedule || p == Phase::Optimizer; }
+
+}  // namespace
+
+Accounting::Scope::Scope(Accounting& a, Phase p) : a_(a), p_(p) {
+  if (p == Phase::Schedule) a.busy_ = 0;
+  if (waits(p)) w0_ = WaitClock::read(*a.pipe_.grid);
+  t0_ = Clock::now();
+}
+
+Accounting::Scope::~Scope() {
+  if ((p_ == Phase::Compute || p_ == Phase::Optimizer) && a_.sync_phases_) a_.pipe_.ops.synchronize();
+  a_.close(p_, seconds_since(t0_), w0_);
+}
+
+Accounting::Accounting(Pipeline& pipe)
+    : pipe_(pipe), stragglers_(std::make_unique<StragglerWatch>(pipe.rc, pipe.world)) {}
+
+Accounting::~Accounting() = default;
+
+void Accounting::measure_peak() {
+  Ops<float>& ops = pipe_.ops;
+  dist::Comm& world = pipe_.world;
+  sync_phases_ = pipe_.rc.train.accounting && !ops.host_accessible();
+  step_flops_ = train_step_flops(pipe_.rc.model, int(pipe_.GB));
+  if (world.size() > 1) world.barrier();
+  peak_ = device_peak(ops, pipe_.rc);
+  job_peak_ = world.size() > 1 ? world.all_reduce_value(peak_.flops, dist::ReduceOp::Sum) : peak_.flops;
+}
+
+bool Accounting::breakdown() const { return pipe_.rc.train.accounting; }
+
+void Accounting::begin_step(bool measured) {
+  t0_ = Clock::now();
+  cur_ = StepTimes{};
+  measured_ = measured;
+  traffic0_ = traffic_snapshot(*pipe_.grid);
+}
+
+void Accounting::close(Phase p, double seconds, const WaitClock& w0) {
+  switch (p) {
+    case Phase::Data: cur_.data += seconds; break;
+    case Phase::Compute: busy_ += seconds; break;
+    case Phase::Comm: cur_.comm += seconds; break;
+    case Phase::Checkpoint:
+      cur_.checkpoint = seconds;
+      cur_.total += seconds;
+      break;
+    case Phase::Schedule: {
+      if (measured_) {
+        measure_.busy_s += busy_;
+        measure_.sched_s += seconds;
+      }
+      // Waits outside the pipeline group happen inside forward/backward (TP).
+      const WaitClock waited = WaitClock::read(*pipe_.grid) - w0;
+      cur_.compute = busy_ - waited.other;
+      cur_.comm = waited.other;
+      cur_.comm_hidden = waited.hidden();
+      cur_.bubble = seconds - busy_;
+      // ATM's figures of this step (before any evaluation, which runs with
+      // ATM off); TP ranks share the decisions, so tp rank 0 speaks for them.
+      SelfTimer self(self_s_);
+      step_atm_ = pipe_.me.tp == 0 ? atm_saving(pipe_.model->atm_stats(), pipe_.rc.model, pipe_.B, pipe_.m)
+                                   : AtmSaving{};
+      break;
+    }
+    case Phase::Optimizer: {
+      const WaitClock w = WaitClock::read(*pipe_.grid) - w0;
+      cur_.optimizer = seconds - (w.pp + w.other);
+      cur_.comm += w.pp + w.other;
+      cur_.comm_hidden += w.hidden();
+      break;
+    }
+  }
+}
+
+double Accounting::end_step() {
+  if (measured_) {  // what each group moved in this step
+    for (const auto& [k, v] : traffic_snapshot(*pipe_.grid)) {
+      auto& acc = measure_.traffic[k];
+      acc.ops += v.ops - traffic0_.at(k).ops;
+      acc.payload_bytes += v.payload_bytes - traffic0_.at(k).payload_bytes;
+      acc.wire_bytes += v.wire_bytes - traffic0_.at(k).wire_bytes;
+    }
+    ++measure_.steps;
+  }
+  cur_.total = seconds_since(t0_);
+  return cur_.total;
+}
+
+void Accounting::close_step(int64_t t, bool accounted, int64_t last_step) {
+  {
+    SelfTimer self(self_s_);
+    cur_.set_other();
+    if (accounted) {
+      acc_times_.add(cur_);
+      acc_step_s_ += cur_.total - cur_.checkpoint;
+      ++acc_steps_;
+    }
+  }
+  stragglers_->after_step(t, cur_, accounted, last_step);
+}
+
+void Accounting::count_run_step(int64_t t, double seconds) {
+  train_s_ += seconds;
+  ema_step_s_ = t == 1 ? seconds : 0.9 * ema_step_s_ + 0.1 * seconds;
+}
+
+void Accounting::keep_atm_stats() { atm_stats_ = pipe_.model->atm_stats(); }
+
+MemoryUse Accounting::memory_use() const {
+  const auto mm = pipe_.model->memory();
+  MemoryUse u;
+  u.params = double(mm.master + mm.weights);
+  u.grads = double(mm.grads);
+  u.optimizer = double(pipe_.adam->state_bytes_this_rank());
+  u.activations = double(mm.activations + mm.workspace);
+  u.peak = pipe_.ops.host_accessible() ? peak_rss_mib() * 1048576.0 : double(pipe_.ops.peak_bytes());
+  return u;
 }
 
 }  // namespace wiola

@@ -1,14 +1,17 @@
 // Per-step accounting (docs/performance.md): where a step's wall time went
 // on each rank, model FLOP utilisation against the device peak, memory by
-// class, and what ATM saved. The trainer feeds it phase times and
-// communicator wait clocks; it writes the per-step fields of metrics.jsonl,
-// the log line's summary, and the run report's averages.
+// class, and what ATM saved. The Trainer's `Accounting` part times the step's
+// phases as scopes (`auto p = acct.phase(Phase::Optimizer);`) with the
+// communicator wait clocks; its figures feed the per-step fields of
+// metrics.jsonl, the log line's summary, and the run report's averages.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -92,6 +95,115 @@ class SelfTimer {
  private:
   double& acc_;
   std::chrono::steady_clock::time_point t0_;
+};
+
+// What the trainer measures over steps 2.. (step 1 warms caches and pages).
+struct RunMeasure {
+  double busy_s = 0;   // seconds this rank computed inside the schedule
+  double sched_s = 0;  // wall seconds of the schedule
+  int64_t steps = 0;
+  std::map<std::string, dist::CommTraffic> traffic;  // per group, summed
+};
+
+// The parts of a step that Accounting::phase times (into StepTimes).
+enum class Phase {
+  Data,        // the loader's next batch (test hooks' delays included)
+  Schedule,    // the pipeline schedule: compute, exposed waits and bubble
+  Compute,     // one forward or backward action inside the schedule
+  Comm,        // communication outside schedule and optimizer (embedding sum, loss)
+  Optimizer,   // AdamW (its DP and norm collectives taken out)
+  Checkpoint,  // the loop's checkpoint work after the step
+};
+
+struct Pipeline;
+class StragglerWatch;
+
+// The Trainer's accounting part: the step in progress, sums over the
+// accounted steps (2.., not dump steps, not skipped data), the job-wide
+// view of the last, the run's seconds and the MFU denominator.
+class Accounting {
+ public:
+  // A phase of the step in progress, closed when the scope ends. On a
+  // device backend with train.accounting, compute and optimizer phases
+  // synchronise at their end so that the time is the work's.
+  class Scope {
+   public:
+    Scope(Accounting& a, Phase p);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Accounting& a_;
+    Phase p_;
+    std::chrono::steady_clock::time_point t0_;
+    WaitClock w0_;
+  };
+
+  // Reads WIOLA_SLOW_RANK (the straggler watch); no collective.
+  explicit Accounting(Pipeline& pipe);
+  ~Accounting();
+  // The MFU denominator (collective): every rank finds its peak at the same
+  // time (ranks that share cores measure their share), the job's is the sum.
+  void measure_peak();
+
+  [[nodiscard]] Scope phase(Phase p) { return Scope(*this, p); }
+  // A step starts (its times reset); `measured`: its schedule time and
+  // traffic count into the run's measurements (steps 2.., no dump steps).
+  void begin_step(bool measured);
+  // The step's maths is done: its traffic counted, its wall seconds so far.
+  double end_step();
+  // After the step's checkpoint work: closes its times, adds them to the
+  // run's when `accounted`, and feeds the straggler watch (collective at
+  // log steps).
+  void close_step(int64_t t, bool accounted, int64_t last_step);
+  // Step t's seconds into the run's time and its moving mean (the ETA).
+  void count_run_step(int64_t t, double seconds);
+  // ATM's per-layer statistics of the last training step (before any
+  // evaluation, which runs with ATM off), for the report.
+  void keep_atm_stats();
+
+  // For the Trainer's loss sum: ATM's figures ride along with it.
+  const AtmSaving& step_atm() const { return step_atm_; }
+  AtmSaving& job_atm() { return atm_; }
+
+  bool breakdown() const;                      // train.accounting
+  const StepTimes& step_times() const { return cur_; }  // this step, this rank
+  const AtmSaving& atm() const { return atm_; }   // last step, job-wide
+  const DevicePeak& peak() const { return peak_; }
+  double job_peak() const { return job_peak_; }    // FLOP/s, sum over ranks
+  double step_flops() const { return step_flops_; }  // the job's model FLOPs per step
+  const StepTimes& accounted_times() const { return acc_times_; }
+  int64_t accounted_steps() const { return acc_steps_; }
+  double accounted_seconds() const { return acc_step_s_; }  // checkpoint work excluded
+  double self_seconds() const { return self_s_; }  // the accounting's own, whole run
+  double run_seconds() const { return train_s_; }  // all steps' seconds
+  double ema_step_seconds() const { return ema_step_s_; }
+  const RunMeasure& measure() const { return measure_; }
+  const std::vector<Model<float>::AtmStats>& atm_stats() const { return atm_stats_; }
+  const StragglerWatch& stragglers() const { return *stragglers_; }
+  // This rank's memory by class, measured.
+  MemoryUse memory_use() const;
+
+ private:
+  void close(Phase p, double seconds, const WaitClock& w0);
+
+  Pipeline& pipe_;
+  std::unique_ptr<StragglerWatch> stragglers_;
+  bool sync_phases_ = false;                 // a device backend: synchronise at phase ends
+  DevicePeak peak_;                          // this rank's MFU denominator
+  double job_peak_ = 0, step_flops_ = 0;
+  StepTimes cur_, acc_times_;                // this step, this rank; sum over accounted steps
+  int64_t acc_steps_ = 0;
+  double acc_step_s_ = 0, self_s_ = 0;       // accounted steps' seconds; the accounting's own
+  double busy_ = 0;                          // compute seconds of the schedule in progress
+  bool measured_ = false;                    // the step in progress counts into measure_
+  std::chrono::steady_clock::time_point t0_;  // the step's start
+  std::map<std::string, dist::CommTraffic> traffic0_;  // the groups' traffic at the step's start
+  RunMeasure measure_;
+  AtmSaving step_atm_, atm_;                 // this rank's last step; job-wide (summed with the loss)
+  double train_s_ = 0, ema_step_s_ = 0;
+  std::vector<Model<float>::AtmStats> atm_stats_;  // of the last training step
 };
 
 }  // namespace wiola

@@ -9,6 +9,10 @@
 
 #include "dist/schedule.h"
 #include "perf/cost_model.h"
+#include "train/accounting.h"
+#include "train/gemm_record.h"
+#include "train/pipeline.h"
+#include "train/stragglers.h"
 #include "util/files.h"
 
 namespace wiola {
@@ -31,23 +35,36 @@ std::vector<double> gather_values(dist::Comm& world, double x) {
   return all;
 }
 
+// Rank 0's backend: name, options, GEMM choices (recorded as is).
+nlohmann::json backend_json(Pipeline& pipe) {
+  Ops<float>& ops = pipe.ops;
+  nlohmann::json b = {{"name", ops.name()}, {"options", backend_option_fields(pipe.rc.train.backend_options)}};
+  if (const std::string g = ops.gemm_tuning(); !g.empty()) b["gemm_tuning"] = nlohmann::json::parse(g);
+  b["gemm"] = gemm_record(ops, pipe.rc.train.backend_options);
+  return b;
+}
+
 // The breakdown, memory and MFU part of the report (collective).
-void report_accounting(dist::Comm& world, const RunAccounting& a, nlohmann::json& report) {
+void report_accounting(Pipeline& pipe, const Accounting& acct, nlohmann::json& report) {
+  dist::Comm& world = pipe.world;
   const bool root = world.rank() == 0;
-  const auto parts = a.times.parts();
-  const double steps = std::max<int64_t>(a.steps, 1);
+  const double job_peak = acct.job_peak(), step_flops = acct.step_flops();
+  const MemoryUse used = acct.memory_use();
+  const perf::Memory predicted = perf::rank_memory(pipe.rc.model, pipe.rc.layout(), pipe.me.pp, pipe.ops.precision());
+  const auto parts = acct.accounted_times().parts();
+  const double steps = std::max<int64_t>(acct.accounted_steps(), 1);
   std::vector<std::vector<double>> per_part;  // [part][rank] seconds per step
   for (double p : parts) per_part.push_back(gather_values(world, p / steps));
-  const auto step_s = gather_values(world, a.steps > 0 ? a.times.total / steps : 0.0);
-  const auto share = gather_values(world, a.run_s > 0 ? a.self_s / a.run_s : 0.0);
-  const auto peaks = gather_values(world, a.peak.flops);
-  const std::vector<double> mine = {a.memory.params, a.memory.grads, a.memory.optimizer, a.memory.activations,
-                                    a.memory.peak, a.predicted.params, a.predicted.grads, a.predicted.optimizer,
-                                    a.predicted.activations};
+  const auto step_s = gather_values(world, acct.accounted_steps() > 0 ? acct.accounted_times().total / steps : 0.0);
+  const auto share = gather_values(world, acct.run_seconds() > 0 ? acct.self_seconds() / acct.run_seconds() : 0.0);
+  const auto peaks = gather_values(world, acct.peak().flops);
+  const std::vector<double> mine = {used.params, used.grads, used.optimizer, used.activations,
+                                    used.peak, predicted.params, predicted.grads, predicted.optimizer,
+                                    predicted.activations};
   std::vector<double> mem(mine.size() * size_t(world.size()), 0.0);
   if (world.size() > 1) world.all_gather(mine.data(), mem.data(), mine.size(), DType::F64);
   else mem = mine;
-  const nlohmann::json step_times = a.stragglers ? a.stragglers->report() : nlohmann::json();
+  const nlohmann::json step_times = acct.stragglers().report();
   if (!root) return;
   if (!step_times.is_null()) report["step_time_per_rank"] = step_times;
   const int n = world.size();
@@ -56,17 +73,18 @@ void report_accounting(dist::Comm& world, const RunAccounting& a, nlohmann::json
     for (double e : v) x += e;
     return x / n;
   };
-  if (a.steps > 0) {
-    const double mfu = a.job_peak > 0 && a.step_s > 0 ? a.step_flops * double(a.steps) / a.step_s / a.job_peak : 0;
+  if (acct.accounted_steps() > 0) {
+    const double acc_s = acct.accounted_seconds();
+    const double mfu = job_peak > 0 && acc_s > 0 ? step_flops * double(acct.accounted_steps()) / acc_s / job_peak : 0;
     report["mfu"] = mfu;
-    report["model_flops_per_step"] = a.step_flops;
+    report["model_flops_per_step"] = step_flops;
     std::printf("  MFU %.1f%% (%.3g model FLOP per step over %.3g FLOP/s of %d rank%s; peak: %s)\n", 100.0 * mfu,
-                a.step_flops, a.job_peak, n, n > 1 ? "s" : "", a.peak.source.c_str());
+                step_flops, job_peak, n, n > 1 ? "s" : "", acct.peak().source.c_str());
   }
   std::vector<double> tflops;
   for (double p : peaks) tflops.push_back(p / 1e12);
-  report["peak"] = {{"per_rank_tflops", tflops}, {"job_tflops", a.job_peak / 1e12}, {"source", a.peak.source}};
-  if (a.breakdown && a.steps > 0) {
+  report["peak"] = {{"per_rank_tflops", tflops}, {"job_tflops", job_peak / 1e12}, {"source", acct.peak().source}};
+  if (acct.breakdown() && acct.accounted_steps() > 0) {
     nlohmann::json mean_j = nlohmann::json::object(), ranks = nlohmann::json::array();
     for (int r = 0; r < n; ++r) ranks.push_back(nlohmann::json::object());
     std::printf("  time per step (mean over ranks, steps 2..): total %.1f ms =", mean(step_s) * 1e3);
@@ -102,20 +120,21 @@ void report_accounting(dist::Comm& world, const RunAccounting& a, nlohmann::json
                 mib(m[1]), mib(m[6]), mib(m[2]), mib(m[7]), mib(m[3]), mib(m[8]), mib(m[4]));
   }
   report["memory_mib_per_rank"] = mj;
-  if (a.atm.layers > 0) {
-    report["atm"] = {{"mu", a.atm.mu_sum / a.atm.layers},
-                     {"saved_attention_flops_per_step", a.atm.saved_flops},
-                     {"saved_share_of_model_flops", a.step_flops > 0 ? a.atm.saved_flops / a.step_flops : 0.0}};
+  if (acct.atm().layers > 0) {
+    report["atm"] = {{"mu", acct.atm().mu_sum / acct.atm().layers},
+                     {"saved_attention_flops_per_step", acct.atm().saved_flops},
+                     {"saved_share_of_model_flops", step_flops > 0 ? acct.atm().saved_flops / step_flops : 0.0}};
   }
 }
 
 }  // namespace
 
-void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>& model,
-                      size_t padded_params, bool zero, bool overlap, const TrainSummary& sum,
-                      const RunMeasure& meas, const std::vector<Model<float>::AtmStats>& atm,
-                      const RunAccounting& acct, const std::filesystem::path& run_dir) {
-  dist::Comm& world = grid.world();
+void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary& sum,
+                      const std::filesystem::path& run_dir) {
+  const RunConfig& rc = pipe.rc;
+  const RunMeasure& meas = acct.measure();
+  const bool zero = pipe.zero, overlap = pipe.overlap;
+  dist::Comm& world = pipe.grid->world();
   const auto& par = rc.parallel;
   const int m = rc.train.grad_accum;
   const bool root = world.rank() == 0;
@@ -134,7 +153,8 @@ void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>&
   } else {
     rank_wire = wire;
   }
-  const perf::Traffic model_traffic = perf::rank_traffic(rc.model, rc.layout(), model.shard(), double(padded_params));
+  const perf::Traffic model_traffic =
+      perf::rank_traffic(rc.model, rc.layout(), pipe.model->shard(), double(pipe.padded_params()));
   std::vector<double> analytic = {model_traffic.tp, model_traffic.pp, model_traffic.dp, model_traffic.embed, 0};
   std::vector<double> rank_analytic(groups.size() * size_t(world.size()), 0.0);
   if (world.size() > 1) world.all_gather(analytic.data(), rank_analytic.data(), analytic.size(), DType::F64);
@@ -151,7 +171,7 @@ void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>&
     if (sum.val_loss >= 0) std::printf(", val %.4f", sum.val_loss);
     std::printf(", %.0f tokens/s, %lld skipped steps, peak RSS %.0f MiB (rank 0)\n", sum.tokens_per_s,
                 (long long)sum.skipped, rss);
-    for (const auto& s : atm)
+    for (const auto& s : acct.atm_stats())
       std::printf("  ATM layer %d (last batch): mu = %.4f, visible attention pairs %.2f%% of causal\n",
                   s.layer, s.mu, 100.0 * s.visible_fraction);
     report = {{"world", world.size()}, {"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp},
@@ -195,13 +215,13 @@ void write_run_report(dist::Grid& grid, const RunConfig& rc, const Model<float>&
     }
   }
   nlohmann::json acct_json = nlohmann::json::object();
-  report_accounting(world, acct, acct_json);
+  report_accounting(pipe, acct, acct_json);
   if (root) {
     std::printf("  peak RSS per rank (MiB):");
     for (double r : rank_rss) std::printf(" %.0f", r);
     std::printf("\n  metrics: %s\n", (run_dir / "metrics.jsonl").string().c_str());
     report["peak_rss_mib"] = rank_rss;
-    report["backend"] = acct.backend;
+    report["backend"] = backend_json(pipe);
     report.update(acct_json);
     write_text_atomic((run_dir / "report.json").string(), report.dump(2) + "\n");
     std::fflush(stdout);

@@ -1,13 +1,23 @@
 // The training loop, for any process layout (docs/model.md §5): one rank of
 // a TP × PP × DP grid (a single process is the 1 × 1 × 1 grid). The run is a
-// Trainer object holding everything a checkpoint saves and restores (the
-// model, the optimizer, the loader, the progress counters and the metrics
-// writer), and its work is named parts:
-//   Trainer(...)   setup: every check agreed by all ranks, then the grid,
-//                  model, optimizer and loaders
-//   run()          the steps, then the report
-//   step(t)        data -> pipeline schedule -> tied-embedding sum ->
-//                  optimizer (+ the numerics dump on dump steps)
+// Trainer object made of named parts, each in its own file:
+//   Pipeline          this rank's grid, stage, schedule, model, optimizer and
+//                     loader (train/pipeline.h)
+//   Validator         validation loaders and losses (train/validator.h)
+//   Accounting        the step's phases as timed scopes, MFU, memory, the
+//                     run's measurements (train/accounting.h)
+//   Outputs           config.toml, metrics.jsonl, TensorBoard, schedule
+//                     trace, banner, log lines, the run report (train/outputs.h)
+//   CheckpointPolicy  resume, when to save and commit, stop requests
+//                     (train/checkpoint_policy.h)
+//   SpikePolicy       loss-spike detection, rewinds, skipped data windows
+//                     (train/loss_spikes.h)
+//   DumpRecorder      the numerics dump of --dump-step (train/dump_recorder.h)
+// and its work is:
+//   Trainer(...)   setup: every check agreed by all ranks, then the parts
+//   run()          the steps, each followed by its diagnostics, then the report
+//   step(t)        the step's maths: data -> pipeline schedule -> tied-embedding
+//                  sum and loss -> optimizer
 //   evaluate()     validation loss (ATM off)
 // The backend (Ops) is chosen at start-up (launch/, train.backend) and
 // passed in; nothing here assumes its buffers are host memory.
@@ -84,7 +94,14 @@ struct StepOutcome {
   bool skipped = false;
 };
 
-struct StepDump;
+struct Pipeline;
+class Validator;
+class Accounting;
+class Outputs;
+class CheckpointPolicy;
+class SpikePolicy;
+class DumpRecorder;
+struct ResumeState;
 
 class Trainer {
  public:
@@ -108,19 +125,40 @@ class Trainer {
   TrainProgress& progress();
 
  private:
-  struct State;
-  std::unique_ptr<State> s_;
+  struct Fault;  // WIOLA_FAULT (failure-path tests)
 
-  void print_banner();
-  // Checkpoint bookkeeping after step t (collective): the per-step control
-  // all-reduce, commits of finished background writes, new saves. Returns
-  // true when the run must stop (a stop was requested and saved).
-  bool after_step(int64_t t);
-  // Returns this rank's ATM decisions on dump steps (empty otherwise).
-  std::vector<uint8_t> run_schedule(int64_t t, bool dumping, StepDump* dump);
-  void dump_step(int64_t t, const StepOutcome& out, StepDump& dump, const std::vector<uint8_t>& atm_flat);
-  void log_step(int64_t t, const StepOutcome& out, bool evaluated);
-  void write_report(const TrainSummary& sum);
+  // Setup: every check before any work, agreed by all ranks.
+  void check_and_open_data();
+  // Restores a checkpoint's progress, data position and spike state.
+  void restore(const ResumeState& st);
+  // What a checkpoint saves besides the tensors.
+  ResumeState resume_state() const;
+  // A step of a skipped data window: its global batch read and dropped.
+  StepOutcome skip_data_step(int64_t t);
+  // The step's data: this rank's slice of the global batch (the test hooks'
+  // faults and delays act here, inside its time).
+  void load_batch(int64_t t);
+  // The pipeline schedule of step t over this rank's micro-batches.
+  void run_schedule(int64_t t, bool dumping);
+  // Sum over the world of the step's CE sums (ATM's figures ride along).
+  double world_loss();
+  // Collective: back to the newest checkpoint, data window [c+1, t] skipped.
+  void rewind(int64_t t, const std::string& why);
+  // GEMM tuning shared from rank 0 (train.cuda_gemm = auto), and a
+  // resumed checkpoint's compared with this run's.
+  void share_gemm_tuning(bool measured);
+  void check_resumed_gemm();
+
+  std::unique_ptr<Pipeline> pipe_;
+  TrainProgress progress_;
+  std::unique_ptr<Validator> validator_;
+  std::unique_ptr<Accounting> acct_;
+  std::unique_ptr<Outputs> outputs_;
+  std::unique_ptr<CheckpointPolicy> checkpoints_;
+  std::unique_ptr<SpikePolicy> spikes_;
+  std::unique_ptr<DumpRecorder> dumps_;
+  std::unique_ptr<Fault> fault_;
+  bool gemm_shared_ = false;  // rank 0's measured GEMM choices adopted by every rank
 };
 
 // Setup + run() on `world` with the backend `ops`.

@@ -1,0 +1,140 @@
+#include "train/checkpoint_policy.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "data/sha256.h"
+#include "data/text_input.h"
+#include "dist/diagnostics.h"
+#include "train/pipeline.h"
+#include "util/error.h"
+#include "util/files.h"
+
+namespace wiola {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using dist::ReduceOp;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+CheckpointPolicy::CheckpointPolicy(Pipeline& pipe) : pipe_(pipe) {}
+
+CheckpointPolicy::~CheckpointPolicy() = default;
+
+void CheckpointPolicy::check_setup(const RunConfig& rc, int world_rank) {
+  if (!rc.checkpoint.dir.empty() && world_rank == 0) {
+    Checkpointer::prepare_dir(rc.checkpoint.dir);
+    // A fresh run beside another run's checkpoints would mix the two (a
+    // later resume takes the newest step, whichever run wrote it).
+    const auto there = ckpt::list_checkpoints(rc.checkpoint.dir, true);
+    WIOLA_CHECK(rc.checkpoint.resume || there.empty(), "checkpoint.resume = false, but checkpoint.dir '",
+                rc.checkpoint.dir, "' already holds checkpoints (", there.front(),
+                "...); use an empty directory, or move them away");
+  }
+  if (!rc.checkpoint.init_from.empty()) (void)ckpt::resolve_checkpoint(rc.checkpoint.init_from);
+}
+
+// Resume from checkpoint.dir's newest sound checkpoint, or a weights-only
+// start from checkpoint.init_from (a resume wins: a preempted fine-tuning
+// run continues from its own checkpoints).
+std::optional<ResumeState> CheckpointPolicy::setup() {
+  Pipeline& p = pipe_;
+  const RunConfig& rc = p.rc;
+  const auto& cc = rc.checkpoint;
+  if (cc.dir.empty() && cc.init_from.empty()) return std::nullopt;
+  dist::set_context("checkpoint setup");
+  ckpt_ = std::make_unique<Checkpointer>(rc, *p.grid, p.ops, *p.model, *p.adam, p.stages,
+                                         run_identity(rc, p.loader->info(), p.loader.get()), p.checkpoint_info());
+  std::string folder;
+  if (!cc.dir.empty() && cc.resume) folder = ckpt_->find_resume();
+  std::optional<ResumeState> resumed;
+  if (!folder.empty()) {
+    const ResumeState& st = resumed.emplace(ckpt_->resume(folder));
+    resumed_from_ = st.step;
+    resumed_gemm_ = st.gemm;
+    if (p.root())
+      std::printf("wiola train: resuming from %s (step %lld, %lld tokens, layout of this run: tp %d x pp %d x dp %d)\n",
+                  folder.c_str(), (long long)st.step, (long long)st.tokens, rc.parallel.tp, rc.parallel.pp,
+                  rc.parallel.dp);
+  } else if (!cc.init_from.empty()) {
+    ckpt_->load_weights(cc.init_from);
+    if (p.root())
+      std::printf("wiola train: weights from %s (new optimizer state, data from the start)\n",
+                  ckpt::resolve_checkpoint(cc.init_from).c_str());
+  }
+  if (cc.dir.empty()) ckpt_.reset();  // init_from only: nothing to save
+  if (ckpt_ && p.root()) attach_tokenizer();
+  std::fflush(stdout);
+  return resumed;
+}
+
+// The tokenizer the data was made with (the prep manifest names it, with its
+// SHA-256) goes into every checkpoint. One that has moved or changed since
+// prep is left out with a warning: the tools then ask for --tokenizer.
+void CheckpointPolicy::attach_tokenizer() {
+  const DatasetInfo& di = pipe_.loader->info();
+  const auto skip = [&](const std::string& why) {
+    std::fprintf(stderr, "wiola train: warning: checkpoints will not carry the tokenizer (%s); "
+                         "generate and export will need --tokenizer\n", why.c_str());
+  };
+  if (di.tokenizer_file.empty()) return skip("the data source names no tokenizer file");
+  std::string text;
+  try {
+    text = read_file(di.tokenizer_file);
+  } catch (const Error& e) {
+    return skip(e.what());
+  }
+  std::string sha = sha256_hex(text);
+  if (sha != di.tokenizer_sha256)
+    return skip(di.tokenizer_file + " changed since prep (sha256 " + sha.substr(0, 12) + "…, the data's " +
+                di.tokenizer_sha256.substr(0, 12) + "…)");
+  ckpt_->set_tokenizer(std::move(text), std::move(sha));
+}
+
+bool CheckpointPolicy::after_step(int64_t t, bool local_stop, const std::function<ResumeState()>& state) {
+  const Pipeline& s = pipe_;
+  if (!ckpt_) return false;  // stop signals are only taken over when checkpoints are on
+  Checkpointer& ck = *ckpt_;
+  dist::set_context("step " + std::to_string(t) + " checkpoint control");
+  // One control all-reduce per step: any rank asked to stop, rank 0's clock
+  // says a save is due, any rank still writing the last save.
+  const double minutes = s.rc.checkpoint.minutes;
+  int64_t flags[3] = {local_stop ? 1 : 0,
+                      s.root() && minutes > 0 && seconds_since(last_save_) >= minutes * 60.0 ? 1 : 0,
+                      ck.still_writing() ? 1 : 0};
+  if (s.world.size() > 1) s.world.all_reduce(flags, 3, ReduceOp::Max);
+  const bool stop = flags[0] != 0, time_due = flags[1] != 0, writing = flags[2] != 0;
+  if (ck.in_flight() && !writing) ck.commit();
+  const int every = s.rc.checkpoint.every;
+  const bool due = stop || time_due || t == s.budget.last_step || (every > 0 && t % every == 0);
+  if (!due) return false;
+  dist::set_context("step " + std::to_string(t) + " checkpoint");
+  if (ck.in_flight()) ck.finish();  // one save at a time
+  ck.save(state());
+  last_save_ = Clock::now();
+  ++saves_;
+  if (stop || t == s.budget.last_step) ck.finish(/*final=*/true);  // a failure ends the run with it
+  if (s.root() && !s.opt.quiet && (stop || t == s.budget.last_step))
+    std::printf("checkpoint step %lld written to %s (%.2f s)\n", (long long)t, s.rc.checkpoint.dir.c_str(),
+                ck.last_save_seconds());
+  return stop && t < s.budget.last_step;  // a stop at the last step is just the end
+}
+
+ResumeState CheckpointPolicy::rewind(int64_t t, const std::string& at, std::string& folder) {
+  WIOLA_CHECK(ckpt_ != nullptr, at, ": no checkpoint to rewind to (checkpoint.dir is not set)");
+  dist::set_context("step " + std::to_string(t) + " loss-spike rewind");
+  if (ckpt_->in_flight()) ckpt_->finish();  // the save in flight is of an earlier, good step
+  folder = ckpt_->find_resume();
+  WIOLA_CHECK(!folder.empty(), at, ": no checkpoint in ", pipe_.rc.checkpoint.dir,
+              " to rewind to (none saved yet: checkpoint.every sets how often)");
+  const std::string run_id = ckpt_->run_id();
+  ResumeState st = ckpt_->resume(folder);
+  WIOLA_CHECK(st.step < t && st.run_id == run_id, at, ": the newest checkpoint ", folder, " (step ", st.step,
+              ") is not an earlier one of this run; cannot rewind");
+  return st;
+}
+
+}  // namespace wiola

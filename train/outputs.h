@@ -1,0 +1,73 @@
+// The Trainer's outputs part: what a run writes besides checkpoints and
+// dumps. Every rank: its state file for timeout diagnostics (RUN_DIR/ranks,
+// dist/rank_states.h) and, with TrainOptions::trace_schedule, the pipeline
+// actions it executed (RUN_DIR/schedule_trace/rank<R>.txt). Rank 0: the
+// effective config (RUN_DIR/config.toml), the banner, one metrics.jsonl
+// record per step (and TensorBoard's events, train/tensorboard.h), the
+// progress lines, and at the end the run report (train/run_report.h).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "config/run_config.h"
+#include "dist/rank_states.h"
+#include "dist/schedule.h"
+#include "train/tensorboard.h"
+#include "train/trainer.h"
+
+namespace wiola {
+
+struct Pipeline;
+class Accounting;
+class Validator;
+class SpikePolicy;
+
+class Outputs {
+ public:
+  // Collective: this rank's state board.
+  explicit Outputs(Pipeline& pipe);
+  ~Outputs();
+
+  // metrics.jsonl: a fresh run starts it; a resumed run (`step` > 0, the
+  // checkpoint's) cuts it back to that step (atomically) and appends, so no
+  // step appears twice. Also config.toml (with the skip list `windows`),
+  // the schedule trace and TensorBoard's writer.
+  void open(int64_t step, const std::vector<StepWindow>& windows);
+  // Rank 0: the run's banner (model, data, budget, layout, memory, checkpoints).
+  void banner(bool checkpoints);
+
+  // The schedule trace (TrainOptions::trace_schedule): an action as it
+  // completes, named by the work that ran; then the step's line.
+  bool tracing() const { return trace_.is_open(); }
+  void traced(dist::Op op, int micro, int chunk) {
+    if (tracing()) executed_.push_back({op, micro, chunk});
+  }
+  void end_trace(int64_t t);
+
+  // Rank 0: step t's metrics record and, every log_every, its progress line.
+  void log_step(int64_t t, const StepOutcome& out, bool evaluated, const TrainProgress& progress,
+                const Accounting& acct, const Validator& val, SpikePolicy& spikes, bool checkpoints);
+  // After a rewind to checkpoint step `step` (rank 0): metrics.jsonl and
+  // TensorBoard without the later records, config.toml with `windows`.
+  void rewound(int64_t step, const std::vector<StepWindow>& windows);
+  // The run report (collective).
+  void report(const TrainSummary& sum, const Accounting& acct);
+
+ private:
+  void write_config_toml(const std::vector<StepWindow>& windows) const;
+  void cut_metrics(int64_t step);
+
+  Pipeline& pipe_;
+  std::filesystem::path run_dir_;
+  std::unique_ptr<dist::RankStateBoard> board_;
+  std::ofstream metrics_;                 // world rank 0
+  std::unique_ptr<TensorBoardWriter> tb_;  // world rank 0, train.tensorboard
+  std::ofstream trace_;                   // this rank's executed actions
+  std::vector<dist::Action> executed_;    // of the step in progress
+};
+
+}  // namespace wiola

@@ -1,0 +1,75 @@
+#include "train/validator.h"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "dist/diagnostics.h"
+#include "train/pipeline.h"
+#include "util/error.h"
+
+namespace wiola {
+
+Validator::Validator(Pipeline& pipe, WorldLoss world_loss) : pipe_(pipe), world_loss_(std::move(world_loss)) {}
+
+void Validator::open(uint64_t data_seed) {
+  const RunConfig& rc = pipe_.rc;
+  const auto& par = rc.parallel;
+  const std::vector<BlendSource> sources = rc.data_sources();
+  auto open = [&](size_t k) {
+    auto ld = std::make_unique<TokenLoader>(sources[k].path, "val", pipe_.T, pipe_.B * par.dp, pipe_.me.dp, par.dp,
+                                            data_seed, false, false, size_t(rc.data.max_open_shards));
+    const LoaderState start = ld->state();
+    vals_.push_back({std::move(ld), start, k, pipe_.loader->source_share(k)});
+  };
+  if (sources.size() == 1) return open(0);
+  for (size_t k = 0; k < sources.size(); ++k) {
+    try {
+      open(k);
+    } catch (const Error& e) {
+      if (pipe_.root())
+        std::fprintf(stderr, "wiola train: warning: validation leaves out blend source %zu: %s\n", k + 1, e.what());
+    }
+  }
+  WIOLA_CHECK(!vals_.empty(), "train.eval_every is set, but no source of data.blend has a usable \"val\" split "
+              "(see the warnings above); set train.eval_every = 0");
+}
+
+bool Validator::due(int64_t t, int64_t last_step) const {
+  return !vals_.empty() && (t % pipe_.rc.train.eval_every == 0 || t == last_step);
+}
+
+// The first eval_batches global batches of one validation source.
+double Validator::loss_of(Source& v) {
+  Pipeline& p = pipe_;
+  Model<float>& model = *p.model;
+  v.loader->restore(v.start);
+  std::vector<int32_t> vb(p.mb_tokens());
+  const int n = p.rc.train.eval_batches * p.m;
+  for (int i = 0; i < n; ++i) {
+    v.loader->next_batch(vb.data());
+    dist::set_context("evaluation batch " + std::to_string(i) + (vals_.size() > 1 ? " of blend source " +
+                      std::to_string(v.source + 1) : std::string()));
+    if (!p.first) p.link->recv(model.fwd_in(0), p.me.pp - 1, 2 * i);
+    model.stage_forward(0, vb.data(), 0.0, false);
+    if (!p.last) p.link->send(model.fwd_out(0), p.me.pp + 1, 2 * i);
+  }
+  p.link->flush();
+  return world_loss_() / (double(p.rc.train.eval_batches) * p.GB * p.T);
+}
+
+double Validator::validate() {
+  last_sources_.assign(pipe_.rc.data.blend.size(), std::nan(""));
+  double sum = 0, shares = 0;
+  for (Source& v : vals_) {
+    const double loss = loss_of(v);
+    if (!last_sources_.empty()) last_sources_[v.source] = loss;
+    sum += v.share * loss;
+    shares += v.share;
+  }
+  last_ = sum / shares;
+  return last_;
+}
+
+}  // namespace wiola
