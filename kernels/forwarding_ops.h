@@ -26,11 +26,16 @@ class ForwardingOps : public Ops<T> {
   void synchronize() override { inner_.synchronize(); }
   bool host_accessible() const override { return inner_.host_accessible(); }
   std::string device_name() const override { return inner_.device_name(); }
+  void* device_stream() const override { return inner_.device_stream(); }
+  std::string device_identity() const override { return inner_.device_identity(); }
   size_t peak_bytes() const override { return inner_.peak_bytes(); }
   Precision precision() const override { return inner_.precision(); }
   std::unique_ptr<OpTimeline> make_timeline() override { return inner_.make_timeline(); }
   std::string gemm_tuning() const override { return inner_.gemm_tuning(); }
   void adopt_gemm_tuning(const std::string& table_json) override { inner_.adopt_gemm_tuning(table_json); }
+  // body issues this wrapper's ops, which reach the inner backend through it.
+  void graph(const GraphKey& key, const std::function<void()>& body) override { inner_.graph(key, body); }
+  void forget_graphs(const void* owner) override { inner_.forget_graphs(owner); }
 
   void upload(void* dst, const void* host_src, size_t bytes) override;
   void download(void* host_dst, const void* src, size_t bytes) override;

@@ -109,6 +109,14 @@ class Ops {
   // The accelerator this backend runs on, in words ("" for the host CPU,
   // which reports describe themselves): reports and the peak-FLOP table key.
   virtual std::string device_name() const { return ""; }
+  // The device stream every op of this backend runs on, as an opaque handle
+  // (the CUDA backend's cudaStream_t), which a GPU data plane orders its
+  // communication against; nullptr for the host backends.
+  virtual void* device_stream() const { return nullptr; }
+  // Which device this backend runs on, the same string for two backends on
+  // one device ("host/domain:bus:device", a GPU's PCI address), so that
+  // ranks can tell whether they share one; "" for the host backends.
+  virtual std::string device_identity() const { return ""; }
   // Most bytes this backend has held allocated at once (0: not tracked; the
   // CPU backends live in the process's resident set instead).
   virtual size_t peak_bytes() const { return 0; }

@@ -6,13 +6,9 @@
 #include <vector>
 
 #include "dist/diagnostics.h"
+#include "dist/nccl_plane.h"  // defined in dist/nccl/: CUDA builds only
 #include "dist/staged_comm.h"
 #include "util/error.h"
-#ifdef WIOLA_HAVE_CUDA
-#include "dist/nccl/nccl_comm.h"
-#include "dist/nccl/nccl_lib.h"
-#include "kernels/cuda/cuda_ops.h"
-#endif
 
 namespace wiola {
 
@@ -22,7 +18,7 @@ std::string ranks_sharing_a_gpu(Ops<float>& ops, dist::Comm& world) {
   // the same answer from the same table, so all of them choose alike.
   using Id = std::array<char, 320>;
   Id mine{};
-  const std::string id = cuda_device_identity(ops);
+  const std::string id = ops.device_identity();
   std::memcpy(mine.data(), id.data(), std::min(id.size(), mine.size() - 1));
   std::vector<Id> all(size_t(world.size()));
   world.all_gather(mine.data(), all.data(), mine.size(), DType::U8);
@@ -40,7 +36,7 @@ std::string ranks_sharing_a_gpu(Ops<float>& ops, dist::Comm& world) {
 DataPlane choose_data_plane(Ops<float>& ops, const std::string& mode, int world_size,
                             const std::string& shared_gpu) {
 #ifdef WIOLA_HAVE_CUDA
-  if (void* stream = cuda_stream_of(ops)) {
+  if (void* stream = ops.device_stream()) {
     WIOLA_CHECK(mode != "nccl" || shared_gpu.empty(), "parallel.data_plane = \"nccl\": ", shared_gpu,
                 ", and NCCL needs a GPU per rank; set parallel.data_plane = \"staged\" (or \"auto\", which "
                 "chooses it there) to pass tensors through host memory");
@@ -48,7 +44,7 @@ DataPlane choose_data_plane(Ops<float>& ops, const std::string& mode, int world_
     const bool want =
         mode == "nccl" || (mode == "auto" && world_size > 1 && shared_gpu.empty() && dist::nccl_available());
     if (want) {
-      dist::nccl();  // "nccl" without the library: the loader's error
+      dist::require_nccl();  // "nccl" without the library: the loader's error
       return {dist::nccl_data_plane(stream, [](const std::string& m) { dist::abort_job(m, 3); }), "nccl"};
     }
   } else {

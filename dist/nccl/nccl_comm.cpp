@@ -423,6 +423,8 @@ std::unique_ptr<Comm> nccl_comm(Comm& ctrl, NcclOptions opt) {
   return std::make_unique<NcclComm>(ctrl, std::move(opt));
 }
 
+void require_nccl() { (void)nccl(); }
+
 DataPlaneFactory nccl_data_plane(void* compute_stream, std::function<void(const std::string&)> fatal) {
   return [compute_stream, fatal](Comm& ctrl) {
     NcclOptions o;

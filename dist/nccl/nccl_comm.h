@@ -30,6 +30,7 @@
 #include <string>
 
 #include "dist/comm.h"
+#include "dist/nccl_plane.h"  // nccl_data_plane, nccl_available, require_nccl
 
 namespace wiola::dist {
 
@@ -46,10 +47,5 @@ struct NcclOptions {
 // Needs the CUDA device chosen (the backend's) and libnccl.so.2. split() is
 // not offered: split the control plane and wrap the parts.
 std::unique_ptr<Comm> nccl_comm(Comm& ctrl, NcclOptions opt);
-
-// The data plane for a CUDA backend's stream: NCCL for every group, with the
-// point-to-point communicators in the pipeline group ("pp").
-DataPlaneFactory nccl_data_plane(void* compute_stream,
-                                 std::function<void(const std::string&)> fatal = {});
 
 }  // namespace wiola::dist

@@ -6,6 +6,8 @@
 
 #include <nccl.h>
 
+#include "dist/nccl_plane.h"
+
 namespace wiola::dist {
 
 // The NCCL entry points the communicator uses.
@@ -32,7 +34,6 @@ struct Nccl {
 // Loads NCCL on the first call (thread-safe); a missing library or symbol is
 // a wiola::Error naming it and the loader's message.
 const Nccl& nccl();
-// True when libnccl.so.2 loads with every symbol (never throws).
-bool nccl_available();
+// nccl_available() and require_nccl(): dist/nccl_plane.h.
 
 }  // namespace wiola::dist

@@ -105,6 +105,17 @@ class CudaOps final : public Ops<float> {
     return cudaGetDeviceProperties(&prop, device_) == cudaSuccess ? std::string(prop.name) : "CUDA device";
   }
   size_t peak_bytes() const override { return mem_.peak(); }
+  void* device_stream() const override { return static_cast<void*>(stream_); }
+  std::string device_identity() const override {
+    cudaDeviceProp p{};
+    cuda::check(cudaGetDeviceProperties(&p, device_), "cudaGetDeviceProperties");
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    char id[320];
+    std::snprintf(id, sizeof id, "%s/%04x:%02x:%02x", host, unsigned(p.pciDomainID), unsigned(p.pciBusID),
+                  unsigned(p.pciDeviceID));
+    return id;
+  }
 
   // ---- memory ----
   void* alloc_bytes(size_t bytes) override { return mem_.alloc(bytes, "a backend buffer"); }
@@ -378,24 +389,21 @@ CudaOps* cuda_ops_of(Ops<float>& ops) {
 
 std::string cuda_device_identity(Ops<float>& ops) {
   const CudaOps* c = cuda_ops_of(ops);
-  if (!c) return "";
-  cudaDeviceProp p{};
-  cuda::check(cudaGetDeviceProperties(&p, c->device()), "cudaGetDeviceProperties");
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  char id[320];
-  std::snprintf(id, sizeof id, "%s/%04x:%02x:%02x", host, unsigned(p.pciDomainID), unsigned(p.pciBusID),
-                unsigned(p.pciDeviceID));
-  return id;
+  return c ? c->device_identity() : "";
 }
 
 void set_cuda_backend_options(Ops<float>& ops, const BackendOptions& options) {
   if (CudaOps* c = cuda_ops_of(ops)) c->set_options(options);
 }
 
+CudaGraphStats cuda_graph_stats(Ops<float>& ops) {
+  const CudaOps* c = cuda_ops_of(ops);
+  return c ? c->graph_stats() : CudaGraphStats{};
+}
+
 void* cuda_stream_of(Ops<float>& ops) {
   CudaOps* c = cuda_ops_of(ops);
-  return c ? static_cast<void*>(c->stream()) : nullptr;
+  return c ? c->device_stream() : nullptr;
 }
 
 }  // namespace wiola

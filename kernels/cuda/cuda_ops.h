@@ -39,14 +39,25 @@ std::unique_ptr<Ops<float>> make_cuda_ops(CudaPrecision precision, int device = 
 // one backend. A no-op on any other backend.
 void set_cuda_backend_options(Ops<float>& ops, const BackendOptions& options);
 
+// What a CUDA backend did with CUDA Graphs (the option cuda_graphs,
+// Ops::graph): recordings made and alive, their nodes (kernels, copies,
+// GEMMs), graph launches, and the bytes of the allocator's graph pool.
+// Zero for any other backend.
+struct CudaGraphStats {
+  long captures = 0, recordings = 0, nodes = 0, launches = 0;
+  size_t pool_bytes = 0;
+};
+CudaGraphStats cuda_graph_stats(Ops<float>& ops);
+
 // The cudaStream_t every op of a CUDA backend runs on (the data plane orders
 // its communication against it), also through a ProfiledOps around it;
-// nullptr for any other backend.
+// nullptr for any other backend. Code above kernels/ asks the backend-neutral
+// Ops::device_stream() instead (the same handle).
 void* cuda_stream_of(Ops<float>& ops);
 
 // Which GPU a CUDA backend runs on, as "host/domain:bus:device" (its PCI
 // address), so that ranks can tell whether they share one (NCCL needs one GPU
-// per rank); empty for any other backend.
+// per rank); empty for any other backend. Above kernels/: Ops::device_identity().
 std::string cuda_device_identity(Ops<float>& ops);
 
 }  // namespace wiola

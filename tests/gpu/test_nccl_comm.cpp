@@ -159,6 +159,17 @@ TEST(NcclComm, DataPlaneFactory) {
   ProfiledOps<float> profiled(*ops);  // a profiled backend keeps its stream
   EXPECT_NE(cuda_stream_of(profiled), nullptr);
   EXPECT_EQ(cuda_stream_of(profiled), cuda_stream_of(*ops));
+  // The backend-neutral hooks the trainer's data-plane choice asks
+  // (train/data_plane.cpp): the same stream, and a device identity that a
+  // second backend on the same device shares; none on the CPU.
+  EXPECT_EQ(ops->device_stream(), cuda_stream_of(*ops));
+  EXPECT_EQ(profiled.device_stream(), cuda_stream_of(*ops));
+  EXPECT_EQ(make_backend<float>("cpu")->device_stream(), nullptr);
+  EXPECT_EQ(make_backend<float>("cpu")->device_identity(), "");
+  EXPECT_FALSE(ops->device_identity().empty());
+  EXPECT_EQ(ops->device_identity(), cuda_device_identity(*ops));
+  EXPECT_EQ(profiled.device_identity(), ops->device_identity());
+  EXPECT_EQ(make_cuda_ops(CudaPrecision::FP32)->device_identity(), ops->device_identity());
 }
 
 }  // namespace
