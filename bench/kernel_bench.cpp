@@ -24,11 +24,23 @@
 //   gemm       every distinct GEMM of the step (model/layer.cpp, linear.h,
 //              model.cpp) with bf16 operands through the backend's gemm,
 //              with the parameter operand 256-byte aligned and misaligned by
-//              --misalign elements (the packed parameter layout's offsets).
+//              --misalign elements (the packed parameter layout's offsets);
+//              then "gemm merge" rows: projections that share an input as
+//              one GEMM against separate ones (the context K|V, which the
+//              model merges, and DSFF's three up-projections, which it does
+//              not), each direction, checked against each other first.
 //   memory     norms, a residual add, DSFF activations, SRPE fused with the
 //              Q|K|V|gate split (forward and backward), AdamW over the
 //              model's parameters and the fp32 -> bf16 weight refresh, in
 //              GB/s of the bytes each must read and write.
+//   cudnn      cuDNN's SDPA (bench/cudnn_sdpa.h, a measured reference, not
+//              linked into the step) on the plain causal layer: "fwd cudnn"
+//              and "bwd cudnn", checked against the CPU like the rows above,
+//              timed the same way, with the ratio of our fastest row of each
+//              direction to cuDNN's; last in a full run (--no-cudnn leaves it
+//              out; the kit runs it as a process of its own with --append).
+//              One skipped row where it cannot run: not built (no
+//              cudnn_frontend headers), no libcudnn.so.9, or the emulator.
 // Every time is CUDA events around each of --reps calls after --warmup
 // untimed ones (the op interface's timeline); the median is reported. Each
 // result is one JSON line appended to --json and flushed at once, so a run
@@ -621,7 +633,7 @@ std::vector<GemmCall> step_gemms(const Shapes& sh) {
   std::vector<GemmCall> g = {
       // forward
       {"qkvg fwd", n_, t_, N, qkvg, d, d, d, qkvg, 0, bf, 'B', L, conv},
-      {"ctx k/v fwd", n_, t_, N, kvd, d, d, d, nc * kvd, 0, bf, 'B', 2 * ctx_rows, conv},
+      {"ctx k|v fwd", n_, t_, N, 2 * kvd, d, d, d, nc * 2 * kvd, 0, bf, 'B', ctx_rows, conv},
       {"o_proj fwd", n_, t_, N, d, hd, hd, hd, d, 0, f32, 'B', L, ""},
       {"dsff a gate/up fwd", n_, t_, N, dA, d, d, d, dA, 0, bf, 'B', 2 * L, ""},
       {"dsff a down fwd", n_, t_, N, d, dA, dA, dA, d, 0, bf, 'B', L, ""},
@@ -637,7 +649,7 @@ std::vector<GemmCall> step_gemms(const Shapes& sh) {
       {"dsff a down bwd data", n_, n_, N, dA, d, d, dA, dA, 0, bf, 'B', L, ""},
       {"dsff a gate/up bwd data", n_, n_, N, d, dA, dA, d, d, 1, f32, 'B', 2 * L, ""},
       {"o_proj bwd data", n_, n_, N, hd, d, d, hd, hd, 0, bf, 'B', L, conv},
-      {"ctx k/v bwd data", n_, n_, N, d, kvd, nc * kvd, d, d, 1, f32, 'B', 2 * ctx_rows, ""},
+      {"ctx k|v bwd data", n_, n_, N, d, 2 * kvd, nc * 2 * kvd, d, d, 1, f32, 'B', ctx_rows, ""},
       {"qkvg bwd data", n_, n_, N, d, qkvg, qkvg, d, d, 0, f32, 'B', L, ""},
       // backward: weights
       {"logits bwd weight", t_, n_, V, d, N, V, d, d, 1, f32, 'C', 1, ""},
@@ -647,7 +659,7 @@ std::vector<GemmCall> step_gemms(const Shapes& sh) {
       {"dsff b up bwd weight", t_, n_, dB, d, N, dB, d, d, 1, f32, 'C', L, ""},
       {"dsff a gate/up bwd weight", t_, n_, dA, d, N, dA, d, d, 1, f32, 'C', 2 * L, ""},
       {"o_proj bwd weight", t_, n_, d, hd, N, d, hd, hd, 1, f32, 'C', L, conv},
-      {"ctx k/v bwd weight", t_, n_, kvd, d, N, nc * kvd, d, d, 1, f32, 'C', 2 * ctx_rows, conv},
+      {"ctx k|v bwd weight", t_, n_, 2 * kvd, d, N, nc * 2 * kvd, d, d, 1, f32, 'C', ctx_rows, conv},
       {"qkvg bwd weight", t_, n_, qkvg, d, N, qkvg, d, d, 1, f32, 'C', L, conv},
   };
   return g;
@@ -711,6 +723,8 @@ void tune_gemms(Ops<float>& g, const Options& o, Report& rep, const std::vector<
     std::printf("gemm tuning: the table for %s written to %s\n", device.c_str(), o.write_tuning.c_str());
   }
 }
+
+void run_merges(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep);  // below
 
 void run_gemm(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
   std::vector<Distinct> gemms;
@@ -786,6 +800,183 @@ void run_gemm(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
     rep.emit(j);
     std::printf("gemm step total (%s): %.1f GFLOP in %.3f ms, %.1f TFLOP/s\n", mis ? "misaligned" : "aligned",
                 total_flops / 1e9, total_ms[mis], all_ok[mis] ? j["tflops"].get<double>() : 0.0);
+  }
+  run_merges(g, sh, o, rep);
+}
+
+// ---- merged projections ------------------------------------------------------------------
+
+// Projections that read one input, as one GEMM or as several (run by
+// run_gemm, section "gemm merge"): the context K|V (model/layer.cpp merges
+// them: W_K^ctx and W_V^ctx adjacent, keys and values interleaved [N, nc, 2,
+// Hkv dh]) and DSFF's three up-projections G_A, U_A, U_B, which read the
+// normed X-half (separate in the model, docs/gpu.md; whether to merge them is
+// this measurement's to decide). Per case and direction: "merged", the one
+// GEMM; "separate", the GEMMs an unmerged step issues; for DSFF also
+// "merged+copies", the merged GEMM with the copies the model's separate
+// ga/ua/ub tensors would need (the forward's output split into them; the
+// backward's three gradients joined first; the weight GEMM reads the join
+// the data GEMM made, its copies counted in both). Before it is timed each
+// case runs once from zeroed outputs, separate against the merged form with
+// separate's output layout, max relative difference within 1e-2 (bf16
+// outputs) or 1e-3 (fp32); one that fails is not timed. One JSON line per
+// case: each variant's median and speedup = separate / merged (> 1: merging
+// pays).
+struct MergeCase {
+  std::string name;
+  long per_step;      // calls per step
+  DType out;          // the output's storage type
+  size_t out_elems;   // what the check compares
+  double flops;       // one call's
+  std::function<void(Ptr)> merged, separate, merged_copies;  // merged_copies: DSFF only
+};
+
+void run_merges(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
+  const auto& c = sh.cfg;
+  const int N = sh.N(), d = c.d, kvd = c.Hkv * c.dh(), nc = c.Lambda, kv2 = 2 * kvd, dA = c.dA, dB = c.dB;
+  const int u = 2 * dA + dB;  // DSFF's merged up-projection width
+  long ctx_rows = 0;
+  for (int l = 0; l < c.L; ++l) ctx_rows += c.n_ctx(l);
+  const DType bf = DType::BF16, f32 = DType::F32;
+  const size_t nN = size_t(N);
+  // X: the first activation operand (dkvc [N, nc 2 kvd]; the joined DSFF
+  // gradient [N, u]; the merged forward's output before its split); Y: the
+  // second ([N, d]: a summary, X-half normed); S: DSFF's three separate
+  // gradients [N, dA], [N, dA], [N, dB] back to back; W: [wkc; wvc] or
+  // [G_A; U_A; U_B]; C1, C2: outputs.
+  const size_t nx = nN * size_t(std::max(nc * kv2, u)), nw = size_t(std::max(kv2, u)) * d;
+  const size_t c_bytes = std::max({nN * nc * kv2 * 2, nN * d * 4, nN * u * 2, size_t(u) * d * 4});
+  DynBuffer<float> X(g, bf, nx), Y(g, bf, nN * d), S(g, bf, nN * u), W(g, bf, nw);
+  Buffer<float, unsigned char> C1(g, c_bytes), C2(g, c_bytes);
+  fill(g, X.data(), X.size(), 51);
+  fill(g, Y.data(), Y.size(), 52);
+  fill(g, S.data(), S.size(), 53);
+  fill(g, W.data(), W.size(), 54);
+  const Trans n_ = Trans::N, t_ = Trans::T;
+  const CPtr x = X.data(), y = Y.data(), s = S.data(), w = W.data();
+  const Ptr xw = X.data();
+  const CPtr sa = s, su = s + nN * dA, sb = s + 2 * nN * dA;  // dga, dua, dub
+  // The join of S into X as the merged DSFF GEMMs read it ([N, u]).
+  auto join = [&] {
+    g.copy_block(xw, u, sa, dA, N, dA);
+    g.copy_block(xw + dA, u, su, dA, N, dA);
+    g.copy_block(xw + 2 * dA, u, sb, dB, N, dB);
+  };
+  const std::vector<MergeCase> cases = {
+      {"ctx k|v fwd", ctx_rows, bf, nN * nc * kv2, 2.0 * N * kv2 * d,
+       [&](Ptr out) { g.gemm(n_, t_, N, kv2, d, 1.f, y, d, w, d, 0.f, out, nc * kv2); },
+       [&](Ptr out) {
+         g.gemm(n_, t_, N, kvd, d, 1.f, y, d, w, d, 0.f, out, nc * kv2);
+         g.gemm(n_, t_, N, kvd, d, 1.f, y, d, w + size_t(kvd) * d, d, 0.f, out + kvd, nc * kv2);
+       },
+       {}},
+      {"ctx k|v bwd data", ctx_rows, f32, nN * d, 2.0 * N * kv2 * d,
+       [&](Ptr out) { g.gemm(n_, n_, N, d, kv2, 1.f, x, nc * kv2, w, d, 1.f, out, d); },
+       [&](Ptr out) {
+         g.gemm(n_, n_, N, d, kvd, 1.f, x, nc * kv2, w, d, 1.f, out, d);
+         g.gemm(n_, n_, N, d, kvd, 1.f, x + kvd, nc * kv2, w + size_t(kvd) * d, d, 1.f, out, d);
+       },
+       {}},
+      {"ctx k|v bwd weight", ctx_rows, f32, size_t(kv2) * d, 2.0 * N * kv2 * d,
+       [&](Ptr out) { g.gemm(t_, n_, kv2, d, N, 1.f, x, nc * kv2, y, d, 1.f, out, d); },
+       [&](Ptr out) {
+         g.gemm(t_, n_, kvd, d, N, 1.f, x, nc * kv2, y, d, 1.f, out, d);
+         g.gemm(t_, n_, kvd, d, N, 1.f, x + kvd, nc * kv2, y, d, 1.f, out + size_t(kvd) * d, d);
+       },
+       {}},
+      // Separate: ga, ua, ub contiguous one after the other in out.
+      {"dsff up fwd", c.L, bf, nN * u, 2.0 * N * u * d,
+       [&](Ptr out) { g.gemm(n_, t_, N, u, d, 1.f, y, d, w, d, 0.f, out, u); },
+       [&](Ptr out) {
+         g.gemm(n_, t_, N, dA, d, 1.f, y, d, w, d, 0.f, out, dA);
+         g.gemm(n_, t_, N, dA, d, 1.f, y, d, w + size_t(dA) * d, d, 0.f, out + nN * dA, dA);
+         g.gemm(n_, t_, N, dB, d, 1.f, y, d, w + size_t(2 * dA) * d, d, 0.f, out + 2 * nN * dA, dB);
+       },
+       [&](Ptr out) {
+         g.gemm(n_, t_, N, u, d, 1.f, y, d, w, d, 0.f, xw, u);
+         g.copy_block(out, dA, x, u, N, dA);
+         g.copy_block(out + nN * dA, dA, x + dA, u, N, dA);
+         g.copy_block(out + 2 * nN * dA, dB, x + 2 * dA, u, N, dB);
+       }},
+      // As model/layer.cpp: U_B's first (overwrites), then G_A's and U_A's.
+      {"dsff up bwd data", c.L, f32, nN * d, 2.0 * N * u * d,
+       [&](Ptr out) { g.gemm(n_, n_, N, d, u, 1.f, x, u, w, d, 0.f, out, d); },
+       [&](Ptr out) {
+         g.gemm(n_, n_, N, d, dB, 1.f, sb, dB, w + size_t(2 * dA) * d, d, 0.f, out, d);
+         g.gemm(n_, n_, N, d, dA, 1.f, sa, dA, w, d, 1.f, out, d);
+         g.gemm(n_, n_, N, d, dA, 1.f, su, dA, w + size_t(dA) * d, d, 1.f, out, d);
+       },
+       [&](Ptr out) {
+         join();
+         g.gemm(n_, n_, N, d, u, 1.f, x, u, w, d, 0.f, out, d);
+       }},
+      {"dsff up bwd weight", c.L, f32, size_t(u) * d, 2.0 * N * u * d,
+       [&](Ptr out) { g.gemm(t_, n_, u, d, N, 1.f, x, u, y, d, 1.f, out, d); },
+       [&](Ptr out) {
+         g.gemm(t_, n_, dA, d, N, 1.f, sa, dA, y, d, 1.f, out, d);
+         g.gemm(t_, n_, dA, d, N, 1.f, su, dA, y, d, 1.f, out + size_t(dA) * d, d);
+         g.gemm(t_, n_, dB, d, N, 1.f, sb, dB, y, d, 1.f, out + size_t(2 * dA) * d, d);
+       },
+       [&](Ptr out) {
+         join();
+         g.gemm(t_, n_, u, d, N, 1.f, x, u, y, d, 1.f, out, d);
+       }},
+  };
+  for (const MergeCase& m : cases) {
+    json j{{"section", "gemm merge"}, {"name", "gemm merge " + m.name}, {"per_step", m.per_step},
+           {"N", N}, {"d", d}, {"out", dtype_short(m.out)}, {"flops", m.flops}};
+    if (m.name.rfind("ctx", 0) == 0) {
+      j["kvd"] = kvd;
+      j["nc"] = nc;
+    } else {
+      j["dA"] = dA;
+      j["dB"] = dB;
+    }
+    std::string line;
+    try {
+      // The check: separate against the merged form with its output layout.
+      const auto& check = m.merged_copies ? m.merged_copies : m.merged;
+      const Ptr o1(C1.data(), m.out), o2(C2.data(), m.out);
+      g.zero(C1.data(), C1.bytes());
+      g.zero(C2.data(), C2.bytes());
+      m.separate(o1);
+      check(o2);
+      const Vec r1 = m.out == bf ? download_bf16(g, o1, m.out_elems) : download_vec(g, o1.as<float>(), m.out_elems);
+      const Vec r2 = m.out == bf ? download_bf16(g, o2, m.out_elems) : download_vec(g, o2.as<float>(), m.out_elems);
+      const double err = rel(r1, r2), tol = m.out == bf ? 1e-2 : 1e-3;
+      j["check"] = {{"max_rel", err}, {"tol", tol}, {"against", m.merged_copies ? "merged+copies" : "merged"}};
+      j["ok"] = err < tol;
+      if (err < tol) {
+        const Timing tm = time_op(g, o, [&] { m.merged(o1); });
+        const Timing ts = time_op(g, o, [&] { m.separate(o1); });
+        put_timing(j, tm);  // ms: the merged GEMM's
+        j["merged_ms"] = tm.ms;
+        j["separate_ms"] = ts.ms;
+        j["speedup"] = ts.ms / tm.ms;
+        j["tflops"] = m.flops / (tm.ms * 1e-3) / 1e12;
+        char buf[256];
+        std::snprintf(buf, sizeof buf, "merged %8.3f ms, separate %8.3f ms (x%.2f)", tm.ms, ts.ms, ts.ms / tm.ms);
+        line = buf;
+        if (m.merged_copies) {
+          const Timing tc = time_op(g, o, [&] { m.merged_copies(o1); });
+          j["merged_copies_ms"] = tc.ms;
+          j["speedup_with_copies"] = ts.ms / tc.ms;
+          std::snprintf(buf, sizeof buf, ", merged+copies %8.3f ms (x%.2f)", tc.ms, ts.ms / tc.ms);
+          line += buf;
+        }
+      } else {
+        char buf[128];
+        std::snprintf(buf, sizeof buf, "FAILED its check (not timed): max_rel %.3g >= %.3g", err, tol);
+        line = buf;
+      }
+    } catch (const std::exception& e) {
+      g.synchronize();
+      j["ok"] = false;
+      j["error"] = e.what();
+      line = std::string("ERROR: ") + e.what();
+    }
+    rep.emit(j);
+    std::printf("gemm merge %-20s x%-3ld: %s\n", m.name.c_str(), m.per_step, line.c_str());
   }
 }
 

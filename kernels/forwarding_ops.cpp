@@ -196,15 +196,15 @@ void ForwardingOps<T>::prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int p
 }
 
 template <class T>
-void ForwardingOps<T>::ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, Ptr out, Ptr probs) {
+void ForwardingOps<T>::ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, int ldkv, Ptr out, Ptr probs) {
   const Call c(*this, "ctx_attention_fwd");
-  inner_.ctx_attention_fwd(arg(q), arg(kc), arg(vc), N, nc, H, Hkv, dh, arg(out), arg(probs));
+  inner_.ctx_attention_fwd(arg(q), arg(kc), arg(vc), N, nc, H, Hkv, dh, ldkv, arg(out), arg(probs));
 }
 
 template <class T>
-void ForwardingOps<T>::ctx_attention_bwd(CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H, int Hkv, int dh, Ptr dq, Ptr dkc, Ptr dvc) {
+void ForwardingOps<T>::ctx_attention_bwd(CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H, int Hkv, int dh, int ldkv, Ptr dq, Ptr dkc, Ptr dvc) {
   const Call c(*this, "ctx_attention_bwd");
-  inner_.ctx_attention_bwd(arg(q), arg(kc), arg(vc), arg(probs), arg(dout), N, nc, H, Hkv, dh, arg(dq), arg(dkc), arg(dvc));
+  inner_.ctx_attention_bwd(arg(q), arg(kc), arg(vc), arg(probs), arg(dout), N, nc, H, Hkv, dh, ldkv, arg(dq), arg(dkc), arg(dvc));
 }
 
 template <class T>

@@ -265,14 +265,19 @@ class Ops {
                                      Ptr carry, Ptr out, Ptr out_op) = 0;
   // Context sub-attention: per token n and head h, softmax over nc context
   // rows of q[n,h].kc[n,i,g]/sqrt(dh), g = h % Hkv.
-  // q[N,H,dh], kc,vc[N,nc,Hkv,dh]; out[N,H,dh], probs[N,H,nc].
+  // q[N,H,dh]; out[N,H,dh], probs[N,H,nc]. kc, vc: the nc context rows of
+  // each token, row (n, i) at (n nc + i) ldkv, each [Hkv, dh] (ldkv >= Hkv
+  // dh): Hkv dh for [N,nc,Hkv,dh] tensors, 2 Hkv dh for the interleaved
+  // keys|values [N,nc,2,Hkv,dh] of the merged context projection (vc = kc +
+  // Hkv dh).
   virtual void ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc,
-                                 int H, int Hkv, int dh, Ptr out,
+                                 int H, int Hkv, int dh, int ldkv, Ptr out,
                                  Ptr probs) = 0;
-  // dq ACCUMULATES (q also feeds self-attention); dkc, dvc overwrite.
+  // dq ACCUMULATES (q also feeds self-attention); dkc, dvc overwrite their
+  // rows (the layout of kc, vc; the elements between rows are untouched).
   virtual void ctx_attention_bwd(CPtr q, CPtr kc, CPtr vc, CPtr probs,
                                  CPtr dout, int N, int nc, int H, int Hkv,
-                                 int dh, Ptr dq, Ptr dkc, Ptr dvc) = 0;
+                                 int dh, int ldkv, Ptr dq, Ptr dkc, Ptr dvc) = 0;
   // out = (1-beta)*o_self + beta*o_ctx, beta = sigmoid(phi[0]); phi is the
   // layer's φ in backend memory (read by the op: no host round trip).
   virtual void blend_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, size_t n,

@@ -24,7 +24,7 @@ void LayerActs<T>::reserve(const LayerCtx<T>& c, int nc) {
   r.reserve(&gpre, act, N * hd);
   r.reserve(&kg, act, N * kvd); r.reserve(&vg, act, N * kvd);
   r.reserve(&o_self, act, N * hd); r.reserve(&lse, st, N * size_t(c.ld.H));
-  r.reserve(&kc, act, N * size_t(nc) * kvd); r.reserve(&vc, act, N * size_t(nc) * kvd);
+  r.reserve(&kvc, act, N * size_t(nc) * 2 * kvd);
   r.reserve(&o_ctx, act, N * hd); r.reserve(&probs, st, N * size_t(c.ld.H) * size_t(nc));
   r.reserve(&o, act, N * hd); r.reserve(&og, act, N * hd);
   r.reserve(&xh, res, N * d); r.reserve(&xn2, act, N * d); r.reserve(&rstd2, st, N);
@@ -50,7 +50,7 @@ void LayerWork<T>::reserve(const LayerCtx<T>& c) {
   r.reserve(&dkg, act, N * kvd); r.reserve(&dvg, act, N * kvd);
   r.reserve(&dog, act, N * hd);
   r.reserve(&do_self, act, N * hd); r.reserve(&do_ctx, act, N * hd);
-  r.reserve(&dkc, act, N * nc * kvd); r.reserve(&dvc, act, N * nc * kvd);
+  r.reserve(&dkvc, act, N * nc * 2 * kvd);
   r.reserve(&dfpre, act, N * d); r.reserve(&da, act, N * d); r.reserve(&db, act, N * d);
   r.reserve(&dha, act, N * dA); r.reserve(&dhb, act, N * dB);
   r.reserve(&dga, act, N * dA); r.reserve(&dua, act, N * dA); r.reserve(&dub, act, N * dB);
@@ -71,7 +71,7 @@ void LayerWeightInputs<T>::reserve(const LayerCtx<T>& c, int nc, bool acts) {
   r.reserve(&dub, act, N * dB); r.reserve(&dga, act, N * dA); r.reserve(&dua, act, N * dA);
   r.reserve(&dxh, res, N * d);
   r.reserve(&dproj, act, N * size_t(qkvg_width(c.ld)));
-  r.reserve(&dkc, act, N * size_t(nc) * kvd); r.reserve(&dvc, act, N * size_t(nc) * kvd);
+  r.reserve(&dkvc, act, N * size_t(nc) * 2 * kvd);
   copy_acts = acts;
   if (!acts) return;
   // The types of the LayerActs buffers they copy (X-tilde: xn1_operand's).
@@ -177,13 +177,14 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, co
     ops.attention_fwd(s, AttnKeys{}, a.q, a.k, a.v, nullptr, nullptr, a.o_self, a.lse);
   }
 
-  // Context sub-attention over the cross-layer summaries (no SRPE): context
-  // row i of every token lands at column block i of kc[N, nc, Hkv dh].
-  for (int i = 0; i < nc; ++i) {
-    ops.gemm(Trans::N, Trans::T, N, kvd, d, T(1), ctx[i], d, p.wkc, d, T(0), a.kc + size_t(i) * kvd, nc * kvd);
-    ops.gemm(Trans::N, Trans::T, N, kvd, d, T(1), ctx[i], d, p.wvc, d, T(0), a.vc + size_t(i) * kvd, nc * kvd);
-  }
-  ops.ctx_attention_fwd(a.q, a.kc, a.vc, N, nc, c.ld.H, c.ld.Hkv, dh, a.o_ctx, a.probs);
+  // Context sub-attention over the cross-layer summaries (no SRPE): one
+  // GEMM per summary with the merged [wkc; wvc] (docs/model.md §3): context
+  // row i of every token lands at column block i of kvc[N, nc, 2 Hkv dh],
+  // its keys then its values.
+  const int kv2 = 2 * kvd;
+  for (int i = 0; i < nc; ++i)
+    ops.gemm(Trans::N, Trans::T, N, kv2, d, T(1), ctx[i], d, p.wkvc, d, T(0), a.kvc + size_t(i) * kv2, nc * kv2);
+  ops.ctx_attention_fwd(a.q, a.kvc, a.kvc + kvd, N, nc, c.ld.H, c.ld.Hkv, dh, kv2, a.o_ctx, a.probs);
 
   // Blend with beta = sigmoid(phi), then the sigmoid output gate (one op),
   // output projection.
@@ -216,21 +217,21 @@ namespace {
 // activations they multiply (layer_backward: the LayerWork scratch and the
 // layer's activations; a split backward: its LayerWeightInputs).
 struct WeightOperands {
-  Ptr dfpre, da, db, dub, dga, dua, dxh, dproj, dkc, dvc;
+  Ptr dfpre, da, db, dub, dga, dua, dxh, dproj, dkvc;
   CPtr a, b, hb, ha, xn2, og, xn1;
 };
 
 template <class T>
 WeightOperands operands(const LayerCtx<T>& c, const LayerActs<T>& a, const LayerWork<T>& w) {
-  return {w.dfpre, w.da, w.db, w.dub, w.dga, w.dua, w.dxh, c.proj, w.dkc, w.dvc,
+  return {w.dfpre, w.da, w.db, w.dub, w.dga, w.dua, w.dxh, c.proj, w.dkvc,
           a.a, a.b, a.hb, a.ha, a.xn2, a.og, xn1_operand(a)};
 }
 
 template <class T>
 WeightOperands operands(const LayerActs<T>& a, const LayerWeightInputs<T>& k) {
-  if (!k.copy_acts) return {k.dfpre, k.da, k.db, k.dub, k.dga, k.dua, k.dxh, k.dproj, k.dkc, k.dvc,
+  if (!k.copy_acts) return {k.dfpre, k.da, k.db, k.dub, k.dga, k.dua, k.dxh, k.dproj, k.dkvc,
                             a.a, a.b, a.hb, a.ha, a.xn2, a.og, xn1_operand(a)};
-  return {k.dfpre, k.da, k.db, k.dub, k.dga, k.dua, k.dxh, k.dproj, k.dkc, k.dvc,
+  return {k.dfpre, k.da, k.db, k.dub, k.dga, k.dua, k.dxh, k.dproj, k.dkvc,
           k.a, k.b, k.hb, k.ha, k.xn2, k.og, k.xn1};
 }
 
@@ -308,16 +309,16 @@ void backward(const LayerCtx<T>& c, const LayerParams& p, const LayerParams& g, 
   } else {
     ops.attention_bwd(s, AttnKeys{}, a.q, a.k, a.v, nullptr, nullptr, a.o_self, a.lse, w.do_self, w.dq, w.dk, w.dv, nullptr, nullptr);
   }
-  ops.ctx_attention_bwd(a.q, a.kc, a.vc, a.probs, w.do_ctx, N, nc, c.ld.H, c.ld.Hkv, dh, w.dq, o.dkc, o.dvc);
+  // The context keys' and values' gradients, interleaved as kvc, then per
+  // summary one GEMM of the merged projection for dctx[i] (K = 2 Hkv dh)
+  // and one for the gradient of [wkc; wvc].
+  const int kv2 = 2 * kvd;
+  ops.ctx_attention_bwd(a.q, a.kvc, a.kvc + kvd, a.probs, w.do_ctx, N, nc, c.ld.H, c.ld.Hkv, dh, kv2, w.dq, o.dkvc,
+                        o.dkvc + kvd);
   for (int i = 0; i < nc; ++i) {
-    const CPtr dkc_i = o.dkc + size_t(i) * kvd;
-    const CPtr dvc_i = o.dvc + size_t(i) * kvd;
-    ops.gemm(Trans::N, Trans::N, N, d, kvd, T(1), dkc_i, nc * kvd, p.wkc, d, T(1), dctx[i], d);
-    ops.gemm(Trans::N, Trans::N, N, d, kvd, T(1), dvc_i, nc * kvd, p.wvc, d, T(1), dctx[i], d);
-    if (weights) {
-      ops.gemm(Trans::T, Trans::N, kvd, d, N, T(1), dkc_i, nc * kvd, ctx[i], d, T(1), g.wkc, d);
-      ops.gemm(Trans::T, Trans::N, kvd, d, N, T(1), dvc_i, nc * kvd, ctx[i], d, T(1), g.wvc, d);
-    }
+    const CPtr dkvc_i = o.dkvc + size_t(i) * kv2;
+    ops.gemm(Trans::N, Trans::N, N, d, kv2, T(1), dkvc_i, nc * kv2, p.wkvc, d, T(1), dctx[i], d);
+    if (weights) ops.gemm(Trans::T, Trans::N, kv2, d, N, T(1), dkvc_i, nc * kv2, ctx[i], d, T(1), g.wkvc, d);
   }
   // The input projections, SRPE undone (transpose rotation) as their
   // gradients are joined.
@@ -358,10 +359,9 @@ void layer_backward_weight(const LayerCtx<T>& c, const LayerParams& g, const CPt
   linear_bwd_w(ops, o.dga, o.xn2, N, d, dA, g.ga);
   linear_bwd_w(ops, o.dua, o.xn2, N, d, dA, g.ua);
   linear_bwd_w(ops, o.dxh, o.og, N, hd, d, g.wo);
-  for (int i = 0; i < nc; ++i) {
-    ops.gemm(Trans::T, Trans::N, kvd, d, N, T(1), o.dkc + size_t(i) * kvd, nc * kvd, ctx[i], d, T(1), g.wkc, d);
-    ops.gemm(Trans::T, Trans::N, kvd, d, N, T(1), o.dvc + size_t(i) * kvd, nc * kvd, ctx[i], d, T(1), g.wvc, d);
-  }
+  const int kv2 = 2 * kvd;
+  for (int i = 0; i < nc; ++i)
+    ops.gemm(Trans::T, Trans::N, kv2, d, N, T(1), o.dkvc + size_t(i) * kv2, nc * kv2, ctx[i], d, T(1), g.wkvc, d);
   linear_bwd_w(ops, o.dproj, o.xn1, N, d, qkvg_width(c.ld), g.wqkvg);
 }
 

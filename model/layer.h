@@ -46,7 +46,8 @@ struct LayerActs {
   Ptr q, k, v, gpre;          // [N,H dh] SRPE'd, [N,Hkv dh] SRPE'd, [N,Hkv dh], [N,H dh]
   Ptr kg, vg;                 // [N,Hkv dh] ATM-merged keys/values
   Ptr o_self, lse;            // [N,H dh], [B,H,T]
-  Ptr kc, vc;                 // [N,nc,Hkv dh] context keys/values
+  Ptr kvc;                    // [N,nc,2,Hkv dh] context keys|values, interleaved (the merged
+                              //       projection's rows): keys at kvc, values at kvc + Hkv dh
   Ptr o_ctx, probs;           // [N,H dh], [N,H,nc]
   Ptr o, og;                  // blended, gated [N,H dh]
   Ptr xh;                     // [N,d] X + A (X-half, residual stream)
@@ -68,7 +69,8 @@ struct LayerActs {
 template <class T>
 struct LayerWork {
   Ptr dxn, dq, dk, dv, dgpre, dkg, dvg, dog, do_self, do_ctx;
-  Ptr dkc, dvc, dfpre, da, db, dha, dhb, dga, dua, dub, dxh;
+  Ptr dkvc;                   // [N,nc,2,Hkv dh] gradient of LayerActs::kvc (same layout)
+  Ptr dfpre, da, db, dha, dhb, dga, dua, dub, dxh;
   Ptr proj;                   // [N, qkvg_width] the LayerCtx::proj scratch
   double* dphi;               // [1] this call's dL/dφ (TP-partial until summed)
   Arena<T> arena;
@@ -89,8 +91,8 @@ template <class T>
 struct LayerWeightInputs {
   // Output gradients: fusion gate, the two down projections, the three up
   // projections, the output projection (dX-half), the fused Q|K|V|gate
-  // projection, the context keys and values (every context row).
-  Ptr dfpre, da, db, dub, dga, dua, dxh, dproj, dkc, dvc;
+  // projection, the merged context keys|values (every context row).
+  Ptr dfpre, da, db, dub, dga, dua, dxh, dproj, dkvc;
   // Copies of the activations (copy_acts only; else null): a, b, hb, ha,
   // xn2, og and X-tilde as the Q|K|V|gate GEMM reads it.
   Ptr a, b, hb, ha, xn2, og, xn1;
@@ -130,7 +132,7 @@ void layer_backward(const LayerCtx<T>& c, int l, const LayerParams& p, const Lay
 // (dx, dctx) and the gradients of the norms' γ/δ and of φ, without the
 // weight-gradient GEMMs, whose operands it leaves in `k`. W
 // (layer_backward_weight): those GEMMs, accumulating into g.wf, g.db, g.da,
-// g.ub, g.ga, g.ua, g.wo, g.wkc, g.wvc and g.wqkvg in layer_backward's order.
+// g.ub, g.ga, g.ua, g.wo, g.wkvc and g.wqkvg in layer_backward's order.
 // a and ctx: the layer's activations and context operands, as in B (W reads
 // a only without copy_acts). B then W equals layer_backward bit for bit.
 template <class T>

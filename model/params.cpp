@@ -107,8 +107,11 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& s, size_t align
     add(follows(mat(n("self_attn.k_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false)));
     add(follows(mat(n("self_attn.v_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false)));
     add(follows(mat(n("self_attn.gate_proj.weight"), lhd, d, hd, d, qrows, {}, false)));
+    // The context keys and values read the same summary: ctx_v_proj follows
+    // ctx_k_proj with no padding, one [2 Hkv dh, d] matrix (LayerParams::wkvc)
+    // for one GEMM per summary and direction.
     add(mat(n("self_attn.ctx_k_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false));
-    add(mat(n("self_attn.ctx_v_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false));
+    add(follows(mat(n("self_attn.ctx_v_proj.weight"), lkvd, d, kvd, d, kvrows, {}, false)));
     add(mat(n("self_attn.o_proj.weight"), d, lhd, d, hd, {}, qrows, false));
     {
       ParamEntry phi;
@@ -178,6 +181,13 @@ ModelParams ModelParams::bind_forward(const ParamLayout& layout, Ptr weights, Pt
                       g.offset == v.offset + v.size(),
                   "layer ", l, ": q, k, v and gate projections are not adjacent in the parameter layout");
       lp.wqkvg = lp.wq;
+    }
+    {
+      const ParamEntry& kc = layout.find(layer_param_name(l, "self_attn.ctx_k_proj.weight"));
+      const ParamEntry& vc = layout.find(layer_param_name(l, "self_attn.ctx_v_proj.weight"));
+      WIOLA_CHECK(vc.offset == kc.offset + kc.size(),
+                  "layer ", l, ": the context k and v projections are not adjacent in the parameter layout");
+      lp.wkvc = lp.wkc;
     }
     lp.wo = n("self_attn.o_proj.weight");
     lp.phi = n("self_attn.ctx_gate_logit");

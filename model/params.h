@@ -29,7 +29,7 @@ struct ParamEntry {
   size_t span = 0;             // size() plus the padding after it: the next entry
                                // (or the buffer's end) is at offset + span
   bool follows = false;        // placed right after the previous entry, unaligned
-                               // (one GEMM operand with it: wq|wk|wv|wgate)
+                               // (one GEMM operand with it: wq|wk|wv|wgate, wkc|wvc)
   bool decay = true;           // AdamW weight decay applies
   bool tp_replicated = false;  // identical on every TP rank (count once in norms)
   InitKind init = InitKind::Normal;
@@ -88,6 +88,7 @@ struct LayerParams {
   Ptr wq, wk, wv, wkc, wvc;         // [H dh, d], [Hkv dh, d] x4
   Ptr wgate, wo, phi;               // [H dh, d], [d, H dh], [1]
   Ptr wqkvg;                        // wq, wk, wv, wgate as one [2 H dh + 2 Hkv dh, d] (adjacent)
+  Ptr wkvc;                         // wkc, wvc as one [2 Hkv dh, d] (adjacent)
   Ptr ln2_g, ln2_d;                 // post_attention_layernorm [d]
   Ptr ga, ua, da;                   // [dA, d], [dA, d], [d, dA]
   Ptr ub, db, wf;                   // [dB, d], [d, dB], [d, 2d]

@@ -366,17 +366,17 @@ void CpuOps<T>::prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0,
 }
 template <class T>
 void CpuOps<T>::ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc,
-                                  int H, int Hkv, int dh, Ptr o, Ptr probs) {
+                                  int H, int Hkv, int dh, int ldkv, Ptr o, Ptr probs) {
   OPEN;
-  cpu::ctx_attention_fwd(I(q), I(kc), I(vc), N, nc, H, Hkv, dh, O(o), O(probs));
+  cpu::ctx_attention_fwd(I(q), I(kc), I(vc), N, nc, H, Hkv, dh, ldkv, O(o), O(probs));
 }
 template <class T>
 void CpuOps<T>::ctx_attention_bwd(CPtr q, CPtr kc, CPtr vc, CPtr probs,
                                   CPtr dout, int N, int nc, int H, int Hkv,
-                                  int dh, Ptr dq, Ptr dkc, Ptr dvc) {
+                                  int dh, int ldkv, Ptr dq, Ptr dkc, Ptr dvc) {
   OPEN;
-  cpu::ctx_attention_bwd(I(q), I(kc), I(vc), I(probs), I(dout), N, nc, H, Hkv, dh, O(dq), O(dkc),
-                         O(dvc));
+  cpu::ctx_attention_bwd(I(q), I(kc), I(vc), I(probs), I(dout), N, nc, H, Hkv, dh, ldkv, O(dq),
+                         O(dkc), O(dvc));
 }
 template <class T>
 void CpuOps<T>::blend_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr o) {

@@ -80,8 +80,8 @@ class CpuOps final : public Ops<T> {
   void prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op) override;
   void prefix_mean_bwd(CPtr dout, int B, int Tn, int d, Ptr dx) override;
   void prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out, Ptr out_op) override;
-  void ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, Ptr out, Ptr probs) override;
-  void ctx_attention_bwd(CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H, int Hkv, int dh, Ptr dq, Ptr dkc, Ptr dvc) override;
+  void ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, int ldkv, Ptr out, Ptr probs) override;
+  void ctx_attention_bwd(CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H, int Hkv, int dh, int ldkv, Ptr dq, Ptr dkc, Ptr dvc) override;
   void blend_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr out) override;
   void blend_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout, size_t n, Ptr d_self, Ptr d_ctx, double* dphi) override;
   void sigmoid_gate_fwd(CPtr pre, CPtr x, size_t n, Ptr out) override;

@@ -159,12 +159,14 @@ static T dot(const T* a, const T* b, int n) {
 }
 
 // Per token n and head h (group g = h % Hkv): p = softmax_i(q.kc_i/sqrt(dh)),
-// out = sum_i p_i vc_i.
+// out = sum_i p_i vc_i. Context row (n, i) of kc and vc starts at (n nc + i)
+// ldkv.
 template <class T>
 void ctx_attention_fwd(const T* q, const T* kc, const T* vc, int N, int nc,
-                       int H, int Hkv, int dh, T* out, T* probs) {
+                       int H, int Hkv, int dh, int ldkv, T* out, T* probs) {
   WIOLA_CHECK(nc >= 1 && nc <= kMaxCtx, "ctx_attention: nc = ", nc,
               " outside [1, ", kMaxCtx, "]");
+  WIOLA_CHECK(ldkv >= Hkv * dh, "ctx_attention: row stride ", ldkv, " < Hkv dh = ", Hkv * dh);
   const T sc = T(1.0 / std::sqrt(double(dh)));
 #pragma omp parallel for schedule(static) if (size_t(N) * H * nc * dh >= kParallelMin)
   for (int n = 0; n < N; ++n) {
@@ -174,7 +176,7 @@ void ctx_attention_fwd(const T* q, const T* kc, const T* vc, int N, int nc,
       T* p = probs + (size_t(n) * H + h) * nc;
       T m = -std::numeric_limits<T>::infinity();
       for (int i = 0; i < nc; ++i) {
-        p[i] = sc * dot(qh, kc + ((size_t(n) * nc + i) * Hkv + g) * dh, dh);
+        p[i] = sc * dot(qh, kc + (size_t(n) * nc + i) * ldkv + size_t(g) * dh, dh);
         m = std::max(m, p[i]);
       }
       T z = 0;
@@ -186,7 +188,7 @@ void ctx_attention_fwd(const T* q, const T* kc, const T* vc, int N, int nc,
       T* o = out + (size_t(n) * H + h) * dh;
       for (int c = 0; c < dh; ++c) o[c] = T(0);
       for (int i = 0; i < nc; ++i) {
-        const T* v = vc + ((size_t(n) * nc + i) * Hkv + g) * dh;
+        const T* v = vc + (size_t(n) * nc + i) * ldkv + size_t(g) * dh;
         const T pi = p[i];
 #pragma omp simd
         for (int c = 0; c < dh; ++c) o[c] += pi * v[c];
@@ -200,16 +202,20 @@ void ctx_attention_fwd(const T* q, const T* kc, const T* vc, int N, int nc,
 template <class T>
 void ctx_attention_bwd(const T* q, const T* kc, const T* vc, const T* probs,
                        const T* dout, int N, int nc, int H, int Hkv, int dh,
-                       T* dq, T* dkc, T* dvc) {
+                       int ldkv, T* dq, T* dkc, T* dvc) {
   WIOLA_CHECK(nc >= 1 && nc <= kMaxCtx, "ctx_attention: nc = ", nc,
               " outside [1, ", kMaxCtx, "]");
+  WIOLA_CHECK(ldkv >= Hkv * dh, "ctx_attention: row stride ", ldkv, " < Hkv dh = ", Hkv * dh);
   const T sc = T(1.0 / std::sqrt(double(dh)));
+  const size_t row = size_t(Hkv) * dh;
 #pragma omp parallel for schedule(static) if (size_t(N) * H * nc * dh >= kParallelMin)
   for (int n = 0; n < N; ++n) {
-    const size_t kv0 = size_t(n) * nc * Hkv * dh;
-    for (size_t c = 0; c < size_t(nc) * Hkv * dh; ++c) {
-      dkc[kv0 + c] = T(0);
-      dvc[kv0 + c] = T(0);
+    for (int i = 0; i < nc; ++i) {
+      const size_t r0 = (size_t(n) * nc + i) * ldkv;
+      for (size_t c = 0; c < row; ++c) {
+        dkc[r0 + c] = T(0);
+        dvc[r0 + c] = T(0);
+      }
     }
     for (int h = 0; h < H; ++h) {
       const int g = h % Hkv;
@@ -218,12 +224,12 @@ void ctx_attention_bwd(const T* q, const T* kc, const T* vc, const T* probs,
       T ds[kMaxCtx];
       T pdp = 0;
       for (int i = 0; i < nc; ++i) {
-        ds[i] = dot(dout + qo, vc + ((size_t(n) * nc + i) * Hkv + g) * dh, dh);
+        ds[i] = dot(dout + qo, vc + (size_t(n) * nc + i) * ldkv + size_t(g) * dh, dh);
         pdp += p[i] * ds[i];
       }
       for (int i = 0; i < nc; ++i) ds[i] = p[i] * (ds[i] - pdp);
       for (int i = 0; i < nc; ++i) {
-        const size_t ko = ((size_t(n) * nc + i) * Hkv + g) * dh;
+        const size_t ko = (size_t(n) * nc + i) * ldkv + size_t(g) * dh;
         const T a = sc * ds[i], pi = p[i];
 #pragma omp simd
         for (int c = 0; c < dh; ++c) {
@@ -320,10 +326,10 @@ void sigmoid_gate_bwd<float>(const float* pre, const float* x, const float* dout
   template void prefix_mean_carry_fwd<T>(const T*, int, int, int, int, T*,   \
                                          T*);                                \
   template void ctx_attention_fwd<T>(const T*, const T*, const T*, int, int, \
-                                     int, int, int, T*, T*);                 \
+                                     int, int, int, int, T*, T*);            \
   template void ctx_attention_bwd<T>(const T*, const T*, const T*, const T*, \
-                                     const T*, int, int, int, int, int, T*,  \
-                                     T*, T*);
+                                     const T*, int, int, int, int, int, int, \
+                                     T*, T*, T*);
 WIOLA_INST(float)
 WIOLA_INST(double)
 #undef WIOLA_INST

@@ -88,11 +88,11 @@ void prefix_mean_carry_fwd(const T* x, int B, int Tn, int d, int pos0,
                            T* carry, T* out);
 template <class T>
 void ctx_attention_fwd(const T* q, const T* kc, const T* vc, int N, int nc,
-                       int H, int Hkv, int dh, T* out, T* probs);
+                       int H, int Hkv, int dh, int ldkv, T* out, T* probs);
 template <class T>
 void ctx_attention_bwd(const T* q, const T* kc, const T* vc, const T* probs,
                        const T* dout, int N, int nc, int H, int Hkv, int dh,
-                       T* dq, T* dkc, T* dvc);
+                       int ldkv, T* dq, T* dkc, T* dvc);
 template <class T>
 void blend_fwd(const T* o_self, const T* o_ctx, double phi, size_t n, T* out);
 template <class T>

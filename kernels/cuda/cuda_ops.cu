@@ -271,13 +271,13 @@ class CudaOps final : public Ops<float> {
   void prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out, Ptr out_op) override {
     cuda::prefix_mean_carry_fwd(ctx(), x, B, Tn, d, pos0, carry, out, out_op);
   }
-  void ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, Ptr out,
+  void ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, int ldkv, Ptr out,
                          Ptr probs) override {
-    cuda::ctx_attention_fwd(ctx(), q, kc, vc, N, nc, H, Hkv, dh, out, probs);
+    cuda::ctx_attention_fwd(ctx(), q, kc, vc, N, nc, H, Hkv, dh, ldkv, out, probs);
   }
   void ctx_attention_bwd(CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H, int Hkv, int dh,
-                         Ptr dq, Ptr dkc, Ptr dvc) override {
-    cuda::ctx_attention_bwd(ctx(), q, kc, vc, probs, dout, N, nc, H, Hkv, dh, dq, dkc, dvc);
+                         int ldkv, Ptr dq, Ptr dkc, Ptr dvc) override {
+    cuda::ctx_attention_bwd(ctx(), q, kc, vc, probs, dout, N, nc, H, Hkv, dh, ldkv, dq, dkc, dvc);
   }
   void blend_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr out) override {
     cuda::blend_fwd(ctx(), o_self, o_ctx, phi, n, out);

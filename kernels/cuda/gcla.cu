@@ -94,10 +94,11 @@ inline dim3 scan_block() { return dim3(kScanCols, kScanChunks); }
 constexpr int kMaxDhPerLane = 8;  // head dims up to 256
 constexpr int kMaxCtx = 16;
 
-// One warp per (token n, head h).
+// One warp per (token n, head h). Context row (n, i) of kc and vc (and of
+// dkc, dvc) starts at (n nc + i) ldkv.
 template <class A>
-__global__ void k_ctx_fwd(const A* q, const A* kc, const A* vc, int N, int nc, int H, int Hkv, int dh, A* out,
-                          float* probs) {
+__global__ void k_ctx_fwd(const A* q, const A* kc, const A* vc, int N, int nc, int H, int Hkv, int dh, int ldkv,
+                          A* out, float* probs) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
   if (warp >= N * H) return;
   const int n = warp / H, h = warp % H, g = h % Hkv;
@@ -106,7 +107,7 @@ __global__ void k_ctx_fwd(const A* q, const A* kc, const A* vc, int N, int nc, i
   float sc[kMaxCtx];
   float m = -INFINITY;
   for (int i = 0; i < nc; ++i) {
-    const A* kr = kc + ((size_t(n) * nc + i) * Hkv + g) * dh;
+    const A* kr = kc + (size_t(n) * nc + i) * ldkv + size_t(g) * dh;
     float s = 0.f;
     for (int e = lane; e < dh; e += 32) s += ld(qr + e) * ld(kr + e);
     sc[i] = warp_sum(s) * scale;
@@ -123,7 +124,7 @@ __global__ void k_ctx_fwd(const A* q, const A* kc, const A* vc, int N, int nc, i
   }
   for (int e = lane; e < dh; e += 32) {
     float o = 0.f;
-    for (int i = 0; i < nc; ++i) o += sc[i] * ld(vc + ((size_t(n) * nc + i) * Hkv + g) * dh + e);
+    for (int i = 0; i < nc; ++i) o += sc[i] * ld(vc + (size_t(n) * nc + i) * ldkv + size_t(g) * dh + e);
     st(out + (size_t(n) * H + h) * dh + e, o);
   }
 }
@@ -132,7 +133,7 @@ __global__ void k_ctx_fwd(const A* q, const A* kc, const A* vc, int N, int nc, i
 // dkc/dvc rows have one writer and sum the heads in a fixed order.
 template <class A>
 __global__ void k_ctx_bwd(const A* q, const A* kc, const A* vc, const float* probs, const A* dout, int N, int nc,
-                          int H, int Hkv, int dh, A* dq, A* dkc, A* dvc) {
+                          int H, int Hkv, int dh, int ldkv, A* dq, A* dkc, A* dvc) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
   if (warp >= N * Hkv) return;
   const int n = warp / Hkv, g = warp % Hkv;
@@ -147,7 +148,7 @@ __global__ void k_ctx_bwd(const A* q, const A* kc, const A* vc, const float* pro
     float dp[kMaxCtx];
     float dot = 0.f;
     for (int i = 0; i < nc; ++i) {
-      const A* vr = vc + ((size_t(n) * nc + i) * Hkv + g) * dh;
+      const A* vr = vc + (size_t(n) * nc + i) * ldkv + size_t(g) * dh;
       float s = 0.f;
       for (int e = lane; e < dh; e += 32) s += ld(dor + e) * ld(vr + e);
       dp[i] = warp_sum(s);
@@ -158,7 +159,7 @@ __global__ void k_ctx_bwd(const A* q, const A* kc, const A* vc, const float* pro
       const float qv = ld(qr + e), dov = ld(dor + e);
       for (int i = 0; i < nc; ++i) {
         const float ds = p[i] * (dp[i] - dot) * scale;
-        acc += ds * ld(kc + ((size_t(n) * nc + i) * Hkv + g) * dh + e);
+        acc += ds * ld(kc + (size_t(n) * nc + i) * ldkv + size_t(g) * dh + e);
         dk[i][k] += ds * qv;
         dv[i][k] += p[i] * dov;
       }
@@ -168,7 +169,7 @@ __global__ void k_ctx_bwd(const A* q, const A* kc, const A* vc, const float* pro
   }
   for (int i = 0; i < nc; ++i)
     for (int e = lane, k = 0; e < dh; e += 32, ++k) {
-      const size_t r = ((size_t(n) * nc + i) * Hkv + g) * dh + e;
+      const size_t r = (size_t(n) * nc + i) * ldkv + size_t(g) * dh + e;
       st(dkc + r, dk[i][k]);
       st(dvc + r, dv[i][k]);
     }
@@ -283,28 +284,30 @@ void prefix_mean_carry_fwd(Ctx c, CPtr x, int B, int Tn, int d, int pos0, Ptr ca
   after_launch(op);
 }
 
-void ctx_attention_fwd(Ctx c, CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, Ptr out,
-                       Ptr probs) {
+void ctx_attention_fwd(Ctx c, CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, int ldkv,
+                       Ptr out, Ptr probs) {
   WIOLA_CHECK(nc <= kMaxCtx && dh <= 32 * kMaxDhPerLane, "cuda ctx_attention: nc ", nc, " > ", kMaxCtx,
               " or head dim ", dh, " > ", 32 * kMaxDhPerLane);
+  WIOLA_CHECK(ldkv >= Hkv * dh, "cuda ctx_attention: row stride ", ldkv, " < Hkv dh = ", Hkv * dh);
   dispatch(q.dtype(), "ctx_attention_fwd", [&](auto e) {
     using A = decltype(e);
     const size_t threads = size_t(N) * H * 32;
     k_ctx_fwd<A><<<grid_for(threads), kThreads, 0, c.s>>>(dev<A>(q), dev<A>(kc), dev<A>(vc), N, nc, H, Hkv, dh,
-                                                         dev<A>(out), dev<float>(probs));
+                                                         ldkv, dev<A>(out), dev<float>(probs));
   });
   after_launch("ctx_attention_fwd");
 }
 void ctx_attention_bwd(Ctx c, CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H, int Hkv,
-                       int dh, Ptr dq, Ptr dkc, Ptr dvc) {
+                       int dh, int ldkv, Ptr dq, Ptr dkc, Ptr dvc) {
   WIOLA_CHECK(nc <= kMaxCtx && dh <= 32 * kMaxDhPerLane, "cuda ctx_attention: nc ", nc, " > ", kMaxCtx,
               " or head dim ", dh, " > ", 32 * kMaxDhPerLane);
+  WIOLA_CHECK(ldkv >= Hkv * dh, "cuda ctx_attention: row stride ", ldkv, " < Hkv dh = ", Hkv * dh);
   dispatch(q.dtype(), "ctx_attention_bwd", [&](auto e) {
     using A = decltype(e);
     const size_t threads = size_t(N) * Hkv * 32;
     k_ctx_bwd<A><<<grid_for(threads), kThreads, 0, c.s>>>(dev<A>(q), dev<A>(kc), dev<A>(vc), dev<float>(probs),
-                                                         dev<A>(dout), N, nc, H, Hkv, dh, dev<A>(dq), dev<A>(dkc),
-                                                         dev<A>(dvc));
+                                                         dev<A>(dout), N, nc, H, Hkv, dh, ldkv, dev<A>(dq),
+                                                         dev<A>(dkc), dev<A>(dvc));
   });
   after_launch("ctx_attention_bwd");
 }

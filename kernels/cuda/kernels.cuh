@@ -85,10 +85,10 @@ void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op);
 void prefix_mean_bwd(Ctx c, CPtr dout, int B, int Tn, int d, Ptr dx);
 // carry null: prefix_mean_fwd.
 void prefix_mean_carry_fwd(Ctx c, CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out, Ptr out_op);
-void ctx_attention_fwd(Ctx c, CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, Ptr out,
-                       Ptr probs);
+void ctx_attention_fwd(Ctx c, CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, int ldkv,
+                       Ptr out, Ptr probs);
 void ctx_attention_bwd(Ctx c, CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H,
-                       int Hkv, int dh, Ptr dq, Ptr dkc, Ptr dvc);
+                       int Hkv, int dh, int ldkv, Ptr dq, Ptr dkc, Ptr dvc);
 void sigmoid_gate_fwd(Ctx c, CPtr pre, CPtr x, size_t n, Ptr out);
 void sigmoid_gate_bwd(Ctx c, CPtr pre, CPtr x, CPtr dout, size_t n, Ptr dpre, Ptr dx);
 void blend_fwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr out);

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The GPU kit's kernel benchmark on the CUDA emulator (ctest kernel_bench_emu):
 # bench/kernel_bench.cpp with --small, then its JSON lines checked: each one
-# valid JSON; every attention variant present (the fa2 forward at each tile
-# shape among them), checked against the CPU and timed (ok, a positive time,
+# valid JSON; every attention variant present (the fa2 forward and backward at
+# each tile shape among them), checked against the CPU and timed (ok, a positive time,
 # its errors within their bounds), or skipped with the message of the refused
 # switch value; every GEMM (aligned and
-# misaligned) and memory-bound op ok with a positive time; then --preset
+# misaligned), merged-projection comparison and memory-bound op ok with a
+# positive time; the cuDNN
+# reference one skipped row (kernel_bench_cudnn_emu.sh checks it); then --preset
 # wiola-1.5b (d_h 128) in its tiny form, memory-bound ops only.
 # usage: kernel_bench_emu.sh <wiola_kernel_bench_emu> <python> <work dir>
 set -euo pipefail
@@ -27,12 +29,18 @@ by_name = {r["name"]: r for r in rows[1:]}
 assert len(by_name) == len(rows) - 1, "a result name appears twice"
 required = [f"attention {v} {layer}" for layer in ("causal", "atm")
             for v in ("fwd tc", "fwd fa2", "fwd fa2 64x128", "fwd fa2 128x64", "fwd fa2 128x128", "fwd rows",
-                      "bwd v1", "bwd v2", "bwd fa2", "bwd rows")]
+                      "bwd v1", "bwd v2", "bwd fa2", "bwd fa2 64x128", "bwd fa2 128x64", "bwd fa2 128x128",
+                      "bwd rows")]
 required += ["gemm step total", "gemm step total misaligned"]
+required += [f"gemm merge {c} {d}" for c in ("ctx k|v", "dsff up") for d in ("fwd", "bwd data", "bwd weight")]
 required += ["rmsnorm_fwd", "add_rmsnorm_fwd", "rmsnorm_bwd", "add", "swiglu_fwd", "gelu_fwd", "srpe_split_fwd",
              "srpe_split_bwd", "adamw", "convert f32->bf16"]
 missing = [n for n in required if n not in by_name]
 assert not missing, f"missing results: {missing}"
+for r in rows[1:]:
+    if r["section"] == "gemm merge":  # both forms checked against each other, then timed
+        assert r["check"]["max_rel"] < r["check"]["tol"] and r["merged_ms"] > 0 and r["separate_ms"] > 0, r
+        assert ("merged_copies_ms" in r) == r["name"].startswith("gemm merge dsff"), r
 timed = skipped = 0
 for r in rows[1:]:
     if r["section"] == "gemm tuning":  # checked below

@@ -238,10 +238,28 @@ TEST(CudaOps, GcladPiecesAndAtm) {
     OnBackend r(o);
     float *bq = r.in(q), *bk = r.in(kc), *bv = r.in(vc), *out = r.in(Vec(q.size())), *pr = r.in(Vec(size_t(N) * H * nc));
     float *dq = r.in(dq0), *dk = r.in(Vec(kc.size())), *dv = r.in(Vec(vc.size())), *bd = r.in(dctx);
-    o.ctx_attention_fwd(bq, bk, bv, N, nc, H, Hkv, dh, out, pr);
-    o.ctx_attention_bwd(bq, bk, bv, pr, bd, N, nc, H, Hkv, dh, dq, dk, dv);
+    o.ctx_attention_fwd(bq, bk, bv, N, nc, H, Hkv, dh, Hkv * dh, out, pr);
+    o.ctx_attention_bwd(bq, bk, bv, pr, bd, N, nc, H, Hkv, dh, Hkv * dh, dq, dk, dv);
     return std::vector<Vec>{r.out(out, q.size()), r.out(pr, size_t(N) * H * nc), r.out(dq, q.size()),
                             r.out(dk, kc.size()), r.out(dv, vc.size())};
+  });
+  // The merged context projection's layout: keys and values interleaved,
+  // [N, nc, 2, Hkv dh] (row stride 2 Hkv dh); the gradients' halves of one
+  // buffer, written row by row (the other half keeps its values).
+  const Vec kv = randn(size_t(N) * nc * 2 * Hkv * dh, 20), dkv0 = randn(kv.size(), 21);
+  same_on_gpu("context attention, keys|values interleaved", 2e-5, [&](Ops<float>& o) {
+    OnBackend r(o);
+    const int kvd = Hkv * dh;
+    float *bq = r.in(q), *bkv = r.in(kv), *out = r.in(Vec(q.size())), *pr = r.in(Vec(size_t(N) * H * nc));
+    float *dq = r.in(dq0), *dkv = r.in(dkv0), *bd = r.in(dctx), *dk = r.in(dkv0);
+    o.ctx_attention_fwd(bq, bkv, bkv + kvd, N, nc, H, Hkv, dh, 2 * kvd, out, pr);
+    o.ctx_attention_bwd(bq, bkv, bkv + kvd, pr, bd, N, nc, H, Hkv, dh, 2 * kvd, dq, dkv, dkv + kvd);
+    // Keys only: the value half of dk keeps dkv0.
+    Vec scratch(kv.size());
+    float* dvs = r.in(scratch);
+    o.ctx_attention_bwd(bq, bkv, bkv + kvd, pr, bd, N, nc, H, Hkv, dh, 2 * kvd, dq, dk, dvs);
+    return std::vector<Vec>{r.out(out, q.size()), r.out(pr, size_t(N) * H * nc), r.out(dq, q.size()),
+                            r.out(dkv, kv.size()), r.out(dk, kv.size())};
   });
   // SRPE with a non-trivial table, forward then the transpose.
   Vec table(size_t(Tn) * dh);

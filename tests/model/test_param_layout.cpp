@@ -1,7 +1,7 @@
 // The flat parameter layout's alignment (model/params.h, issue 32): every
 // tensor starts on a multiple of kParamAlign elements (256 bytes of the bf16
-// weight copy) except the members of the one-GEMM run wq|wk|wv|wgate after
-// the first, in every preset under TP and pipeline shards; the padding is
+// weight copy) except the members of the one-GEMM runs wq|wk|wv|wgate and
+// wkc|wvc after the first, in every preset under TP and pipeline shards; the padding is
 // zero in parameters, gradients, moments and the weight copy and stays zero
 // through training; and the layout changes no result: training with the
 // packed layout (alignment 1, the layout before issue 32) and the aligned one
@@ -33,10 +33,11 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// k, v and gate are bound with q as one GEMM operand (ModelParams::bind).
-bool in_qkvg_run_after_q(const std::string& name) {
+// k, v and gate are bound with q as one GEMM operand, and the context v
+// projection with the context k projection (ModelParams::bind).
+bool in_run_after_first(const std::string& name) {
   return ends_with(name, ".self_attn.k_proj.weight") || ends_with(name, ".self_attn.v_proj.weight") ||
-         ends_with(name, ".self_attn.gate_proj.weight");
+         ends_with(name, ".self_attn.gate_proj.weight") || ends_with(name, ".self_attn.ctx_v_proj.weight");
 }
 
 // Every rule of an aligned layout; returns how many entries follow their
@@ -48,7 +49,7 @@ size_t check_layout(const ParamLayout& lay, const std::string& what) {
   for (size_t i = 0; i < es.size(); ++i) {
     const ParamEntry& e = es[i];
     SCOPED_TRACE(what + ": " + e.name);
-    EXPECT_EQ(e.follows, in_qkvg_run_after_q(e.name));
+    EXPECT_EQ(e.follows, in_run_after_first(e.name));
     if (e.follows) {
       EXPECT_EQ(e.offset, es[i - 1].offset + es[i - 1].size()) << "the run must stay adjacent";
       unaligned += e.offset % A != 0;
@@ -70,7 +71,8 @@ size_t check_layout(const ParamLayout& lay, const std::string& what) {
 }
 
 // Every preset, single process, TP 2 and 4 (where the preset's KV groups
-// split), pipeline stages of 2 and 4: only followers of q may be unaligned,
+// split), pipeline stages of 2 and 4: only followers of q and of the context
+// k projection may be unaligned,
 // and in the presets none is (their sizes are multiples of 128).
 TEST(ParamLayout, EveryTensorStartsOnTheAlignmentInEveryPresetAndShard) {
   for (const std::string& name : model_preset_names()) {
@@ -100,7 +102,8 @@ TEST(ParamLayout, EveryTensorStartsOnTheAlignmentInEveryPresetAndShard) {
 }
 
 // A model whose sizes are not multiples of 128: k, v and gate follow q
-// (400 elements) unaligned as one GEMM operand, everything else is aligned,
+// (400 elements) unaligned as one GEMM operand, and the context v projection
+// the context k projection (200 elements), everything else is aligned,
 // and padding follows most tensors, the last of a layer (W_f, 800) and the
 // embedding (800) included.
 ModelConfig odd_config() {
@@ -113,15 +116,18 @@ ModelConfig odd_config() {
 TEST(ParamLayout, TheQkvgRunStaysAdjacentWhenItsSizesAreOdd) {
   const ModelConfig c = odd_config();
   const ParamLayout lay(c, ModelShard{});
-  // k at q + 400, v at q + 600, gate at q + 800, in every layer.
-  EXPECT_EQ(check_layout(lay, "odd"), size_t(3 * c.L));
+  // k at q + 400, v at q + 600, gate at q + 800, ctx_v at ctx_k + 200, in
+  // every layer.
+  EXPECT_EQ(check_layout(lay, "odd"), size_t(4 * c.L));
   const ParamEntry& q = lay.find("model.layers.1.self_attn.q_proj.weight");
   const ParamEntry& gate = lay.find("model.layers.1.self_attn.gate_proj.weight");
   EXPECT_EQ(q.offset % kParamAlign, 0u);
   EXPECT_NE(lay.find("model.layers.1.self_attn.k_proj.weight").offset % kParamAlign, 0u);
   EXPECT_EQ(lay.find("model.layers.1.self_attn.ctx_k_proj.weight").offset % kParamAlign, 0u);
   EXPECT_EQ(gate.offset + gate.span, lay.find("model.layers.1.self_attn.ctx_k_proj.weight").offset);
-  // bind checks the run's adjacency (throws otherwise).
+  const ParamEntry& kc = lay.find("model.layers.1.self_attn.ctx_k_proj.weight");
+  EXPECT_EQ(lay.find("model.layers.1.self_attn.ctx_v_proj.weight").offset, kc.offset + 200);
+  // bind checks the runs' adjacency (throws otherwise).
   std::vector<float> buf(lay.total());
   EXPECT_NO_THROW(ModelParams::bind(lay, Ptr(buf.data()), c, ModelShard{}));
 }

@@ -66,11 +66,11 @@ TEST(ProfiledOps, StepIsExactAndEveryOpIsCounted) {
   }
   EXPECT_NEAR(sum, p.seconds, 1e-12);
   EXPECT_LE(p.seconds, wall);
-  // Per layer: the fused Q|K|V|gate projection, 2 context GEMMs per summary, o_proj, 5 DSFF
-  // and 2 fusion GEMMs forward; every one of them twice backward. Plus the LM head 1 + 2.
+  // Per layer: the fused Q|K|V|gate projection, 1 merged context K|V GEMM per summary, o_proj,
+  // 5 DSFF and 2 fusion GEMMs forward; every one of them twice backward. Plus the LM head 1 + 2.
   long expect = 3;
   for (int l = 0; l < c.L; ++l) {
-    const long fwd = 1 + 2L * c.n_ctx(l) + 1 + 5 + 2;
+    const long fwd = 1 + c.n_ctx(l) + 1 + 5 + 2;
     expect += 3 * fwd;
   }
   EXPECT_EQ(gemm_calls, expect);

@@ -371,17 +371,17 @@ TEST_F(ThreeThreads, RowOpsMatchRowByRowCalls) {
             vc = randn(kc.size()), dout = randn(q.size());
   Vec out(q.size()), pr(size_t(Na) * H * nc), dq(q.size(), 0), dkc(kc.size()),
       dvc(vc.size());
-  D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), Na, nc, H, Hkv, dh, out.data(), pr.data());
-  D.ctx_attention_bwd(q.data(), kc.data(), vc.data(), pr.data(), dout.data(), Na, nc, H, Hkv, dh,
+  D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), Na, nc, H, Hkv, dh, Hkv * dh, out.data(), pr.data());
+  D.ctx_attention_bwd(q.data(), kc.data(), vc.data(), pr.data(), dout.data(), Na, nc, H, Hkv, dh, Hkv * dh,
                       dq.data(), dkc.data(), dvc.data());
   for (int n = 0; n < Na; n += 7) {
     const size_t qo = size_t(n) * H * dh, ko = size_t(n) * nc * Hkv * dh;
     Vec o1(size_t(H) * dh), p1(size_t(H) * nc), dq1(o1.size(), 0),
         dk1(size_t(nc) * Hkv * dh), dv1(dk1.size());
-    D.ctx_attention_fwd(q.data() + qo, kc.data() + ko, vc.data() + ko, 1, nc, H, Hkv, dh,
+    D.ctx_attention_fwd(q.data() + qo, kc.data() + ko, vc.data() + ko, 1, nc, H, Hkv, dh, Hkv * dh,
                         o1.data(), p1.data());
     D.ctx_attention_bwd(q.data() + qo, kc.data() + ko, vc.data() + ko, p1.data(),
-                        dout.data() + qo, 1, nc, H, Hkv, dh, dq1.data(), dk1.data(), dv1.data());
+                        dout.data() + qo, 1, nc, H, Hkv, dh, Hkv * dh, dq1.data(), dk1.data(), dv1.data());
     for (size_t c = 0; c < o1.size(); ++c) {
       ASSERT_EQ(o1[c], out[qo + c]);
       ASSERT_EQ(dq1[c], dq[qo + c]);

@@ -391,7 +391,7 @@ TEST(CtxAttention, ForwardMatchesFormula) {
   const Vec q = randn(size_t(N) * H * dh), kc = randn(size_t(N) * nc * Hkv * dh),
             vc = randn(kc.size());
   Vec out(q.size()), probs(size_t(N) * H * nc);
-  D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh,
+  D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh, Hkv * dh,
                       out.data(), probs.data());
   Vec want(q.size()), wantp(probs.size());
   for (int n = 0; n < N; ++n)
@@ -419,7 +419,7 @@ TEST(CtxAttention, ForwardMatchesFormula) {
 
   Fvec qf = to_float(q), kf = to_float(kc), vf = to_float(vc), of(q.size()),
        pf(probs.size());
-  F.ctx_attention_fwd(qf.data(), kf.data(), vf.data(), N, nc, H, Hkv, dh,
+  F.ctx_attention_fwd(qf.data(), kf.data(), vf.data(), N, nc, H, Hkv, dh, Hkv * dh,
                       of.data(), pf.data());
   const double ef = rel_err(Vec(of.begin(), of.end()), out);
   report("f32 vs f64 ctx_attention", ef);
@@ -434,17 +434,17 @@ TEST(CtxAttention, BackwardFiniteDifferences) {
     const Vec w = randn(q.size());
     auto L = [&] {
       Vec o(q.size()), p(size_t(N) * H * nc);
-      D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh,
+      D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh, Hkv * dh,
                           o.data(), p.data());
       return dot(w, o);
     };
     Vec out(q.size()), probs(size_t(N) * H * nc);
-    D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh,
+    D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh, Hkv * dh,
                         out.data(), probs.data());
     const Vec dq0 = randn(q.size());
     Vec dq = dq0, dkc(kc.size(), 5.0), dvc(vc.size(), 5.0);  // overwritten
     D.ctx_attention_bwd(q.data(), kc.data(), vc.data(), probs.data(), w.data(),
-                        N, nc, H, Hkv, dh, dq.data(), dkc.data(), dvc.data());
+                        N, nc, H, Hkv, dh, Hkv * dh, dq.data(), dkc.data(), dvc.data());
     fd_check("ctx_attention dq", q, minus(dq, dq0), L);
     if (nc > 1) {
       fd_check("ctx_attention dkc", kc, dkc, L);
@@ -452,6 +452,62 @@ TEST(CtxAttention, BackwardFiniteDifferences) {
       for (double v : dkc) EXPECT_EQ(v, 0.0);  // one row: softmax is 1
     }
     fd_check("ctx_attention dvc", vc, dvc, L);
+  }
+}
+
+// The merged context projection's layout (model/layer.cpp): keys and values
+// interleaved per context row, [N, nc, 2, Hkv dh], read and written with the
+// row stride 2 Hkv dh. Every output has the bits of the separate [N, nc, Hkv
+// dh] tensors, and the backward writes only its own rows of the shared
+// gradient buffer (the other half keeps what was there).
+TEST(CtxAttention, InterleavedKeysValuesGiveTheSeparateLayoutsBits) {
+  for (int nc : {1, 3}) {
+    const int N = 5, H = 4, Hkv = 2, dh = 6, kvd = Hkv * dh;
+    const Vec q = randn(size_t(N) * H * dh), kc = randn(size_t(N) * nc * kvd), vc = randn(kc.size()),
+              dout = randn(q.size());
+    Vec kv(2 * kc.size());
+    for (size_t r = 0; r < size_t(N) * nc; ++r)
+      for (int c = 0; c < kvd; ++c) {
+        kv[2 * r * kvd + c] = kc[r * kvd + c];
+        kv[(2 * r + 1) * kvd + c] = vc[r * kvd + c];
+      }
+    Vec out(q.size()), probs(size_t(N) * H * nc), dq(q.size(), 0.5), dkc(kc.size()), dvc(vc.size());
+    D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh, kvd, out.data(), probs.data());
+    D.ctx_attention_bwd(q.data(), kc.data(), vc.data(), probs.data(), dout.data(), N, nc, H, Hkv, dh, kvd,
+                        dq.data(), dkc.data(), dvc.data());
+    Vec out2(q.size()), probs2(probs.size()), dq2(q.size(), 0.5), dkv(kv.size(), 7.0);
+    D.ctx_attention_fwd(q.data(), kv.data(), kv.data() + kvd, N, nc, H, Hkv, dh, 2 * kvd, out2.data(),
+                        probs2.data());
+    // dkc and dvc as the two halves of one buffer, as the layer passes them.
+    D.ctx_attention_bwd(q.data(), kv.data(), kv.data() + kvd, probs2.data(), dout.data(), N, nc, H, Hkv, dh,
+                        2 * kvd, dq2.data(), dkv.data(), dkv.data() + kvd);
+    EXPECT_EQ(out2, out);
+    EXPECT_EQ(probs2, probs);
+    EXPECT_EQ(dq2, dq);
+    for (size_t r = 0; r < size_t(N) * nc; ++r)
+      for (int c = 0; c < kvd; ++c) {
+        ASSERT_EQ(dkv[2 * r * kvd + c], dkc[r * kvd + c]) << "row " << r;
+        ASSERT_EQ(dkv[(2 * r + 1) * kvd + c], dvc[r * kvd + c]) << "row " << r;
+      }
+    // Strided rows with a gap: the elements between rows are left alone.
+    const int ld = 2 * kvd + 3;
+    Vec kg(size_t(N) * nc * ld, 0.0), vg(kg.size(), 0.0), dkg(kg.size(), 9.0), dvg(kg.size(), 9.0);
+    for (size_t r = 0; r < size_t(N) * nc; ++r)
+      for (int c = 0; c < kvd; ++c) {
+        kg[r * ld + c] = kc[r * kvd + c];
+        vg[r * ld + c] = vc[r * kvd + c];
+      }
+    Vec out3(q.size()), probs3(probs.size()), dq3(q.size(), 0.5);
+    D.ctx_attention_fwd(q.data(), kg.data(), vg.data(), N, nc, H, Hkv, dh, ld, out3.data(), probs3.data());
+    D.ctx_attention_bwd(q.data(), kg.data(), vg.data(), probs3.data(), dout.data(), N, nc, H, Hkv, dh, ld,
+                        dq3.data(), dkg.data(), dvg.data());
+    EXPECT_EQ(out3, out);
+    EXPECT_EQ(dq3, dq);
+    for (size_t r = 0; r < size_t(N) * nc; ++r)
+      for (int c = 0; c < ld; ++c) {
+        ASSERT_EQ(dkg[r * ld + c], c < kvd ? dkc[r * kvd + c] : 9.0) << "row " << r << " col " << c;
+        ASSERT_EQ(dvg[r * ld + c], c < kvd ? dvc[r * kvd + c] : 9.0) << "row " << r << " col " << c;
+      }
   }
 }
 
