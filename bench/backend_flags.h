@@ -1,6 +1,6 @@
 // The CUDA backend's options (kernels/backend_options.h) as command-line
 // flags of the GPU kit's programs (wiola_gpu_bench, wiola_kernel_bench):
-// --attention, --attention-bwd, --gemm, --attention-tile. The backend checks
+// --attention, --attention-bwd, --gemm, --attention-tile, --attention-bwd-tile. The backend checks
 // the values.
 #pragma once
 
@@ -20,6 +20,14 @@ inline void add_backend_flags(CLI::App& app, BackendOptions& o) {
   app.add_option("--attention-tile", o.attention_tile,
                  "the fa2 forward's tile, query rows x key rows: 64x64, 64x128, 128x64 or 128x128 "
                  "(train.cuda_attention_tile)")
+      ->capture_default_str();
+  app.add_option("--attention-bwd-tile", o.attention_bwd_tile,
+                 "the fa2 backward's tile, key rows a dK/dV block x query rows a dQ block: 64x64, 64x128, 128x64 "
+                 "or 128x128 (train.cuda_attention_bwd_tile)")
+      ->capture_default_str();
+  app.add_option("--cuda-graphs", o.cuda_graphs,
+                 "CUDA Graphs: off, or layers (each layer's forward and backward replayed as one graph; "
+                 "train.cuda_graphs)")
       ->capture_default_str();
 }
 

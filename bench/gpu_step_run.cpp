@@ -33,6 +33,7 @@ struct Result {
   wiola::OpProfile profile;  // one more step, each op between two events
   double profiled_step_s = 0;
   nlohmann::json gemm_tuning;  // gemm = auto: the choices used
+  wiola::CudaGraphStats graphs;  // cuda_graphs = layers: what was recorded and replayed
 };
 
 Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, const wiola::BackendOptions& backend, int batch,
@@ -52,6 +53,7 @@ Result bench(wiola::CudaPrecision p, const wiola::ModelConfig& cfg, const wiola:
     if (s == 0) cuda->adopt_gemm_tuning(cuda->gemm_tuning());
   });
   if (const std::string g = cuda->gemm_tuning(); !g.empty()) r.gemm_tuning = nlohmann::json::parse(g);
+  r.graphs = wiola::cuda_graph_stats(*cuda);
   r.loss = t.loss;
   r.profile = t.profile;
   r.profiled_step_s = t.profiled_step_s;
@@ -104,6 +106,14 @@ nlohmann::json wiola::run_gpu_step_bench(const GpuStepOptions& o) {
                  {"mfu", r.mfu},         {"setup_s", r.setup_s},         {"peak_gib", r.peak_gib},         {"loss", r.loss},
                  {"profiled_step_ms", 1e3 * r.profiled_step_s}, {"op_class_ms", classes}, {"top_ops", top}};
     if (!r.gemm_tuning.is_null()) out[name]["gemm_tuning"] = r.gemm_tuning;
+    if (o.backend.cuda_graphs != "off") {
+      // The first step runs op by op, the second records; the profiled step
+      // after the timed ones runs op by op again (kernels/profiled_ops.h).
+      std::printf("    CUDA Graphs: %ld recorded (%ld nodes), %ld graph launches\n", r.graphs.captures,
+                  r.graphs.nodes, r.graphs.launches);
+      out[name]["cuda_graphs"] = {{"recorded", r.graphs.captures}, {"nodes", r.graphs.nodes},
+                                  {"launches", r.graphs.launches}};
+    }
   }
   return out;
 }

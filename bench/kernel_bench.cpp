@@ -13,8 +13,11 @@
 //   attention  attention_fwd with the backend option attention = tc, fa2,
 //              rows (fa2 at each tile shape attention_tile: 64x64, named
 //              "fwd fa2", then "fwd fa2 64x128", "fwd fa2 128x64", "fwd fa2
-//              128x128") and attention_bwd with attention_bwd = v1, v2, fa2 (and
-//              the row kernels' backward), for a plain causal layer and an ATM
+//              128x128") and attention_bwd with attention_bwd = v1, v2, fa2 (fa2
+//              at each tile shape attention_bwd_tile, key rows a dK/dV block x
+//              query rows a dQ block: 64x64, named "bwd fa2", then "bwd fa2
+//              64x128", "bwd fa2 128x64", "bwd fa2 128x128"; and the row
+//              kernels' backward), for a plain causal layer and an ATM
 //              layer (merge plan from the backend's own atm_similarity /
 //              atm_plan / atm_merge_rows, as model/layer.cpp builds it). Each
 //              variant is first checked against the CPU backend on a small
@@ -134,13 +137,16 @@ class Report {
   Report(const Report&) = delete;
   Report& operator=(const Report&) = delete;
   void emit(const json& j) {
+    rows_.push_back(j);
     if (!f_) return;
     std::fprintf(f_, "%s\n", j.dump().c_str());
     std::fflush(f_);
   }
+  const std::vector<json>& rows() const { return rows_; }
 
  private:
   FILE* f_ = nullptr;
+  std::vector<json> rows_;
 };
 
 // One variant's backend options for a scope (set_cuda_backend_options); the
@@ -472,6 +478,7 @@ struct AttnVariant {
   bool bwd;
   std::string attention, attention_bwd;  // its backend options
   std::string attention_tile;            // the fa2 forward's tile; empty: the bench's own
+  std::string attention_bwd_tile;        // the fa2 backward's tile; empty: the bench's own
   // The options of its forward (a backward variant reads the o and lse of
   // the default tensor-core forward).
   wiola::BackendOptions fwd(const wiola::BackendOptions& base) const {
@@ -484,6 +491,7 @@ struct AttnVariant {
     wiola::BackendOptions o = fwd(base);
     o.attention = attention;
     o.attention_bwd = attention_bwd;
+    if (!attention_bwd_tile.empty()) o.attention_bwd_tile = attention_bwd_tile;
     return o;
   }
 };
@@ -529,16 +537,19 @@ bool is_refusal(const std::string& msg) {
 
 void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
   const std::vector<AttnVariant> variants = {
-      {"fwd tc", false, "tc", "v1", ""},
-      {"fwd fa2", false, "fa2", "v1", "64x64"},
-      {"fwd fa2 64x128", false, "fa2", "v1", "64x128"},
-      {"fwd fa2 128x64", false, "fa2", "v1", "128x64"},
-      {"fwd fa2 128x128", false, "fa2", "v1", "128x128"},
-      {"fwd rows", false, "rows", "v1", ""},
-      {"bwd v1", true, "tc", "v1", ""},
-      {"bwd v2", true, "tc", "v2", ""},
-      {"bwd fa2", true, "tc", "fa2", ""},
-      {"bwd rows", true, "rows", "v1", ""},
+      {"fwd tc", false, "tc", "v1", "", ""},
+      {"fwd fa2", false, "fa2", "v1", "64x64", ""},
+      {"fwd fa2 64x128", false, "fa2", "v1", "64x128", ""},
+      {"fwd fa2 128x64", false, "fa2", "v1", "128x64", ""},
+      {"fwd fa2 128x128", false, "fa2", "v1", "128x128", ""},
+      {"fwd rows", false, "rows", "v1", "", ""},
+      {"bwd v1", true, "tc", "v1", "", ""},
+      {"bwd v2", true, "tc", "v2", "", ""},
+      {"bwd fa2", true, "tc", "fa2", "", "64x64"},
+      {"bwd fa2 64x128", true, "tc", "fa2", "", "64x128"},
+      {"bwd fa2 128x64", true, "tc", "fa2", "", "128x64"},
+      {"bwd fa2 128x128", true, "tc", "fa2", "", "128x128"},
+      {"bwd rows", true, "rows", "v1", "", ""},
   };
   const wiola::BackendOptions& base = o.backend;
   for (bool atm : {false, true}) {
@@ -553,7 +564,8 @@ void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& re
              {"options",
               {{"attention", var.attention},
                {"attention_bwd", var.attention_bwd},
-               {"attention_tile", var.all(base).attention_tile}}},
+               {"attention_tile", var.all(base).attention_tile},
+               {"attention_bwd_tile", var.all(base).attention_bwd_tile}}},
              {"B", big->s.B}, {"T", big->s.Tq}, {"H", big->s.H}, {"Hkv", big->s.Hkv}, {"dh", big->s.dh},
              {"flop_rule", kAttnFlopRule}};
       if (atm)

@@ -134,8 +134,17 @@ const std::vector<SectionDef>& schema() {
                   "in `RUN_DIR/gemm_tuning.json`). [gpu.md](gpu.md#gemms-tuned-per-shape)"),
         WIOLA_KEY("cuda_attention_tile", train.backend_options.attention_tile,
                   "the tile shape of the `\"fa2\"` forward, query rows a block × key rows a tile: `\"64x64\"`, "
-                  "`\"64x128\"`, `\"128x64\"` or `\"128x128\"` (the fa2 backward keeps 64 × 64). "
+                  "`\"64x128\"`, `\"128x64\"` or `\"128x128\"`. "
                   "[gpu.md](gpu.md#the-fa2-forwards-tile-shapes)"),
+        WIOLA_KEY("cuda_attention_bwd_tile", train.backend_options.attention_bwd_tile,
+                  "the tile shape of the `\"fa2\"` backward, key rows a dK/dV block × query rows a dQ block: "
+                  "`\"64x64\"`, `\"64x128\"`, `\"128x64\"` or `\"128x128\"` (the same bits at every shape). "
+                  "[gpu.md](gpu.md#the-fa2-backwards-tile-shapes)"),
+        WIOLA_KEY("cuda_graphs", train.backend_options.cuda_graphs,
+                  "CUDA Graphs: `\"off\"` (every op launched from the host) or `\"layers\"` (each layer's forward "
+                  "and backward recorded once per distinct buffers, then replayed as one graph launch; not with TP "
+                  "or a split backward). Same bits either way; not yet measured on a GPU. "
+                  "[gpu.md](gpu.md#cuda-graphs)"),
         WIOLA_KEY("log_every", train.log_every, "progress line every N steps (≥ 1)"),
         WIOLA_KEY("eval_every", train.eval_every, "validation loss every N steps (≥ 0); 0: off"),
         WIOLA_KEY("eval_batches", train.eval_batches, "global batches per validation (≥ 1)"),

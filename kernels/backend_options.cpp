@@ -27,6 +27,9 @@ const std::vector<Switch>& switches() {
       {"gemm", "train.cuda_gemm", "--gemm", nullptr, {"cublas", "cublaslt", "auto"}, &BackendOptions::gemm},
       {"attention_tile", "train.cuda_attention_tile", "--attention-tile", nullptr,
        {"64x64", "64x128", "128x64", "128x128"}, &BackendOptions::attention_tile},
+      {"attention_bwd_tile", "train.cuda_attention_bwd_tile", "--attention-bwd-tile", nullptr,
+       {"64x64", "64x128", "128x64", "128x128"}, &BackendOptions::attention_bwd_tile},
+      {"cuda_graphs", "train.cuda_graphs", "--cuda-graphs", nullptr, {"off", "layers"}, &BackendOptions::cuda_graphs},
   };
   return s;
 }

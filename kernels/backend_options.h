@@ -1,9 +1,9 @@
 // Start-up switches of a backend, chosen once and recorded: the config keys
-// train.cuda_attention, train.cuda_attention_bwd, train.cuda_gemm and
-// train.cuda_attention_tile (docs/config.md), the flags --attention,
-// --attention-bwd, --gemm and --attention-tile of wiola_gpu_bench and
-// wiola_kernel_bench. The run report and the checkpoint
-// manifest record them beside the backend's name. The attention switches
+// train.cuda_attention, train.cuda_attention_bwd, train.cuda_gemm,
+// train.cuda_attention_tile and train.cuda_attention_bwd_tile (docs/config.md),
+// the flags --attention, --attention-bwd, --gemm, --attention-tile and
+// --attention-bwd-tile of wiola_gpu_bench and wiola_kernel_bench. The run
+// report and the checkpoint manifest record them beside the backend's name. The attention switches
 // were the environment variables WIOLA_CUDA_ATTENTION and
 // WIOLA_CUDA_ATTENTION_BWD, read at every call; a backend refuses to start
 // while either is still set (refuse_backend_env). The CPU backends ignore
@@ -28,8 +28,17 @@ struct BackendOptions {
   std::string gemm = "cublas";
   // The tile shape of the fa2 forward (attention = fa2), query rows a block
   // x key rows a tile: "64x64" (four warps), "64x128", "128x64" or "128x128"
-  // (eight warps). The fa2 backward keeps 64 x 64.
+  // (eight warps).
   std::string attention_tile = "64x64";
+  // The tile shape of the fa2 backward (attention_bwd = fa2), key rows a
+  // dK/dV block x query rows a dQ block: "64x64" (four warps each), "64x128",
+  // "128x64" or "128x128" (128 rows: eight warps).
+  std::string attention_bwd_tile = "64x64";
+  // CUDA Graphs (train.cuda_graphs; docs/gpu.md, "CUDA Graphs"): "off"
+  // (every op launched from the host) or "layers" (each layer's forward and
+  // backward recorded once per distinct buffers, then replayed as one graph
+  // launch).
+  std::string cuda_graphs = "off";
 };
 
 // Throws wiola::Error naming the key (and flag) and the values it takes.
@@ -40,7 +49,8 @@ void check_backend_options(const BackendOptions& o);
 void refuse_backend_env();
 
 // The options as recorded, field -> value: {"attention": "tc",
-// "attention_bwd": "v1", "attention_tile": "64x64", "gemm": "cublas"} (a JSON
+// "attention_bwd": "v1", "attention_bwd_tile": "64x64", "attention_tile": "64x64",
+// "gemm": "cublas"} (a JSON
 // object as it is).
 std::map<std::string, std::string> backend_option_fields(const BackendOptions& o);
 

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,15 @@
 namespace wiola {
 
 enum class Trans { N, T };
+
+// Names one sequence of ops for Ops::graph: its owner and every host value
+// its ops depend on (buffer addresses, sizes, flags) as words. Two calls with
+// equal keys must issue equal ops.
+struct GraphKey {
+  const void* owner = nullptr;
+  std::vector<uint64_t> words;
+  bool operator==(const GraphKey&) const = default;
+};
 
 // Keys of one self-attention call after ATM (docs/model.md §2). Keys are rows sorted
 // by `key_end`; key row j of sequence b is visible to the query at position
@@ -134,6 +144,23 @@ class Ops {
   // broadcasts it so that every rank computes with the same algorithms;
   // docs/gpu.md). Ignored by a backend that does not tune.
   virtual void adopt_gemm_tuning(const std::string& table_json) { (void)table_json; }
+  // ---- CUDA Graphs (the backend option cuda_graphs; docs/gpu.md) ----
+  // Runs body, which issues ops on this backend, or replays what it issued
+  // before. A backend that records graphs (cuda with cuda_graphs = layers)
+  // calls body as usual the first time it sees `key`, records what body
+  // issues the second time (and runs the recording), and from then on runs
+  // the recording without calling body. So body must issue the same ops with
+  // the same arguments whenever it is called with an equal key, change no
+  // host state the caller relies on, and neither read nor write host memory
+  // (no upload, download or synchronize: those invalidate the recording, a
+  // loud error). Every other backend calls body().
+  virtual void graph(const GraphKey& key, const std::function<void()>& body) {
+    (void)key;
+    body();
+  }
+  // Drops the recordings of the keys of this owner (a Model going away:
+  // its buffers, which recordings name, are freed).
+  virtual void forget_graphs(const void* owner) { (void)owner; }
   // dst[i] = src[i] between storage types (master weights -> weight copy).
   virtual void convert(CPtr src, Ptr dst, size_t n) = 0;
   // dst[r, 0:cols] = src[r, 0:cols] for r < rows: a block of columns of

@@ -54,6 +54,12 @@ class ProfiledOps final : public ForwardingOps<T> {
   // Synchronises the backend, then sums every op timed since the last reset.
   OpProfile profile();
   void reset();
+  // While enabled, body runs op by op (each op timed; a graph would hide
+  // them), else as the inner backend runs graphs.
+  void graph(const GraphKey& key, const std::function<void()>& body) override {
+    if (on_) body();
+    else ForwardingOps<T>::graph(key, body);
+  }
 
  protected:
   void op_begin(const char* op) override;

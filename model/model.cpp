@@ -16,6 +16,29 @@ void check_ids(const int32_t* ids, int n, int V, const char* what) {
 }
 // Context pointers live in fixed arrays of this size.
 constexpr int kMaxLambda = 16;
+
+// The key of a layer's forward or backward for Ops::graph (CUDA Graphs,
+// docs/gpu.md): every host value its ops depend on besides the model's own
+// fixed state (configuration, parameter and scratch buffers, which the key's
+// owner, the Model, stands for; they are in it too): which pass and layer,
+// the flags and sizes, and every buffer address, which differ by slot, by
+// the residual-gradient buffers' alternation and under recompute. ATM's
+// decisions stay on the device and are not part of it: its kernels read the
+// plan from memory, so one recording serves every step's merges.
+struct LayerGraphKey {
+  GraphKey key;
+  explicit LayerGraphKey(const void* owner) { key.owner = owner; }
+  LayerGraphKey& operator<<(int64_t v) {
+    key.words.push_back(uint64_t(v));
+    return *this;
+  }
+  LayerGraphKey& operator<<(const void* p) {
+    key.words.push_back(uint64_t(reinterpret_cast<uintptr_t>(p)));
+    return *this;
+  }
+  LayerGraphKey& operator<<(CPtr p) { return *this << p.raw(); }
+};
+enum LayerPass : int64_t { kGraphForward = 1, kGraphBackward = 2, kGraphRecompute = 3 };
 }  // namespace
 
 // Summary index s: s = 0 is S(-1) = P(X0); s = l+1 is S(l) = P(X(l+1)).
@@ -165,7 +188,9 @@ Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
 }
 
 template <class T>
-Model<T>::~Model() = default;
+Model<T>::~Model() {
+  ops_.forget_graphs(this);  // recordings name this model's buffers
+}
 
 template <class T>
 typename Model<T>::Slot& Model<T>::slot(int i) {
@@ -421,8 +446,24 @@ void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool trainin
     LayerActs<T>& a = opt_.recompute ? m.scratch : sl.acts[size_t(i)];
     KvSlot kv;
     if (cache) kv = KvSlot{cache->k[size_t(i)].data(), cache->v[size_t(i)].data(), cache->capacity, cache->len};
-    layer_forward(c, l, w_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc,
-                  training, a, sl.X[size_t(i) + 1].data(), cache ? &kv : nullptr);
+    auto run = [&] {
+      layer_forward(c, l, w_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc,
+                    training, a, sl.X[size_t(i) + 1].data(), cache ? &kv : nullptr);
+    };
+    // As one CUDA Graph where the backend records them (Ops::graph): not with
+    // TP (its sums run on the data plane's streams) nor in cached decoding
+    // (the cache's length is a host value that changes every call).
+    if (!tp_ && !cache) {
+      LayerGraphKey k(this);
+      k << kGraphForward << l << int64_t(training) << nc << m.B << n << sl.X[size_t(i)].data()
+        << sl.X[size_t(i) + 1].data() << &a << a.xn1 << srpe << m.work.proj << w_.layers[size_t(i)].ln1_g
+        << w_.layers[size_t(i)].wqkvg;
+      for (int j = 0; j < nc; ++j) k << ctx[j];
+      ops_.graph(k.key, run);
+      a.atm_active = training && cfg_.atm_layer(l);  // as layer_forward sets it (a replay does not call it)
+    } else {
+      run();
+    }
     // Keep this forward's decisions (a device-side copy; downloaded only
     // when asked for: dumps, statistics).
     atm_valid_[size_t(l)] = a.atm_active;
@@ -507,17 +548,42 @@ void Model<T>::backward(Slot& sl, std::vector<LayerWeightInputs<T>>* wk) {
     if (l + 1 < m.l1) summary_bwd(l + 1, m.dcur.data());  // dX(l+1) complete
     context(sl, l, ctx, dctx);
     LayerActs<T>& a = opt_.recompute ? m.scratch : sl.acts[size_t(i)];
-    if (opt_.recompute)
-      layer_forward(c, l, w_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, true,
-                    a, m.xtmp.data());
+    // The recomputed forward and the backward each as one CUDA Graph where
+    // the backend records them (Ops::graph; not with TP, as in forward()).
+    auto graph_key = [&](LayerPass pass) {
+      LayerGraphKey k(this);
+      k << pass << l << (pass == kGraphBackward ? int64_t(a.atm_active) : 0) << nc << B << m.T_
+        << sl.X[size_t(i)].data() << &a << a.xn1 << m.srpe.data() << m.work.proj << m.work.dxn << m.xtmp.data()
+        << m.dcur.data() << m.dprev.data()
+        << w_.layers[size_t(i)].ln1_g << w_.layers[size_t(i)].wqkvg << g_.layers[size_t(i)].ln1_g
+        << g_.layers[size_t(i)].wqkvg;
+      for (int j = 0; j < nc; ++j) k << ctx[j] << dctx[j];
+      return k.key;
+    };
+    if (opt_.recompute) {
+      auto run = [&] {
+        layer_forward(c, l, w_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, true,
+                      a, m.xtmp.data());
+      };
+      if (tp_) {
+        run();
+      } else {
+        ops_.graph(graph_key(kGraphRecompute), run);
+        a.atm_active = cfg_.atm_layer(l);  // as layer_forward sets it in training
+      }
+    }
     if (wk) {
       layer_backward_input(c, l, w_.layers[size_t(i)], g_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, a,
                            m.work, m.dcur.data(), m.dprev.data(), dctx, (*wk)[size_t(i)]);
       std::swap(m.dcur, m.dprev);
       continue;  // the layer's gradients are final after its W
     }
-    layer_backward(c, l, w_.layers[size_t(i)], g_.layers[size_t(i)], sl.X[size_t(i)].data(),
-                   ctx, nc, a, m.work, m.dcur.data(), m.dprev.data(), dctx);
+    auto run = [&] {
+      layer_backward(c, l, w_.layers[size_t(i)], g_.layers[size_t(i)], sl.X[size_t(i)].data(),
+                     ctx, nc, a, m.work, m.dcur.data(), m.dprev.data(), dctx);
+    };
+    if (tp_) run();
+    else ops_.graph(graph_key(kGraphBackward), run);
     std::swap(m.dcur, m.dprev);
     report_ready(layer_range_[size_t(i)].first, layer_range_[size_t(i)].second - layer_range_[size_t(i)].first);
   }

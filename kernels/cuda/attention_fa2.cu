@@ -47,7 +47,7 @@
 namespace wiola::cuda {
 namespace {
 
-constexpr int kFaRows = 64;  // the backward's rows of a block and of a tile; the forward's default
+constexpr int kFaRows = 64;  // the backward's tiles and default blocks, in rows; the forward's default
 constexpr int kFaWarps = 4, kFaThreads = 32 * kFaWarps;
 
 // The row stride of the shared tiles, in elements: 16 bytes of padding.
@@ -383,7 +383,8 @@ bool aligned(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_
 // forward's lse and take D = rowsum(dO * O) from attention.cu's row kernel.
 // The products run on mma.m16n8k16 fragments as the forward's do:
 // - dK/dV: one block per (64 key rows, KV group g, sequence b), a warp per 16
-//   key rows. Over the group's heads in order and, per head, the query tiles
+//   key rows (128 key rows, eight warps, at attention_bwd_tile 128xN). Over
+//   the group's heads in order and, per head, the query tiles of 64 rows
 //   from the first that sees the block's first key row, with Q, dO tiles (and
 //   their lse, D) double-buffered by cp.async: S^T = K Q^T (K as A fragments,
 //   Q by ldmatrix), P^T = exp(S^T * scale - lse) where visible, straight into
@@ -393,8 +394,9 @@ bool aligned(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_
 //   At d_h <= 64 the warp's K and V rows are held as A fragments; above, they
 //   are reloaded from shared memory by ldmatrix at every tile (registers).
 // - dQ: one block per (64 query rows, head h, sequence b), a warp per 16
-//   query rows, key tiles up to the prefix the last row sees, K and V double-
-//   buffered: S = Q K^T, P, dP = dO V^T, dS = P (dP - D), dQ += dS K (K by
+//   query rows (128, eight warps, at attention_bwd_tile Nx128), key tiles of
+//   64 rows up to the prefix the last row sees, K and V double-buffered:
+//   S = Q K^T, P, dP = dO V^T, dS = P (dP - D), dQ += dS K (K by
 //   ldmatrix .trans); then a row that opens a merged pair adds its raw key's
 //   share (quad reductions, as the forward). Q and dO held as A fragments at
 //   d_h <= 64, reloaded above.
@@ -402,14 +404,33 @@ bool aligned(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_
 //   computation of attention_tc.cu's dQ kernel.
 // lse enters in base 2 (times log2 e); a row with no visible key (lse = -inf)
 // or past Tq gets lse = +inf there, so its P is 0 without a mask.
+// Tile shapes (backend option attention_bwd_tile, c.attn_bwd_tile: key rows a
+// dK/dV block x query rows a dQ block; docs/gpu.md "The fa2 backward's tile
+// shapes"): each kernel is a template on its block's rows, KM or QM, 64 (four
+// warps, the default, the kernels as they were) or 128 (eight warps of 16
+// rows, so a warp's fragments and registers are those of the 64-row kernel);
+// the tiles a block loops over (Q and dO for dK/dV, K and V for dQ) stay 64
+// rows. A warp of a 128-row block meets the same tiles as in a 64-row block
+// plus some wholly invisible to its rows (P = 0: nothing added), so every
+// shape gives the default's bits (tested).
 
 constexpr bool fa_bwd_hold(int D) { return D <= 64; }
 
-// Shared memory of the dK/dV kernel: K, V, Q[2], dO[2] tiles [64][D + 8]
-// (bf16), lse[2][64], D[2][64] (fp32) and the key rows' ends [64].
-constexpr size_t fa2_dkv_smem_bytes(int D) { return size_t(6 * kFaRows * fa_ld(D)) * 2 + size_t(5 * kFaRows) * 4; }
-// Of the dQ kernel: Q, dO, K[2], V[2] tiles and the key tiles' ends [2][64].
-constexpr size_t fa2_dq_smem_bytes(int D) { return size_t(6 * kFaRows * fa_ld(D)) * 2 + size_t(2 * kFaRows) * 4; }
+// Shared memory of the dK/dV kernel with KM key rows a block: K, V tiles
+// [KM][D + 8], Q[2], dO[2] tiles [64][D + 8] (bf16), lse[2][64], D[2][64]
+// (fp32) and the key rows' ends [KM].
+constexpr size_t fa2_dkv_smem_bytes(int D, int KM = kFaRows) {
+  return size_t((2 * KM + 4 * kFaRows) * fa_ld(D)) * 2 + size_t(4 * kFaRows + KM) * 4;
+}
+// Of the dQ kernel with QM query rows a block: Q, dO tiles [QM][D + 8], K[2],
+// V[2] tiles [64][D + 8] and the key tiles' ends [2][64].
+constexpr size_t fa2_dq_smem_bytes(int D, int QM = kFaRows) {
+  return size_t((2 * QM + 4 * kFaRows) * fa_ld(D)) * 2 + size_t(2 * kFaRows) * 4;
+}
+// Blocks per SM a backward kernel's registers are held to (__launch_bounds__)
+// with `rows` rows a block: 64 (128 threads) two, as before; 128 (256
+// threads) one, 255 registers.
+constexpr int fa2_bwd_min_blocks(int rows) { return rows == 64 ? 2 : 1; }
 
 // The warp's A fragment of rows [r0, r0 + 16), columns [16kk, 16kk + 16) of a
 // shared tile.
@@ -482,14 +503,14 @@ struct FaDkvIter {
 
 // Copies of item `it`'s Q and dO tiles into buffer Qs, dOs (cp.async) and its
 // rows' lse (base 2) and D into ls, Ds (plain stores).
-template <int D>
+template <int D, int NT = kFaThreads>
 __device__ __forceinline__ void fa_dkv_issue(const AttnShape& s, int b, const FaDkvIter& iter, int it,
                                              const bf16_t* q, const bf16_t* dout, const float* lse,
                                              const float* Dterm, bf16_t* Qs, bf16_t* dOs, float* ls, float* Ds) {
   const int h = iter.head(it), i0 = iter.row0(it);
   const size_t q_ld = size_t(s.H) * D, off = size_t(b) * s.Tq * q_ld + size_t(h) * D;
-  fa_copy_tile<D>(Qs, q + off, q_ld, i0, s.Tq);
-  fa_copy_tile<D>(dOs, dout + off, q_ld, i0, s.Tq);
+  fa_copy_tile<D, kFaRows, NT>(Qs, q + off, q_ld, i0, s.Tq);
+  fa_copy_tile<D, kFaRows, NT>(dOs, dout + off, q_ld, i0, s.Tq);
   for (int c = threadIdx.x; c < kFaRows; c += blockDim.x) {
     const int i = i0 + c;
     const size_t at = (size_t(b) * s.H + h) * s.Tq + i;
@@ -498,25 +519,27 @@ __device__ __forceinline__ void fa_dkv_issue(const AttnShape& s, int b, const Fa
   }
 }
 
-template <int D>
-__global__ void __launch_bounds__(kFaThreads, 2)
+// KM key rows a block (a warp per 16); query tiles of 64 rows.
+template <int D, int KM>
+__global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
     k_attn_dkv_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v, const float* lse,
                    const float* Dterm, const bf16_t* dout, bf16_t* dk, bf16_t* dv) {
   // KD: 16-wide k steps over d_h; ND: 8-wide column tiles of dK, dV; NQ: of
   // S^T (queries); KQ: 16-wide k steps over queries.
-  constexpr int LD = fa_ld(D), KD = D / 16, ND = D / 8, NQ = kFaRows / 8, KQ = kFaRows / 16;
+  constexpr int LD = fa_ld(D), KD = D / 16, ND = D / 8, NQ = kFaRows / 8, KQ = kFaRows / 16, NT = 2 * KM;
+  static_assert(KM == 64 || KM == 128, "the key rows of attention_bwd_tile");
   constexpr bool kHold = fa_bwd_hold(D);
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16_t* Ks = reinterpret_cast<bf16_t*>(smem);  // [64][LD]
-  bf16_t* Vs = Ks + kFaRows * LD;                 // [64][LD]
-  bf16_t* Qs = Vs + kFaRows * LD;                 // [2][64][LD]
+  bf16_t* Ks = reinterpret_cast<bf16_t*>(smem);  // [KM][LD]
+  bf16_t* Vs = Ks + KM * LD;                      // [KM][LD]
+  bf16_t* Qs = Vs + KM * LD;                      // [2][64][LD]
   bf16_t* dOs = Qs + 2 * kFaRows * LD;            // [2][64][LD]
   float* lse_s = reinterpret_cast<float*>(dOs + 2 * kFaRows * LD);  // [2][64]
   float* D_s = lse_s + 2 * kFaRows;                                 // [2][64]
-  int* kend = reinterpret_cast<int*>(D_s + 2 * kFaRows);            // [64]
+  int* kend = reinterpret_cast<int*>(D_s + 2 * kFaRows);            // [KM]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tq = lane & 3;
-  const int j0 = blockIdx.x * kFaRows, g = blockIdx.y, b = blockIdx.z;
+  const int j0 = blockIdx.x * KM, g = blockIdx.y, b = blockIdx.z;
   const size_t kv_ld = size_t(s.Hkv) * D, kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
   const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
   // The first query that sees the block's first key row (rows sorted by key_end).
@@ -526,10 +549,10 @@ __global__ void __launch_bounds__(kFaThreads, 2)
   iter.n_qt = max(0, (s.Tq + kFaRows - 1) / kFaRows - iter.qt0);
   const int n_it = iter.n_qt > 0 ? iter.n_qt * ((s.H - g + s.Hkv - 1) / s.Hkv) : 0;
 
-  fa_copy_tile<D>(Ks, k + kv_off, kv_ld, j0, nk);
-  fa_copy_tile<D>(Vs, v + kv_off, kv_ld, j0, nk);
-  fa_key_ends(kend, keys, b, s.Tk, j0, nk);
-  if (n_it > 0) fa_dkv_issue<D>(s, b, iter, 0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
+  fa_copy_tile<D, KM, NT>(Ks, k + kv_off, kv_ld, j0, nk);
+  fa_copy_tile<D, KM, NT>(Vs, v + kv_off, kv_ld, j0, nk);
+  fa_key_ends<KM>(kend, keys, b, s.Tk, j0, nk);
+  if (n_it > 0) fa_dkv_issue<D, NT>(s, b, iter, 0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
   __syncthreads();
@@ -555,8 +578,8 @@ __global__ void __launch_bounds__(kFaThreads, 2)
     const int cur = it & 1;
     if (it + 1 < n_it) {  // the next item's copies fly while this one is computed
       const int nxt = cur ^ 1;
-      fa_dkv_issue<D>(s, b, iter, it + 1, q, dout, lse, Dterm, Qs + nxt * kFaRows * LD, dOs + nxt * kFaRows * LD,
-                      lse_s + nxt * kFaRows, D_s + nxt * kFaRows);
+      fa_dkv_issue<D, NT>(s, b, iter, it + 1, q, dout, lse, Dterm, Qs + nxt * kFaRows * LD,
+                          dOs + nxt * kFaRows * LD, lse_s + nxt * kFaRows, D_s + nxt * kFaRows);
       ptx::cp_async_commit();
       ptx::cp_async_wait<1>();
     } else {
@@ -592,7 +615,7 @@ __global__ void __launch_bounds__(kFaThreads, 2)
     // P^T = exp(S^T * scale - lse) as bf16 A fragments (C tiles 2kk, 2kk + 1
     // are k step kk's A fragment); masked only where some key row of the
     // block is not visible to the tile's first query.
-    const bool mask = kend[kFaRows - 1] > p0;
+    const bool mask = kend[KM - 1] > p0;
     uint32_t pf[KQ][4];
 #pragma unroll
     for (int kk = 0; kk < KQ; ++kk)
@@ -668,37 +691,39 @@ __global__ void __launch_bounds__(kFaThreads, 2)
   fa_store_rows<D>(acc_dv, 1.f, Vs + kr0 * LD, dv + kv_off, kv_ld, j0 + kr0, s.Tk, nk);
 }
 
-template <int D>
-__global__ void __launch_bounds__(kFaThreads, 2)
+// QM query rows a block (a warp per 16); key tiles of 64 rows.
+template <int D, int QM>
+__global__ void __launch_bounds__(2 * QM, fa2_bwd_min_blocks(QM))
     k_attn_dq_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
                   const bf16_t* raw_k, const bf16_t* raw_v, const float* lse, const float* Dterm,
                   const bf16_t* dout, bf16_t* dq) {
   // KD: 16-wide k steps over d_h; ND: 8-wide column tiles of dQ; NS: of S;
   // KS: 16-wide k steps over keys.
-  constexpr int LD = fa_ld(D), KD = D / 16, ND = D / 8, NS = kFaRows / 8, KS = kFaRows / 16;
+  constexpr int LD = fa_ld(D), KD = D / 16, ND = D / 8, NS = kFaRows / 8, KS = kFaRows / 16, NT = 2 * QM;
+  static_assert(QM == 64 || QM == 128, "the query rows of attention_bwd_tile");
   constexpr bool kHold = fa_bwd_hold(D);
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);          // [64][LD]
-  bf16_t* dOs = Qs + kFaRows * LD;                        // [64][LD]
-  bf16_t* Ks = dOs + kFaRows * LD;                        // [2][64][LD]
+  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);          // [QM][LD]
+  bf16_t* dOs = Qs + QM * LD;                             // [QM][LD]
+  bf16_t* Ks = dOs + QM * LD;                             // [2][64][LD]
   bf16_t* Vs = Ks + 2 * kFaRows * LD;                     // [2][64][LD]
   int* kend = reinterpret_cast<int*>(Vs + 2 * kFaRows * LD);  // [2][64]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tq = lane & 3;
-  const int i0 = (gridDim.x - 1 - blockIdx.x) * kFaRows, h = blockIdx.y, b = blockIdx.z, g = h % s.Hkv;
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * QM, h = blockIdx.y, b = blockIdx.z, g = h % s.Hkv;
   const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D;
   const size_t q_off = size_t(b) * s.Tq * q_ld + size_t(h) * D, kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
   const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
-  const int kmax = visible_prefix(keys.key_end, b, s.Tk, nk, s.q_pos0 + min(i0 + kFaRows, s.Tq) - 1);
+  const int kmax = visible_prefix(keys.key_end, b, s.Tk, nk, s.q_pos0 + min(i0 + QM, s.Tq) - 1);
   const int n_tiles = (kmax + kFaRows - 1) / kFaRows;
 
   // Copies: Q and dO (group 1), then K and V tile 0 (group 2).
-  fa_copy_tile<D>(Qs, q + q_off, q_ld, i0, s.Tq);
-  fa_copy_tile<D>(dOs, dout + q_off, q_ld, i0, s.Tq);
+  fa_copy_tile<D, QM, NT>(Qs, q + q_off, q_ld, i0, s.Tq);
+  fa_copy_tile<D, QM, NT>(dOs, dout + q_off, q_ld, i0, s.Tq);
   ptx::cp_async_commit();
   if (n_tiles > 0) {
-    fa_copy_tile<D>(Ks, k + kv_off, kv_ld, 0, kmax);
-    fa_copy_tile<D>(Vs, v + kv_off, kv_ld, 0, kmax);
+    fa_copy_tile<D, kFaRows, NT>(Ks, k + kv_off, kv_ld, 0, kmax);
+    fa_copy_tile<D, kFaRows, NT>(Vs, v + kv_off, kv_ld, 0, kmax);
     fa_key_ends(kend, keys, b, s.Tk, 0, kmax);
   }
   ptx::cp_async_commit();
@@ -733,8 +758,8 @@ __global__ void __launch_bounds__(kFaThreads, 2)
     const int cur = t & 1;
     if (t + 1 < n_tiles) {
       const int nxt = cur ^ 1;
-      fa_copy_tile<D>(Ks + nxt * kFaRows * LD, k + kv_off, kv_ld, (t + 1) * kFaRows, kmax);
-      fa_copy_tile<D>(Vs + nxt * kFaRows * LD, v + kv_off, kv_ld, (t + 1) * kFaRows, kmax);
+      fa_copy_tile<D, kFaRows, NT>(Ks + nxt * kFaRows * LD, k + kv_off, kv_ld, (t + 1) * kFaRows, kmax);
+      fa_copy_tile<D, kFaRows, NT>(Vs + nxt * kFaRows * LD, v + kv_off, kv_ld, (t + 1) * kFaRows, kmax);
       fa_key_ends(kend + nxt * kFaRows, keys, b, s.Tk, (t + 1) * kFaRows, kmax);
       ptx::cp_async_commit();
       ptx::cp_async_wait<1>();
@@ -882,26 +907,29 @@ __global__ void __launch_bounds__(kFaThreads)
   raw_key_grad_row<D>(s, keys.self_open, b, i, g, lane, q, raw_k, raw_v, lse, Dterm, dout, draw_k, draw_v);
 }
 
-template <int D>
+// The backward with KM key rows a dK/dV block and QM query rows a dQ block.
+template <int D, int KM, int QM>
 void launch_fa2_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                     CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
-  const size_t smem_kv = fa2_dkv_smem_bytes(D), smem_q = fa2_dq_smem_bytes(D);
+  const size_t smem_kv = fa2_dkv_smem_bytes(D, KM), smem_q = fa2_dq_smem_bytes(D, QM);
   static const bool attr_set = [&] {
     const char* what = "attention_bwd (fa2): shared memory size";
-    check(cudaFuncSetAttribute(k_attn_dkv_fa2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)), what);
-    check(cudaFuncSetAttribute(k_attn_dq_fa2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)), what);
+    check(cudaFuncSetAttribute(k_attn_dkv_fa2<D, KM>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)),
+          what);
+    check(cudaFuncSetAttribute(k_attn_dq_fa2<D, QM>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)),
+          what);
     return true;
   }();
   (void)attr_set;
   if (s.Tk > 0) {
-    const dim3 grid(unsigned((s.Tk + kFaRows - 1) / kFaRows), unsigned(s.Hkv), unsigned(s.B));
-    k_attn_dkv_fa2<D><<<grid, kFaThreads, smem_kv, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
+    const dim3 grid(unsigned((s.Tk + KM - 1) / KM), unsigned(s.Hkv), unsigned(s.B));
+    k_attn_dkv_fa2<D, KM><<<grid, 2 * KM, smem_kv, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
                                                           dev<float>(lse), Dterm, dev<bf16_t>(dout), dev<bf16_t>(dk),
                                                           dev<bf16_t>(dv));
   }
   if (s.Tq > 0) {
-    const dim3 grid(unsigned((s.Tq + kFaRows - 1) / kFaRows), unsigned(s.H), unsigned(s.B));
-    k_attn_dq_fa2<D><<<grid, kFaThreads, smem_q, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
+    const dim3 grid(unsigned((s.Tq + QM - 1) / QM), unsigned(s.H), unsigned(s.B));
+    k_attn_dq_fa2<D, QM><<<grid, 2 * QM, smem_q, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
                                                         dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse), Dterm,
                                                         dev<bf16_t>(dout), dev<bf16_t>(dq));
     if (draw_k) {
@@ -910,6 +938,19 @@ void launch_fa2_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPt
           s, keys, dev<bf16_t>(q), dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse), Dterm,
           dev<bf16_t>(dout), dev<bf16_t>(draw_k), dev<bf16_t>(draw_v));
     }
+  }
+}
+
+// The backward at tile shape KM x QM for the head dims it takes; false for another.
+template <int KM, int QM>
+bool fa2_bwd_dh(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
+  switch (s.dh) {
+    case 32: launch_fa2_bwd<32, KM, QM>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
+    case 64: launch_fa2_bwd<64, KM, QM>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
+    case 96: launch_fa2_bwd<96, KM, QM>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
+    case 128: launch_fa2_bwd<128, KM, QM>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
+    default: return false;
   }
 }
 
@@ -945,8 +986,12 @@ bool attention_bwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, 
       dout.dtype() != DType::BF16 || dq.dtype() != DType::BF16 || dk.dtype() != DType::BF16 ||
       dv.dtype() != DType::BF16)
     return false;
-  if (s.dh % 32 != 0 || s.dh > 128 || !attention_smem_fits(fa2_dkv_smem_bytes(s.dh)) ||
-      !attention_smem_fits(fa2_dq_smem_bytes(s.dh)))
+  // The tile shape (c.attn_bwd_tile): key rows a dK/dV block x query rows a dQ block.
+  const AttnTile tile = c.attn_bwd_tile;
+  const int KM = tile == AttnTile::T128x64 || tile == AttnTile::T128x128 ? 128 : 64;
+  const int QM = tile == AttnTile::T64x128 || tile == AttnTile::T128x128 ? 128 : 64;
+  if (s.dh % 32 != 0 || s.dh > 128 || !attention_smem_fits(fa2_dkv_smem_bytes(s.dh, KM)) ||
+      !attention_smem_fits(fa2_dq_smem_bytes(s.dh, QM)))
     return false;
   // cp.async and the 16-byte stores need 16-byte aligned rows; the raw rows
   // are read in pairs.
@@ -955,12 +1000,15 @@ bool attention_bwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, 
       !aligned(dev<bf16_t>(dv), 16) || !aligned(dev<bf16_t>(raw_k), 4) || !aligned(dev<bf16_t>(raw_v), 4))
     return false;
   if (s.B <= 0 || s.H <= 0 || (s.Tq <= 0 && s.Tk <= 0)) return true;  // nothing to do
-  switch (s.dh) {
-    case 32: launch_fa2_bwd<32>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
-    case 64: launch_fa2_bwd<64>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
-    case 96: launch_fa2_bwd<96>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
-    case 128: launch_fa2_bwd<128>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
-    default: return false;
+  switch (tile) {
+    case AttnTile::T64x128:
+      return fa2_bwd_dh<64, 128>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+    case AttnTile::T128x64:
+      return fa2_bwd_dh<128, 64>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+    case AttnTile::T128x128:
+      return fa2_bwd_dh<128, 128>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+    default:
+      return fa2_bwd_dh<64, 64>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,7 @@ class CudaOps final : public Ops<float> {
   }
   ~CudaOps() override {
     cudaStreamSynchronize(stream_);
+    drop_graphs();
     tuner_.reset();  // its workspace goes back to the allocator
     cuda::cublas().destroy(blas_);
     cudaStreamDestroy(stream_);
@@ -182,6 +184,52 @@ class CudaOps final : public Ops<float> {
   std::string gemm_tuning() const override { return tuner_->table(); }
   void adopt_gemm_tuning(const std::string& table_json) override {
     tuner_->adopt(table_json, "the tuning table adopted");
+    if (options_.gemm == "auto") drop_graphs();  // recordings name the algorithms chosen before
+  }
+
+  // ---- CUDA Graphs (Ops::graph; the option cuda_graphs; docs/gpu.md) ----
+  // A key's first call runs body op by op: the GEMM tuner meets its shapes
+  // (its sweeps read back timings and products, which a capture forbids) and
+  // the allocator its sizes. The second records body with stream capture
+  // (relaxed mode: a temporary the allocator lacks may still be cudaMalloc'd,
+  // into the graphs' pool), instantiates it and launches it; later calls
+  // launch it. While recording, a nested call is part of the recording.
+  void graph(const GraphKey& key, const std::function<void()>& body) override {
+    if (options_.cuda_graphs == "off" || capturing_) {
+      body();
+      return;
+    }
+    std::vector<uint64_t> k{uint64_t(reinterpret_cast<uintptr_t>(key.owner))};
+    k.insert(k.end(), key.words.begin(), key.words.end());
+    Graph& g = graphs_[k];
+    if (!g.exec) {
+      if (g.calls++ == 0) {
+        body();
+        return;
+      }
+      capture(g, body);
+    }
+    check(cudaGraphLaunch(g.exec, stream_), "cudaGraphLaunch");
+    ++graph_stats_.launches;
+  }
+  void forget_graphs(const void* owner) override {
+    const uint64_t o = uint64_t(reinterpret_cast<uintptr_t>(owner));
+    for (auto it = graphs_.begin(); it != graphs_.end();) {
+      if (it->first.front() != o) {
+        ++it;
+        continue;
+      }
+      if (it->second.exec) cudaGraphExecDestroy(it->second.exec);
+      it = graphs_.erase(it);
+    }
+    if (graphs_.empty()) mem_.release_graph_pool();
+  }
+  CudaGraphStats graph_stats() const {
+    CudaGraphStats s = graph_stats_;
+    s.recordings = 0;
+    for (const auto& [k, g] : graphs_) s.recordings += g.exec != nullptr;
+    s.pool_bytes = mem_.graph_pool_bytes();
+    return s;
   }
   void gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k, float alpha, CPtr A, int lda, long sA,
                             CPtr B, int ldb, long sB, float beta, Ptr C, int ldc, long sC, int batch) override {
@@ -354,12 +402,61 @@ class CudaOps final : public Ops<float> {
                  : t == "128x64"  ? AttnTile::T128x64
                  : t == "128x128" ? AttnTile::T128x128
                                   : AttnTile::T64x64;
+    const std::string& bt = o.attention_bwd_tile;
+    attn_bwd_tile_ = bt == "64x128"    ? AttnTile::T64x128
+                     : bt == "128x64"  ? AttnTile::T128x64
+                     : bt == "128x128" ? AttnTile::T128x128
+                                       : AttnTile::T64x64;
     if (tuner_) tuner_->set_mode(o.gemm);
+    drop_graphs();  // recordings name the kernels the options chose
     options_ = o;
   }
 
  private:
-  cuda::Ctx ctx() { return cuda::Ctx{stream_, mem_, attn_fwd_, attn_bwd_, attn_tile_}; }
+  struct Graph {
+    int calls = 0;                     // before its recording
+    cudaGraphExec_t exec = nullptr;    // the recording, once made
+  };
+  void capture(Graph& g, const std::function<void()>& body) {
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+    capturing_ = true;
+    mem_.begin_capture();
+    std::string failure;
+    try {
+      body();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    cudaGraph_t graph = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+    mem_.end_capture();
+    capturing_ = false;
+    if (e != cudaSuccess || !failure.empty()) {
+      if (graph) cudaGraphDestroy(graph);
+      const std::string why = e != cudaSuccess ? std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"
+                                               : std::string("the capture itself succeeded");
+      cudaGetLastError();
+      fail("CUDA Graph capture (train.cuda_graphs = layers) failed: ", failure.empty() ? "" : failure + "; ",
+           "cudaStreamEndCapture: ", why,
+           ". The ops of a recorded segment must not synchronise with the host or copy to or from it "
+           "(docs/gpu.md, CUDA Graphs)");
+    }
+    size_t nodes = 0;
+    check(cudaGraphGetNodes(graph, nullptr, &nodes), "cudaGraphGetNodes");
+    const cudaError_t ie = cudaGraphInstantiate(&g.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(ie, "cudaGraphInstantiate");
+    ++graph_stats_.captures;
+    graph_stats_.nodes += nodes;
+  }
+  void drop_graphs() {
+    for (auto& [k, g] : graphs_)
+      if (g.exec) cudaGraphExecDestroy(g.exec);
+    graphs_.clear();
+    mem_.release_graph_pool();
+  }
+
+  cuda::Ctx ctx() { return cuda::Ctx{stream_, mem_, attn_fwd_, attn_bwd_, attn_tile_, attn_bwd_tile_}; }
 
   CudaPrecision prec_;
   int device_;
@@ -367,9 +464,13 @@ class CudaOps final : public Ops<float> {
   cuda::AttnFwdKind attn_fwd_ = cuda::AttnFwdKind::TC;
   cuda::AttnBwdKind attn_bwd_ = cuda::AttnBwdKind::V1;
   cuda::AttnTile attn_tile_ = cuda::AttnTile::T64x64;
+  cuda::AttnTile attn_bwd_tile_ = cuda::AttnTile::T64x64;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<cuda::GemmTuner> tuner_;  // the GEMMs' algorithms (options_.gemm)
+  std::map<std::vector<uint64_t>, Graph> graphs_;  // by owner and key words
+  bool capturing_ = false;
+  CudaGraphStats graph_stats_;
   cuda::CachingAllocator mem_;  // declared last: destroyed first, while the context lives
 };
 

@@ -21,7 +21,8 @@ namespace wiola::cuda {
 enum class AttnFwdKind { TC, FA2, ROWS };
 enum class AttnBwdKind { V1, V2, FA2 };
 // The fa2 forward's tile shape (BackendOptions attention_tile): query rows a
-// block x key rows a tile.
+// block x key rows a tile. The fa2 backward's (attention_bwd_tile, Ctx
+// attn_bwd_tile): key rows a dK/dV block x query rows a dQ block.
 enum class AttnTile { T64x64, T64x128, T128x64, T128x128 };
 
 struct Ctx {
@@ -30,6 +31,7 @@ struct Ctx {
   AttnFwdKind attn_fwd = AttnFwdKind::TC;
   AttnBwdKind attn_bwd = AttnBwdKind::V1;
   AttnTile attn_tile = AttnTile::T64x64;
+  AttnTile attn_bwd_tile = AttnTile::T64x64;
 };
 
 // ---- elementwise.cu: vector arithmetic, deterministic reductions, accumulate, convert ----------
@@ -127,8 +129,9 @@ bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, 
 // measured on a GPU.
 // attention_fa2.cu: the backward in the FlashAttention-2 form (bf16, head dims
 // 32, 64, 96, 128, 16-byte aligned q, k, v, dout, dq, dk, dv; q_pos0 = 0); a
-// dK/dV kernel and a dQ kernel, deterministic; false, launching nothing, where
-// it does not apply.
+// dK/dV kernel and a dQ kernel, deterministic, at the tile shape
+// c.attn_bwd_tile (the same bits at each); false, launching nothing, where it
+// does not apply.
 bool attention_bwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
                        CPtr raw_v, CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k,
                        Ptr draw_v);

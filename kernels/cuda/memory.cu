@@ -46,21 +46,34 @@ double mib(size_t b) { return double(b) / 1048576.0; }
 CachingAllocator::CachingAllocator() : cache_(!env_flag("WIOLA_CUDA_NO_CACHE")) {}
 
 CachingAllocator::~CachingAllocator() {
+  release_graph_pool();
   release_cache();
   for (auto& [p, s] : live_) cudaFree(p);  // leaked buffers: give them back anyway
 }
 
+void* CachingAllocator::take(std::multimap<size_t, void*>& pool, size_t size) {
+  auto it = pool.lower_bound(size);
+  if (it == pool.end() || it->first > (cache_ ? 2 * size : size)) return nullptr;
+  void* p = it->second;
+  const size_t s = it->first;
+  pool.erase(it);
+  cached_ -= s;
+  live_[p] = s;
+  in_use_ += s;
+  peak_ = std::max(peak_, in_use_);
+  return p;
+}
+
 void* CachingAllocator::alloc(size_t bytes, const char* what) {
   const size_t size = cache_ ? round_size(bytes) : std::max<size_t>(bytes, 1);
-  auto it = free_.lower_bound(size);
-  if (it != free_.end() && it->first <= 2 * size) {
-    void* p = it->second;
-    const size_t s = it->first;
-    free_.erase(it);
-    cached_ -= s;
-    live_[p] = s;
-    in_use_ += s;
-    peak_ = std::max(peak_, in_use_);
+  // Recording a graph: a block of the graphs' pool, else one that joins it.
+  if (capturing_)
+    if (void* p = take(graph_free_, size)) return p;
+  if (void* p = take(free_, size)) {
+    if (capturing_) {
+      graph_blocks_.insert(p);
+      graph_bytes_ += live_[p];
+    }
     return p;
   }
   void* p = nullptr;
@@ -82,6 +95,10 @@ void* CachingAllocator::alloc(size_t bytes, const char* what) {
   live_[p] = size;
   in_use_ += size;
   peak_ = std::max(peak_, in_use_);
+  if (capturing_) {
+    graph_blocks_.insert(p);
+    graph_bytes_ += size;
+  }
   return p;
 }
 
@@ -92,12 +109,33 @@ void CachingAllocator::free(void* p) {
   const size_t s = it->second;
   live_.erase(it);
   in_use_ -= s;
+  if (graph_blocks_.count(p)) {  // back to the graphs' pool, cache or not
+    graph_free_.emplace(s, p);
+    cached_ += s;
+    return;
+  }
   if (!cache_) {
     check(cudaFree(p), "cudaFree");
     return;
   }
   free_.emplace(s, p);
   cached_ += s;
+}
+
+void CachingAllocator::release_graph_pool() {
+  for (auto& [s, p] : graph_free_) {
+    graph_blocks_.erase(p);
+    cached_ -= s;
+    if (cache_) {
+      free_.emplace(s, p);
+      cached_ += s;
+    } else {
+      check(cudaFree(p), "cudaFree");
+    }
+  }
+  graph_free_.clear();
+  graph_bytes_ = 0;
+  for (void* p : graph_blocks_) graph_bytes_ += live_.count(p) ? live_[p] : 0;  // still held: they stay its own
 }
 
 void CachingAllocator::release_cache() {

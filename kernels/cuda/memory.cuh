@@ -7,11 +7,18 @@
 // its exact size, freed at once, so a memory checker (compute-sanitizer's
 // memcheck, or AddressSanitizer under the CUDA emulator) sees each buffer's
 // own bounds instead of a rounded, reused block.
+// While the backend records a CUDA Graph (begin_capture .. end_capture), the
+// blocks handed out go to the graphs' pool: the recording names them, so no
+// buffer allocated outside a recording ever gets one of them (a replay would
+// write into it). Recordings share the pool (they all replay on the one
+// stream, one after another); release_graph_pool() gives it back once no
+// recording is left.
 #pragma once
 
 #include <cstddef>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace wiola::cuda {
 
@@ -29,10 +36,21 @@ class CachingAllocator {
   size_t cached() const { return cached_; }
   size_t peak() const { return peak_; }
   size_t device_mallocs() const { return mallocs_; }
+  void begin_capture() { capturing_ = true; }
+  void end_capture() { capturing_ = false; }
+  void release_graph_pool();
+  size_t graph_pool_bytes() const { return graph_bytes_; }
 
  private:
+  // A free block of `size` from `pool` (best fit within 2x; exact without
+  // the cache), or nullptr.
+  void* take(std::multimap<size_t, void*>& pool, size_t size);
   std::multimap<size_t, void*> free_;         // cached blocks by size
   std::unordered_map<void*, size_t> live_;    // block -> size
+  std::multimap<size_t, void*> graph_free_;   // the graphs' pool: free blocks by size
+  std::unordered_set<void*> graph_blocks_;    // every block of the graphs' pool
+  size_t graph_bytes_ = 0;
+  bool capturing_ = false;
   size_t in_use_ = 0, cached_ = 0, peak_ = 0, mallocs_ = 0;
   bool cache_;  // false under WIOLA_CUDA_NO_CACHE=1
 };

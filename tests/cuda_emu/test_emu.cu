@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdlib>
@@ -311,6 +312,104 @@ TEST(CudaEmu, CopiesOutsideAnAllocation) {
   EXPECT_EQ(cudaFree(h.data()), cudaErrorInvalidValue);
   last_error();
   cudaFree(d);
+}
+
+// ---- CUDA Graphs: a capture records, a launch replays, host work is refused ----------------
+__global__ void k_twice_plus_one(float* x) { x[threadIdx.x] = 2.f * x[threadIdx.x] + 1.f; }
+
+TEST(CudaEmu, GraphRecordsThenReplaysInOrder) {
+  float* a = device(std::vector<float>(32, 1.f));
+  float* b = device(std::vector<float>(32, 0.f));
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  ASSERT_EQ(cudaStreamIsCapturing(s, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  k_twice_plus_one<<<1, 32, 0, s>>>(a);                                         // a = 2a + 1
+  ASSERT_EQ(cudaMemcpyAsync(b, a, 32 * sizeof(float), cudaMemcpyDeviceToDevice, s), cudaSuccess);  // b = a
+  k_twice_plus_one<<<1, 32, 0, s>>>(b);                                         // b = 2b + 1
+  ASSERT_EQ(cudaMemsetAsync(a, 0, 16 * sizeof(float), s), cudaSuccess);          // a[0, 16) = 0
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  ASSERT_EQ(last_error(), "");
+  // Recorded, not run.
+  EXPECT_EQ(host(a, 32), std::vector<float>(32, 1.f));
+  EXPECT_EQ(host(b, 32), std::vector<float>(32, 0.f));
+  size_t nodes = 0;
+  ASSERT_EQ(cudaGraphGetNodes(g, nullptr, &nodes), cudaSuccess);
+  EXPECT_EQ(nodes, 4u);
+  cudaGraphExec_t e = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&e, g, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(g), cudaSuccess);  // the executable keeps its copy
+  auto halves = [](float lo, float hi) {
+    std::vector<float> v(32, hi);
+    std::fill(v.begin(), v.begin() + 16, lo);
+    return v;
+  };
+  ASSERT_EQ(cudaGraphLaunch(e, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(host(a, 32), halves(0.f, 3.f));
+  EXPECT_EQ(host(b, 32), std::vector<float>(32, 7.f));
+  ASSERT_EQ(cudaGraphLaunch(e, s), cudaSuccess);  // again, on what the first launch left
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(host(a, 32), halves(0.f, 7.f));
+  EXPECT_EQ(host(b, 32), halves(3.f, 15.f));
+  EXPECT_EQ(cudaGraphExecDestroy(e), cudaSuccess);
+  cudaStreamDestroy(s);
+  cudaFree(a);
+  cudaFree(b);
+}
+
+TEST(CudaEmu, GraphCaptureRefusesHostWork) {
+  float* a = device(std::vector<float>(32, 1.f));
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<float> h(32, 0.f);
+  cudaGraph_t g = nullptr;
+  // A read-back and a synchronisation inside a capture: each refused, and
+  // the capture invalidated, naming the first.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  k_twice_plus_one<<<1, 32, 0, s>>>(a);
+  EXPECT_EQ(cudaMemcpyAsync(h.data(), a, 32 * sizeof(float), cudaMemcpyDeviceToHost, s),
+            cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(s, &status);
+  EXPECT_EQ(status, cudaStreamCaptureStatusInvalidated);
+  EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(g, nullptr);
+  const std::string why = cudaGetErrorString(cudaErrorStreamCaptureInvalidated);
+  EXPECT_NE(why.find("invalidated by cudaMemcpyAsync to or from host memory"), std::string::npos) << why;
+  EXPECT_EQ(host(a, 32), std::vector<float>(32, 1.f));  // the recorded kernel never ran
+  // cudaMalloc: refused in global mode, allowed in relaxed mode.
+  void* p = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&p, 64), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&p, 64), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  cudaFree(p);
+  // An event recorded in a capture is a point of the graph: the host cannot
+  // wait for it.
+  cudaEvent_t ev = nullptr;
+  ASSERT_EQ(cudaEventCreate(&ev), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_EQ(cudaEventRecord(ev, s), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(ev), cudaErrorCapturedEvent);
+  EXPECT_EQ(cudaEventSynchronize(ev), cudaErrorCapturedEvent);
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  cudaGraphDestroy(g);
+  last_error();
+  // The stream works as before after all of it.
+  k_twice_plus_one<<<1, 32, 0, s>>>(a);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(host(a, 32), std::vector<float>(32, 3.f));
+  cudaEventDestroy(ev);
+  cudaStreamDestroy(s);
+  cudaFree(a);
 }
 
 }  // namespace

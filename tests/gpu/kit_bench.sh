@@ -15,8 +15,11 @@
 #             backward, --attention-bwd v2; on request rows: the row attention
 #             kernels, --attention rows; gemm_lt: cuBLASLt's heuristic, --gemm
 #             cublaslt; fa2_64x128, fa2_128x64, fa2_128x128: the fa2 forward
-#             at another tile shape, --attention fa2 --attention-tile ..., whose
-#             kernel alone kit_kernels.sh times by default):
+#             at another tile shape, --attention fa2 --attention-tile ...;
+#             fa2_bwd_64x128, fa2_bwd_128x64, fa2_bwd_128x128: the fa2
+#             backward at another tile shape, --attention-bwd fa2
+#             --attention-bwd-tile ...; the kernels of both kit_kernels.sh
+#             times alone by default):
 #             wiola_bench_<variant>.json;
 #             then the attention references, PyTorch's SDPA with
 #             FlashAttention-2's and cuDNN's kernels at the same shape
@@ -26,7 +29,10 @@
 # the ratios: wiola against PyTorch eager and torch.compile, each variant
 # against the default) and appends to $OUT/bench.log. Extra arguments go to
 # wiola_gpu_bench (--help lists them). KIT_VARIANTS: the variants to run
-# (default "new fa2 fa2_bwd gemm_auto bwd_v2").
+# (default "new graphs fa2 fa2_bwd gemm_auto bwd_v2"; graphs: CUDA Graphs,
+# each layer's forward and backward replayed as one graph, --cuda-graphs
+# layers, against the main run's step without them; new_graphs on request:
+# the new variant with them).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/gpu/kit_env.sh
@@ -42,6 +48,10 @@ variant_flags() {  # the backend options that select a variant
     gemm_auto) echo --gemm auto ;;
     gemm_lt) echo --gemm cublaslt ;;
     fa2_64x128 | fa2_128x64 | fa2_128x128) echo --attention fa2 --attention-tile "${1#fa2_}" ;;
+    fa2_bwd_64x128 | fa2_bwd_128x64 | fa2_bwd_128x128)
+      echo --attention-bwd fa2 --attention-bwd-tile "${1#fa2_bwd_}" ;;
+    graphs) echo --cuda-graphs layers ;;
+    new_graphs) echo --attention fa2 --attention-bwd fa2 --gemm auto --cuda-graphs layers ;;
     *) echo "kit_bench: unknown variant $1" >&2; return 1 ;;
   esac
 }
@@ -56,7 +66,7 @@ case "${KIT_BENCH_PART:-main}" in
   variants)
     vargs=("$@")
     [[ " $* " == *" --precision "* ]] || vargs+=(--precision bf16)
-    for v in ${KIT_VARIANTS:-new fa2 fa2_bwd gemm_auto bwd_v2}; do
+    for v in ${KIT_VARIANTS:-new graphs fa2 fa2_bwd gemm_auto bwd_v2}; do
       f=$(variant_flags "$v") || continue
       echo "wiola bf16 with $f:" | tee -a "$OUT/bench.log"
       # shellcheck disable=SC2086  # $f: flags and their values

@@ -510,7 +510,13 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
 // shape (attention_tile 64x128, 128x64, 128x128), each against the CPU; 128
 // query rows a block give the bits of 64 at the same key tile (a warp's 16
 // rows see the same key tiles; the extra ones are wholly masked for them:
-// p = 0, alpha = 1). Bounds those of AttentionTensorCoresBf16.
+// p = 0, alpha = 1). The cases with a backward also run the fa2 backward at
+// each other tile shape (attention_bwd_tile 64x128, 128x64, 128x128: 128 key
+// rows a dK/dV block, 128 query rows a dQ block), each against the CPU and
+// bit for bit the default's gradients (a warp's 16 rows meet the same tiles
+// as in a 64-row block, the extra ones wholly invisible to them: P = 0); on
+// the emulator one of the three a case, in turn. Bounds those of
+// AttentionTensorCoresBf16.
 TEST(CudaOps, AttentionFa2Bf16) {
   REQUIRE_GPU();
   auto gpu = make_cuda_ops(CudaPrecision::BF16);
@@ -518,6 +524,7 @@ TEST(CudaOps, AttentionFa2Bf16) {
   struct Case {
     int Tq, Tk, q_pos0;
   };
+  int bwd_case = 0;  // the cases with a backward so far
   for (int dh : {32, 64, 96, 128})
     for (const Case shape : {Case{67, 67, 0}, Case{200, 200, 0}, Case{67, 200, 133}}) {
 #ifdef WIOLA_CUDA_EMU
@@ -542,8 +549,11 @@ TEST(CudaOps, AttentionFa2Bf16) {
       for (int with_atm = 0; with_atm < (decoding ? 1 : 2); ++with_atm) {
         GpuAttnCall c(*gpu, s, lay, open, gk.data(), gv.data(), with_atm);
         // o and lse, then (bwd) the tensor-core backward's gradients from them.
-        auto run_gpu = [&](bool bwd) {
-          gpu->attention_fwd(s, c.keys, gq.data(), c.keys_k, c.keys_v, c.raw_k, c.raw_v, c.go.data(), c.glse.data());
+        // fwd = false: the backward alone, on the o and lse already there.
+        auto run_gpu = [&](bool bwd, bool fwd = true) {
+          if (fwd)
+            gpu->attention_fwd(s, c.keys, gq.data(), c.keys_k, c.keys_v, c.raw_k, c.raw_v, c.go.data(),
+                               c.glse.data());
           Vec l(nl);
           gpu->download(l.data(), c.glse.data(), c.glse.bytes());
           std::vector<Vec> out{bf16_download(*gpu, c.go.data(), nq), l};
@@ -576,6 +586,24 @@ TEST(CudaOps, AttentionFa2Bf16) {
           fa2b = run_gpu(true);
           fa2b_again = run_gpu(true);
         }
+        // The fa2 backward at the other tile shapes (attention_bwd_tile), on
+        // the same o and lse (the backward alone: o and lse are fa2b's).
+        const char* const bwd_tile_names[] = {"64x128", "128x64", "128x128"};
+        std::vector<Vec> bwd_tiles[3];
+        if (!decoding)
+          for (int t = 0; t < 3; ++t) {
+#ifdef WIOLA_CUDA_EMU
+            // One shape a case in turn (the fa2 backward is the emulator's
+            // slowest kernel): 64x128, 128x64, 128x128, 64x128, ... over the
+            // ten cases, so each 128-row kernel (dK/dV of 128x64 and 128x128,
+            // dQ of 64x128 and 128x128) runs at every head dim.
+            if (t != bwd_case % 3) continue;
+#endif
+            set_cuda_backend_options(
+                *gpu, {.attention = "fa2", .attention_bwd = "fa2", .attention_bwd_tile = bwd_tile_names[t]});
+            bwd_tiles[t] = run_gpu(true, false);
+          }
+        if (!decoding) ++bwd_case;
         set_cuda_backend_options(*gpu, {});
         const auto tc = run_gpu(false);
 
@@ -613,13 +641,18 @@ TEST(CudaOps, AttentionFa2Bf16) {
         std::vector<std::tuple<std::string, const std::vector<Vec>*, bool>> runs{{"fa2", &fa2, decoding},
                                                                                 {"tc", &tc, true}};
         if (!decoding) runs.emplace_back("fa2 bwd", &fa2b, false);
+        if (!decoding)
+          for (int t = 0; t < 3; ++t)
+            if (!bwd_tiles[t].empty())
+              runs.emplace_back(std::string("fa2 bwd ") + bwd_tile_names[t], &bwd_tiles[t], false);
         for (int t = 0; t < 3; ++t) runs.emplace_back(std::string("fa2 ") + tile_names[t], &tiles[t], true);
         for (const auto& [kernel, got, fwd_only] : runs) {
           ASSERT_LE(got->size(), ref.size());
           ASSERT_EQ(got->size(), fwd_only ? size_t(2) : ref.size());
-          for (size_t t = 0; t < got->size(); ++t) {
+          // (The backward tile shapes ran the backward alone: judged on the gradients.)
+          for (size_t t = kernel.rfind("fa2 bwd ", 0) == 0 ? 2 : 0; t < got->size(); ++t) {
             const double e = rel(ref[t], (*got)[t]);
-            std::printf("  attention bf16 %-20s %-11s %-7s max rel %.2e (tol %.0e)\n", name.c_str(), kernel.c_str(),
+            std::printf("  attention bf16 %-20s %-15s %-7s max rel %.2e (tol %.0e)\n", name.c_str(), kernel.c_str(),
                         names[t], e, tols[t]);
             EXPECT_LT(e, tols[t]) << name << " " << kernel << " " << names[t];
           }
@@ -635,6 +668,22 @@ TEST(CudaOps, AttentionFa2Bf16) {
           bool differs = false;
           for (size_t t = 2; t < fa2b.size(); ++t) differs = differs || fa2b[t] != fa2[t];
           EXPECT_TRUE(differs) << name << ": attention_bwd = fa2 gave the tc backward's gradients";
+          // Every backward tile shape: the default's bits (so it ran fa2's
+          // kernels, not a fallback to the tensor-core backward).
+          int bwd_tiles_run = 0;
+          for (int t = 0; t < 3; ++t) {
+            if (bwd_tiles[t].empty()) continue;  // (on the emulator, another case's)
+            ++bwd_tiles_run;
+            ASSERT_EQ(bwd_tiles[t].size(), fa2b.size());
+            for (size_t u = 0; u < fa2b.size(); ++u)
+              EXPECT_EQ(0, std::memcmp(bwd_tiles[t][u].data(), fa2b[u].data(), fa2b[u].size() * sizeof(float)))
+                  << name << " fa2 bwd " << bwd_tile_names[t] << " " << names[u] << ": differs from 64x64";
+          }
+#ifdef WIOLA_CUDA_EMU
+          EXPECT_EQ(bwd_tiles_run, 1) << name;
+#else
+          EXPECT_EQ(bwd_tiles_run, 3) << name;
+#endif
         }
         // The fa2 kernel ran (a fallback to the tensor-core kernel would give
         // its outputs bit for bit: fa2 sums in another order, in base 2).
@@ -655,6 +704,11 @@ TEST(CudaOps, AttentionFa2Bf16) {
                 << name << " " << names[t] << ": 128 query rows a block differ from 64";
       }
     }
+#ifdef WIOLA_CUDA_EMU
+  EXPECT_EQ(bwd_case, 10);  // T = 67 at every head dim, T = 200 at d_h 64; causal and ATM
+#else
+  EXPECT_EQ(bwd_case, 16);  // T = 67 and 200 at every head dim; causal and ATM
+#endif
 }
 
 TEST(CudaOps, GemmAndConvert) {
@@ -729,6 +783,126 @@ TEST(CudaModel, StepMatchesCpu) {
   EXPECT_LT(rel(a.grads, b.grads), 1e-4);
   EXPECT_LT(rel(a.after, b.after), 1e-4);
   EXPECT_EQ(a.atm, b.atm);
+}
+
+// CUDA Graphs (train.cuda_graphs = layers; docs/gpu.md): five steps of
+// wiola-tiny (3 layers, T = 16) with each layer's forward and backward run
+// op by op the first time, recorded the second and replayed after give the
+// bits of the same steps launched op by op: the same kernels in the same
+// order. The tokens change every step, and so do ATM's merges, which the
+// recordings read from device memory. With an odd number of layers the
+// backward's two residual-gradient buffers trade places every step, so its
+// keys alternate (A, B, A, B, A): two recordings per layer, each replayed.
+// In fp32, and in bf16 with recompute (the recomputed forward is a
+// recording of its own, keyed like the backward).
+TEST(CudaModel, GraphsMatchEagerBitForBit) {
+  REQUIRE_GPU();
+  ModelConfig c = model_preset("wiola-tiny");
+  c.tau = 0.5;  // merges in the ATM layer (l = 1)
+  c.T = 16;
+  c.L = 3;
+  const int B = 2, steps = 5;
+  std::vector<std::vector<int32_t>> tok(steps, std::vector<int32_t>(size_t(B) * (c.T + 1)));
+  std::mt19937_64 rg(17);
+  for (auto& t : tok)
+    for (size_t i = 0; i < t.size(); ++i)  // runs of repeats: ATM merges some neighbours
+      t[i] = i > 0 && rg() % 4 == 0 ? t[i - 1] : int32_t(rg() % uint64_t(c.V));
+  struct Run {
+    std::vector<double> loss;
+    std::vector<std::vector<std::vector<uint8_t>>> atm;  // [step][layer]
+    Vec params;
+    CudaGraphStats stats;
+  };
+  auto run = [&](CudaPrecision prec, bool recompute, const std::string& graphs) {
+    auto gpu = make_cuda_ops(prec, 0, {.cuda_graphs = graphs});
+    Run r;
+    {
+      ModelOptions mo;
+      mo.micro_batch = B;
+      mo.recompute = recompute;
+      Model<float> m(*gpu, c, ModelShard{}, nullptr, mo);
+      m.init(5);
+      m.zero_grads();
+      dist::AdamWConfig ac;
+      ac.zero = false;
+      ac.zero_grads = true;
+      dist::DistAdamW adam(*gpu, m.params(), m.grads(), m.n_params(), segments(m.layout()), ac, nullptr, nullptr);
+      if (m.weight_copy().raw()) adam.set_weight_copy(m.weight_copy());
+      for (int s = 0; s < steps; ++s) {
+        r.loss.push_back(m.train_micro_step(tok[size_t(s)].data(), 1.0 / (B * c.T)));
+        r.atm.emplace_back();
+        for (int l = 0; l < c.L; ++l) r.atm.back().push_back(m.atm_open(l));
+        adam.step(1e-3, s + 1);
+      }
+      r.params.resize(m.n_params());
+      gpu->download(r.params.data(), m.params(), r.params.size() * 4);
+      r.stats = cuda_graph_stats(*gpu);
+    }
+    EXPECT_EQ(cuda_graph_stats(*gpu).recordings, 0) << "the model's recordings outlived it";
+    return r;
+  };
+  for (const auto& [prec, recompute, name] :
+       {std::tuple{CudaPrecision::FP32, false, "fp32"}, std::tuple{CudaPrecision::BF16, true, "bf16 recompute"}}) {
+    const Run off = run(prec, recompute, "off"), on = run(prec, recompute, "layers");
+    std::printf("  %s: %d steps, losses %.6f .. %.6f; graphs: %ld recorded (%ld nodes), %ld launches, pool %.2f MiB\n",
+                name, steps, on.loss.front(), on.loss.back(), on.stats.captures, on.stats.nodes,
+                on.stats.launches, double(on.stats.pool_bytes) / 1048576.0);
+    EXPECT_EQ(off.stats.captures, 0) << name;
+    // Forward: op by op in step 1, recorded in step 2, launched in steps
+    // 2..5. Backward (and recompute), keys A B A B A: op by op in steps 1
+    // and 2, recorded in steps 3 and 4, launched in steps 3..5.
+    const long L = c.L, bwd_passes = recompute ? 2 : 1;
+    EXPECT_EQ(on.stats.captures, L * (1 + 2 * bwd_passes)) << name;
+    EXPECT_EQ(on.stats.launches, L * (4 + 3 * bwd_passes)) << name;
+    for (int s = 0; s < steps; ++s) {
+      EXPECT_EQ(std::memcmp(&off.loss[size_t(s)], &on.loss[size_t(s)], sizeof(double)), 0)
+          << name << " step " << s + 1 << ": loss " << off.loss[size_t(s)] << " vs " << on.loss[size_t(s)];
+      EXPECT_EQ(off.atm[size_t(s)], on.atm[size_t(s)]) << name << " step " << s + 1;
+    }
+    ASSERT_EQ(off.params.size(), on.params.size());
+    EXPECT_EQ(std::memcmp(off.params.data(), on.params.data(), off.params.size() * 4), 0)
+        << name << ": parameters after " << steps << " steps differ, max rel " << rel(off.params, on.params);
+    // The merges did change from step to step while recordings replayed.
+    size_t merges = 0, changed = 0;
+    for (int l = 0; l < c.L; ++l) {
+      if (on.atm[0][size_t(l)].empty()) continue;
+      for (int s = 0; s < steps; ++s)
+        for (uint8_t o : on.atm[size_t(s)][size_t(l)]) merges += o != 0;
+      for (int s = 2; s < steps; ++s) changed += on.atm[size_t(s)][size_t(l)] != on.atm[size_t(s) - 1][size_t(l)];
+    }
+    EXPECT_GT(merges, 0u) << name;
+    EXPECT_GT(changed, 0u) << name << ": ATM decided the same in every step; the test would prove nothing";
+  }
+}
+
+// A recorded segment that reads back to the host fails loudly, naming the
+// capture, and leaves the backend usable.
+TEST(CudaOps, GraphCaptureRefusesHostReads) {
+  REQUIRE_GPU();
+  auto gpu = make_cuda_ops(CudaPrecision::FP32, 0, {.cuda_graphs = "layers"});
+  Buffer<float> x(*gpu, 64);
+  Vec host(64, 0.f);
+  int sentinel = 0;
+  auto body = [&] {
+    gpu->zero(x.data(), 64 * sizeof(float));
+    gpu->download(host.data(), x.data(), 64 * sizeof(float));
+  };
+  const GraphKey key{&sentinel, {1}};
+  gpu->graph(key, body);  // first: op by op
+  try {
+    gpu->graph(key, body);  // second: recorded
+    ADD_FAILURE() << "a download inside a recording was not refused";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("CUDA Graph capture (train.cuda_graphs = layers) failed"), std::string::npos) << m;
+    EXPECT_NE(m.find("download"), std::string::npos) << m;
+  }
+  EXPECT_EQ(cuda_graph_stats(*gpu).captures, 0);
+  Vec ones(64, 1.f);
+  gpu->upload(x.data(), ones.data(), 64 * sizeof(float));
+  gpu->download(host.data(), x.data(), 64 * sizeof(float));
+  EXPECT_EQ(host, ones);
+  gpu->forget_graphs(&sentinel);
 }
 
 // Cached decoding in chunks equals the full forward (fp32: < 1e-4).
@@ -1201,6 +1375,15 @@ TEST(CudaOps, BackendOptionsRefuseOldVariables) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("train.cuda_attention_tile (--attention-tile) must be 64x64, 64x128, "
                                          "128x64 or 128x128 (got \"96x64\")"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    make_cuda_ops(CudaPrecision::BF16, 0, {.attention_bwd = "fa2", .attention_bwd_tile = "64x96"});
+    ADD_FAILURE() << "attention_bwd_tile = 64x96 was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.cuda_attention_bwd_tile (--attention-bwd-tile) must be 64x64, "
+                                         "64x128, 128x64 or 128x128 (got \"64x96\")"),
               std::string::npos)
         << e.what();
   }

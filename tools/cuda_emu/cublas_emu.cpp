@@ -113,11 +113,27 @@ cublasStatus_t gemm_one(cublasOperation_t ta, cublasOperation_t tb, int m, int n
 
 namespace {
 
+// Runs the GEMM g on the handle's stream, after the stream's work; while
+// the stream captures a graph, records it instead (its status then shows
+// only when the graph runs: a refusal becomes an error of the launch).
+template <class G>
+cublasStatus_t run_on(cublasHandle_t h, const char* who, G g) {
+  const cudaStream_t s = reinterpret_cast<Handle*>(h)->stream;
+  if (!::wiola_emu::capturing(s)) {
+    ::wiola_emu::stream_ready(s);
+    return g();
+  }
+  ::wiola_emu::issue(s, who, [g, who] {
+    if (g() != CUBLAS_STATUS_SUCCESS)
+      ::wiola_emu::device_error(std::string(who) + " in a graph refused its operands (the message above)");
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t check_args(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                           cudaDataType at, int lda, cudaDataType bt, int ldb, cudaDataType ct, int ldc,
                           cublasComputeType_t compute) {
   if (!h) return refuse(CUBLAS_STATUS_NOT_INITIALIZED, "no handle", "cublasGemmEx");
-  ::wiola_emu::stream_ready(reinterpret_cast<Handle*>(h)->stream);  // the GEMM runs after its stream's work
   if (reinterpret_cast<Handle*>(h)->math != CUBLAS_DEFAULT_MATH)
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "only CUBLAS_DEFAULT_MATH is emulated", "cublasGemmEx");
   return check_shape(ta, tb, m, n, k, at, lda, bt, ldb, ct, ldc, compute, "cublasGemmEx");
@@ -153,8 +169,9 @@ cublasStatus_t gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t
   if (const auto st = check_args(h, ta, tb, m, n, k, at, lda, bt, ldb, ct, ldc, compute); st != CUBLAS_STATUS_SUCCESS)
     return st;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-  return gemm_one(ta, tb, m, n, k, *static_cast<const float*>(alpha), A, at, lda, B, bt, ldb,
-                  *static_cast<const float*>(beta), C, ct, ldc, "cublasGemmEx");
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);  // host scalars: now
+  return run_on(h, "cublasGemmEx", [=] { return gemm_one(ta, tb, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc,
+                                                         "cublasGemmEx"); });
 }
 
 cublasStatus_t gemm_strided_batched_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -165,16 +182,18 @@ cublasStatus_t gemm_strided_batched_ex(cublasHandle_t h, cublasOperation_t ta, c
   if (const auto st = check_args(h, ta, tb, m, n, k, at, lda, bt, ldb, ct, ldc, compute); st != CUBLAS_STATUS_SUCCESS)
     return st;
   if (batch < 0) return refuse(CUBLAS_STATUS_INVALID_VALUE, "negative batch", "cublasGemmStridedBatchedEx");
-  for (int i = 0; i < batch; ++i) {
-    const auto st = gemm_one(ta, tb, m, n, k, *static_cast<const float*>(alpha),
-                             static_cast<const char*>(A) + size_t(i) * size_t(sA) * type_bytes(at), at, lda,
-                             static_cast<const char*>(B) + size_t(i) * size_t(sB) * type_bytes(bt), bt, ldb,
-                             *static_cast<const float*>(beta),
-                             static_cast<char*>(C) + size_t(i) * size_t(sC) * type_bytes(ct), ct, ldc,
-                             "cublasGemmStridedBatchedEx");
-    if (st != CUBLAS_STATUS_SUCCESS) return st;
-  }
-  return CUBLAS_STATUS_SUCCESS;
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  return run_on(h, "cublasGemmStridedBatchedEx", [=] {
+    for (int i = 0; i < batch; ++i) {
+      const auto st = gemm_one(ta, tb, m, n, k, al,
+                               static_cast<const char*>(A) + size_t(i) * size_t(sA) * type_bytes(at), at, lda,
+                               static_cast<const char*>(B) + size_t(i) * size_t(sB) * type_bytes(bt), bt, ldb, be,
+                               static_cast<char*>(C) + size_t(i) * size_t(sC) * type_bytes(ct), ct, ldc,
+                               "cublasGemmStridedBatchedEx");
+      if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+  });
 }
 
 }  // namespace

@@ -195,7 +195,6 @@ cublasStatus_t matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* al
                       const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream) {
   if (!h) return refuse(CUBLAS_STATUS_NOT_INITIALIZED, "no handle");
-  ::wiola_emu::stream_ready(stream);  // the GEMM runs after its stream's work
   Problem p{};
   if (const auto st = problem(d, a, b, c, dd, p); st != CUBLAS_STATUS_SUCCESS) return st;
   if (const auto st = check_algo(algo); st != CUBLAS_STATUS_SUCCESS) return st;
@@ -208,8 +207,19 @@ cublasStatus_t matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* al
   const char* wrong = std::getenv("WIOLA_EMU_LT_WRONG_ALGO");
   if (wrong && *wrong && std::strtoull(wrong, nullptr, 10) == algo->data[0]) al *= 1.01f;
   if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
-  return gemm_one(p.ta, p.tb, p.m, p.n, p.k, al, A, p.at, p.lda, B, p.bt, p.ldb, *static_cast<const float*>(beta),
-                  D, p.ct, p.ldc, "cublasLtMatmul");
+  const float be = *static_cast<const float*>(beta);  // host scalars: read now
+  auto run = [=] { return gemm_one(p.ta, p.tb, p.m, p.n, p.k, al, A, p.at, p.lda, B, p.bt, p.ldb, be, D, p.ct, p.ldc,
+                                   "cublasLtMatmul"); };
+  // After the stream's work; while it captures a graph, recorded instead.
+  if (!::wiola_emu::capturing(stream)) {
+    ::wiola_emu::stream_ready(stream);
+    return run();
+  }
+  ::wiola_emu::issue(stream, "cublasLtMatmul", [run] {
+    if (run() != CUBLAS_STATUS_SUCCESS)
+      ::wiola_emu::device_error("cublasLtMatmul in a graph refused its operands (the message above)");
+  });
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 }  // namespace

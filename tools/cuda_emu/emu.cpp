@@ -466,13 +466,16 @@ PtxThreadState& ptx_thread_state() {
   return *f.ptx;
 }
 
+namespace {
+void run_grid(const char* name, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body);
+}  // namespace
+
 void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-            const std::function<void()>& body) {
+            std::function<void()> body) {
   if (t_run) {
     raise(cudaErrorLaunchFailure, std::string(name) + ": launched from device code (not emulated)");
     return;
   }
-  stream_ready(stream);
   const size_t threads = size_t(block.x) * block.y * block.z;
   if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
       grid.z > 65535 || block.z > 64) {
@@ -488,6 +491,13 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
                                      (it == max_smem().end() ? " (no cudaFuncSetAttribute opt-in)" : ""));
     return;
   }
+  // Checked as it is issued (a captured launch too); runs now or, while the
+  // stream captures, at every launch of the graph.
+  issue(stream, name, [name, grid, block, smem, body = std::move(body)] { run_grid(name, grid, block, smem, body); });
+}
+
+namespace {
+void run_grid(const char* name, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body) {
   // Dynamic shared memory starts as NaN bytes in every block: a read before
   // any write shows up in the results.
   // Its exact size too, for AddressSanitizer.
@@ -515,6 +525,7 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
       }
   t_run = nullptr;
 }
+}  // namespace
 
 cudaError_t set_max_dynamic_smem(const void* fn, int bytes) {
   if (bytes < 0 || size_t(bytes) > kOptinSmem)
@@ -549,6 +560,11 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorCapturedEvent: return "cudaErrorCapturedEvent";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
   }
   return "cudaErrorUnknown";
 }
@@ -619,13 +635,29 @@ namespace wiola_emu {
 void streams_ready(bool blocking_only);
 }  // namespace wiola_emu
 
+namespace wiola_emu {
+// The streams that capture a graph now, and whether one of them does so in
+// a mode other than relaxed (defined with the streams below).
+std::vector<cudaStream_t> capturing_streams(bool strict_only);
+}  // namespace wiola_emu
+
 cudaError_t cudaDeviceSynchronize() {
+  // It would wait for the work a capture only records.
+  for (cudaStream_t s : wiola_emu::capturing_streams(false))
+    wiola_emu::capture_violation(s, "cudaDeviceSynchronize");
+  if (!wiola_emu::capturing_streams(false).empty()) return cudaErrorStreamCaptureUnsupported;
   wiola_emu::streams_ready(false);
   return wiola_emu::take_pending();
 }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = nullptr;
+  // A capture in global or thread-local mode forbids it ("potentially
+  // unsafe"); relaxed mode allows it.
+  if (const auto strict = wiola_emu::capturing_streams(true); !strict.empty()) {
+    for (cudaStream_t s : strict) wiola_emu::capture_violation(s, "cudaMalloc (capture mode not relaxed)");
+    return cudaErrorStreamCaptureUnsupported;
+  }
   if (wiola_emu::g_in_use + bytes > wiola_emu::kDeviceBytes) return cudaErrorMemoryAllocation;
   // The exact size (256-byte aligned, as cudaMalloc's): under
   // AddressSanitizer a kernel reading past a buffer's end is caught.
@@ -639,6 +671,12 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  // It synchronises the device: never during a capture (stricter than some
+  // CUDA versions in relaxed mode).
+  if (const auto cap = wiola_emu::capturing_streams(false); !cap.empty()) {
+    for (cudaStream_t s : cap) wiola_emu::capture_violation(s, "cudaFree");
+    return cudaErrorStreamCaptureUnsupported;
+  }
   auto& m = wiola_emu::allocations();
   auto it = m.find(static_cast<const char*>(p));
   if (it == m.end()) return raise(cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return");
@@ -672,36 +710,57 @@ cudaError_t check_ranges(const char* what, const void* dst, size_t dst_span, con
 }  // namespace
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  // The legacy stream's synchronous copy: "potentially unsafe" during a
+  // capture in global or thread-local mode.
+  if (const auto strict = wiola_emu::capturing_streams(true); !strict.empty()) {
+    for (cudaStream_t s : strict) wiola_emu::capture_violation(s, "cudaMemcpy (synchronous, legacy stream)");
+    return cudaErrorStreamCaptureUnsupported;
+  }
   wiola_emu::streams_ready(true);
   if (const cudaError_t e = wiola_emu::take_pending(); e != cudaSuccess) return e;
   return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
-  wiola_emu::stream_ready(s);
   if (!bytes) return cudaSuccess;
+  // A capture records device-to-device copies only: the backend's host
+  // memory is pageable, which a graph cannot copy to or from.
+  if (wiola_emu::capturing(s) && kind != cudaMemcpyDeviceToDevice)
+    return cudaError_t(wiola_emu::capture_violation(s, "cudaMemcpyAsync to or from host memory"));
   if (const cudaError_t e = check_ranges("cudaMemcpyAsync", dst, bytes, src, bytes, kind); e != cudaSuccess) return e;
-  std::memmove(dst, src, bytes);
+  wiola_emu::issue(s, "cudaMemcpyAsync", [dst, src, bytes, kind] {
+    if (check_ranges("cudaMemcpyAsync (in a graph)", dst, bytes, src, bytes, kind) == cudaSuccess)
+      std::memmove(dst, src, bytes);
+  });
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                               size_t height, cudaMemcpyKind kind, cudaStream_t s) {
-  wiola_emu::stream_ready(s);
   if (!width || !height) return cudaSuccess;
+  if (wiola_emu::capturing(s) && kind != cudaMemcpyDeviceToDevice)
+    return cudaError_t(wiola_emu::capture_violation(s, "cudaMemcpy2DAsync to or from host memory"));
   if (width > dpitch || width > spitch) return raise(cudaErrorInvalidValue, "cudaMemcpy2DAsync: width above a pitch");
   const size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
   if (const cudaError_t e = check_ranges("cudaMemcpy2DAsync", dst, dspan, src, sspan, kind); e != cudaSuccess)
     return e;
-  for (size_t r = 0; r < height; ++r)
-    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+  wiola_emu::issue(s, "cudaMemcpy2DAsync", [=] {
+    if (check_ranges("cudaMemcpy2DAsync (in a graph)", dst, dspan, src, sspan, kind) != cudaSuccess) return;
+    for (size_t r = 0; r < height; ++r)
+      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+  });
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
-  wiola_emu::stream_ready(s);
   if (!bytes) return cudaSuccess;
   if (!wiola_emu::in_device_memory(p, bytes))
     return raise(cudaErrorInvalidValue,
                  "cudaMemsetAsync: " + std::to_string(bytes) + " bytes not inside one device allocation");
-  std::memset(p, value, bytes);
+  wiola_emu::issue(s, "cudaMemsetAsync", [p, value, bytes] {
+    if (!wiola_emu::in_device_memory(p, bytes))
+      raise(cudaErrorInvalidValue,
+            "cudaMemsetAsync (in a graph): " + std::to_string(bytes) + " bytes not inside one device allocation");
+    else
+      std::memset(p, value, bytes);
+  });
   return cudaSuccess;
 }
 
@@ -723,8 +782,22 @@ struct Item {
   std::unique_ptr<Held> work;  // or, without work, a wait for `after`
   Point after;
 };
+// A graph: the work a capture recorded, in issue order (one stream: a
+// chain, as CUDA makes of a single stream's capture).
+struct EmuGraph {
+  struct Node {
+    const char* what;
+    std::function<void()> run;
+  };
+  std::vector<Node> nodes;
+};
 struct EmuStream {
   bool blocking = true;  // legacy-stream copies wait for it (not cudaStreamNonBlocking)
+  // While it captures (cudaStreamBeginCapture): the graph being recorded, its
+  // mode, and the first call that invalidated the capture ("" if none).
+  std::unique_ptr<EmuGraph> capture;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::string invalidated_by;
   std::deque<Item> items;           // issued, not yet completed
   std::atomic<uint64_t> done{0};     // read by other threads (cudaEventQuery)
   std::vector<Clock::time_point> done_at;  // item k completed at done_at[k]
@@ -733,6 +806,7 @@ struct EmuEvent {
   Point at;
   Clock::time_point recorded_at{};
   bool recorded = false;
+  bool captured = false;  // last recorded on a capturing stream
 };
 
 std::vector<EmuStream*>& streams() {
@@ -776,6 +850,11 @@ Clock::time_point reached_at(const EmuEvent& e) {
 
 void hold(cudaStream_t s, std::unique_ptr<Held> work) {
   auto* st = reinterpret_cast<EmuStream*>(s);
+  if (st && st->capture) {  // NCCL in a graph: CUDA allows it, the emulator does not record it
+    capture_violation(s, "NCCL work on a capturing stream (not emulated)");
+    work->progress(true);
+    return;
+  }
   if (!g_have_owner.load()) {  // the owner first, then the flag that publishes it
     g_owner = std::this_thread::get_id();
     g_have_owner.store(true);
@@ -788,6 +867,42 @@ void hold(cudaStream_t s, std::unique_ptr<Held> work) {
 }
 
 void stream_ready(cudaStream_t s) { advance(end_of(s), true); }
+
+bool capturing(cudaStream_t s) {
+  auto* st = reinterpret_cast<EmuStream*>(s);
+  return st && st->capture;
+}
+
+void issue(cudaStream_t s, const char* what, std::function<void()> work) {
+  auto* st = reinterpret_cast<EmuStream*>(s);
+  if (st && st->capture) {  // recorded; an invalidated capture records nothing more
+    if (st->invalidated_by.empty()) st->capture->nodes.push_back({what, std::move(work)});
+    return;
+  }
+  stream_ready(s);
+  work();
+}
+
+int capture_violation(cudaStream_t s, const std::string& call) {
+  auto* st = reinterpret_cast<EmuStream*>(s);
+  if (st && st->capture && st->invalidated_by.empty()) st->invalidated_by = call;
+  // Returned by the call, as CUDA does: not a pending (sticky) error.
+  const std::string msg = call + ": not allowed while the stream captures a graph; the capture is invalidated "
+                                 "(cudaStreamEndCapture fails with cudaErrorStreamCaptureInvalidated)";
+  std::fprintf(stderr, "cuda-emu: %s\n", msg.c_str());
+  t_detail = msg;
+  return cudaErrorStreamCaptureUnsupported;
+}
+
+void device_error(const std::string& msg) { raise(cudaErrorLaunchFailure, msg); }
+
+std::vector<cudaStream_t> capturing_streams(bool strict_only) {
+  std::vector<cudaStream_t> v;
+  for (auto* s : streams())
+    if (s->capture && (!strict_only || s->mode != cudaStreamCaptureModeRelaxed))
+      v.push_back(reinterpret_cast<cudaStream_t>(s));
+  return v;
+}
 
 void streams_ready(bool blocking_only) {
   for (auto* s : streams())
@@ -816,6 +931,7 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
 }
 // Its work completes first (CUDA lets it finish after the call returns).
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (wiola_emu::capturing(s)) return cudaError_t(wiola_emu::capture_violation(s, "cudaStreamDestroy"));
   wiola_emu::stream_ready(s);
   auto& v = wiola_emu::streams();
   v.erase(std::remove(v.begin(), v.end(), reinterpret_cast<wiola_emu::EmuStream*>(s)), v.end());
@@ -823,6 +939,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  // The host would wait for work that a capture only records.
+  if (wiola_emu::capturing(s)) return cudaError_t(wiola_emu::capture_violation(s, "cudaStreamSynchronize"));
   wiola_emu::stream_ready(s);
   return wiola_emu::take_pending();
 }
@@ -834,26 +952,43 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete reinterpret_cast<wiola_emu::EmuEvent*>(e);
   return cudaSuccess;
 }
+namespace {
+// What CUDA returns for an event last recorded on a capturing stream: it
+// marks a point in a graph, not in any stream's work.
+cudaError_t captured_event(const char* call) {
+  return raise(cudaErrorCapturedEvent,
+               std::string(call) + ": the event was last recorded on a capturing stream (cudaErrorCapturedEvent)");
+}
+}  // namespace
+
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   auto* ev = reinterpret_cast<wiola_emu::EmuEvent*>(e);
+  ev->captured = wiola_emu::capturing(s);
+  if (ev->captured) {  // a point of the capture (another stream may join it: not emulated)
+    ev->recorded = false;
+    return cudaSuccess;
+  }
   ev->at = wiola_emu::end_of(s);
   ev->recorded_at = wiola_emu::Clock::now();
   ev->recorded = true;
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (reinterpret_cast<wiola_emu::EmuEvent*>(e)->captured) return captured_event("cudaEventSynchronize");
   wiola_emu::advance(reinterpret_cast<wiola_emu::EmuEvent*>(e)->at, true);
   return wiola_emu::take_pending();
 }
 // The issuing thread completes what it can without blocking; any other
 // thread only looks.
 cudaError_t cudaEventQuery(cudaEvent_t e) {
+  if (reinterpret_cast<wiola_emu::EmuEvent*>(e)->captured) return captured_event("cudaEventQuery");
   const auto& at = reinterpret_cast<wiola_emu::EmuEvent*>(e)->at;
   const bool done = wiola_emu::is_owner() ? wiola_emu::advance(at, false) : wiola_emu::reached(at);
   return done ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t from, cudaEvent_t to) {
   auto *a = reinterpret_cast<wiola_emu::EmuEvent*>(from), *b = reinterpret_cast<wiola_emu::EmuEvent*>(to);
+  if (a->captured || b->captured) return captured_event("cudaEventElapsedTime");
   if (!a->recorded || !b->recorded) return raise(cudaErrorInvalidValue, "cudaEventElapsedTime: event not recorded");
   if (!wiola_emu::reached(a->at) || !wiola_emu::reached(b->at)) return cudaErrorNotReady;
   *ms = std::chrono::duration<float, std::milli>(wiola_emu::reached_at(*b) - wiola_emu::reached_at(*a)).count();
@@ -861,7 +996,22 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t from, cudaEvent_t to) {
 }
 // Work issued to s later runs after e is reached: a wait in s's queue.
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
-  const auto& at = reinterpret_cast<wiola_emu::EmuEvent*>(e)->at;
+  auto* ev = reinterpret_cast<wiola_emu::EmuEvent*>(e);
+  // A capture that forks into another stream, or waits on work outside it
+  // (CUDA: cudaErrorStreamCaptureIsolation): one stream's capture only.
+  if (ev->captured) {
+    const auto cap = wiola_emu::capturing_streams(false);
+    if (cap.empty()) return captured_event("cudaStreamWaitEvent");
+    for (cudaStream_t c : cap)
+      wiola_emu::capture_violation(c, "cudaStreamWaitEvent on an event of a capture (another stream joining it is "
+                                      "not emulated)");
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  if (wiola_emu::capturing(s)) {
+    wiola_emu::capture_violation(s, "cudaStreamWaitEvent on work outside the capture");
+    return cudaErrorStreamCaptureIsolation;
+  }
+  const auto& at = ev->at;
   auto* st = reinterpret_cast<wiola_emu::EmuStream*>(s);
   if (wiola_emu::reached(at)) return cudaSuccess;
   if (!st) {
@@ -869,5 +1019,83 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
     return cudaSuccess;
   }
   st->items.push_back(wiola_emu::Item{nullptr, at});
+  return cudaSuccess;
+}
+
+// ---- CUDA Graphs ---------------------------------------------------------------------------
+// A capture records what is issued to its stream (kernels, device copies and
+// sets, GEMMs, graph launches) instead of running it; an instantiated graph
+// runs the recording in order at each launch, after the launching stream's
+// earlier work (or is recorded in turn, while that stream captures). Calls a
+// capture does not allow invalidate it (capture_violation).
+namespace wiola_emu {
+namespace {
+struct EmuGraphExec {
+  std::shared_ptr<const EmuGraph> graph;
+};
+}  // namespace
+}  // namespace wiola_emu
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+  auto* st = reinterpret_cast<wiola_emu::EmuStream*>(s);
+  if (!st) return raise(cudaErrorStreamCaptureUnsupported, "cudaStreamBeginCapture: the legacy stream cannot capture");
+  if (st->capture) return raise(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream already captures");
+  wiola_emu::stream_ready(s);  // what was issued before runs before the graph, as it would
+  st->capture = std::make_unique<wiola_emu::EmuGraph>();
+  st->mode = mode;
+  st->invalidated_by.clear();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  auto* st = reinterpret_cast<wiola_emu::EmuStream*>(s);
+  *graph = nullptr;
+  if (!st || !st->capture) return raise(cudaErrorIllegalState, "cudaStreamEndCapture: the stream does not capture");
+  std::unique_ptr<wiola_emu::EmuGraph> g = std::move(st->capture);
+  if (!st->invalidated_by.empty()) {
+    const std::string why = std::move(st->invalidated_by);
+    st->invalidated_by.clear();
+    const std::string msg = "cudaStreamEndCapture: the capture was invalidated by " + why;
+    std::fprintf(stderr, "cuda-emu: %s\n", msg.c_str());
+    wiola_emu::t_detail = msg;
+    return cudaErrorStreamCaptureInvalidated;
+  }
+  *graph = reinterpret_cast<cudaGraph_t>(g.release());
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+  auto* st = reinterpret_cast<wiola_emu::EmuStream*>(s);
+  *status = !st || !st->capture             ? cudaStreamCaptureStatusNone
+            : st->invalidated_by.empty() ? cudaStreamCaptureStatusActive
+                                         : cudaStreamCaptureStatusInvalidated;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
+  if (!graph) return raise(cudaErrorInvalidValue, "cudaGraphGetNodes: no graph");
+  if (nodes) return raise(cudaErrorInvalidValue, "cudaGraphGetNodes: only the count is emulated");
+  *count = reinterpret_cast<const wiola_emu::EmuGraph*>(graph)->nodes.size();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  *exec = nullptr;
+  if (!graph) return raise(cudaErrorInvalidValue, "cudaGraphInstantiate: no graph");
+  // A copy: the graph may be destroyed (or changed) while its executable lives.
+  auto copy = std::make_shared<wiola_emu::EmuGraph>(*reinterpret_cast<const wiola_emu::EmuGraph*>(graph));
+  *exec = reinterpret_cast<cudaGraphExec_t>(new wiola_emu::EmuGraphExec{std::move(copy)});
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  if (!exec) return raise(cudaErrorInvalidValue, "cudaGraphLaunch: no executable graph");
+  std::shared_ptr<const wiola_emu::EmuGraph> g = reinterpret_cast<wiola_emu::EmuGraphExec*>(exec)->graph;
+  wiola_emu::issue(s, "cudaGraphLaunch", [g] {
+    for (const auto& n : g->nodes) n.run();
+  });
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete reinterpret_cast<wiola_emu::EmuGraphExec*>(exec);  // a launch in flight keeps its graph
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete reinterpret_cast<wiola_emu::EmuGraph*>(graph);
   return cudaSuccess;
 }

@@ -137,9 +137,28 @@ void hold(cudaStream_t s, std::unique_ptr<Held> work);
 // Completes everything issued to s so far, and what that waits for.
 void stream_ready(cudaStream_t s);
 
-// The launch `name<<<grid, block, smem, stream>>>(args...)`.
+// The launch `name<<<grid, block, smem, stream>>>(args...)`; body owns the
+// launch's arguments (a captured launch runs again at every graph launch).
 void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-            const std::function<void()>& body);
+            std::function<void()> body);
+
+// ---- CUDA Graphs (cudaStreamBeginCapture ... cudaGraphLaunch) ----
+// Device work issued to stream s (`what` names it: a kernel, a copy, a
+// GEMM): runs now, after the stream's held work, or, while s captures a
+// graph, is recorded into the graph instead and runs, in issue order, at
+// every cudaGraphLaunch of it.
+void issue(cudaStream_t s, const char* what, std::function<void()> work);
+// True while s captures (cudaStreamBeginCapture until cudaStreamEndCapture).
+bool capturing(cudaStream_t s);
+// A call that a capture of s does not allow (a synchronisation, a copy to or
+// from host memory, held NCCL work): reports it, invalidates the capture
+// (cudaStreamEndCapture then fails with cudaErrorStreamCaptureInvalidated)
+// and returns the error the call returns, cudaErrorStreamCaptureUnsupported.
+int capture_violation(cudaStream_t s, const std::string& call);
+// An error found while running issued work (a GEMM whose operand is no
+// longer allocated when its graph runs): reported by the next
+// cudaGetLastError or synchronisation, as a kernel's fault is.
+void device_error(const std::string& msg);
 
 // Launch(name, grid, block, smem, stream).run(kernel)(args...) is the
 // rewritten `kernel<<<grid, block, smem, stream>>>(args...)`.
@@ -154,7 +173,7 @@ class Launch {
       // Arguments converted to the parameter types once, as a launch copies them.
       auto params = std::tuple<std::decay_t<P>...>(std::forward<decltype(args)>(args)...);
       launch(l.name_, reinterpret_cast<const void*>(kernel), l.grid_, l.block_, l.smem_, l.stream_,
-             [&] { std::apply(kernel, params); });
+             [kernel, params = std::move(params)] { std::apply(kernel, params); });
     };
   }
 

@@ -1,7 +1,9 @@
 // The CUDA runtime API as far as the CUDA backend uses it, for the emulator
 // (tools/cuda_emu/emu.h). "Device" memory is host memory that the emulator
-// tracks; kernels, copies and GEMMs run when they are issued, and streams
-// order only the work they hold (the emulated NCCL's operations, emu.h Held).
+// tracks; kernels, copies and GEMMs run when they are issued (or, on a
+// stream that captures a graph, are recorded, and run at each launch of
+// it), and streams order only the work they hold (the emulated NCCL's
+// operations, emu.h Held).
 #pragma once
 
 #include <cstddef>
@@ -17,6 +19,11 @@ enum cudaError_t {
   cudaErrorInvalidDevice = 101,
   cudaErrorNotReady = 600,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorCapturedEvent = 907,
+  cudaErrorIllegalState = 401,
 };
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -73,6 +80,31 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t from, cudaEvent_t to);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
+
+// CUDA Graphs: stream capture of one stream (emu.cpp says what a capture
+// records and which calls invalidate it).
+typedef struct CUgraph_st* cudaGraph_t;
+typedef struct CUgraphExec_st* cudaGraphExec_t;
+typedef struct CUgraphNode_st* cudaGraphNode_t;
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status);
+// Only the count (nodes == nullptr).
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 
 namespace wiola_emu {
 cudaError_t set_max_dynamic_smem(const void* fn, int bytes);
