@@ -60,9 +60,11 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/backend_flags.h"
+#include "bench/cudnn_sdpa.h"
 #include "kernels/atm_plan.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -93,8 +95,10 @@ struct Options {
   bool small = false;
   std::string preset = "wiola-360m";  // --preset: the model whose step shapes are timed
   double peak_gbps = 3350, peak_tflops = 989;
-  wiola::BackendOptions backend;  // --attention, --attention-bwd, --gemm, --attention-tile
+  wiola::BackendOptions backend;  // --attention, --attention-bwd, --gemm, --attention-tile, --attention-bwd-tile
   std::string write_tuning;       // --write-tuning FILE
+  bool no_cudnn = false;          // --no-cudnn: a full run without the cuDNN rows
+  bool append = false;            // --append: add to --json's rows instead of replacing them
 };
 
 // The benchmarked configuration: a model preset's step (wiola-360m's by
@@ -124,11 +128,26 @@ Shapes make_shapes(bool small, const std::string& preset) {
   return s;
 }
 
+// The JSON lines, written and kept: the cuDNN rows compare with the rows
+// before them (with --append, also those already in the file).
 class Report {
  public:
-  explicit Report(const std::string& path) {
+  Report(const std::string& path, bool append) {
     if (path.empty()) return;
-    f_ = std::fopen(path.c_str(), "w");
+    if (append) {
+      if (std::FILE* in = std::fopen(path.c_str(), "r")) {
+        std::string text;
+        char buf[4096];
+        for (size_t n; (n = std::fread(buf, 1, sizeof buf, in)) > 0;) text.append(buf, n);
+        std::fclose(in);
+        for (size_t a = 0, b; a < text.size(); a = b + 1) {
+          b = std::min(text.find('\n', a), text.size());
+          const json j = json::parse(text.substr(a, b - a), nullptr, false);  // a cut-off line: skipped
+          if (j.is_object()) rows_.push_back(j);
+        }
+      }
+    }
+    f_ = std::fopen(path.c_str(), append ? "a" : "w");
     WIOLA_CHECK(f_, "wiola_kernel_bench: cannot write ", path);
   }
   ~Report() {
@@ -613,6 +632,216 @@ void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& re
                   big->s.Tq, big->s.H, big->s.Hkv, big->s.dh, line.c_str());
     }
   }
+}
+
+// ---- cuDNN's SDPA: the reference for the attention rows --------------------------------
+
+// Our fastest timed row of one direction on the plain causal layer at this
+// shape among the rows so far (this run's, and with --append the file's).
+[[maybe_unused]] const json* best_ours(const Report& rep, const std::string& dir, const AttnShape& s) {
+  const json* best = nullptr;
+  for (const json& r : rep.rows()) {
+    if (r.value("section", "") != "attention" || r.value("layer", "") != "causal" || r.value("dir", "") != dir ||
+        r.value("variant", "") == "cudnn" || !r.value("ok", false) || !r.contains("tflops"))
+      continue;
+    if (r.value("B", 0) != s.B || r.value("T", 0) != s.Tq || r.value("H", 0) != s.H || r.value("Hkv", 0) != s.Hkv ||
+        r.value("dh", 0) != s.dh)
+      continue;
+    if (!best || r["tflops"].get<double>() > (*best)["tflops"].get<double>()) best = &r;
+  }
+  return best;
+}
+
+// cuDNN groups query heads as h / (H / Hkv), wiola as h % Hkv: cuDNN's head
+// j = g * (H / Hkv) + r is wiola's head r * Hkv + g (the same KV group g).
+[[maybe_unused]] int wiola_head(int j, int H, int Hkv) { return (j % (H / Hkv)) * Hkv + j / (H / Hkv); }
+
+// x[B, T, H, dh] (or, with dh = 1 and the heads outer, lse[B, H, T]) from
+// one head order to the other: out[.., j, ..] = x[.., wiola_head(j), ..], or
+// the inverse.
+[[maybe_unused]] Vec permute_heads(const Vec& x, const AttnShape& s, bool lse_layout, bool to_cudnn) {
+  Vec out(x.size());
+  const size_t inner = lse_layout ? size_t(s.Tq) : size_t(s.dh);
+  const size_t outer = lse_layout ? size_t(s.B) : size_t(s.B) * s.Tq;
+  for (size_t a = 0; a < outer; ++a)
+    for (int j = 0; j < s.H; ++j) {
+      const size_t cj = (a * s.H + size_t(j)) * inner, wj = (a * s.H + size_t(wiola_head(j, s.H, s.Hkv))) * inner;
+      std::copy_n(&x[to_cudnn ? wj : cj], inner, &out[to_cudnn ? cj : wj]);
+    }
+  return out;
+}
+
+// Why cuDNN cannot run here, or "" when it may: the emulator (whose device
+// memory is host memory and which has no GPU to run cuDNN's kernels on), a
+// build without the frontend, or no libcudnn.so.9. On the emulator, with
+// libcudnn.so.9 loaded, what needs no GPU is checked on the way: the
+// frontend's validation of the forward and backward graphs, at the check's
+// and the timed shape, for an H100 (sm_90).
+std::string cudnn_unavailable(const Shapes& sh) {
+#if defined(WIOLA_HAVE_CUDNN_SDPA)
+  std::string lib;
+  try {
+    lib = "libcudnn.so.9 loads (cuDNN " + wiola::bench::cudnn_version() + ")";
+  } catch (const wiola::bench::CudnnUnavailable& e) {
+    lib = e.what();
+  }
+#if defined(WIOLA_CUDA_EMU)
+  if (lib.rfind("libcudnn.so.9 loads", 0) == 0) {
+    try {
+      for (const auto& [B, T] : {std::pair{sh.check_B, sh.check_T}, std::pair{sh.B, sh.T}})
+        wiola::bench::cudnn_sdpa_validate({B, T, sh.cfg.H, sh.cfg.Hkv, sh.dh()}, 90);
+      lib += "; its graphs at the check and timed shapes validate for sm_90";
+    } catch (const std::exception& e) {
+      lib += std::string("; validating its graphs for sm_90 failed: ") + e.what();
+    }
+  }
+  return "the CUDA emulator cannot run cuDNN's kernels (" + lib + ")";
+#else
+  (void)sh;
+  return lib.rfind("libcudnn.so.9 loads", 0) == 0 ? "" : lib;
+#endif
+#else
+  (void)sh;
+  std::printf("cuDNN reference: not built (no cudnn_frontend headers)\n");
+#if defined(WIOLA_CUDA_EMU)
+  return "the CUDA emulator cannot run cuDNN's kernels (cuDNN reference: not built: no cudnn_frontend headers)";
+#else
+  return "cuDNN reference: not built (no cudnn_frontend headers)";
+#endif
+#endif
+}
+
+void run_cudnn(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
+  AttnShape big_s;
+  big_s.B = sh.B; big_s.Tq = big_s.Tk = sh.T; big_s.H = sh.cfg.H; big_s.Hkv = sh.cfg.Hkv; big_s.dh = sh.dh();
+  const json shape{{"B", big_s.B}, {"T", big_s.Tq}, {"H", big_s.H}, {"Hkv", big_s.Hkv}, {"dh", big_s.dh}};
+  auto row = [&](const std::string& name, const char* dir) {
+    json j{{"section", "attention"}, {"name", name}, {"variant", "cudnn"}, {"layer", "causal"},
+           {"reference", "cuDNN SDPA through the cuDNN frontend (bench/cudnn_sdpa.h), not linked into the step"},
+           {"flop_rule", kAttnFlopRule}};
+    if (*dir) j["dir"] = dir;
+    j.update(shape);
+    return j;
+  };
+  auto print = [&](const char* what, const std::string& line) {
+    std::printf("attention %-15s causal B=%d T=%d H=%d Hkv=%d dh=%d: %s\n", what, big_s.B, big_s.Tq, big_s.H,
+                big_s.Hkv, big_s.dh, line.c_str());
+  };
+  // One skipped row where cuDNN cannot run at all.
+  auto skip = [&](const std::string& why) {
+    json j = row("attention cudnn causal", "");
+    j["ok"] = false;
+    j["skipped"] = true;
+    j["message"] = why;
+    rep.emit(j);
+    print("cudnn", "skipped: " + why);
+  };
+  if (const std::string why = cudnn_unavailable(sh); !why.empty()) return skip(why);
+#if defined(WIOLA_HAVE_CUDNN_SDPA) && !defined(WIOLA_CUDA_EMU)
+  using wiola::bench::CudnnSdpa;
+  using wiola::bench::SdpaTensors;
+  const std::string version = wiola::bench::cudnn_version();
+  void* stream = wiola::cuda_stream_of(g);
+  auto sdpa_shape = [](const AttnShape& s) { return wiola::bench::SdpaShape{s.B, s.Tq, s.H, s.Hkv, s.dh}; };
+  auto tensors = [](AttnProblem& p, CPtr q, CPtr dout) {
+    return SdpaTensors{q.raw(), p.k.data().raw(), p.v.data().raw(), p.o.data().raw(), p.lse.data(), dout.raw(),
+                       p.dq.data().raw(), p.dk.data().raw(), p.dv.data().raw()};
+  };
+  std::unique_ptr<CudnnSdpa> check_sdpa, sdpa;
+  try {
+    // The check's shape first, then the timed one: a graph each, built once.
+    auto small = make_attn(g, sh, sh.check_B, sh.check_T, false, 100);
+    check_sdpa = std::make_unique<CudnnSdpa>(sdpa_shape(small->s), stream);
+    auto big = make_attn(g, sh, sh.B, sh.T, false, 300);
+    sdpa = std::make_unique<CudnnSdpa>(sdpa_shape(big->s), stream);
+    const size_t ws_bytes = std::max(check_sdpa->workspace_bytes(), sdpa->workspace_bytes());
+    Buffer<float, unsigned char> ws(g, std::max<size_t>(1, ws_bytes));
+
+    // The check: the small problem with its query heads (and dout) in
+    // cuDNN's order, outputs back in wiola's, against the CPU backend.
+    const std::vector<Vec> ref = cpu_reference(g, *small);
+    DynBuffer<float> qc(g, DType::BF16, small->nq), doc(g, DType::BF16, small->nq);
+    upload_bf16(g, permute_heads(small->hq, small->s, false, true), qc);
+    upload_bf16(g, permute_heads(small->hdout, small->s, false, true), doc);
+    const SdpaTensors ct = tensors(*small, qc.data(), doc.data());
+    check_sdpa->fwd(ct, ws.data());
+    check_sdpa->bwd(ct, ws.data());
+    const AttnShape& cs = small->s;
+    const std::vector<Vec> got{permute_heads(download_bf16(g, small->o.data(), small->nq), cs, false, false),
+                               permute_heads(download_vec(g, small->lse.data(), small->nl), cs, true, false),
+                               permute_heads(download_bf16(g, small->dq.data(), small->nq), cs, false, false),
+                               download_bf16(g, small->dk.data(), small->nk),
+                               download_bf16(g, small->dv.data(), small->nk)};
+    const SdpaTensors bt = tensors(*big, big->q.data(), big->dout.data());
+    const double f_fwd = attn_fwd_flops(big->s);
+    for (const char* dir : {"fwd", "bwd"}) {
+      const bool bwd = dir[0] == 'b';
+      json j = row(std::string("attention ") + dir + " cudnn causal", dir);
+      j["cudnn"] = {{"version", version}, {"plan", bwd ? sdpa->bwd_plan() : sdpa->fwd_plan()},
+                    {"workspace_bytes", sdpa->workspace_bytes()},
+                    {"gqa", "cuDNN: query head h reads KV head h / (H/Hkv); wiola: h % Hkv (the same work; the check "
+                            "permutes the query heads)"}};
+      if (bwd) j["cudnn"]["algorithm"] = "cuDNN's default backward (not its deterministic one; wiola's is)";
+      json err = json::object(), tol = json::object();
+      bool ok = true;
+      for (size_t t = bwd ? 2 : 0; t < (bwd ? 5u : 2u); ++t) {
+        const double e = rel(ref[t], got[t]);
+        err[kAttnNames[t]] = e;
+        tol[kAttnNames[t]] = kAttnTols[t];
+        if (!(e < kAttnTols[t])) ok = false;
+      }
+      j["check"] = json{{"B", small->s.B}, {"T", small->s.Tq}, {"max_rel", err}, {"tol", tol}};
+      j["ok"] = ok;
+      std::string line;
+      if (ok) {
+        try {
+          sdpa->fwd(bt, ws.data());  // a backward reads its o and statistics
+          const Timing t = time_op(g, o, [&] { bwd ? sdpa->bwd(bt, ws.data()) : sdpa->fwd(bt, ws.data()); });
+          put_timing(j, t);
+          const double flops = bwd ? 2.5 * f_fwd : f_fwd;
+          const double tflops = flops / (t.ms * 1e-3) / 1e12;
+          j["flops"] = flops;
+          j["tflops"] = tflops;
+          char buf[256];
+          std::snprintf(buf, sizeof buf, "%8.3f ms  %7.1f TFLOP/s", t.ms, tflops);
+          line = buf;
+          if (const json* ours = best_ours(rep, dir, big->s)) {
+            const double r = (*ours)["tflops"].get<double>() / tflops;
+            j["ours_best"] = {{"name", (*ours)["name"]}, {"tflops", (*ours)["tflops"]}};
+            j["ratio_ours_best_over_cudnn"] = r;
+            std::snprintf(buf, sizeof buf, "; ours best %s %.2fx", (*ours)["variant"].get<std::string>().c_str(), r);
+            line += buf;
+          } else {
+            j["ours_best"] = nullptr;
+            line += "; no timed row of ours at this shape to compare";
+          }
+        } catch (const std::exception& e) {
+          g.synchronize();
+          j["ok"] = false;
+          j["error"] = e.what();
+          line = std::string("ERROR: ") + e.what();
+        }
+      } else {
+        line = "FAILED its check (not timed): " + err.dump();
+      }
+      rep.emit(j);
+      print((std::string(dir) + " cudnn").c_str(), line);
+    }
+  } catch (const wiola::bench::CudnnUnavailable& e) {
+    g.synchronize();
+    skip(e.what());
+  } catch (const std::exception& e) {
+    g.synchronize();
+    json j = row("attention cudnn causal", "");
+    j["ok"] = false;
+    j["error"] = e.what();
+    rep.emit(j);
+    print("cudnn", std::string("ERROR: ") + e.what());
+  }
+#else
+  (void)g;
+  (void)o;
+#endif
 }
 
 // ---- GEMMs -----------------------------------------------------------------------------
@@ -1105,7 +1334,10 @@ int main(int argc, char** argv) {
   app.add_option("--preset", o.preset,
                  "the model whose step shapes are timed (wiola-1.5b: d_h 128; wiola-700m: 96; wiola-120m)")
       ->capture_default_str();
-  app.add_option("--only", o.only, "one section")->check(CLI::IsMember({"attention", "gemm", "memory"}));
+  app.add_option("--only", o.only, "one section")->check(CLI::IsMember({"attention", "gemm", "memory", "cudnn"}));
+  app.add_flag("--no-cudnn", o.no_cudnn, "a full run without the cuDNN reference rows (section cudnn)");
+  app.add_flag("--append", o.append,
+               "append to --json (and compare the cuDNN rows with the rows already there) instead of replacing it");
   app.add_option("--peak-gbps", o.peak_gbps, "memory bandwidth for the fraction of peak (H100 SXM: 3350)")
       ->capture_default_str();
   app.add_option("--peak-tflops", o.peak_tflops, "bf16 dense peak for the GEMMs' fraction (H100/H200 SXM: 989)")
@@ -1125,7 +1357,7 @@ int main(int argc, char** argv) {
     WIOLA_CHECK(o.reps >= 1 && o.warmup >= 0 && o.misalign >= 0, "--reps >= 1, --warmup >= 0, --misalign >= 0");
     const Shapes sh = make_shapes(o.small, o.preset);
     auto g = wiola::make_cuda_ops(wiola::CudaPrecision::BF16, 0, o.backend);
-    Report rep(o.json_path);
+    Report rep(o.json_path, o.append);
     const auto& c = sh.cfg;
     json meta{{"section", "meta"}, {"device", g->device_name()}, {"config", c.name}, {"B", sh.B}, {"T", sh.T},
               {"d", c.d}, {"H", c.H}, {"Hkv", c.Hkv}, {"dh", c.dh()}, {"L", c.L}, {"dA", c.dA}, {"dB", c.dB},
@@ -1133,12 +1365,13 @@ int main(int argc, char** argv) {
               {"timing", "CUDA events around each rep; median"}, {"precision", "bf16"},
               {"peak_gbps", o.peak_gbps}, {"peak_tflops", o.peak_tflops}};
     meta["backend_options"] = wiola::backend_option_fields(o.backend);
-    rep.emit(meta);
+    if (!o.append || rep.rows().empty()) rep.emit(meta);  // appended rows share the file's meta line
     std::printf("wiola_kernel_bench on %s: %s, B=%d T=%d d=%d H=%d Hkv=%d dh=%d L=%d, %d reps after %d warm-up\n",
                 g->device_name().c_str(), c.name.c_str(), sh.B, sh.T, c.d, c.H, c.Hkv, c.dh(), c.L, o.reps, o.warmup);
     if (o.only.empty() || o.only == "attention") run_attention(*g, sh, o, rep);
     if (o.only.empty() || o.only == "gemm") run_gemm(*g, sh, o, rep);
     if (o.only.empty() || o.only == "memory") run_memory(*g, sh, o, rep);
+    if ((o.only.empty() && !o.no_cudnn) || o.only == "cudnn") run_cudnn(*g, sh, o, rep);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wiola_kernel_bench: error: %s\n", e.what());

@@ -6,6 +6,8 @@ CUDNN_ATTENTION (cuDNN's SDPA) and EFFICIENT_ATTENTION — at wiola-360m's
 attention shape (B = 4, H = 16 query heads, T = 2048, d_h = 64, causal, bf16).
 Measured references, not dependencies of the step: the kit runs this beside
 wiola's own kernels in the same call (tests/gpu/kit_bench.sh, variants).
+wiola_kernel_bench also times cuDNN's SDPA itself, without PyTorch, at its own
+shapes and with GQA (bench/cudnn_sdpa.h: its "fwd cudnn" and "bwd cudnn" rows).
 
 K and V are given all H heads (the GQA groups repeated beforehand, outside the
 timing), so that every backend takes the same call. FLOPs are counted as

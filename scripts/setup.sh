@@ -3,8 +3,9 @@
 # missing. As root: apt-get installs the missing packages, then pip installs
 # for /usr/bin/python3 Hugging Face `tokenizers` (the tokenizer comparison
 # tests and bench/tokenizer_bench.py) and `transformers` 4.46.3 (loading
-# `wiola export` folders: tests/hf, tests/infer/hf_logits.py); the tests that
-# need them skip without them.
+# `wiola export` folders: tests/hf, tests/infer/hf_logits.py), and more below
+# (pyarrow, tensorboard, the cuDNN frontend's headers); the tests and parts
+# that need them skip without them.
 # Not root: prints what is missing and the command to install it, exits 1.
 set -euo pipefail
 
@@ -77,3 +78,8 @@ pip_install pyarrow "Parquet prep input and its test" "pyarrow<18"
 # TensorBoard's own event reader checks the event files of train.tensorboard
 # (ctest monitor_tensorboard); it needs only numpy>=1.12, so Debian's stays.
 pip_install tensorboard "the TensorBoard event file test" tensorboard
+# NVIDIA's header-only cuDNN frontend (its C++ headers ship in the wheel): the
+# cuDNN SDPA reference rows of wiola_kernel_bench in CUDA builds
+# (bench/cudnn_sdpa.h, CMake option WIOLA_CUDNN_FRONTEND). Headers only, so
+# without its Python package's dependencies (CUTLASS DSL, TVM FFI).
+pip_install cudnn "the kernel bench's cuDNN reference (CUDA builds)" --no-deps "nvidia-cudnn-frontend==1.32.0"

@@ -18,6 +18,9 @@ class SharedLib {
   void bind(F& fn, const char* symbol) const {
     fn = reinterpret_cast<F>(address(symbol));
   }
+  // The dlopen handle, for code that looks its symbols up itself (the cuDNN
+  // frontend's dynamic loading, bench/cudnn_sdpa.cpp).
+  void* handle() const { return handle_; }
 
  private:
   void* address(const char* symbol) const;

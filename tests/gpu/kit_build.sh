@@ -4,6 +4,10 @@
 # and packs them, gzipped, with the shared libraries they need (OpenBLAS,
 # libgomp, HDF5, Open MPI and its plugins, ... — not glibc, cuBLAS and NCCL,
 # which the GPU machine provides) into .gpu-kit/ (git-ignored, about 25 MiB).
+# wiola_kernel_bench has cuDNN's SDPA reference rows when the cuDNN
+# frontend's headers are found here (pip nvidia-cudnn-frontend; under 1 MiB
+# more, gzipped); cuDNN itself is loaded there at run time, never carried
+# (about 490 MB: kit_env.sh finds the GPU machine's, docs/gpu.md).
 # kit_env.sh unpacks it there. Then, with the device tool, carry ".gpu-kit" and
 # run tests/gpu/kit_session.sh (or one of the kit_*.sh steps it runs).
 # docs/gpu.md records what they printed, with date and device.

@@ -33,7 +33,11 @@ if [ -e "$kit/mpi.tgz" ] && { [ ! -e "$unpacked/mpi" ] || [ "$kit/mpi.tgz" -nt "
   rm -rf "$unpacked/mpi" && tar xzf "$kit/mpi.tgz" -C "$unpacked" && touch "$unpacked/mpi"
 fi
 kit_mpirun=$unpacked/mpi/bin/mpirun
-cublas_dirs=$(find / \( -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' \) 2>/dev/null \
+# Also cuDNN for the kernel bench's reference rows (kit_kernels.sh: libcudnn.so.9
+# and its parts beside it, NVRTC for its run-time compiled engines, and the
+# CUDA runtime the cuDNN frontend opens for itself): not carried, about 490 MB.
+cublas_dirs=$(find / \( -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' \
+              -o -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' -o -name 'libcudart.so.13' \) 2>/dev/null \
               -not -path '*/proc/*' | xargs -r -n1 dirname | sort -u | tr '\n' ':')
 export LD_LIBRARY_PATH="$unpacked/lib:${cublas_dirs}${LD_LIBRARY_PATH:-}"
 # `wiola` is an MPI program run without mpirun: Open MPI's isolated
@@ -52,5 +56,5 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 mkdir -p "$unpacked/hwloc" && export HWLOC_PLUGINS_PATH="$unpacked/hwloc"
 OUT=${OUT:-/tmp/wiola-out}
 mkdir -p "$OUT"
-echo "kit: cuBLAS and NCCL from ${cublas_dirs:-NOT FOUND}"
+echo "kit: cuBLAS, NCCL and cuDNN from ${cublas_dirs:-NOT FOUND}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/kit: GPU /' || true
