@@ -385,9 +385,6 @@ class CudaOps final : public Ops<float> {
     cuda::adamw(ctx(), p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, w, zero_grad);
   }
 
-  cudaStream_t stream() const { return stream_; }
-  int device() const { return device_; }
-
   // Checks and takes the options (kernels/backend_options.h); refuses the
   // environment variables they replaced.
   void set_options(const BackendOptions& o) {
