@@ -14,7 +14,7 @@
 #include "train/loss_spikes.h"
 #include "train/pipeline.h"
 #include "train/run_report.h"
-#include "train/schedule.h"
+#include "train/lr_schedule.h"
 #include "train/validator.h"
 #include "util/error.h"
 #include "util/files.h"

@@ -21,7 +21,7 @@
 #include "train/loss_spikes.h"
 #include "train/outputs.h"
 #include "train/pipeline.h"
-#include "train/schedule.h"
+#include "train/lr_schedule.h"
 #include "train/stragglers.h"
 #include "train/validator.h"
 #include "util/error.h"

@@ -16,7 +16,7 @@
 #include "tests/model/backend_under_test.h"
 #include "model/atm.h"
 #include "model/model.h"
-#include "train/schedule.h"
+#include "train/lr_schedule.h"
 #include "util/error.h"
 
 namespace wiola {
