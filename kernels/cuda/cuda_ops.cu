@@ -393,23 +393,21 @@ class CudaOps final : public Ops<float> {
     using cuda::AttnBwdKind, cuda::AttnFwdKind;
     attn_fwd_ = o.attention == "fa2" ? AttnFwdKind::FA2 : o.attention == "rows" ? AttnFwdKind::ROWS : AttnFwdKind::TC;
     attn_bwd_ = o.attention_bwd == "v2" ? AttnBwdKind::V2 : o.attention_bwd == "fa2" ? AttnBwdKind::FA2 : AttnBwdKind::V1;
-    using cuda::AttnTile;
-    const std::string& t = o.attention_tile;
-    attn_tile_ = t == "64x128"    ? AttnTile::T64x128
-                 : t == "128x64"  ? AttnTile::T128x64
-                 : t == "128x128" ? AttnTile::T128x128
-                                  : AttnTile::T64x64;
-    const std::string& bt = o.attention_bwd_tile;
-    attn_bwd_tile_ = bt == "64x128"    ? AttnTile::T64x128
-                     : bt == "128x64"  ? AttnTile::T128x64
-                     : bt == "128x128" ? AttnTile::T128x128
-                                       : AttnTile::T64x64;
+    attn_tile_ = tile_of(o.attention_tile);
+    attn_bwd_tile_ = tile_of(o.attention_bwd_tile);
     if (tuner_) tuner_->set_mode(o.gemm);
     drop_graphs();  // recordings name the kernels the options chose
     options_ = o;
   }
 
  private:
+  // A tile option's value (checked in BackendOptions: 64x64, 64x128, 128x64
+  // or 128x128) as the kernels' tile shape.
+  static cuda::AttnTile tile_of(const std::string& t) {
+    using cuda::AttnTile;
+    return t == "64x128" ? AttnTile::T64x128 : t == "128x64" ? AttnTile::T128x64
+           : t == "128x128" ? AttnTile::T128x128 : AttnTile::T64x64;
+  }
   struct Graph {
     int calls = 0;                     // before its recording
     cudaGraphExec_t exec = nullptr;    // the recording, once made
