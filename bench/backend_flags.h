@@ -1,7 +1,7 @@
 // The CUDA backend's options (kernels/backend_options.h) as command-line
 // flags of the GPU kit's programs (wiola_gpu_bench, wiola_kernel_bench):
-// --attention, --attention-bwd, --gemm, --attention-tile, --attention-bwd-tile. The backend checks
-// the values.
+// --attention, --attention-bwd, --gemm, --attention-tile, --attention-bwd-tile,
+// --attention-heads-per-block. The backend checks the values.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -24,6 +24,10 @@ inline void add_backend_flags(CLI::App& app, BackendOptions& o) {
   app.add_option("--attention-bwd-tile", o.attention_bwd_tile,
                  "the fa2 backward's tile, key rows a dK/dV block x query rows a dQ block: 64x64, 64x128, 128x64 "
                  "or 128x128 (train.cuda_attention_bwd_tile)")
+      ->capture_default_str();
+  app.add_option("--attention-heads-per-block", o.attention_heads_per_block,
+                 "the fa2 forward's query heads a block, of one KV group sharing its K/V tiles: 1, 2 or 4 "
+                 "(train.cuda_attention_heads_per_block)")
       ->capture_default_str();
   app.add_option("--cuda-graphs", o.cuda_graphs,
                  "CUDA Graphs: off, or layers (each layer's forward and backward replayed as one graph; "

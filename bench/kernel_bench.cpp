@@ -13,7 +13,10 @@
 //   attention  attention_fwd with the backend option attention = tc, fa2,
 //              rows (fa2 at each tile shape attention_tile: 64x64, named
 //              "fwd fa2", then "fwd fa2 64x128", "fwd fa2 128x64", "fwd fa2
-//              128x128") and attention_bwd with attention_bwd = v1, v2, fa2 (fa2
+//              128x128"; then each again with heads of one KV group packed,
+//              attention_heads_per_block 2 and 4: "fwd fa2 hp2", "fwd fa2
+//              hp4", "fwd fa2 64x128 hp2", ..., "fwd fa2 128x128 hp4") and
+//              attention_bwd with attention_bwd = v1, v2, fa2 (fa2
 //              at each tile shape attention_bwd_tile, key rows a dK/dV block x
 //              query rows a dQ block: 64x64, named "bwd fa2", then "bwd fa2
 //              64x128", "bwd fa2 128x64", "bwd fa2 128x128"; and the row
@@ -95,7 +98,7 @@ struct Options {
   bool small = false;
   std::string preset = "wiola-360m";  // --preset: the model whose step shapes are timed
   double peak_gbps = 3350, peak_tflops = 989;
-  wiola::BackendOptions backend;  // --attention, --attention-bwd, --gemm, --attention-tile, --attention-bwd-tile
+  wiola::BackendOptions backend;  // --attention, --attention-bwd, --gemm, --attention-tile, ... (backend_flags.h)
   std::string write_tuning;       // --write-tuning FILE
   bool no_cudnn = false;          // --no-cudnn: a full run without the cuDNN rows
   bool append = false;            // --append: add to --json's rows instead of replacing them
@@ -498,12 +501,14 @@ struct AttnVariant {
   std::string attention, attention_bwd;  // its backend options
   std::string attention_tile;            // the fa2 forward's tile; empty: the bench's own
   std::string attention_bwd_tile;        // the fa2 backward's tile; empty: the bench's own
+  std::string heads_per_block;           // the fa2 forward's heads a block; empty: the bench's own
   // The options of its forward (a backward variant reads the o and lse of
   // the default tensor-core forward).
   wiola::BackendOptions fwd(const wiola::BackendOptions& base) const {
     wiola::BackendOptions o = base;
     o.attention = bwd ? "tc" : attention;
     if (!attention_tile.empty()) o.attention_tile = attention_tile;
+    if (!heads_per_block.empty()) o.attention_heads_per_block = heads_per_block;
     return o;
   }
   wiola::BackendOptions all(const wiola::BackendOptions& base) const {
@@ -555,20 +560,32 @@ bool is_refusal(const std::string& msg) {
 }
 
 void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
+  // The fa2 forward at each tile shape with one head a block, then with
+  // heads of one KV group packed (attention_heads_per_block 2, 4: the tile's
+  // query rows split among them; refused, so skipped, where the count does
+  // not divide H / Hkv).
   const std::vector<AttnVariant> variants = {
-      {"fwd tc", false, "tc", "v1", "", ""},
-      {"fwd fa2", false, "fa2", "v1", "64x64", ""},
-      {"fwd fa2 64x128", false, "fa2", "v1", "64x128", ""},
-      {"fwd fa2 128x64", false, "fa2", "v1", "128x64", ""},
-      {"fwd fa2 128x128", false, "fa2", "v1", "128x128", ""},
-      {"fwd rows", false, "rows", "v1", "", ""},
-      {"bwd v1", true, "tc", "v1", "", ""},
-      {"bwd v2", true, "tc", "v2", "", ""},
-      {"bwd fa2", true, "tc", "fa2", "", "64x64"},
-      {"bwd fa2 64x128", true, "tc", "fa2", "", "64x128"},
-      {"bwd fa2 128x64", true, "tc", "fa2", "", "128x64"},
-      {"bwd fa2 128x128", true, "tc", "fa2", "", "128x128"},
-      {"bwd rows", true, "rows", "v1", "", ""},
+      {"fwd tc", false, "tc", "v1", "", "", ""},
+      {"fwd fa2", false, "fa2", "v1", "64x64", "", "1"},
+      {"fwd fa2 64x128", false, "fa2", "v1", "64x128", "", "1"},
+      {"fwd fa2 128x64", false, "fa2", "v1", "128x64", "", "1"},
+      {"fwd fa2 128x128", false, "fa2", "v1", "128x128", "", "1"},
+      {"fwd fa2 hp2", false, "fa2", "v1", "64x64", "", "2"},
+      {"fwd fa2 hp4", false, "fa2", "v1", "64x64", "", "4"},
+      {"fwd fa2 64x128 hp2", false, "fa2", "v1", "64x128", "", "2"},
+      {"fwd fa2 64x128 hp4", false, "fa2", "v1", "64x128", "", "4"},
+      {"fwd fa2 128x64 hp2", false, "fa2", "v1", "128x64", "", "2"},
+      {"fwd fa2 128x64 hp4", false, "fa2", "v1", "128x64", "", "4"},
+      {"fwd fa2 128x128 hp2", false, "fa2", "v1", "128x128", "", "2"},
+      {"fwd fa2 128x128 hp4", false, "fa2", "v1", "128x128", "", "4"},
+      {"fwd rows", false, "rows", "v1", "", "", ""},
+      {"bwd v1", true, "tc", "v1", "", "", ""},
+      {"bwd v2", true, "tc", "v2", "", "", ""},
+      {"bwd fa2", true, "tc", "fa2", "", "64x64", ""},
+      {"bwd fa2 64x128", true, "tc", "fa2", "", "64x128", ""},
+      {"bwd fa2 128x64", true, "tc", "fa2", "", "128x64", ""},
+      {"bwd fa2 128x128", true, "tc", "fa2", "", "128x128", ""},
+      {"bwd rows", true, "rows", "v1", "", "", ""},
   };
   const wiola::BackendOptions& base = o.backend;
   for (bool atm : {false, true}) {
@@ -584,7 +601,8 @@ void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& re
               {{"attention", var.attention},
                {"attention_bwd", var.attention_bwd},
                {"attention_tile", var.all(base).attention_tile},
-               {"attention_bwd_tile", var.all(base).attention_bwd_tile}}},
+               {"attention_bwd_tile", var.all(base).attention_bwd_tile},
+               {"attention_heads_per_block", var.all(base).attention_heads_per_block}}},
              {"B", big->s.B}, {"T", big->s.Tq}, {"H", big->s.H}, {"Hkv", big->s.Hkv}, {"dh", big->s.dh},
              {"flop_rule", kAttnFlopRule}};
       if (atm)
@@ -628,7 +646,7 @@ void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& re
         }
       }
       rep.emit(j);
-      std::printf("attention %-15s %-6s B=%d T=%d H=%d Hkv=%d dh=%d: %s\n", var.name.c_str(), layer, big->s.B,
+      std::printf("attention %-19s %-6s B=%d T=%d H=%d Hkv=%d dh=%d: %s\n", var.name.c_str(), layer, big->s.B,
                   big->s.Tq, big->s.H, big->s.Hkv, big->s.dh, line.c_str());
     }
   }

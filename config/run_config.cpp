@@ -140,6 +140,11 @@ const std::vector<SectionDef>& schema() {
                   "the tile shape of the `\"fa2\"` backward, key rows a dK/dV block × query rows a dQ block: "
                   "`\"64x64\"`, `\"64x128\"`, `\"128x64\"` or `\"128x128\"` (the same bits at every shape). "
                   "[gpu.md](gpu.md#the-fa2-backwards-tile-shapes)"),
+        WIOLA_KEY("cuda_attention_heads_per_block", train.backend_options.attention_heads_per_block,
+                  "the `\"fa2\"` forward's query heads a block: `\"1\"` (one head), `\"2\"` or `\"4\"` (heads of "
+                  "one KV group sharing each K/V tile, the tile's query rows split among them); must divide "
+                  "`model.n_heads / model.n_kv_heads` (refused otherwise; the same under TP, whose ranks keep "
+                  "whole KV groups). Not yet measured on a GPU. [gpu.md](gpu.md#head-packing-in-the-fa2-forward)"),
         WIOLA_KEY("cuda_graphs", train.backend_options.cuda_graphs,
                   "CUDA Graphs: `\"off\"` (every op launched from the host) or `\"layers\"` (each layer's forward "
                   "and backward recorded once per distinct buffers, then replayed as one graph launch; not with TP "
@@ -648,6 +653,7 @@ void check_run_config(const RunConfig& rc) {
                 "\" is not a backend of this build (known: ", list, ")");
   }
   check_backend_options(t.backend_options);
+  check_attention_heads_per_block(t.backend_options, rc.model.H, rc.model.Hkv);
   at_least(t.log_every, 1, "train.log_every");
   at_least(t.eval_every, 0, "train.eval_every");
   at_least(t.eval_batches, 1, "train.eval_batches");

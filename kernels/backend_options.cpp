@@ -29,6 +29,8 @@ const std::vector<Switch>& switches() {
        {"64x64", "64x128", "128x64", "128x128"}, &BackendOptions::attention_tile},
       {"attention_bwd_tile", "train.cuda_attention_bwd_tile", "--attention-bwd-tile", nullptr,
        {"64x64", "64x128", "128x64", "128x128"}, &BackendOptions::attention_bwd_tile},
+      {"attention_heads_per_block", "train.cuda_attention_heads_per_block", "--attention-heads-per-block", nullptr,
+       {"1", "2", "4"}, &BackendOptions::attention_heads_per_block},
       {"cuda_graphs", "train.cuda_graphs", "--cuda-graphs", nullptr, {"off", "layers"}, &BackendOptions::cuda_graphs},
   };
   return s;
@@ -49,6 +51,13 @@ void check_backend_options(const BackendOptions& o) {
     for (const auto& x : s.values) known = known || x == v;
     WIOLA_CHECK(known, s.key, " (", s.flag, ") must be ", join(s.values), " (got \"", v, "\")");
   }
+}
+
+void check_attention_heads_per_block(const BackendOptions& o, int H, int Hkv) {
+  const int hp = o.attention_heads_per_block == "2" ? 2 : o.attention_heads_per_block == "4" ? 4 : 1;
+  WIOLA_CHECK(hp == 1 || (Hkv > 0 && H % Hkv == 0 && H / Hkv % hp == 0),
+              "train.cuda_attention_heads_per_block (--attention-heads-per-block) must be 1 or divide the query "
+              "heads of a KV group, model.n_heads / model.n_kv_heads = ", H, " / ", Hkv, " (got ", hp, ")");
 }
 
 void refuse_backend_env() {

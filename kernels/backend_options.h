@@ -1,8 +1,9 @@
 // Start-up switches of a backend, chosen once and recorded: the config keys
 // train.cuda_attention, train.cuda_attention_bwd, train.cuda_gemm,
-// train.cuda_attention_tile and train.cuda_attention_bwd_tile (docs/config.md),
-// the flags --attention, --attention-bwd, --gemm, --attention-tile and
-// --attention-bwd-tile of wiola_gpu_bench and wiola_kernel_bench. The run
+// train.cuda_attention_tile, train.cuda_attention_bwd_tile and
+// train.cuda_attention_heads_per_block (docs/config.md), the flags
+// --attention, --attention-bwd, --gemm, --attention-tile, --attention-bwd-tile
+// and --attention-heads-per-block of wiola_gpu_bench and wiola_kernel_bench. The run
 // report and the checkpoint manifest record them beside the backend's name. The attention switches
 // were the environment variables WIOLA_CUDA_ATTENTION and
 // WIOLA_CUDA_ATTENTION_BWD, read at every call; a backend refuses to start
@@ -34,6 +35,11 @@ struct BackendOptions {
   // dK/dV block x query rows a dQ block: "64x64" (four warps each), "64x128",
   // "128x64" or "128x128" (128 rows: eight warps).
   std::string attention_bwd_tile = "64x64";
+  // The fa2 forward's query heads a block: "1" (one head, the kernel as it
+  // was), "2" or "4" (heads of one KV group sharing each K/V tile, the
+  // tile's query rows split among them); must divide n_heads / n_kv_heads
+  // (check_attention_heads_per_block).
+  std::string attention_heads_per_block = "1";
   // CUDA Graphs (train.cuda_graphs; docs/gpu.md, "CUDA Graphs"): "off"
   // (every op launched from the host) or "layers" (each layer's forward and
   // backward recorded once per distinct buffers, then replayed as one graph
@@ -44,12 +50,18 @@ struct BackendOptions {
 // Throws wiola::Error naming the key (and flag) and the values it takes.
 void check_backend_options(const BackendOptions& o);
 
+// Throws wiola::Error naming the key (and flag) when attention_heads_per_block
+// does not divide the query heads of a KV group, H / Hkv (the model's; under
+// tensor parallelism a rank keeps whole KV groups, so the same on every rank).
+void check_attention_heads_per_block(const BackendOptions& o, int H, int Hkv);
+
 // Throws wiola::Error when WIOLA_CUDA_ATTENTION or WIOLA_CUDA_ATTENTION_BWD
 // is set, naming the key and flag that replaced it.
 void refuse_backend_env();
 
 // The options as recorded, field -> value: {"attention": "tc",
-// "attention_bwd": "v1", "attention_bwd_tile": "64x64", "attention_tile": "64x64",
+// "attention_bwd": "v1", "attention_bwd_tile": "64x64",
+// "attention_heads_per_block": "1", "attention_tile": "64x64",
 // "gemm": "cublas"} (a JSON
 // object as it is).
 std::map<std::string, std::string> backend_option_fields(const BackendOptions& o);

@@ -35,6 +35,18 @@
 //   m, l and O are updated, as attention_tc.cu does.
 // - O / l goes out as bf16 through the warp's own rows of the Q tile (16-byte
 //   stores), lse = m + log l in fp32.
+// Head packing (backend option attention_heads_per_block = HP, 2 or 4; 1 is
+// the kernel above, c.attn_heads): a block takes HP query heads of one KV
+// group (heads g + Hkv (HP P + p), p < HP, of group g) over the same R =
+// (tile's query rows) / HP positions each (the kernel's BM is then R), so
+// the tile's query rows are the block's rows over all of its heads: the
+// warps, registers and shared memory of the unpacked tile, and each K/V
+// tile copied to shared memory serves HP heads. Warp w takes head p = w /
+// (R / 16) and 16 rows of it; a warp's work is that of the unpacked kernel
+// (its rows meet the same key tiles or fewer, the others wholly masked for
+// it), so packing gives the bits of HP = 1 at the same key tile (tested).
+// The causal skip and ATM's key list are per position, the same for every
+// packed head. docs/gpu.md "Head packing in the fa2 forward".
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -43,6 +55,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/ptx.cuh"
+#include "util/error.h"
 
 namespace wiola::cuda {
 namespace {
@@ -90,6 +103,23 @@ __device__ __forceinline__ void fa_copy_tile(bf16_t* dst, const bf16_t* src, siz
   }
 }
 
+// Rows [r0, r0 + R) of HP heads of the bf16 matrix src (head p's columns
+// start p * head_ld after src's, rows ld apart) into the shared tile dst
+// [HP][R][D + 8] by cp.async, 16 bytes a copy, by a block of NT threads;
+// rows at or past `valid` are zero-filled. The packed forward's Q tile.
+template <int D, int R, int HP, int NT>
+__device__ __forceinline__ void fa_copy_heads(bf16_t* dst, const bf16_t* src, size_t head_ld, size_t ld, int r0,
+                                              int valid) {
+  constexpr int kChunks = D / 8, kPer = HP * R * kChunks / NT;
+  static_assert(HP * R * kChunks % NT == 0, "a tile is a whole number of copies per thread");
+#pragma unroll
+  for (int t = 0; t < kPer; ++t) {
+    const int idx = int(threadIdx.x) + t * NT, hr = idx / kChunks, p = hr / R, r = hr % R, c = (idx % kChunks) * 8;
+    const bool ok = r0 + r < valid;
+    ptx::cp_async_16_zfill(dst + hr * fa_ld(D) + c, ok ? src + p * head_ld + size_t(r0 + r) * ld + c : src, ok);
+  }
+}
+
 // The visibility ends of key rows [j0, j0 + R) into kend[R]: key j is
 // visible to position p iff kend[j - j0] <= p; rows at or past jmax get
 // INT_MAX (never visible).
@@ -116,25 +146,35 @@ __device__ __forceinline__ float bf16_hi(uint32_t r) {
 }
 __device__ __forceinline__ uint32_t ld_u32(const bf16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// BM query rows a block (a warp per 16), BN key rows a tile.
-template <int D, int BM, int BN>
-__global__ void __launch_bounds__(2 * BM, fa2_fwd_min_blocks(D, BM, BN))
+// BM query rows of each of HP heads a block (a warp per 16 rows of a head;
+// BM x HP is the tile's query rows, 64 or 128), BN key rows a tile.
+template <int D, int BM, int BN, int HP = 1>
+__global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN))
     k_attn_fwd_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
                    const bf16_t* raw_k, const bf16_t* raw_v, bf16_t* o, float* lse) {
   // KQ: 16-wide k steps of Q K^T; NO: 8-wide column tiles of O; NS: of S;
   // KP: 16-wide k steps of P V.
-  constexpr int LD = fa_ld(D), KQ = D / 16, NO = D / 8, NS = BN / 8, KP = BN / 16, NT = 2 * BM;
-  static_assert((BM == 64 || BM == 128) && (BN == 64 || BN == 128), "the tile shapes of AttnTile");
+  constexpr int LD = fa_ld(D), KQ = D / 16, NO = D / 8, NS = BN / 8, KP = BN / 16, NT = 2 * BM * HP;
+  static_assert((BM * HP == 64 || BM * HP == 128) && BM % 16 == 0 && (BN == 64 || BN == 128),
+                "the tile shapes of AttnTile");
+  static_assert(HP == 1 || HP == 2 || HP == 4, "heads a block: 1, 2 or 4");
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);          // [BM][LD]
-  bf16_t* Ks = Qs + BM * LD;                              // [2][BN][LD]
+  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);          // [HP][BM][LD]
+  bf16_t* Ks = Qs + HP * BM * LD;                         // [2][BN][LD]
   bf16_t* Vs = Ks + 2 * BN * LD;                          // [2][BN][LD]
   int* kend = reinterpret_cast<int*>(Vs + 2 * BN * LD);  // [2][BN]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tq = lane & 3;
-  const int i0 = (gridDim.x - 1 - blockIdx.x) * BM, h = blockIdx.y, b = blockIdx.z, g = h % s.Hkv;
+  // The warp's head among the block's (hw) and its 16 rows of that head (wr):
+  // warp * 16 is its first row of the Q tile either way.
+  const int hw = HP == 1 ? 0 : warp / (BM / 16), wr = HP == 1 ? warp : warp % (BM / 16);
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * BM, b = blockIdx.z;
+  // blockIdx.y = P Hkv + g: heads g + Hkv (HP P + p), p < HP, of group g;
+  // the first, g + HP P Hkv, is blockIdx.y + (HP - 1) (blockIdx.y - g).
+  const int y = int(blockIdx.y), g = y % s.Hkv, h0 = y + (HP - 1) * (y - g);
+  const int h = h0 + s.Hkv * hw;  // the warp's head
   const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D;
-  const bf16_t* qb = q + size_t(b) * s.Tq * q_ld + size_t(h) * D;
+  const bf16_t* qb = q + size_t(b) * s.Tq * q_ld + size_t(h0) * D;
   const bf16_t* kb = k + size_t(b) * s.Tk * kv_ld + size_t(g) * D;
   const bf16_t* vb = v + size_t(b) * s.Tk * kv_ld + size_t(g) * D;
   const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
@@ -142,7 +182,11 @@ __global__ void __launch_bounds__(2 * BM, fa2_fwd_min_blocks(D, BM, BN))
   const int n_tiles = (kmax + BN - 1) / BN;
 
   // Copies: Q (group 1), then K and V tile 0 (group 2).
-  fa_copy_tile<D, BM, NT>(Qs, qb, q_ld, i0, s.Tq);
+  if constexpr (HP == 1) {
+    fa_copy_tile<D, BM, NT>(Qs, qb, q_ld, i0, s.Tq);
+  } else {
+    fa_copy_heads<D, BM, HP, NT>(Qs, qb, size_t(s.Hkv) * D, q_ld, i0, s.Tq);
+  }
   ptx::cp_async_commit();
   if (n_tiles > 0) {
     fa_copy_tile<D, BN, NT>(Ks, kb, kv_ld, 0, kmax);
@@ -166,7 +210,7 @@ __global__ void __launch_bounds__(2 * BM, fa2_fwd_min_blocks(D, BM, BN))
 
   // The lane's rows r = 0, 1: the warp's rows gr and gr + 8. m in base 2
   // units (the scaled score times log2 e); l the lane's share of the sum.
-  const int row0 = i0 + warp * 16 + gr;
+  const int row0 = i0 + wr * 16 + gr;
   const int pos[2] = {s.q_pos0 + row0, s.q_pos0 + row0 + 8};
   const float scale = rsqrtf(float(D)), scale_log2 = scale * 1.4426950408889634f;
   float acc_o[NO][4];
@@ -332,7 +376,7 @@ __global__ void __launch_bounds__(2 * BM, fa2_fwd_min_blocks(D, BM, BN))
   bf16_t* ob = o + size_t(b) * s.Tq * q_ld + size_t(h) * D;
 #pragma unroll
   for (int idx = lane; idx < 16 * NO; idx += 32) {
-    const int r = idx / NO, c = (idx % NO) * 8, i = i0 + warp * 16 + r;
+    const int r = idx / NO, c = (idx % NO) * 8, i = i0 + wr * 16 + r;
     if (i < s.Tq) *reinterpret_cast<uint4*>(ob + size_t(i) * q_ld + c) = *reinterpret_cast<const uint4*>(Ow + r * LD + c);
   }
   if (tq == 0) {
@@ -346,32 +390,47 @@ __global__ void __launch_bounds__(2 * BM, fa2_fwd_min_blocks(D, BM, BN))
 }
 
 
-template <int D, int BM, int BN>
+// BM query rows of each of HP heads a block (BM x HP: the tile's query rows).
+template <int D, int BM, int BN, int HP>
 void launch_fa2_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                     Ptr o, Ptr lse) {
-  const size_t smem = fa2_fwd_smem_bytes(D, BM, BN);
+  const size_t smem = fa2_fwd_smem_bytes(D, BM * HP, BN);
   static const bool attr_set = [&] {
-    check(cudaFuncSetAttribute(k_attn_fwd_fa2<D, BM, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+    check(cudaFuncSetAttribute(k_attn_fwd_fa2<D, BM, BN, HP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(smem)),
           "attention_fwd (fa2): shared memory size");
     return true;
   }();
   (void)attr_set;
-  const dim3 grid(unsigned((s.Tq + BM - 1) / BM), unsigned(s.H), unsigned(s.B));
-  k_attn_fwd_fa2<D, BM, BN><<<grid, 2 * BM, smem, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
-                                                     dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<bf16_t>(o),
-                                                     dev<float>(lse));
+  const dim3 grid(unsigned((s.Tq + BM - 1) / BM), unsigned(s.H / HP), unsigned(s.B));
+  k_attn_fwd_fa2<D, BM, BN, HP><<<grid, 2 * BM * HP, smem, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k),
+                                                                 dev<bf16_t>(v), dev<bf16_t>(raw_k),
+                                                                 dev<bf16_t>(raw_v), dev<bf16_t>(o), dev<float>(lse));
 }
 
-// The forward at tile shape BM x BN for the head dims it takes; false for another.
-template <int BM, int BN>
+// The forward at tile shape BM x BN (BM / HP rows of HP heads a block) for the
+// head dims it takes; false for another.
+template <int BM, int BN, int HP = 1>
 bool fa2_fwd_dh(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                 Ptr o, Ptr lse) {
+  constexpr int R = BM / HP;
   switch (s.dh) {
-    case 32: launch_fa2_fwd<32, BM, BN>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
-    case 64: launch_fa2_fwd<64, BM, BN>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
-    case 96: launch_fa2_fwd<96, BM, BN>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
-    case 128: launch_fa2_fwd<128, BM, BN>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 32: launch_fa2_fwd<32, R, BN, HP>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 64: launch_fa2_fwd<64, R, BN, HP>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 96: launch_fa2_fwd<96, R, BN, HP>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 128: launch_fa2_fwd<128, R, BN, HP>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
     default: return false;
+  }
+}
+
+// The forward at tile shape BM x BN with c.attn_heads heads a block.
+template <int BM, int BN>
+bool fa2_fwd_hp(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                Ptr o, Ptr lse) {
+  switch (c.attn_heads) {
+    case 2: return fa2_fwd_dh<BM, BN, 2>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+    case 4: return fa2_fwd_dh<BM, BN, 4>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+    default: return fa2_fwd_dh<BM, BN>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
   }
 }
 
@@ -969,13 +1028,19 @@ bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, 
   if (!aligned(dev<bf16_t>(q), 16) || !aligned(dev<bf16_t>(k), 16) || !aligned(dev<bf16_t>(v), 16) ||
       !aligned(dev<bf16_t>(o), 16) || !aligned(dev<bf16_t>(raw_k), 4) || !aligned(dev<bf16_t>(raw_v), 4))
     return false;
+  // Head packing: the heads a block must divide a KV group's (the same at
+  // every TP degree: ranks keep whole groups); refused, not ignored.
+  WIOLA_CHECK(c.attn_heads == 1 || (s.Hkv > 0 && s.H % s.Hkv == 0 && s.H / s.Hkv % c.attn_heads == 0),
+              "train.cuda_attention_heads_per_block (--attention-heads-per-block) must be 1 or divide the query "
+              "heads of a KV group (H / H_kv = ", s.H, " / ", s.Hkv, "; got ", c.attn_heads, ")");
   if (s.Tq <= 0 || s.B <= 0 || s.H <= 0) return true;  // nothing to do
-  // The tile shape (c.attn_tile), then the head dim: every pair instantiated.
+  // The tile shape (c.attn_tile), the heads a block, then the head dim: every
+  // triple instantiated.
   switch (c.attn_tile) {
-    case AttnTile::T64x128: return fa2_fwd_dh<64, 128>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
-    case AttnTile::T128x64: return fa2_fwd_dh<128, 64>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
-    case AttnTile::T128x128: return fa2_fwd_dh<128, 128>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
-    default: return fa2_fwd_dh<64, 64>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+    case AttnTile::T64x128: return fa2_fwd_hp<64, 128>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+    case AttnTile::T128x64: return fa2_fwd_hp<128, 64>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+    case AttnTile::T128x128: return fa2_fwd_hp<128, 128>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+    default: return fa2_fwd_hp<64, 64>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
   }
 }
 

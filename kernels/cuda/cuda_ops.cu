@@ -395,6 +395,7 @@ class CudaOps final : public Ops<float> {
     attn_bwd_ = o.attention_bwd == "v2" ? AttnBwdKind::V2 : o.attention_bwd == "fa2" ? AttnBwdKind::FA2 : AttnBwdKind::V1;
     attn_tile_ = tile_of(o.attention_tile);
     attn_bwd_tile_ = tile_of(o.attention_bwd_tile);
+    attn_heads_ = std::stoi(o.attention_heads_per_block);  // checked: 1, 2 or 4
     if (tuner_) tuner_->set_mode(o.gemm);
     drop_graphs();  // recordings name the kernels the options chose
     options_ = o;
@@ -451,7 +452,7 @@ class CudaOps final : public Ops<float> {
     mem_.release_graph_pool();
   }
 
-  cuda::Ctx ctx() { return cuda::Ctx{stream_, mem_, attn_fwd_, attn_bwd_, attn_tile_, attn_bwd_tile_}; }
+  cuda::Ctx ctx() { return cuda::Ctx{stream_, mem_, attn_fwd_, attn_bwd_, attn_tile_, attn_bwd_tile_, attn_heads_}; }
 
   CudaPrecision prec_;
   int device_;
@@ -460,6 +461,7 @@ class CudaOps final : public Ops<float> {
   cuda::AttnBwdKind attn_bwd_ = cuda::AttnBwdKind::V1;
   cuda::AttnTile attn_tile_ = cuda::AttnTile::T64x64;
   cuda::AttnTile attn_bwd_tile_ = cuda::AttnTile::T64x64;
+  int attn_heads_ = 1;  // the fa2 forward's heads a block
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<cuda::GemmTuner> tuner_;  // the GEMMs' algorithms (options_.gemm)

@@ -32,6 +32,10 @@ struct Ctx {
   AttnBwdKind attn_bwd = AttnBwdKind::V1;
   AttnTile attn_tile = AttnTile::T64x64;
   AttnTile attn_bwd_tile = AttnTile::T64x64;
+  // The fa2 forward's query heads a block (BackendOptions
+  // attention_heads_per_block): 1, or 2 or 4 heads of one KV group sharing
+  // each K/V tile, the tile's query rows split among them.
+  int attn_heads = 1;
 };
 
 // ---- elementwise.cu: vector arithmetic, deterministic reductions, accumulate, convert ----------
@@ -121,7 +125,9 @@ void adamw(Ctx c, Ptr p, Ptr g, Ptr m, Ptr v, size_t n, double lr, double beta1,
 // buffering); TC, the default, until fa2 is measured on a GPU.
 // attention_fa2.cu: the forward of attention_fwd_tc in the FlashAttention-2
 // form (bf16, head dims 32, 64, 96, 128, 16-byte aligned q, k, v, o), at the
-// tile shape c.attn_tile; false, launching nothing, where it does not apply.
+// tile shape c.attn_tile with c.attn_heads query heads a block (throws
+// wiola::Error where that does not divide H / H_kv); false, launching
+// nothing, where it does not apply.
 bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
                        CPtr raw_v, Ptr o, Ptr lse);
 // c.attn_bwd == V2 selects the second form of the tensor-core backward

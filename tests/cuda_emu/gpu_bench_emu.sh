@@ -31,7 +31,8 @@ assert rel < 0.01, f"bf16 loss {both['bf16']['loss']} vs fp32 {both['fp32']['los
 assert rec["recompute"] and abs(rec["bf16"]["loss"] - both["bf16"]["loss"]) < 1e-6 * both["bf16"]["loss"], \
     f"recompute changed the loss: {rec['bf16']['loss']} vs {both['bf16']['loss']}"
 assert new["backend_options"] == {"attention": "fa2", "attention_bwd": "fa2", "attention_tile": "64x64",
-                                 "attention_bwd_tile": "64x64", "gemm": "auto", "cuda_graphs": "off"}, \
+                                 "attention_bwd_tile": "64x64", "attention_heads_per_block": "1", "gemm": "auto",
+                                 "cuda_graphs": "off"}, \
     new["backend_options"]
 assert abs(new["bf16"]["loss"] - both["bf16"]["loss"]) < 0.01 * both["bf16"]["loss"], \
     f"the new variant's loss {new['bf16']['loss']} vs {both['bf16']['loss']}"

@@ -2,9 +2,10 @@
 # The GPU kit's kernel benchmark on the CUDA emulator (ctest kernel_bench_emu):
 # bench/kernel_bench.cpp with --small, then its JSON lines checked: each one
 # valid JSON; every attention variant present (the fa2 forward and backward at
-# each tile shape among them), checked against the CPU and timed (ok, a positive time,
+# each tile shape among them, the forward also with 2 and 4 heads of a KV group
+# a block), checked against the CPU and timed (ok, a positive time,
 # its errors within their bounds), or skipped with the message of the refused
-# switch value; every GEMM (aligned and
+# switch value (here 4 heads a block: --small has 2 query heads a KV group); every GEMM (aligned and
 # misaligned), merged-projection comparison and memory-bound op ok with a
 # positive time; the cuDNN
 # reference one skipped row (kernel_bench_cudnn_emu.sh checks it); then --preset
@@ -29,6 +30,8 @@ by_name = {r["name"]: r for r in rows[1:]}
 assert len(by_name) == len(rows) - 1, "a result name appears twice"
 required = [f"attention {v} {layer}" for layer in ("causal", "atm")
             for v in ("fwd tc", "fwd fa2", "fwd fa2 64x128", "fwd fa2 128x64", "fwd fa2 128x128", "fwd rows",
+                      "fwd fa2 hp2", "fwd fa2 hp4", "fwd fa2 64x128 hp2", "fwd fa2 64x128 hp4",
+                      "fwd fa2 128x64 hp2", "fwd fa2 128x64 hp4", "fwd fa2 128x128 hp2", "fwd fa2 128x128 hp4",
                       "bwd v1", "bwd v2", "bwd fa2", "bwd fa2 64x128", "bwd fa2 128x64", "bwd fa2 128x128",
                       "bwd rows")]
 required += ["gemm step total", "gemm step total misaligned"]
@@ -55,9 +58,19 @@ for r in rows[1:]:
         assert r["tflops"] > 0 and all(e < r["check"]["tol"][k] for k, e in r["check"]["max_rel"].items()), r
     timed += 1
 for v in ("fwd tc", "fwd fa2 64x128", "fwd fa2 128x64", "fwd fa2 128x128", "fwd rows", "bwd v1", "bwd v2",
-          "bwd fa2 64x128", "bwd fa2 128x64", "bwd fa2 128x128", "bwd rows"):
+          "bwd fa2 64x128", "bwd fa2 128x64", "bwd fa2 128x128", "bwd rows", "fwd fa2 hp2", "fwd fa2 64x128 hp2",
+          "fwd fa2 128x64 hp2", "fwd fa2 128x128 hp2"):
     for layer in ("causal", "atm"):
         assert not by_name[f"attention {v} {layer}"].get("skipped"), f"{v} {layer} skipped"
+# Head packing: the rows record the option; 4 heads a block is refused at
+# --small's 4 query heads on 2 KV groups (the 360m shapes, 16 on 4, take it).
+for tile in ("", " 64x128", " 128x64", " 128x128"):
+    for layer in ("causal", "atm"):
+        hp2, hp4 = (by_name[f"attention fwd fa2{tile} hp{n} {layer}"] for n in (2, 4))
+        assert hp2["options"]["attention_heads_per_block"] == "2", hp2
+        assert hp4["options"]["attention_heads_per_block"] == "4", hp4
+        assert hp4.get("skipped") and "train.cuda_attention_heads_per_block" in hp4["message"], hp4
+assert by_name["attention fwd fa2 causal"]["options"]["attention_heads_per_block"] == "1"
 # cuDNN's rows (the last section) cannot run on the emulator: one skipped row.
 cudnn = [r for r in rows if r.get("variant") == "cudnn"]
 assert len(cudnn) == 1 and cudnn[0]["name"] == "attention cudnn causal" and cudnn[0]["skipped"], cudnn

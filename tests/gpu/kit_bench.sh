@@ -16,6 +16,10 @@
 #             kernels, --attention rows; gemm_lt: cuBLASLt's heuristic, --gemm
 #             cublaslt; fa2_64x128, fa2_128x64, fa2_128x128: the fa2 forward
 #             at another tile shape, --attention fa2 --attention-tile ...;
+#             fa2_hp2, fa2_hp4, fa2_128x64_hp2, fa2_128x64_hp4, ...: the fa2
+#             forward with heads of one KV group packed, at the default or
+#             the named tile, --attention fa2 [--attention-tile ...]
+#             --attention-heads-per-block 2|4;
 #             fa2_bwd_64x128, fa2_bwd_128x64, fa2_bwd_128x128: the fa2
 #             backward at another tile shape, --attention-bwd fa2
 #             --attention-bwd-tile ...; the kernels of both kit_kernels.sh
@@ -48,6 +52,10 @@ variant_flags() {  # the backend options that select a variant
     gemm_auto) echo --gemm auto ;;
     gemm_lt) echo --gemm cublaslt ;;
     fa2_64x128 | fa2_128x64 | fa2_128x128) echo --attention fa2 --attention-tile "${1#fa2_}" ;;
+    fa2_hp2 | fa2_hp4) echo --attention fa2 --attention-heads-per-block "${1#fa2_hp}" ;;
+    fa2_64x128_hp[24] | fa2_128x64_hp[24] | fa2_128x128_hp[24])
+      t=${1#fa2_}
+      echo --attention fa2 --attention-tile "${t%_hp*}" --attention-heads-per-block "${1##*_hp}" ;;
     fa2_bwd_64x128 | fa2_bwd_128x64 | fa2_bwd_128x128)
       echo --attention-bwd fa2 --attention-bwd-tile "${1#fa2_bwd_}" ;;
     graphs) echo --cuda-graphs layers ;;

@@ -2,7 +2,11 @@
 # GPU kit (kernels), on the GPU machine: the CUDA backend's kernels one at a
 # time at wiola-360m's step shapes (bench/kernel_bench.cpp): the attention
 # variants (backend options attention tc, fa2, rows; the fa2 forward at each
-# tile shape attention_tile 64x64, 64x128, 128x64, 128x128; attention_bwd v1,
+# tile shape attention_tile 64x64, 64x128, 128x64, 128x128, and at each again
+# with heads of one KV group packed, attention_heads_per_block 2 and 4 (rows
+# "fwd fa2 hp2" ... "fwd fa2 128x128 hp4"; wiola-360m has 4 query heads a KV
+# group, so both run; wiola-1.5b, kit_session.sh's second call, has 2, so its
+# hp4 rows say skipped); attention_bwd v1,
 # v2, fa2, the fa2 backward at each tile shape attention_bwd_tile 64x64,
 # 64x128, 128x64, 128x128; plain causal and ATM), each checked against the CPU before it is
 # timed, in ms and TFLOP/s; every distinct GEMM of the step, aligned and

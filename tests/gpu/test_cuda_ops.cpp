@@ -27,6 +27,10 @@
 #include "model/model.h"
 #include "tests/model/precision_checks.h"
 
+#ifdef WIOLA_CUDA_EMU
+#include "tools/cuda_emu/launch_record.h"
+#endif
+
 namespace wiola {
 namespace {
 
@@ -711,6 +715,130 @@ TEST(CudaOps, AttentionFa2Bf16) {
 #endif
 }
 
+// Head packing in the fa2 forward (backend option attention_heads_per_block
+// 2 or 4: query heads of one KV group a block, sharing each K/V tile, the
+// tile's query rows split among them) against the CPU on exactly the GPU's
+// bf16 inputs, at every head dim it takes, with GQA ratio 4 (8 query heads on
+// 2 KV groups: heads g, g + 2, g + 4, g + 6 of group g) and 2 (4 on 2), T = 67
+// (odd: partial blocks at 16, 32 and 64 rows a head), plain causal and with
+// ATM merges (self-open raw keys), at every tile shape: o and lse within
+// AttentionTensorCoresBf16's bounds and bit for bit the unpacked forward's at
+// the same key tile (a warp's rows meet the same key tiles or fewer, the
+// others wholly masked for it). Since those bits cannot tell a packed launch
+// from an unpacked one, on the emulator each packed forward's launch is read
+// back (tools/cuda_emu/launch_record.h): H / HP blocks of heads, rows / HP a
+// block of each. A packing that does not divide H / H_kv is refused, naming
+// the key. On the emulator (three runs in CI) one tile shape a case, in turn.
+TEST(CudaOps, AttentionFa2HeadPacking) {
+  REQUIRE_GPU();
+  auto gpu = make_cuda_ops(CudaPrecision::BF16);
+  auto cpu = make_backend<float>("cpu");
+  struct Heads {
+    int H, Hkv;
+  };
+  const char* const tile_names[] = {"64x64", "64x128", "128x64", "128x128"};
+  int n_case = 0, packed_runs = 0;
+  for (int dh : {32, 64, 96, 128})
+    for (const Heads hk : {Heads{8, 2}, Heads{4, 2}}) {
+      AttnShape s;
+      s.B = 1; s.Tq = s.Tk = 67; s.q_pos0 = 0; s.H = hk.H; s.Hkv = hk.Hkv; s.dh = dh;
+      const size_t nq = size_t(s.B) * s.Tq * s.H * dh, nk = size_t(s.B) * s.Tk * s.Hkv * dh;
+      const size_t nl = size_t(s.B) * s.H * s.Tq;
+      DynBuffer<float> gq(*gpu, DType::BF16, nq), gk(*gpu, DType::BF16, nk), gv(*gpu, DType::BF16, nk);
+      const Vec q = bf16_round_trip(*gpu, randn(nq, 60 + dh), gq), k = bf16_round_trip(*gpu, randn(nk, 61 + dh), gk),
+                v = bf16_round_trip(*gpu, randn(nk, 62 + dh), gv);
+      std::vector<uint8_t> open(size_t(s.B) * s.Tq, 0);
+      for (int t = 2; t + 1 < s.Tq; t += 3) open[size_t(t)] = 1;
+      const AtmLayout lay = atm_layout(open, s.B, s.Tq);
+      for (int with_atm = 0; with_atm < 2; ++with_atm, ++n_case) {
+        GpuAttnCall c(*gpu, s, lay, open, gk.data(), gv.data(), with_atm);
+        auto run_gpu = [&](const char* tile, const char* hp) {
+          set_cuda_backend_options(*gpu, {.attention = "fa2", .attention_tile = tile, .attention_heads_per_block = hp});
+          gpu->attention_fwd(s, c.keys, gq.data(), c.keys_k, c.keys_v, c.raw_k, c.raw_v, c.go.data(), c.glse.data());
+          Vec l(nl);
+          gpu->download(l.data(), c.glse.data(), c.glse.bytes());
+          return std::vector<Vec>{bf16_download(*gpu, c.go.data(), nq), l};
+        };
+        // The unpacked forward at each key tile (64, 128 keys).
+        const std::vector<Vec> unpacked[2] = {run_gpu("64x64", "1"), run_gpu("64x128", "1")};
+
+        // The CPU on the same (bf16-valued) inputs.
+        const Vec mkh = with_atm ? bf16_download(*gpu, c.mk.data(), nk) : k,
+                  mvh = with_atm ? bf16_download(*gpu, c.mv.data(), nk) : v;
+        OnBackend r(*cpu);
+        float *cq = r.in(q), *ck = r.in(mkh), *cv = r.in(mvh), *crk = r.in(k), *crv = r.in(v);
+        float *co = r.in(Vec(nq)), *clse = r.in(Vec(nl));
+        Buffer<float, int32_t> cke(*cpu, lay.key_end.size()), cng(*cpu, lay.n_groups.size());
+        Buffer<float, uint8_t> cso(*cpu, open.size());
+        cpu->upload(cke.data(), lay.key_end.data(), cke.bytes());
+        cpu->upload(cng.data(), lay.n_groups.data(), cng.bytes());
+        cpu->upload(cso.data(), open.data(), cso.bytes());
+        const AttnKeys ckeys = with_atm ? AttnKeys{cke.data(), cng.data(), cso.data()} : AttnKeys{};
+        cpu->attention_fwd(s, ckeys, cq, ck, cv, with_atm ? crk : nullptr, with_atm ? crv : nullptr, co, clse);
+        const std::vector<Vec> ref{r.out(co, nq), r.out(clse, nl)};
+
+        const char* names[] = {"o", "lse"};
+        const double tols[] = {2e-2, 1e-3};
+        const std::string name = "dh=" + std::to_string(dh) + " H=" + std::to_string(s.H) + "/" +
+                                 std::to_string(s.Hkv) + (with_atm ? " ATM" : "");
+        for (int t = 0; t < 4; ++t) {
+#ifdef WIOLA_CUDA_EMU
+          // One tile shape a case, in turn: each with HP 2 at every head dim, with HP 4 at two.
+          if (t != (n_case + dh / 32 - 1) % 4) continue;
+#endif
+          for (int hp : {2, 4}) {
+            if (s.H / s.Hkv % hp != 0) continue;
+#ifdef WIOLA_CUDA_EMU
+            wiola_emu::record_launches(true);
+#endif
+            const auto got = run_gpu(tile_names[t], hp == 2 ? "2" : "4");
+            const std::string kernel = std::string("fa2 ") + tile_names[t] + " hp" + std::to_string(hp);
+            ++packed_runs;
+#ifdef WIOLA_CUDA_EMU
+            std::vector<wiola_emu::LaunchShape> launches;  // the fa2 forward's
+            for (auto& l : wiola_emu::recorded_launches())
+              if (l.name.rfind("k_attn_fwd_fa2<", 0) == 0) launches.push_back(l);
+            wiola_emu::record_launches(false);
+            // One launch, the packed grid: rows / HP of each of HP heads a block.
+            const int rows = (t < 2 ? 64 : 128) / hp;
+            ASSERT_EQ(launches.size(), size_t(1)) << name << " " << kernel;
+            EXPECT_EQ(launches[0].grid[0], unsigned((s.Tq + rows - 1) / rows)) << name << " " << kernel;
+            EXPECT_EQ(launches[0].grid[1], unsigned(s.H / hp)) << name << " " << kernel;
+            EXPECT_EQ(launches[0].block[0], unsigned(2 * rows * hp)) << name << " " << kernel;
+#endif
+            for (size_t u = 0; u < 2; ++u) {
+              const double e = rel(ref[u], got[u]);
+              std::printf("  attention bf16 %-18s %-17s %-3s max rel %.2e (tol %.0e)\n", name.c_str(), kernel.c_str(),
+                          names[u], e, tols[u]);
+              EXPECT_LT(e, tols[u]) << name << " " << kernel << " " << names[u];
+              // The unpacked forward's bits at the same key tile.
+              const Vec& same = unpacked[t % 2][u];
+              EXPECT_EQ(0, std::memcmp(got[u].data(), same.data(), same.size() * sizeof(float)))
+                  << name << " " << kernel << " " << names[u] << ": differs from the unpacked forward";
+            }
+          }
+        }
+      }
+      // A packing that does not divide the heads of a KV group is refused.
+      if (s.H / s.Hkv == 2) {
+        GpuAttnCall c(*gpu, s, lay, open, gk.data(), gv.data(), false);
+        set_cuda_backend_options(*gpu, {.attention = "fa2", .attention_heads_per_block = "4"});
+        try {
+          gpu->attention_fwd(s, c.keys, gq.data(), c.keys_k, c.keys_v, c.raw_k, c.raw_v, c.go.data(), c.glse.data());
+          ADD_FAILURE() << "attention_heads_per_block = 4 with H / H_kv = 2 was not refused";
+        } catch (const wiola::Error& e) {
+          EXPECT_NE(std::string(e.what()).find("train.cuda_attention_heads_per_block"), std::string::npos) << e.what();
+        }
+      }
+      set_cuda_backend_options(*gpu, {});
+    }
+#ifdef WIOLA_CUDA_EMU
+  EXPECT_EQ(packed_runs, 24);  // 16 cases, one tile each: HP 2 and 4 at ratio 4, HP 2 at ratio 2
+#else
+  EXPECT_EQ(packed_runs, 96);  // 16 cases, every tile: HP 2 and 4 at ratio 4, HP 2 at ratio 2
+#endif
+}
+
 TEST(CudaOps, GemmAndConvert) {
   REQUIRE_GPU();
   const int m = 70, n = 45, k = 33;
@@ -1369,24 +1497,30 @@ TEST(CudaOps, BackendOptionsRefuseOldVariables) {
   }
   unsetenv("WIOLA_CUDA_ATTENTION");
   EXPECT_THROW(make_cuda_ops(CudaPrecision::BF16, 0, {.gemm = "fastest"}), Error);
-  try {
-    make_cuda_ops(CudaPrecision::BF16, 0, {.attention = "fa2", .attention_tile = "96x64"});
-    ADD_FAILURE() << "attention_tile = 96x64 was not refused";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("train.cuda_attention_tile (--attention-tile) must be 64x64, 64x128, "
-                                         "128x64 or 128x128 (got \"96x64\")"),
-              std::string::npos)
-        << e.what();
-  }
-  try {
-    make_cuda_ops(CudaPrecision::BF16, 0, {.attention_bwd = "fa2", .attention_bwd_tile = "64x96"});
-    ADD_FAILURE() << "attention_bwd_tile = 64x96 was not refused";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("train.cuda_attention_bwd_tile (--attention-bwd-tile) must be 64x64, "
-                                         "64x128, 128x64 or 128x128 (got \"64x96\")"),
-              std::string::npos)
-        << e.what();
-  }
+  // `make` must throw wiola::Error whose message holds `says`.
+  const auto refused = [](const char* what, const std::function<void()>& make, const std::string& says) {
+    try {
+      make();
+      ADD_FAILURE() << what << " was not refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused("attention_tile = 96x64",
+          [] { make_cuda_ops(CudaPrecision::BF16, 0, {.attention = "fa2", .attention_tile = "96x64"}); },
+          "train.cuda_attention_tile (--attention-tile) must be 64x64, 64x128, 128x64 or 128x128 (got \"96x64\")");
+  refused("attention_bwd_tile = 64x96",
+          [] { make_cuda_ops(CudaPrecision::BF16, 0, {.attention_bwd = "fa2", .attention_bwd_tile = "64x96"}); },
+          "train.cuda_attention_bwd_tile (--attention-bwd-tile) must be 64x64, 64x128, 128x64 or 128x128 (got "
+          "\"64x96\")");
+  refused("attention_heads_per_block = 3",
+          [] { make_cuda_ops(CudaPrecision::BF16, 0, {.attention = "fa2", .attention_heads_per_block = "3"}); },
+          "train.cuda_attention_heads_per_block (--attention-heads-per-block) must be 1, 2 or 4 (got \"3\")");
+  // Against the model: the heads a block must divide n_heads / n_kv_heads.
+  check_attention_heads_per_block({.attention_heads_per_block = "4"}, 16, 4);
+  refused("attention_heads_per_block = 4 with 16 / 8 heads",
+          [] { check_attention_heads_per_block({.attention_heads_per_block = "4"}, 16, 8); },
+          "must be 1 or divide the query heads of a KV group, model.n_heads / model.n_kv_heads = 16 / 8 (got 4)");
 }
 
 // One GEMM of every kind the backend issues (transposes NT, NN, TN; bf16

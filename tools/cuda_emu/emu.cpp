@@ -8,6 +8,7 @@
 // cudaGetLastError or synchronisation, with a message naming the kernel,
 // block and threads.
 #include "tools/cuda_emu/emu.h"
+#include "tools/cuda_emu/launch_record.h"
 
 #include <cuda_runtime.h>
 #include <sys/mman.h>
@@ -27,6 +28,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -369,10 +371,32 @@ std::map<const void*, size_t>& max_smem() {
   return m;
 }
 
+// launch_record.h: the launches issued while on.
+struct LaunchRecord {
+  std::mutex mu;
+  bool on = false;
+  std::vector<LaunchShape> shapes;
+};
+LaunchRecord& launch_record() {
+  static LaunchRecord r;
+  return r;
+}
+
 
 }  // namespace
 
 void set_reverse_order(bool reverse) { g_reverse = reverse; }
+
+void record_launches(bool on) {
+  std::lock_guard<std::mutex> lock(launch_record().mu);
+  launch_record().on = on;
+  if (on) launch_record().shapes.clear();
+}
+
+std::vector<LaunchShape> recorded_launches() {
+  std::lock_guard<std::mutex> lock(launch_record().mu);
+  return launch_record().shapes;
+}
 
 const ThreadCoords& coords() { return current().c; }
 int lane_id() { return current().lane; }
@@ -490,6 +514,11 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
                                      " bytes of dynamic shared memory; its limit is " + std::to_string(limit) +
                                      (it == max_smem().end() ? " (no cudaFuncSetAttribute opt-in)" : ""));
     return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(launch_record().mu);
+    if (launch_record().on)
+      launch_record().shapes.push_back({name, {grid.x, grid.y, grid.z}, {block.x, block.y, block.z}});
   }
   // Checked as it is issued (a captured launch too); runs now or, while the
   // stream captures, at every launch of the graph.
