@@ -9,7 +9,8 @@
 // (two chunks per rank in a V, where m ≥ p and 2p ≤ L). The chunked
 // schedules' chunks are cut by the FLOP balancer ("compute") and by the
 // chunk balancer ("chunks": perf::balance_chunks, the simulated step
-// minimised); wiola train cannot run them yet (marked in the row). No MPI,
+// minimised); on GPUs wiola train sends their pipeline messages through
+// host memory, which these figures do not time (marked in the row). No MPI,
 // no GPU: the planner's predictions.
 //
 //   build/bench/wiola_pipeline_bubbles
@@ -57,7 +58,7 @@ void print_row(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, Layout
   const std::string sched = schedule == "interleaved" ? schedule + " v" + std::to_string(v) : schedule;
   std::string note = p.fits ? "" : "does not fit: " + p.why_not;
   if (schedule == "interleaved" || schedule == "zb-v")
-    note += (note.empty() ? "" : "; ") + std::string("not yet runnable by wiola train");
+    note += (note.empty() ? "" : "; ") + std::string("not picked on GPUs: pipeline messages through host memory");
   if (!lay.cuts.empty()) {
     note += note.empty() ? "chunks" : "; chunks";
     for (size_t k = 1; k < lay.cuts.size(); ++k) {

@@ -36,7 +36,7 @@ namespace {
 // --print-config-schema`, scripts/config_docs.py; ctest config_docs).
 
 using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<BlendSource>*,
-                              std::vector<StepWindow>*>;
+                              std::vector<StepWindow>*, std::vector<int>*>;
 
 struct KeyDef {
   const char* name;
@@ -219,9 +219,19 @@ const std::vector<SectionDef>& schema() {
         WIOLA_KEY("dp", parallel.dp, "data-parallel replicas (≥ 1); part of the global batch"),
         WIOLA_KEY("zero", parallel.zero, "ZeRO-1: shard fp32 master weights and AdamW state over DP"),
         WIOLA_KEY("schedule", parallel.schedule,
-                  "pipeline schedule: `\"1f1b\"` (PipeDream-flush), `\"gpipe\"` or `\"zb-h1\"` (1F1B with the "
-                  "weight gradients deferred, docs/distributed.md §4); micro-batches per step are "
-                  "`train.grad_accum`"),
+                  "pipeline schedule: `\"1f1b\"` (PipeDream-flush), `\"gpipe\"`, `\"zb-h1\"` (1F1B with the "
+                  "weight gradients deferred), `\"interleaved\"` (1F1B over `parallel.virtual_stages` "
+                  "non-contiguous layer chunks per rank; micro-batches a multiple of `parallel.pp`) or "
+                  "`\"zb-v\"` (two chunks per rank in a V, split backward; at least `parallel.pp` "
+                  "micro-batches); docs/distributed.md §4. Micro-batches per step are `train.grad_accum`"),
+        WIOLA_KEY("layer_cuts", parallel.layer_cuts,
+                  "the layer boundaries of the pipeline's chunks: `pp` × chunks per rank + 1 increasing "
+                  "numbers from 0 to `model.n_layers` (chunks per rank: 1, `virtual_stages` for "
+                  "`\"interleaved\"`, 2 for `\"zb-v\"`): the running sums of the layers per chunk that `wiola "
+                  "plan` prints for the chunk balancer's cut, or any other; empty: `stage_balance` cuts them"),
+        WIOLA_KEY("virtual_stages", parallel.virtual_stages,
+                  "model chunks per rank of the `\"interleaved\"` schedule (≥ 1; the model is cut into "
+                  "`pp` × this many chunks, each with at least one layer); other schedules ignore it"),
         WIOLA_KEY("overlap", parallel.overlap,
                   "start the DP gradient reduction bucket by bucket during the step's last backward pass "
                   "(results are bit-identical either way)"),
@@ -387,6 +397,12 @@ std::string toml_windows(const std::vector<StepWindow>& w) {
   return o + "]";
 }
 
+std::string toml_ints(const std::vector<int>& v) {
+  std::string o = "[";
+  for (size_t i = 0; i < v.size(); ++i) o += detail::concat(i ? ", " : "", v[i]);
+  return o + "]";
+}
+
 // A key's value as the effective config writes it.
 std::string toml_value(const FieldPtr& field) {
   return std::visit(
@@ -395,6 +411,7 @@ std::string toml_value(const FieldPtr& field) {
         if constexpr (std::is_same_v<T, std::string>) return toml_string(*p);
         else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) return toml_blend(*p);
         else if constexpr (std::is_same_v<T, std::vector<StepWindow>>) return toml_windows(*p);
+        else if constexpr (std::is_same_v<T, std::vector<int>>) return toml_ints(*p);
         else if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
         else if constexpr (std::is_same_v<T, double>) return toml_double(*p);
         else return std::to_string(*p);
@@ -414,6 +431,7 @@ const char* doc_type(const FieldPtr& field) {
         else if constexpr (std::is_same_v<T, bool>) return "bool";
         else if constexpr (std::is_same_v<T, std::string>) return "string";
         else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) return "array of tables";
+        else if constexpr (std::is_same_v<T, std::vector<int>>) return "array of int";
         else return "array of [int64, int64]";
       },
       field);
@@ -483,6 +501,20 @@ std::vector<BlendSource> read_blend(const toml::node& n, const Entry& e, std::st
   return out;
 }
 
+// An array of integers (parallel.layer_cuts).
+std::vector<int> read_ints(const toml::node& n, const Entry& e, std::string_view sec, const char* key) {
+  const auto* arr = n.as_array();
+  if (!arr) key_error(e, sec, key, detail::concat("expected an array of integers, got ", describe(n)));
+  std::vector<int> out;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const auto* v = (*arr)[i].as_integer();
+    if (!v || v->get() < INT_MIN || v->get() > INT_MAX)
+      key_error(e, sec, key, detail::concat("element ", i + 1, " of ", arr->size(), ": expected an integer"));
+    out.push_back(int(v->get()));
+  }
+  return out;
+}
+
 // train.skip_batches: an array of [from, to] step pairs (inclusive).
 std::vector<StepWindow> read_windows(const toml::node& n, const Entry& e, std::string_view sec, const char* key) {
   const auto* arr = n.as_array();
@@ -513,6 +545,8 @@ void assign(RunConfig& rc, const KeyDef& k, std::string_view sec, const Entry& e
           *p = read_blend(n, e, sec, k.name);
         } else if constexpr (std::is_same_v<T, std::vector<StepWindow>>) {
           *p = read_windows(n, e, sec, k.name);
+        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          *p = read_ints(n, e, sec, k.name);
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!n.is_boolean()) want("a boolean (true or false)");
           *p = n.as_boolean()->get();
@@ -696,10 +730,32 @@ void check_run_config(const RunConfig& rc) {
               "parallel.data_plane must be \"auto\", \"nccl\" or \"staged\" (got \"", p.data_plane, "\")");
   WIOLA_CHECK(p.stage_balance == "compute" || p.stage_balance == "layers",
               "parallel.stage_balance must be \"compute\" or \"layers\" (got \"", p.stage_balance, "\")");
-  WIOLA_CHECK(p.schedule == "1f1b" || p.schedule == "gpipe" || p.schedule == "zb-h1",
-              "parallel.schedule must be \"1f1b\", \"gpipe\" or \"zb-h1\" (got \"", p.schedule, "\")");
+  WIOLA_CHECK(p.schedule == "1f1b" || p.schedule == "gpipe" || p.schedule == "zb-h1" ||
+                  p.schedule == "interleaved" || p.schedule == "zb-v",
+              "parallel.schedule must be \"1f1b\", \"gpipe\", \"zb-h1\", \"interleaved\" or \"zb-v\" (got \"",
+              p.schedule, "\")");
+  at_least(p.virtual_stages, 1, "parallel.virtual_stages");
   WIOLA_CHECK(p.pp <= rc.model.L, "parallel.pp (", p.pp, ") must not exceed model.n_layers (",
               rc.model.L, "): every pipeline stage needs a layer");
+  // The chunked schedules (dist/schedule.h): p·v chunks of at least a layer each.
+  const int chunks = p.schedule == "interleaved" ? p.virtual_stages : p.schedule == "zb-v" ? 2 : 1;
+  WIOLA_CHECK(p.pp * chunks <= rc.model.L, "parallel.schedule \"", p.schedule, "\" cuts the model into ",
+              p.pp * chunks, " chunks (parallel.pp ", p.pp, " x ", chunks, " per rank), more than model.n_layers (",
+              rc.model.L, "): every chunk needs a layer");
+  if (!p.layer_cuts.empty()) {
+    const auto& cuts = p.layer_cuts;
+    bool increasing = cuts.front() == 0 && cuts.back() == rc.model.L;
+    for (size_t k = 1; k < cuts.size(); ++k) increasing = increasing && cuts[k - 1] < cuts[k];
+    WIOLA_CHECK(int(cuts.size()) == p.pp * chunks + 1 && increasing, "parallel.layer_cuts must be ", p.pp * chunks + 1,
+                " increasing layer numbers from 0 to model.n_layers (", rc.model.L, ") for ", p.pp * chunks,
+                " chunks (parallel.pp ", p.pp, " x ", chunks, " per rank of \"", p.schedule, "\"); got ",
+                cuts.size(), " numbers");
+  }
+  WIOLA_CHECK(p.schedule != "interleaved" || chunks == 1 || rc.train.grad_accum % p.pp == 0,
+              "parallel.schedule \"interleaved\" needs train.grad_accum (", rc.train.grad_accum,
+              ") to be a multiple of parallel.pp (", p.pp, "): micro-batches go through the chunks in groups of pp");
+  WIOLA_CHECK(p.schedule != "zb-v" || rc.train.grad_accum >= p.pp, "parallel.schedule \"zb-v\" needs "
+              "train.grad_accum (", rc.train.grad_accum, ") of at least parallel.pp (", p.pp, ")");
   auto divides = [&](int v, const char* key) {
     WIOLA_CHECK(v % p.tp == 0, "parallel.tp (", p.tp, ") must divide ", key, " (", v, ")");
   };

@@ -74,7 +74,9 @@ struct DataSection {
 struct ParallelSection {
   int tp = 1, pp = 1, dp = 1;
   bool zero = true;                  // shard AdamW state over DP (ZeRO-1)
-  std::string schedule = "1f1b";     // "1f1b" or "gpipe"
+  std::string schedule = "1f1b";     // "1f1b", "gpipe", "zb-h1", "interleaved" or "zb-v"
+  int virtual_stages = 2;            // model chunks per rank of "interleaved"
+  std::vector<int> layer_cuts;       // the chunks' layer boundaries (pp·v + 1); empty: stage_balance
   bool overlap = true;               // start DP gradient reduction during the last backward
   std::string stage_balance = "compute";  // "compute" (FLOPs, head included) or "layers"
   std::string data_plane = "auto";   // "auto", "nccl" or "staged" (docs/gpu.md)
@@ -115,6 +117,8 @@ struct RunConfig {
     l.micro_batch = train.micro_batch; l.micro_batches = train.grad_accum;
     l.zero = parallel.zero; l.recompute = train.recompute;
     l.schedule = parallel.schedule; l.stage_balance = parallel.stage_balance;
+    l.virtual_stages = parallel.schedule == "interleaved" ? parallel.virtual_stages : 1;
+    l.cuts = parallel.layer_cuts;
     return l;
   }
 };

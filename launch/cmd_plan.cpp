@@ -280,7 +280,8 @@ int wiola_cmd_plan(int argc, char** argv) {
     layout = "tp=" + std::to_string(l.tp) + ",pp=" + std::to_string(l.pp) + ",dp=" + std::to_string(l.dp) +
              ",mb=" + std::to_string(l.micro_batch) + ",m=" + std::to_string(l.micro_batches) +
              ",zero=" + (l.zero ? "on" : "off") + ",recompute=" + (l.recompute ? "on" : "off") +
-             ",schedule=" + l.schedule + ",balance=" + l.stage_balance;
+             ",schedule=" + l.schedule + ",balance=" + l.stage_balance +
+             (l.schedule == "interleaved" ? ",v=" + std::to_string(l.virtual_stages) : "");
     global_batch = l.global_batch();
     if (cpu) ranks = l.world();
     else gpus = l.world();
@@ -371,13 +372,14 @@ int wiola_cmd_plan(int argc, char** argv) {
   if (!best.schedule_why.empty())
     std::printf("    schedule: %s, the fastest that fits of those wiola train runs%s\n      %s\n",
                 best.layout.schedule.c_str(),
-                predicted_only ? " (interleaved, zb-v: predicted only, never picked; their chunks cut by the chunk balancer)" : "",
+                predicted_only ? " (interleaved, zb-v: not picked on GPUs, where their pipeline messages go through "
+                                 "host memory; their chunks cut by the chunk balancer)" : "",
                 best.schedule_why.c_str());
   else if (best.layout.pp > 1)
     std::printf("    schedule: %s%s (given)%s\n", best.layout.schedule.c_str(),
                 best.layout.schedule == "interleaved" ? (" v" + std::to_string(best.layout.virtual_stages)).c_str() : "",
-                best.layout.schedule == "interleaved" || best.layout.schedule == "zb-v"
-                    ? ": a prediction only, not yet runnable by wiola train"
+                (best.layout.schedule == "interleaved" || best.layout.schedule == "zb-v") && cl.device != "cpu"
+                    ? ": on GPUs wiola train sends its pipeline messages through host memory (not in this prediction)"
                     : "");
   std::printf("    memory per device %.2f GiB: params %.2f, grads %.2f, optimizer %.2f, activations %.2f\n",
               best.memory.total() / 1073741824.0, best.memory.params / 1073741824.0,

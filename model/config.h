@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wiola {
@@ -53,6 +54,9 @@ struct ModelShard {
   bool last_stage(const ModelConfig& c) const { return end(c) == c.L; }
   int end(const ModelConfig& c) const { return layer_end < 0 ? c.L : layer_end; }
 };
+
+// Layer ranges [begin, end) a rank holds: one per pipeline chunk.
+using LayerRanges = std::vector<std::pair<int, int>>;
 
 // Pipeline messages of a stage: [B,T,d] tensors into it and out of it per
 // micro-batch (the residual stream plus the summaries the next stage reads

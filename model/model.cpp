@@ -88,9 +88,9 @@ struct Model<T>::Impl {
 
 template <class T>
 Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
-                TpCollectives* tp, const ModelOptions& opt)
+                TpCollectives* tp, const ModelOptions& opt, const ParamStore<T>* store)
     : ops_(ops), cfg_(cfg), shard_(shard), tp_(tp), opt_(opt), prec_(ops.precision()),
-      layout_((cfg.validate(), cfg), shard, opt.param_align), ld_(cfg, shard),
+      layout_(store ? store->layout : ParamLayout((cfg.validate(), cfg), shard, opt.param_align)), ld_(cfg, shard),
       impl_(std::make_unique<Impl>()) {
   WIOLA_CHECK(cfg.Lambda <= kMaxLambda, "model.lookback (", cfg.Lambda, ") must be at most ", kMaxLambda);
   WIOLA_CHECK(opt.micro_batch >= 1, "micro-batch must be at least 1 (got ", opt.micro_batch, ")");
@@ -98,16 +98,27 @@ Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
   const int l1 = shard.end(cfg);
   WIOLA_CHECK(shard.layer_begin >= 0 && shard.layer_begin < l1 && l1 <= cfg.L,
               "layer range [", shard.layer_begin, ", ", l1, ") is not inside 0..", cfg.L);
-  params_ = Buffer<T>(ops, layout_.total());
-  grads_ = Buffer<T>(ops, layout_.total());
-  ops.zero(grads_.data(), grads_.bytes());
-  Ptr weights = params_.data();
-  if (prec_.separate_weights || prec_.weight != dtype_of<T>()) {
-    weights_ = DynBuffer<T>(ops, prec_.weight, layout_.total());
-    weights = weights_.data();
+  const bool copy = prec_.separate_weights || prec_.weight != dtype_of<T>();
+  if (store) {
+    cfg.validate();
+    WIOLA_CHECK(store->params && store->grads && bool(store->weights) == copy,
+                "internal: the parameter store lacks a buffer this precision needs");
+    pbase_ = store->params;
+    gbase_ = store->grads;
+    wbase_ = store->weights;
+  } else {
+    params_ = Buffer<T>(ops, layout_.total());
+    grads_ = Buffer<T>(ops, layout_.total());
+    ops.zero(grads_.data(), grads_.bytes());
+    pbase_ = params_.data();
+    gbase_ = grads_.data();
+    if (copy) {
+      weights_ = DynBuffer<T>(ops, prec_.weight, layout_.total());
+      wbase_ = weights_.data();
+    }
   }
-  w_ = ModelParams::bind_forward(layout_, weights, params_.data(), cfg, shard);
-  g_ = ModelParams::bind(layout_, grads_.data(), cfg, shard);
+  w_ = ModelParams::bind_forward(layout_, wbase_ ? wbase_ : Ptr(pbase_), pbase_, cfg, shard);
+  g_ = ModelParams::bind(layout_, gbase_, cfg, shard);
   atm_open_.resize(size_t(cfg.L));
   atm_valid_.assign(size_t(cfg.L), false);
   // Flat ranges for grad-ready reports: a layer's tensors are contiguous.
@@ -123,7 +134,7 @@ Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
       }
     layer_range_.emplace_back(lo, hi);
   }
-  if (const ParamEntry* e = layout_.try_find("model.norm.weight")) {
+  if (const ParamEntry* e = shard.last_stage(cfg) ? layout_.try_find("model.norm.weight") : nullptr) {
     const ParamEntry& o = layout_.find("model.norm.offset");
     norm_range_ = {std::min(e->offset, o.offset), std::max(e->offset + e->span, o.offset + o.span)};
   }
@@ -231,13 +242,13 @@ template <class T>
 void Model<T>::init(uint64_t seed) {
   std::vector<T> host(layout_.total());
   init_params_host(layout_, seed, host.data());
-  ops_.upload(params_.data(), host.data(), host.size() * sizeof(T));
+  ops_.upload(pbase_, host.data(), host.size() * sizeof(T));
   refresh_weights();
 }
 
 template <class T>
 void Model<T>::refresh_weights() {
-  if (weights_.size()) ops_.convert(params_.data(), weights_.data(), layout_.total());
+  if (wbase_) ops_.convert(pbase_, wbase_, layout_.total());
 }
 
 template <class T>
@@ -265,7 +276,7 @@ std::vector<T> Model<T>::download_logits(size_t count) const {
 
 template <class T>
 void Model<T>::zero_grads() {
-  ops_.zero(grads_.data(), grads_.bytes());
+  ops_.zero(gbase_, layout_.total() * sizeof(T));
 }
 
 template <class T>

@@ -39,6 +39,21 @@ struct ModelOptions {
   int weight_slots = 0;
 };
 
+// The parameters of a rank that holds several pipeline chunks (interleaved
+// and V schedules, train/pipeline.h): one flat layout of every chunk's
+// tensors (ParamLayout's layer-range constructor) and its buffers, which
+// each chunk's Model binds its tensors in and does not own. The optimizer,
+// checkpoints and gathers then see one buffer, as with one chunk; the tied
+// embedding is one tensor there when the rank holds both its ends (the V
+// schedule's rank 0), so its two gradients add in place as on one process.
+template <class T>
+struct ParamStore {
+  ParamLayout layout;
+  T* params = nullptr;  // [layout.total()] master parameters
+  T* grads = nullptr;   // [layout.total()] gradients
+  Ptr weights;          // the weight copy GEMMs read, [layout.total()]; null: they read params
+};
+
 // KV cache for incremental decoding: per layer SRPE'd keys and values of
 // every earlier position, plus the running sums that give the prefix-mean
 // summaries (docs/model.md §2, Inference). ATM is off. Starts zeroed.
@@ -52,14 +67,18 @@ struct KvCache {
 template <class T>
 class Model {
  public:
+  // store: where the parameters live when the rank holds several chunks
+  // (ParamStore; it must outlive the model); null: buffers of its own.
   Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
-        TpCollectives* tp, const ModelOptions& opt);
+        TpCollectives* tp, const ModelOptions& opt, const ParamStore<T>* store = nullptr);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
   const ModelShard& shard() const { return shard_; }
+  // The flat layout this model's tensors live in: its own, or the whole
+  // store's (every chunk of the rank) when it binds in a ParamStore.
   const ParamLayout& layout() const { return layout_; }
   const ModelOptions& options() const { return opt_; }
   void set_keep_logits(bool on) { opt_.keep_logits = on; }
@@ -69,19 +88,20 @@ class Model {
   // Flat master parameters and gradients [n_params] in backend memory, in
   // the compute type T (what the optimizer updates and reduces). Padding is
   // zero in both and stays zero: nothing computes or updates it.
-  T* params() { return params_.data(); }
-  T* grads() { return grads_.data(); }
+  T* params() { return pbase_; }
+  T* grads() { return gbase_; }
   // What the forward reads: matrices from the weight copy, γ/δ/φ from the
   // master (ModelParams::bind_forward).
   const ModelParams& p() const { return w_; }
   // The separate weight copy GEMMs read, [n_params] in the precision's
   // weight type (null when they read params()).
-  CPtr weight_copy() const { return weights_.data(); }
+  CPtr weight_copy() const { return wbase_; }
   // The same, to write: an optimizer that keeps it up to date itself
   // (dist::DistAdamW::set_weight_copy) makes refresh_weights unnecessary.
-  Ptr weight_copy() { return weights_.data(); }
+  Ptr weight_copy() { return wbase_; }
 
   // Counter-based initial values (docs/model.md §3): independent of the layout.
+  // With a store: every tensor of the store (one chunk's call does all).
   void init(uint64_t seed);
   // Master parameters were changed (optimizer step, init, a load): bring the
   // weight copy GEMMs read up to date. A no-op when there is no copy.
@@ -172,7 +192,7 @@ class Model {
   std::vector<T> forward_cached(const int32_t* ids, int n, KvCache<T>& cache);
 
   // Bytes of saved activations for one micro-batch (reports what recompute
-  // saves) and of parameter + gradient buffers.
+  // saves) and of parameter + gradient buffers (0 with a store: it owns none).
   size_t activation_bytes() const;
   size_t param_bytes() const { return params_.bytes() + grads_.bytes() + weights_.bytes(); }
   // This rank's model memory by class (reports): master parameters,
@@ -213,8 +233,11 @@ class Model {
   Precision prec_;
   ParamLayout layout_;
   LocalDims ld_;
-  Buffer<T> params_, grads_;   // master parameters, gradients
-  DynBuffer<T> weights_;       // the weight copy (empty: GEMMs read params_)
+  Buffer<T> params_, grads_;   // master parameters, gradients (empty with a store)
+  DynBuffer<T> weights_;       // the weight copy (empty: GEMMs read params_, or a store)
+  T* pbase_ = nullptr;         // what the model binds in: its own buffers or the store's
+  T* gbase_ = nullptr;
+  Ptr wbase_;                  // the weight copy (null: none)
   ModelParams w_, g_;          // forward view, gradients
   std::unique_ptr<Impl> impl_;
   std::vector<T> logits_host_;

@@ -56,8 +56,20 @@ std::vector<ParamLayout::Range> ParamLayout::padding() const {
   return out;
 }
 
-ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& s, size_t align) : align_(align) {
+ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& s, size_t align)
+    : ParamLayout(c, s.tp_rank, s.tp_size, {{s.layer_begin, s.end(c)}}, align) {}
+
+ParamLayout::ParamLayout(const ModelConfig& c, int tp_rank, int tp_size, LayerRanges ranges,
+                         size_t align)
+    : align_(align) {
   WIOLA_CHECK(align_ >= 1, "parameter alignment must be at least 1 element");
+  WIOLA_CHECK(!ranges.empty(), "internal: a parameter layout of no layer range");
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 0; i < ranges.size(); ++i)
+    WIOLA_CHECK(ranges[i].first >= 0 && ranges[i].first < ranges[i].second && ranges[i].second <= c.L &&
+                    (i == 0 || ranges[i - 1].second <= ranges[i].first),
+                "layer ranges of one parameter layout must be non-empty, inside 0..", c.L, " and disjoint");
+  const ModelShard s{tp_rank, tp_size, ranges.front().first, ranges.back().second};
   const LocalDims ld(c, s);
   const int d = c.d, hd = c.H * c.dh(), kvd = c.Hkv * c.dh();
   const int lhd = ld.H * ld.dh, lkvd = ld.Hkv * ld.dh;
@@ -86,7 +98,9 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& s, size_t align
     return e;
   };
 
-  const bool has_embed = s.first_stage() || s.last_stage(c);
+  // The embedding where a range starts the model (the lookup) or ends it
+  // (the tied head), once; the final norm with the head.
+  const bool has_embed = ranges.front().first == 0 || ranges.back().second == c.L;
   if (has_embed) {
     add(mat("model.embed_tokens.weight", ld.V, d, c.V, d,
             range_rows(ld.v0, ld.V, s.tp_size), {}, false));
@@ -95,7 +109,8 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& s, size_t align
     e.follows = true;
     return e;
   };
-  for (int l = s.layer_begin; l < s.end(c); ++l) {
+  for (const auto& [r0, r1] : ranges)
+  for (int l = r0; l < r1; ++l) {
     auto n = [&](const char* suffix) { return layer_param_name(l, suffix); };
     add(vec(n("input_layernorm.weight"), InitKind::Ones, 0, false));
     add(vec(n("input_layernorm.offset"), InitKind::Zeros, 0, false));
@@ -131,7 +146,7 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& s, size_t align
     // The fusion gate needs whole a and b; it is replicated on TP ranks.
     add(mat(n("mlp.fusion.weight"), d, 2 * d, d, 2 * d, {}, {}, true));
   }
-  if (s.last_stage(c)) {
+  if (ranges.back().second == c.L) {
     add(vec("model.norm.weight", InitKind::Ones, 0, false));
     add(vec("model.norm.offset", InitKind::Zeros, 0, false));
   }
@@ -156,7 +171,7 @@ ModelParams ModelParams::bind_forward(const ParamLayout& layout, Ptr weights, Pt
     const ParamEntry& e = layout.find(name);
     return (e.is_matrix() ? weights : master) + e.offset;
   };
-  if (layout.try_find("model.embed_tokens.weight")) p.embed = at("model.embed_tokens.weight");
+  if (shard.first_stage() || shard.last_stage(cfg)) p.embed = at("model.embed_tokens.weight");
   if (shard.last_stage(cfg)) {
     p.norm_g = at("model.norm.weight");
     p.norm_d = at("model.norm.offset");

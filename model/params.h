@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/ptr.h"
@@ -55,6 +56,13 @@ class ParamLayout {
   // multiple of it (1: the packed layout of checkpoints written before
   // tensors were aligned, kept for tests).
   ParamLayout(const ModelConfig& cfg, const ModelShard& shard, size_t align = kParamAlign);
+  // The layout of a rank that holds several layer ranges (the chunks of an
+  // interleaved or V pipeline schedule; ParamStore in model/model.h): the
+  // embedding once if a range starts or ends the model, every range's
+  // layers in layer order, the final norm if one ends it. One range is the
+  // constructor above.
+  ParamLayout(const ModelConfig& cfg, int tp_rank, int tp_size, LayerRanges ranges,
+              size_t align = kParamAlign);
   const std::vector<ParamEntry>& entries() const { return entries_; }
   // Length of the flat buffers: parameters plus padding.
   size_t total() const { return total_; }

@@ -73,42 +73,85 @@ dist::ChunkPlacement chunk_placement(const Layout& lay) {
   return lay.schedule == "zb-v" ? dist::ChunkPlacement::V : dist::ChunkPlacement::Interleaved;
 }
 
+std::vector<std::pair<int, int>> chunk_cuts(const ModelConfig& c, const Layout& lay) {
+  const int n = lay.pp * chunks_per_rank(lay);
+  if (int(lay.cuts.size()) == n + 1) {
+    Layout units = lay;
+    units.pp = n;
+    std::vector<std::pair<int, int>> out;
+    for (int g = 0; g < n; ++g) {
+      const ModelShard s = stage_shard(c, units, g);
+      out.push_back({s.layer_begin, s.end(c)});
+    }
+    return out;
+  }
+  return pipeline_stages(c, n, lay.stage_balance);
+}
+
+LayerRanges rank_chunks(const ModelConfig& c, const Layout& lay, int stage) {
+  const auto cuts = chunk_cuts(c, lay);
+  LayerRanges out;
+  for (int k = 0; k < chunks_per_rank(lay); ++k)
+    out.push_back(cuts[size_t(dist::global_chunk(lay.pp, stage, k, chunk_placement(lay)))]);
+  return out;
+}
+
 int stage_slots(const Layout& lay, int stage) {
   const int v = chunks_per_rank(lay);
   return std::max(1, (dist::max_in_flight(stage_schedule(lay, stage)) + v - 1) / v);
 }
 
-size_t rank_params(const ModelConfig& c, const ModelShard& s) { return ParamLayout(c, s).total(); }
+size_t rank_params(const ModelConfig& c, const Layout& lay, int stage) {
+  return ParamLayout(c, 0, lay.tp, rank_chunks(c, lay, stage)).total();
+}
 
-size_t params_reduced(const ModelConfig& c, const Layout& lay, const ModelShard& s, size_t bucket_bytes) {
-  const size_t n = rank_params(c, s);
+size_t params_reduced(const ModelConfig& c, const Layout& lay, int stage, size_t bucket_bytes) {
+  const size_t n = rank_params(c, lay, stage);
   return lay.zero_active() ? dist::zero_padded_elems(n, lay.dp, bucket_bytes) : n;
 }
 
-Traffic rank_traffic(const ModelConfig& c, const Layout& lay, const ModelShard& s, double padded_params,
+// One chunk's TP bytes (its layers and the embedding's and head's ends it holds).
+static double chunk_tp_bytes(const ModelConfig& c, const Layout& lay, const ModelShard& s, double N, double d,
+                             double m, double f) {
+  if (lay.tp <= 1) return 0;
+  const double nl = s.end(c) - s.layer_begin;
+  // Per micro-batch: 3 all-reduces of [N,d] per layer forward (A, a, b),
+  // 2 in backward (column-parallel input gradients), 3 more when the
+  // backward recomputes the forward; one per summary gradient made here;
+  // the embedding output (first stage); CE max/sum-exp/target [N] and the
+  // head input gradient [N,d] (last stage); dφ (one double per layer).
+  double elems = nl * (5 + (lay.recompute ? 3 : 0)) * N * d + nl * N * d;
+  if (s.first_stage()) elems += N * d;
+  if (s.last_stage(c)) elems += 3 * N + N * d;
+  const double bytes = m * (elems * f + nl * 8);
+  return 2.0 * (lay.tp - 1) / lay.tp * bytes;
+}
+
+Traffic rank_traffic(const ModelConfig& c, const Layout& lay, int stage, double padded_params,
                      size_t elem_bytes) {
   const double N = double(lay.micro_batch) * c.T, d = c.d, m = lay.micro_batches, f = double(elem_bytes);
-  const double nl = s.end(c) - s.layer_begin;
+  const int v = chunks_per_rank(lay), n_chunks = lay.pp * v;
+  const dist::ChunkPlacement pl = chunk_placement(lay);
+  const LayerRanges chunks = rank_chunks(c, lay, stage);
   Traffic t;
-  if (lay.tp > 1) {
-    // Per micro-batch: 3 all-reduces of [N,d] per layer forward (A, a, b),
-    // 2 in backward (column-parallel input gradients), 3 more when the
-    // backward recomputes the forward; one per summary gradient made here;
-    // the embedding output (first stage); CE max/sum-exp/target [N] and the
-    // head input gradient [N,d] (last stage); dφ (one double per layer).
-    double elems = nl * (5 + (lay.recompute ? 3 : 0)) * N * d + nl * N * d;
-    if (s.first_stage()) elems += N * d;
-    if (s.last_stage(c)) elems += 3 * N + N * d;
-    const double bytes = m * (elems * f + nl * 8);
-    t.tp = 2.0 * (lay.tp - 1) / lay.tp * bytes;
+  for (int k = 0; k < v; ++k) {
+    const int g = dist::global_chunk(lay.pp, stage, k, pl);
+    const ModelShard s{0, lay.tp, chunks[size_t(k)].first, chunks[size_t(k)].second};
+    t.tp += chunk_tp_bytes(c, lay, s, N, d, m, f);
+    // The boundaries with chunks on other ranks (zb-v: chunks p − 1 and p
+    // meet on one rank and send nothing).
+    if (g > 0 && dist::chunk_rank(lay.pp, g - 1, pl) != stage)
+      t.pp += m * double(boundary_tensors_in(c, s)) * N * d * f;
+    if (g + 1 < n_chunks && dist::chunk_rank(lay.pp, g + 1, pl) != stage)
+      t.pp += m * double(boundary_tensors_out(c, s)) * N * d * f;
   }
-  if (lay.pp > 1) t.pp = m * double(boundary_tensors_in(c, s) + boundary_tensors_out(c, s)) * N * d * f;
   // DP: the gradient buckets (fp32), and with ZeRO the all-gather of one
   // double per rank that sums the shards' squared norms.
   if (lay.dp > 1)
     t.dp = 2.0 * (lay.dp - 1) / lay.dp * padded_params * 4 + (lay.zero_active() ? (lay.dp - 1) * 8.0 : 0.0);
-  if (lay.pp > 1 && (s.first_stage() || s.last_stage(c))) {
-    const LocalDims ld(c, s);
+  const int lookup = dist::chunk_rank(lay.pp, 0, pl), head = dist::chunk_rank(lay.pp, n_chunks - 1, pl);
+  if (lookup != head && (stage == lookup || stage == head)) {
+    const LocalDims ld(c, ModelShard{0, lay.tp, 0, -1});
     t.embed = double(ld.V) * d * 4;  // all-reduce between 2 ranks: 2·(1/2)·n
   }
   return t;
@@ -116,26 +159,35 @@ Traffic rank_traffic(const ModelConfig& c, const Layout& lay, const ModelShard& 
 
 Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Precision& prec,
                    size_t bucket_bytes) {
-  const ModelShard s = stage_shard(c, lay, stage);
-  ModelOptions mo;
-  mo.micro_batch = lay.micro_batch;
-  mo.recompute = lay.recompute;
-  mo.slots = stage_slots(lay, stage);
-  // W's operands kept from B to W (the trainer's ZB-H1; ZB-V's chunks: per
-  // v chunk slots one of the rank's layers, as the activation slots).
-  mo.split_backward = lay.schedule == "zb-h1" || lay.schedule == "zb-v";
-  const int v = chunks_per_rank(lay);
-  mo.weight_slots = std::max(1, (dist::max_pending_weight(stage_schedule(lay, stage)) + v - 1) / v);
+  // Each chunk as the trainer builds it (train/pipeline.cpp): the
+  // activation slots its micro-batches need (those alive from F to B or W)
+  // and the W operand sets of a split backward (ZB-H1, ZB-V); the
+  // parameters, gradients and weight copy of every chunk in one flat buffer.
+  const LayerRanges chunks = rank_chunks(c, lay, stage);
+  const std::vector<dist::Action> sched = stage_schedule(lay, stage);
   // The layer contexts want an Ops; sizing touches none of its memory.
   static const std::unique_ptr<Ops<float>> sizing = make_backend<float>("cpu");
-  const auto mm = Model<float>::plan_memory(*sizing, c, s, mo, prec);
   Memory r;
-  r.params = double(mm.master + mm.weights);
-  r.grads = double(mm.grads);
-  const size_t n = rank_params(c, s);
-  const size_t shard = lay.zero_active() ? params_reduced(c, lay, s, bucket_bytes) / size_t(lay.dp) : n;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    std::vector<dist::Action> mine;
+    for (const dist::Action& a : sched)
+      if (a.chunk == int(k)) mine.push_back(a);
+    ModelOptions mo;
+    mo.micro_batch = lay.micro_batch;
+    mo.recompute = lay.recompute;
+    mo.slots = std::max(1, dist::max_in_flight(mine));
+    mo.split_backward = lay.schedule == "zb-h1" || lay.schedule == "zb-v";
+    mo.weight_slots = std::max(1, dist::max_pending_weight(mine));
+    const auto mm = Model<float>::plan_memory(*sizing, c, ModelShard{0, lay.tp, chunks[k].first, chunks[k].second},
+                                              mo, prec);
+    r.activations += double(mm.activations + mm.workspace);
+  }
+  const size_t n = rank_params(c, lay, stage);
+  const bool copy = prec.separate_weights || prec.weight != dtype_of<float>();
+  r.params = double(n) * 4 + (copy ? double(n) * double(dtype_bytes(prec.weight)) : 0.0);
+  r.grads = double(n) * 4;
+  const size_t shard = lay.zero_active() ? params_reduced(c, lay, stage, bucket_bytes) / size_t(lay.dp) : n;
   r.optimizer = 3.0 * double(shard) * 4;  // master shard, m, v (dist/optimizer.h state_bytes_this_rank)
-  r.activations = double(mm.activations + mm.workspace);
   return r;
 }
 

@@ -27,7 +27,8 @@ struct Layout {
   bool recompute = false;
   // "1f1b", "gpipe", "interleaved" (virtual_stages chunks per rank),
   // "zb-h1" or "zb-v" (two chunks per rank in a V) (dist/schedule.h); the
-  // planner simulates all five, the trainer runs 1f1b, gpipe and zb-h1.
+  // planner simulates all five and the trainer runs them (interleaved and
+  // zb-v with MPI between the ranks, not yet on the NCCL plane).
   std::string schedule = "1f1b", stage_balance = "compute";
   int virtual_stages = 1;
   // The layer boundaries of the pipeline's p·v chunks (p·v + 1 entries, 0 …
@@ -56,6 +57,12 @@ int stage_slots(const Layout& lay, int stage);
 // 2; otherwise 1) and how they sit on the ranks (dist::ChunkPlacement).
 int chunks_per_rank(const Layout& lay);
 dist::ChunkPlacement chunk_placement(const Layout& lay);
+// The layer ranges of the layout's p·v global chunks (lay.cuts when they cut
+// p·v chunks, else stage_balance over p·v stages: the head's chunk lighter),
+// and those rank `stage` holds, by its chunk index (what the trainer builds,
+// train/pipeline.h; one range for the plain schedules).
+std::vector<std::pair<int, int>> chunk_cuts(const ModelConfig& c, const Layout& lay);
+LayerRanges rank_chunks(const ModelConfig& c, const Layout& lay, int stage);
 
 // Bytes one rank of `stage` puts on the wire per optimizer step, per group,
 // under the ring/direct algorithms the communicators count (dist/comm.h):
@@ -64,13 +71,16 @@ struct Traffic {
   double tp = 0, pp = 0, dp = 0, embed = 0;
   double total() const { return tp + pp + dp + embed; }
 };
-// padded_params: the flat length DP reduces (params_reduced below).
-Traffic rank_traffic(const ModelConfig& c, const Layout& lay, const ModelShard& s, double padded_params,
+// padded_params: the flat length DP reduces (params_reduced below). Every
+// chunk of the rank counts (its boundaries with chunks on other ranks; the
+// tied embedding's sum only where its two ends sit on two ranks).
+Traffic rank_traffic(const ModelConfig& c, const Layout& lay, int stage, double padded_params,
                      size_t elem_bytes = 4);
-// Parameters of one rank's shard, and the length DP reduces for it (ZeRO
-// pads every bucket to a multiple of dp; dist/optimizer.h bucket_spans).
-size_t rank_params(const ModelConfig& c, const ModelShard& s);
-size_t params_reduced(const ModelConfig& c, const Layout& lay, const ModelShard& s,
+// Parameters of one rank (TP rank 0; every chunk, the embedding once), and
+// the length DP reduces for it (ZeRO pads every bucket to a multiple of dp;
+// dist/optimizer.h bucket_spans).
+size_t rank_params(const ModelConfig& c, const Layout& lay, int stage);
+size_t params_reduced(const ModelConfig& c, const Layout& lay, int stage,
                       size_t bucket_bytes = dist::kDefaultBucketBytes);
 
 // Memory of one rank by class, bytes.

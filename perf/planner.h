@@ -130,7 +130,8 @@ struct Prediction {
   // every schedule predicted for this layout, and why layout.schedule won.
   struct ScheduleOption {
     std::string name;          // "1f1b", "zb-h1", "interleaved v2", "zb-v", ...
-    bool runnable = true;      // wiola train runs it (interleaved, zb-v: not yet)
+    bool runnable = true;      // pickable: wiola train runs it as predicted (interleaved, zb-v on GPUs:
+                               // their pipeline messages through host memory, not predicted)
     bool fits = true;
     double step_s = 0, bubble_sim = 0;
     double activation_bytes = 0;  // the fullest rank's activations
@@ -163,10 +164,14 @@ Layout balance_chunks(const ModelConfig& c, const Layout& lay, const Cluster& cl
 // pp·v need not divide L). Each is predicted (step time, bubble, memory, the
 // pipeline traffic the chunks multiply); the pick is the fastest schedule
 // wiola train can run among those that fit (none fits: the fastest runnable
-// one). Interleaved and zb-v are never picked: wiola train cannot run them
-// yet, so they are predictions only, listed in schedule_options and named in
-// schedule_why ("not yet runnable by wiola train", and "faster" when they
-// would be). pp 1: `lay` as given, no options.
+// one). On a CPU cluster (MPI) that is any of them, the chunked ones cut as
+// the trainer cuts them (the stage balancer over p·v chunks). On GPUs
+// interleaved and zb-v are not picked: the trainer sends their pipeline
+// messages through host memory (the NCCL plane's in-order lanes do not
+// carry them), which the prediction does not time; they are listed (cut by
+// balance_chunks when `balance`) in schedule_options and named in
+// schedule_why ("not picked on GPUs: pipeline messages through host
+// memory", and "faster, but" when they would be). pp 1: `lay` as given.
 Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Cluster& cl, ComputeModel& cm,
                              const Precision& prec, bool interleaved = true, bool balance = true);
 

@@ -153,7 +153,7 @@ void Accounting::close(Phase p, double seconds, const WaitClock& w0) {
       // ATM's figures of this step (before any evaluation, which runs with
       // ATM off); TP ranks share the decisions, so tp rank 0 speaks for them.
       SelfTimer self(self_s_);
-      step_atm_ = pipe_.me.tp == 0 ? atm_saving(pipe_.model->atm_stats(), pipe_.rc.model, pipe_.B, pipe_.m)
+      step_atm_ = pipe_.me.tp == 0 ? atm_saving(pipe_.atm_stats(), pipe_.rc.model, pipe_.B, pipe_.m)
                                    : AtmSaving{};
       break;
     }
@@ -199,10 +199,10 @@ void Accounting::count_run_step(int64_t t, double seconds) {
   ema_step_s_ = t == 1 ? seconds : 0.9 * ema_step_s_ + 0.1 * seconds;
 }
 
-void Accounting::keep_atm_stats() { atm_stats_ = pipe_.model->atm_stats(); }
+void Accounting::keep_atm_stats() { atm_stats_ = pipe_.atm_stats(); }
 
 MemoryUse Accounting::memory_use() const {
-  const auto mm = pipe_.model->memory();
+  const auto mm = pipe_.memory();
   MemoryUse u;
   u.params = double(mm.master + mm.weights);
   u.grads = double(mm.grads);

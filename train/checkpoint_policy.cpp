@@ -46,7 +46,7 @@ std::optional<ResumeState> CheckpointPolicy::setup() {
   const auto& cc = rc.checkpoint;
   if (cc.dir.empty() && cc.init_from.empty()) return std::nullopt;
   dist::set_context("checkpoint setup");
-  ckpt_ = std::make_unique<Checkpointer>(rc, *p.grid, p.ops, *p.model, *p.adam, p.stages,
+  ckpt_ = std::make_unique<Checkpointer>(rc, *p.grid, p.ops, *p.model, *p.adam,
                                          run_identity(rc, p.loader->info(), p.loader.get()), p.checkpoint_info());
   std::string folder;
   if (!cc.dir.empty() && cc.resume) folder = ckpt_->find_resume();

@@ -60,9 +60,8 @@ void drop_unless_both(nlohmann::json& saved, nlohmann::json& mine, const std::st
 }  // namespace
 
 Checkpointer::Checkpointer(const RunConfig& rc, dist::Grid& grid, Ops<float>& ops, Model<float>& model,
-                           dist::DistAdamW& adam, const std::vector<std::pair<int, int>>& stages,
-                           nlohmann::json identity, nlohmann::json info)
-    : rc_(rc), grid_(grid), ops_(ops), model_(model), adam_(adam), stages_(stages),
+                           dist::DistAdamW& adam, nlohmann::json identity, nlohmann::json info)
+    : rc_(rc), grid_(grid), ops_(ops), model_(model), adam_(adam),
       identity_(std::move(identity)), info_(std::move(info)), dir_(rc.checkpoint.dir) {
   // A run id that tells this run's shards from any other's: rank 0's, shared.
   std::string id;

@@ -69,8 +69,7 @@ class Checkpointer {
   // Collective over grid.world(). `identity`: run_identity(); `info`: what
   // the manifest records about the run (config, layout, backend...).
   Checkpointer(const RunConfig& rc, dist::Grid& grid, Ops<float>& ops, Model<float>& model,
-               dist::DistAdamW& adam, const std::vector<std::pair<int, int>>& stages,
-               nlohmann::json identity, nlohmann::json info);
+               dist::DistAdamW& adam, nlohmann::json identity, nlohmann::json info);
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -139,7 +138,6 @@ class Checkpointer {
   Ops<float>& ops_;
   Model<float>& model_;
   dist::DistAdamW& adam_;
-  std::vector<std::pair<int, int>> stages_;
   nlohmann::json identity_, info_;
   std::string tokenizer_json_, tokenizer_sha_;  // empty: checkpoints carry none
   std::string dir_, run_id_;

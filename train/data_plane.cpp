@@ -34,7 +34,7 @@ std::string ranks_sharing_a_gpu(Ops<float>& ops, dist::Comm& world) {
 }
 
 DataPlane choose_data_plane(Ops<float>& ops, const std::string& mode, int world_size,
-                            const std::string& shared_gpu) {
+                            const std::string& shared_gpu, bool pp_staged) {
 #ifdef WIOLA_HAVE_CUDA
   if (void* stream = ops.device_stream()) {
     WIOLA_CHECK(mode != "nccl" || shared_gpu.empty(), "parallel.data_plane = \"nccl\": ", shared_gpu,
@@ -45,7 +45,14 @@ DataPlane choose_data_plane(Ops<float>& ops, const std::string& mode, int world_
         mode == "nccl" || (mode == "auto" && world_size > 1 && shared_gpu.empty() && dist::nccl_available());
     if (want) {
       dist::require_nccl();  // "nccl" without the library: the loader's error
-      return {dist::nccl_data_plane(stream, [](const std::string& m) { dist::abort_job(m, 3); }), "nccl"};
+      dist::DataPlaneFactory nccl =
+          dist::nccl_data_plane(stream, [](const std::string& m) { dist::abort_job(m, 3); });
+      if (!pp_staged) return {std::move(nccl), "nccl"};
+      dist::DataPlaneFactory staged = dist::data_plane_for(ops);
+      return {[nccl = std::move(nccl), staged = std::move(staged)](dist::Comm& ctrl) {
+                return ctrl.name() == "pp" ? staged(ctrl) : nccl(ctrl);
+              },
+              "nccl (pipeline: mpi-staged)"};
     }
   } else {
     WIOLA_CHECK(mode != "nccl", "parallel.data_plane = \"nccl\" needs a CUDA backend (train.backend "

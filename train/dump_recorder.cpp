@@ -15,7 +15,7 @@ bool DumpRecorder::begin(int64_t t) {
   atm_local_.clear();
   if (!active_) return false;
   Pipeline& p = pipe_;
-  p.model->set_keep_logits(p.world.size() == 1);
+  p.head().set_keep_logits(p.world.size() == 1);
   dump_.params = p.gather_backend(p.model->params());
   if (t == 1) return true;
   std::vector<float> mm, vv;
@@ -25,14 +25,13 @@ bool DumpRecorder::begin(int64_t t) {
   return true;
 }
 
-void DumpRecorder::after_forward() {
+void DumpRecorder::after_forward(const Model<float>& model) {
   if (!active_) return;
-  const Model<float>& model = *pipe_.model;
-  if (pipe_.last) {
+  if (model.shard().last_stage(pipe_.rc.model)) {
     const auto& lg = model.last_logits();
     dump_.logits.insert(dump_.logits.end(), lg.begin(), lg.end());
   }
-  for (int l = pipe_.l0; l < pipe_.l1; ++l) {
+  for (int l = model.shard().layer_begin; l < model.shard().end(pipe_.rc.model); ++l) {
     const auto o = model.atm_open(l);
     if (!o.empty()) atm_local_[l].insert(atm_local_[l].end(), o.begin(), o.end());
   }
@@ -56,7 +55,7 @@ void DumpRecorder::finish(int64_t t, const StepOutcome& out) {
   if (!active_) return;
   active_ = false;
   Pipeline& p = pipe_;
-  p.model->set_keep_logits(false);
+  p.head().set_keep_logits(false);
   dist::set_context(p.step_context(t) + " dump gather");
   dump_.params_after = p.gather_backend(p.model->params());
   std::vector<uint8_t> atm_flat;  // this rank's ATM layers in order

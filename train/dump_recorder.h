@@ -19,6 +19,8 @@ namespace wiola {
 
 struct Pipeline;
 struct StepOutcome;
+template <class T>
+class Model;
 
 class DumpRecorder {
  public:
@@ -29,9 +31,10 @@ class DumpRecorder {
   // Step t starts: on a dump step, the parameters and (after step 1) the
   // AdamW moments before it (collective). Returns whether it records.
   bool begin(int64_t t);
-  // After a forward of the schedule: the logits (single process, last
-  // stage) and this rank's layers' ATM decisions.
-  void after_forward();
+  // After a forward of the schedule on `model` (one of the rank's chunks):
+  // the logits (single process, the head's chunk) and the chunk's layers'
+  // ATM decisions.
+  void after_forward(const Model<float>& model);
   // Before the optimizer step: the gradient of the mean loss, the DP mean
   // of the replicas' (collective).
   void grads();

@@ -18,7 +18,7 @@ ParamLayout full_layout(const ModelConfig& cfg, const ParamLayout& mine) {
 // rank 0 rebuilds every contributor's ParamLayout to map its elements to
 // global indices (the tied embedding arrives twice with pp > 1: same values).
 std::vector<float> gather_full(dist::Grid& grid, const ModelConfig& cfg, const ParamLayout& mine,
-                               const std::vector<float>& local, const std::vector<std::pair<int, int>>& stages) {
+                               const std::vector<float>& local, const std::vector<LayerRanges>& stages) {
   Comm& world = grid.world();
   const auto& g = grid.config();
   const bool root = world.rank() == 0;
@@ -42,8 +42,7 @@ std::vector<float> gather_full(dist::Grid& grid, const ModelConfig& cfg, const P
   for (int r = 1; r < world.size(); ++r) {
     const dist::GridCoord c = dist::grid_coord(g, r);
     if (c.dp != 0) continue;
-    const auto [l0, l1] = stages[size_t(c.pp)];
-    const ParamLayout lay(cfg, ModelShard{c.tp, g.tp, l0, l1}, mine.alignment());
+    const ParamLayout lay(cfg, c.tp, g.tp, stages[size_t(c.pp)], mine.alignment());
     buf.resize(lay.total());
     world.irecv(buf.data(), buf.size(), DType::F32, r, tag).wait();
     scatter(lay, buf);
@@ -69,7 +68,7 @@ void check_atm_agrees_over_tp(dist::Grid& grid, const std::vector<uint8_t>& atm_
 // layer's stage), into `dump` on world rank 0. atm_flat: this rank's ATM
 // layers in order, each [local batch, T] (`each` elements).
 void gather_tokens_and_atm(dist::Grid& grid, const ModelConfig& cfg,
-                           const std::vector<std::pair<int, int>>& stages, const std::vector<int32_t>& batch,
+                           const std::vector<LayerRanges>& stages, const std::vector<int32_t>& batch,
                            const std::vector<uint8_t>& atm_flat, size_t each, StepDump& dump) {
   Comm& world = grid.world();
   const dist::GridConfig& gc = grid.config();
@@ -90,10 +89,11 @@ void gather_tokens_and_atm(dist::Grid& grid, const ModelConfig& cfg,
     if (src == 0) std::copy(batch.begin(), batch.end(), dst);
     else world.irecv(dst, batch.size(), DType::I32, src, tag).wait();
     for (int s = 0; s < gc.pp; ++s) {
-      const auto [a0, a1] = stages[size_t(s)];
-      std::vector<int> layers;
-      for (int l = a0; l < a1; ++l)
-        if (cfg.atm_layer(l)) layers.push_back(l);
+      std::vector<int> layers;  // the stage's ATM layers in order, whatever its chunks' order
+      for (const auto& [a0, a1] : stages[size_t(s)])
+        for (int l = a0; l < a1; ++l)
+          if (cfg.atm_layer(l)) layers.push_back(l);
+      std::sort(layers.begin(), layers.end());
       if (layers.empty()) continue;
       const int from = dist::grid_rank(gc, {0, s, r});
       got.resize(each * layers.size());

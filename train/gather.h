@@ -20,10 +20,10 @@ ParamLayout full_layout(const ModelConfig& cfg, const ParamLayout& mine);
 // Per-rank flat host buffers (each in its own shard's layout, all with
 // mine's alignment) into full_layout(cfg, mine) on world rank 0 (empty
 // elsewhere; padding zero). Contributors: the dp == 0 ranks; stages: every
-// pipeline stage's layer range.
+// pipeline stage's layer ranges (one per chunk it holds).
 std::vector<float> gather_full(dist::Grid& grid, const ModelConfig& cfg, const ParamLayout& mine,
                                const std::vector<float>& local,
-                               const std::vector<std::pair<int, int>>& stages);
+                               const std::vector<LayerRanges>& stages);
 
 // Throws unless every TP rank of this stage made the same ATM decisions.
 void check_atm_agrees_over_tp(dist::Grid& grid, const std::vector<uint8_t>& atm_flat, int64_t step);
@@ -32,7 +32,7 @@ void check_atm_agrees_over_tp(dist::Grid& grid, const std::vector<uint8_t>& atm_
 // world rank 0. atm_flat: this rank's ATM layers in order, each `each`
 // elements ([local batch, T]).
 void gather_tokens_and_atm(dist::Grid& grid, const ModelConfig& cfg,
-                           const std::vector<std::pair<int, int>>& stages, const std::vector<int32_t>& batch,
+                           const std::vector<LayerRanges>& stages, const std::vector<int32_t>& batch,
                            const std::vector<uint8_t>& atm_flat, size_t each, StepDump& dump);
 
 }  // namespace wiola

@@ -140,19 +140,27 @@ void Outputs::banner(bool checkpoints) {
   std::printf("  CPU %s, SIMD %s (compiled: %s; -march=%s)\n", host_cpu_model().c_str(),
               cpu_simd_target(), compiled.c_str(), cpu_build_march());
   if (s.world.size() > 1)
-    std::printf("  layout: %d ranks = tp %d x pp %d x dp %d; ZeRO %s; schedule %s with %d micro-batches, "
+    std::printf("  layout: %d ranks = tp %d x pp %d x dp %d; ZeRO %s; schedule %s%s with %d micro-batches, "
                 "predicted bubble %.3f; DP overlap %s; data plane %s\n",
-                s.world.size(), par.tp, par.pp, par.dp, s.zero ? "on" : "off", par.schedule.c_str(), s.m,
-                dist::bubble_fraction_predicted(par.pp, s.m), s.overlap ? "on" : "off", s.data_plane.c_str());
+                s.world.size(), par.tp, par.pp, par.dp, s.zero ? "on" : "off", par.schedule.c_str(),
+                par.schedule == "interleaved" ? (" v=" + std::to_string(s.v)).c_str() : "", s.m,
+                par.schedule == "interleaved" ? dist::bubble_fraction_interleaved(par.pp, s.m, s.v)
+                                              : dist::bubble_fraction_predicted(par.pp, s.m),
+                s.overlap ? "on" : "off", s.data_plane.c_str());
+  const Model<float>::Memory mem = s.memory();
   if (par.pp > 1) {
     std::printf("  pipeline stages (%s balance):", par.stage_balance.c_str());
-    for (const auto& [a, b] : s.stages) std::printf(" [%d,%d)", a, b);
-    std::printf("\n");
+    for (const LayerRanges& st : s.stages) {
+      std::printf(" ");
+      for (size_t c = 0; c < st.size(); ++c) std::printf("%s[%d,%d)", c ? "+" : "", st[c].first, st[c].second);
+    }
+    std::printf("%s\n", s.v > 1 ? (" (" + std::to_string(s.v) + " chunks per rank)").c_str() : "");
   }
   std::printf("  memory (rank 0): parameters+gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB "
               "(%d slot%s)%s\n",
-              double(s.model->param_bytes()) / 1048576.0, double(s.adam->state_bytes_this_rank()) / 1048576.0,
-              double(s.model->activation_bytes()) / 1048576.0, s.slots, s.slots > 1 ? "s" : "",
+              double(mem.master + mem.grads + mem.weights) / 1048576.0,
+              double(s.adam->state_bytes_this_rank()) / 1048576.0, double(mem.activations) / 1048576.0, s.slots,
+              s.slots > 1 ? "s" : "",
               rc.train.recompute ? " (recompute on)" : "");
   if (checkpoints) {
     const auto& cc = rc.checkpoint;

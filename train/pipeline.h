@@ -44,13 +44,32 @@ struct Pipeline {
   std::vector<int32_t> batch;               // this rank's slice of the global batch
   std::unique_ptr<dist::Grid> grid;
   std::string data_plane;  // what carries backend tensors: "nccl", "mpi", "mpi-staged"
-  std::vector<std::pair<int, int>> stages;  // layer range of every stage
-  int l0 = 0, l1 = 0;
-  bool first = true, last = true;
+  // The model in chunks (dist/schedule.h): p·v global chunks of layers, v
+  // per rank (1 for 1f1b, gpipe and zb-h1; parallel.virtual_stages for
+  // interleaved; 2 for zb-v), placed by `placement`. chunk_cuts: the layer
+  // range of every global chunk; stages: every rank's ranges, by its chunk
+  // index; chunk_layers: this rank's.
+  int v = 1;
+  dist::ChunkPlacement placement = dist::ChunkPlacement::Interleaved;
+  std::vector<std::pair<int, int>> chunk_cuts;
+  std::vector<LayerRanges> stages;
+  LayerRanges chunk_layers;
+  bool first = true, last = true;           // holds the model's first chunk / its last (the head)
+  bool embed_split = false;                 // the embedding's two ends on two ranks (summed between them)
   std::vector<dist::Action> actions;        // this stage's schedule
-  int slots = 1;                            // activation slots the schedule needs
+  std::vector<int> chunk_slots;             // activation slots each chunk needs
+  std::vector<int> chunk_weight_slots;      // W operand sets each chunk needs (split backward)
+  int slots = 1;                            // the most any chunk needs (reports)
   std::unique_ptr<dist::CommTpCollectives> tpc;
-  std::unique_ptr<Model<float>> model;
+  // With more than one chunk the parameters live in `store` (model/model.h
+  // ParamStore) and every chunk's Model binds in it; `model` is chunk 0,
+  // whose params(), grads() and layout() are then the whole rank's (what
+  // the optimizer, checkpoints and gathers read), with one chunk the model.
+  std::unique_ptr<ParamStore<float>> store;
+  Buffer<float> store_params, store_grads;
+  DynBuffer<float> store_weights;
+  std::vector<std::unique_ptr<Model<float>>> chunks;
+  Model<float>* model = nullptr;
   std::unique_ptr<dist::DistAdamW> adam;
   bool zero = false, overlap = false;
   const ParamEntry* embed = nullptr;        // the tied embedding, if this stage holds it
@@ -60,13 +79,29 @@ struct Pipeline {
   bool root() const { return world.rank() == 0; }
   size_t mb_tokens() const { return size_t(B) * (T + 1); }
   std::string step_context(int64_t t) const { return "stage " + std::to_string(me.pp) + " step " + std::to_string(t); }
+  // Chunk c of this rank: its global index, and the rank of global chunk g.
+  int global_chunk(int c) const { return dist::global_chunk(rc.parallel.pp, me.pp, c, placement); }
+  int chunk_rank(int g) const { return dist::chunk_rank(rc.parallel.pp, g, placement); }
+  int n_global_chunks() const { return rc.parallel.pp * v; }
+  // The chunk that runs the head (the last layers; chunk 0 where this rank
+  // has none): the loss sum, the logits.
+  Model<float>& head();
+  // This rank's model memory by class, every chunk (the store counted once).
+  Model<float>::Memory memory() const;
+  // ATM's statistics of the last training forward, every chunk's layers.
+  std::vector<Model<float>::AtmStats> atm_stats() const;
+  // The pipeline message tag of micro-batch `micro` between global chunks
+  // g − 1 and g, forward or backward (unique within a step on any link).
+  int link_tag(int g, int micro, bool backward) const { return 2 * (g * m + micro) + (backward ? 1 : 0); }
 
   // The training loader of this DP rank (inside the setup agreement).
   void open_loader(uint64_t data_seed);
   // The communicators (control plane MPI; data plane for the backend's
   // memory), this rank's pipeline stage and its schedule.
   void build_grid_and_schedule();
+  void cut_chunks();
   void build_model_and_optimizer();
+  void make_store();
   // Sum over the world of the last stage's CE sums (tp rank 0 of each DP
   // replica's last stage contributes): the control plane, host doubles.
   // ATM's figures ride along (`mine`: this rank's; `job`: set to the

@@ -154,7 +154,7 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
     rank_wire = wire;
   }
   const perf::Traffic model_traffic =
-      perf::rank_traffic(rc.model, rc.layout(), pipe.model->shard(), double(pipe.padded_params()));
+      perf::rank_traffic(rc.model, rc.layout(), pipe.me.pp, double(pipe.padded_params()));
   std::vector<double> analytic = {model_traffic.tp, model_traffic.pp, model_traffic.dp, model_traffic.embed, 0};
   std::vector<double> rank_analytic(groups.size() * size_t(world.size()), 0.0);
   if (world.size() > 1) world.all_gather(analytic.data(), rank_analytic.data(), analytic.size(), DType::F64);
@@ -162,8 +162,11 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
 
   // The predicted bubble of the run's own schedule: the simulator on the
   // stages' FLOPs (perf::schedule_bubble; W its weight-GEMM share), beside
-  // the balanced 1F1B formula (p-1)/(m+p-1).
+  // the balanced formula: 1F1B's (p-1)/(m+p-1), interleaved's with (p-1)/v
+  // (what the planner's bubble_analytic says).
   const dist::PipelineSim bubble = perf::schedule_bubble(rc.model, rc.layout());
+  const double formula = par.schedule == "interleaved" ? dist::bubble_fraction_interleaved(par.pp, m, pipe.v)
+                                                       : dist::bubble_fraction_predicted(par.pp, m);
   const std::string bubble_for = par.schedule + ", simulated on the stages' FLOPs";
   nlohmann::json report;
   if (root) {
@@ -175,12 +178,12 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
       std::printf("  ATM layer %d (last batch): mu = %.4f, visible attention pairs %.2f%% of causal\n",
                   s.layer, s.mu, 100.0 * s.visible_fraction);
     report = {{"world", world.size()}, {"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp},
-              {"zero", zero}, {"schedule", par.schedule}, {"micro_batches", m},
+              {"zero", zero}, {"schedule", par.schedule}, {"micro_batches", m}, {"data_plane", pipe.data_plane},
               {"overlap", overlap}, {"steps", sum.steps}, {"tokens_per_s", sum.tokens_per_s},
               {"bubble_predicted", bubble.bubble_fraction}, {"bubble_predicted_schedule", bubble_for},
               {"bubble_predicted_fill_drain", bubble.bubble_fill_drain},
               {"bubble_predicted_imbalance", bubble.bubble_imbalance},
-              {"bubble_formula", dist::bubble_fraction_predicted(par.pp, m)}};
+              {"bubble_formula", formula}};
     if (meas.steps > 0 && world.size() > 1) {
       // Bubble: the share of the schedule's wall time a rank is not
       // computing (waiting for its neighbours), averaged over ranks.
@@ -194,10 +197,11 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
       std::vector<double> busy_per_step;
       for (double b : rank_busy) busy_per_step.push_back(b / double(meas.steps));
       report["compute_s_per_step"] = busy_per_step;
-      std::printf("  pipeline: predicted bubble of %s %.3f (%.3f fill/drain + %.3f imbalance; (p-1)/(m+p-1) = "
+      std::printf("  pipeline: predicted bubble of %s %.3f (%.3f fill/drain + %.3f imbalance; %s = "
                   "%.3f), measured idle share of the schedule %.3f (mean over ranks, steps 2..%lld)\n",
                   bubble_for.c_str(), bubble.bubble_fraction, bubble.bubble_fill_drain, bubble.bubble_imbalance,
-                  dist::bubble_fraction_predicted(par.pp, m), idle, (long long)sum.steps);
+                  par.schedule == "interleaved" ? "((p-1)/v)/(m+(p-1)/v)" : "(p-1)/(m+p-1)", formula, idle,
+                  (long long)sum.steps);
       std::printf("  communication per rank per step (steps 2..; wire bytes, measured / analytic, max over ranks):\n");
       nlohmann::json comm = nlohmann::json::object();
       for (size_t i = 0; i < groups.size(); ++i) {

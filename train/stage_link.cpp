@@ -1,5 +1,7 @@
 #include "train/stage_link.h"
 
+#include "util/error.h"
+
 namespace wiola {
 
 StageLink::StageLink(Ops<float>& ops, dist::Comm& pp_data, DType t, size_t tensor_elems)
@@ -8,6 +10,13 @@ StageLink::StageLink(Ops<float>& ops, dist::Comm& pp_data, DType t, size_t tenso
 StageLink::~StageLink() { flush(); }
 
 void StageLink::send(const std::vector<CPtr>& ts, int peer, int tag) {
+  const size_t n = ts.size() * each_, bytes = each_ * dtype_bytes(t_);
+  if (peer == pp_.rank()) {
+    WIOLA_CHECK(!mailbox_.count(tag), "internal: a second pipeline message with tag ", tag, " to this rank");
+    DynBuffer<float>& box = mailbox_[tag] = DynBuffer<float>(ops_, t_, n);
+    for (size_t i = 0; i < ts.size(); ++i) ops_.copy((box.data() + i * each_).raw(), ts[i].raw(), bytes);
+    return;
+  }
   Pending* p = nullptr;
   for (auto& q : pending_)
     if (!q.req.pending() || q.req.test()) {
@@ -15,7 +24,6 @@ void StageLink::send(const std::vector<CPtr>& ts, int peer, int tag) {
       break;
     }
   if (!p) p = &pending_.emplace_back();
-  const size_t n = ts.size() * each_, bytes = each_ * dtype_bytes(t_);
   if (p->data.size() != n) p->data = DynBuffer<float>(ops_, t_, n);
   for (size_t i = 0; i < ts.size(); ++i) ops_.copy((p->data.data() + i * each_).raw(), ts[i].raw(), bytes);
   p->req = pp_.isend(p->data.data().raw(), n, t_, peer, tag);
@@ -23,6 +31,14 @@ void StageLink::send(const std::vector<CPtr>& ts, int peer, int tag) {
 
 void StageLink::recv(const std::vector<Ptr>& ts, int peer, int tag) {
   const size_t n = ts.size() * each_, bytes = each_ * dtype_bytes(t_);
+  if (peer == pp_.rank()) {
+    auto it = mailbox_.find(tag);
+    WIOLA_CHECK(it != mailbox_.end() && it->second.size() == n, "internal: no pipeline message with tag ", tag,
+                " of ", n, " elements from this rank itself (the schedule receives before it sends)");
+    for (size_t i = 0; i < ts.size(); ++i) ops_.copy(ts[i].raw(), (it->second.data() + i * each_).raw(), bytes);
+    mailbox_.erase(it);
+    return;
+  }
   if (staging_.size() != n) staging_ = DynBuffer<float>(ops_, t_, n);
   pp_.irecv(staging_.data().raw(), n, t_, peer, tag).wait();
   for (size_t i = 0; i < ts.size(); ++i) ops_.copy(ts[i].raw(), (staging_.data() + i * each_).raw(), bytes);

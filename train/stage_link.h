@@ -3,10 +3,14 @@
 // into one backend buffer. Sends are non-blocking from a private backend
 // copy (the model reuses its buffers at once), so no send ever waits for the
 // peer: the schedule alone orders the job, as in dist::simulate_pipeline.
-// Tags: 2i forward, 2i+1 backward of micro-batch i.
+// Tags: the caller's (train/pipeline.h link_tag: one per micro-batch,
+// direction and chunk boundary). A message to this rank itself (two chunks
+// of one rank next to each other: the V schedule's middle, or one rank
+// holding every chunk) stays in a local mailbox, keyed by its tag.
 #pragma once
 
 #include <deque>
+#include <map>
 #include <vector>
 
 #include "dist/comm.h"
@@ -40,6 +44,7 @@ class StageLink {
   size_t each_;
   std::deque<Pending> pending_;  // stable addresses
   DynBuffer<float> staging_;
+  std::map<int, DynBuffer<float>> mailbox_;  // messages to this rank, by tag
 };
 
 }  // namespace wiola

@@ -231,7 +231,7 @@ StepOutcome Trainer::step(int64_t t) {
     // the mean CE over the global batch. (Communication, all of it.)
     auto comm = acct_->phase(Phase::Comm);
     dist::set_context(step_ctx + " embedding gradient sum");
-    if (p.embed && p.rc.parallel.pp > 1)
+    if (p.embed && p.embed_split)
       p.grid->data(GroupKind::Embed).all_reduce(model.grads() + p.embed->offset, model.grads() + p.embed->offset,
                                                 p.embed->size(), DType::F32, ReduceOp::Sum);
     // (Its span: the padding after it belongs to no other report.)
@@ -270,62 +270,68 @@ void Trainer::load_batch(int64_t t) {
 }
 
 // The pipeline schedule of one step over this rank's micro-batches: forward
-// and backward actions in the stage's order, boundary messages between them.
-// On dump steps the recorder takes the logits (single process) and the ATM
-// decisions of this rank's layers after each forward.
+// and backward actions in the stage's order on the action's model chunk,
+// boundary messages between them (to and from the ranks holding the
+// neighbouring global chunks). On dump steps the recorder takes the logits
+// (single process) and the ATM decisions of this rank's layers after each
+// forward.
 void Trainer::run_schedule(int64_t t, bool dumping) {
   Pipeline& p = *pipe_;
-  Model<float>& model = *p.model;
-  const int prev = p.me.pp - 1, next = p.me.pp + 1;
+  const int n_chunks = p.n_global_chunks();
   const std::string step_ctx = p.step_context(t);
   const double scale = 1.0 / (double(p.B) * p.m * p.T);  // this rank's mean; DP averages
   const bool overlap_now = p.overlap && !dumping;  // dumps read the gradients whole
   auto schedule = acct_->phase(Phase::Schedule);
-  // Gradient-ready reports come from the step's last backward (its whole
-  // backward, or with a split one the norm's from the last B and the
-  // layers' from the last W): each range once.
-  size_t last_b = p.actions.size(), last_w = p.actions.size();
+  // Gradient-ready reports come from each chunk's last backward in the step
+  // (its whole backward, or with a split one the norm's from the last B and
+  // the layers' from the last W): each range once.
+  std::vector<size_t> last_b(size_t(p.v), p.actions.size()), last_w(size_t(p.v), p.actions.size());
   for (size_t k = 0; k < p.actions.size(); ++k) {
-    if (p.actions[k].op == dist::Op::BwdWeight) last_w = k;
-    else if (p.actions[k].op != dist::Op::Fwd) last_b = k;
+    const dist::Action& a = p.actions[k];
+    if (a.op == dist::Op::BwdWeight) last_w[size_t(a.chunk)] = k;
+    else if (a.op != dist::Op::Fwd) last_b[size_t(a.chunk)] = k;
   }
   for (size_t k = 0; k < p.actions.size(); ++k) {
     const dist::Action a = p.actions[k];
-    const int slot = a.micro % p.slots;
+    Model<float>& model = *p.chunks[size_t(a.chunk)];
+    const int g = p.global_chunk(a.chunk);
+    const int slot = a.micro % p.chunk_slots[size_t(a.chunk)];
+    const int wslot = a.micro % p.chunk_weight_slots[size_t(a.chunk)];
     const int32_t* tok = p.batch.data() + size_t(a.micro) * p.mb_tokens();
+    const std::string what = " micro-batch " + std::to_string(a.micro) + (p.v > 1 ? " chunk " + std::to_string(g) : "");
     if (a.op == dist::Op::Fwd) {
-      dist::set_context(step_ctx + " forward micro-batch " + std::to_string(a.micro));
-      if (!p.first) p.link->recv(model.fwd_in(slot), prev, 2 * a.micro);
+      dist::set_context(step_ctx + " forward" + what);
+      if (g > 0) p.link->recv(model.fwd_in(slot), p.chunk_rank(g - 1), p.link_tag(g, a.micro, false));
       {
         auto compute = acct_->phase(Phase::Compute);
         model.stage_forward(slot, tok, scale, true);
       }
-      dumps_->after_forward();
-      if (!p.last) p.link->send(model.fwd_out(slot), next, 2 * a.micro);
+      dumps_->after_forward(model);
+      if (g + 1 < n_chunks) p.link->send(model.fwd_out(slot), p.chunk_rank(g + 1), p.link_tag(g + 1, a.micro, false));
       outputs_->traced(dist::Op::Fwd, a.micro, a.chunk);
     } else if (a.op == dist::Op::BwdWeight) {
       // W of a split backward: the weight-gradient GEMMs, no messages. The
-      // step's last W reports the layers' gradients final.
-      dist::set_context(step_ctx + " weight gradients micro-batch " + std::to_string(a.micro));
-      model.arm_grad_ready(overlap_now && k == last_w);
+      // chunk's last W in the step reports its layers' gradients final.
+      dist::set_context(step_ctx + " weight gradients" + what);
+      model.arm_grad_ready(overlap_now && k == last_w[size_t(a.chunk)]);
       {
         auto compute = acct_->phase(Phase::Compute);
-        model.stage_backward_weight(slot, a.micro % model.options().weight_slots);
+        model.stage_backward_weight(slot, wslot);
       }
       model.arm_grad_ready(false);
       outputs_->traced(dist::Op::BwdWeight, a.micro, a.chunk);
     } else {  // the whole backward, or B of a split one
-      dist::set_context(step_ctx + " backward micro-batch " + std::to_string(a.micro));
-      if (!p.last) p.link->recv(model.bwd_in(), next, 2 * a.micro + 1);
-      model.arm_grad_ready(overlap_now && k == last_b);
+      dist::set_context(step_ctx + " backward" + what);
+      if (g + 1 < n_chunks) p.link->recv(model.bwd_in(), p.chunk_rank(g + 1), p.link_tag(g + 1, a.micro, true));
+      model.arm_grad_ready(overlap_now && k == last_b[size_t(a.chunk)]);
       const bool split = a.op == dist::Op::BwdInput;
       {
         auto compute = acct_->phase(Phase::Compute);
-        if (split) model.stage_backward_input(slot, a.micro % model.options().weight_slots);
+        if (split) model.stage_backward_input(slot, wslot);
         else model.stage_backward(slot);
       }
       model.arm_grad_ready(false);
-      if (!p.first) p.link->send(model.bwd_out(), prev, 2 * a.micro + 1);
+      if (g > 0) p.link->send(model.bwd_out(), p.chunk_rank(g - 1), p.link_tag(g, a.micro, true));
       outputs_->traced(split ? dist::Op::BwdInput : dist::Op::Bwd, a.micro, a.chunk);
     }
   }

@@ -43,7 +43,6 @@ bool Validator::due(int64_t t, int64_t last_step) const {
 // The first eval_batches global batches of one validation source.
 double Validator::loss_of(Source& v) {
   Pipeline& p = pipe_;
-  Model<float>& model = *p.model;
   v.loader->restore(v.start);
   std::vector<int32_t> vb(p.mb_tokens());
   const int n = p.rc.train.eval_batches * p.m;
@@ -51,9 +50,14 @@ double Validator::loss_of(Source& v) {
     v.loader->next_batch(vb.data());
     dist::set_context("evaluation batch " + std::to_string(i) + (vals_.size() > 1 ? " of blend source " +
                       std::to_string(v.source + 1) : std::string()));
-    if (!p.first) p.link->recv(model.fwd_in(0), p.me.pp - 1, 2 * i);
-    model.stage_forward(0, vb.data(), 0.0, false);
-    if (!p.last) p.link->send(model.fwd_out(0), p.me.pp + 1, 2 * i);
+    // The batch through the global chunks in order, this rank's as they come.
+    for (int c = 0; c < p.v; ++c) {
+      Model<float>& model = *p.chunks[size_t(c)];
+      const int g = p.global_chunk(c);
+      if (g > 0) p.link->recv(model.fwd_in(0), p.chunk_rank(g - 1), 2 * (g * n + i));
+      model.stage_forward(0, vb.data(), 0.0, false);
+      if (g + 1 < p.n_global_chunks()) p.link->send(model.fwd_out(0), p.chunk_rank(g + 1), 2 * ((g + 1) * n + i));
+    }
   }
   p.link->flush();
   return world_loss_() / (double(p.rc.train.eval_batches) * p.GB * p.T);

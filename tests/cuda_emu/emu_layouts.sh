@@ -29,6 +29,7 @@
 #                          the same layout: bit for bit the uninterrupted run
 #                          NAME (which must have run)
 # TOL, TOL_TENSOR, ATM_FLIPS: the bounds (compare_runs.py; wider for bf16).
+# PLANE: the data plane report.json must name (run mode).
 set -euo pipefail
 mode=$1; emu=$2; wiola=$3; shards=$4; work=$5; shift 5
 here=$(cd "$(dirname "$0")" && pwd)
@@ -72,3 +73,11 @@ case "$mode" in
   *) echo "emu_layouts.sh: unknown mode '$mode'" >&2; exit 2 ;;
 esac
 "${compare[@]}" "$ref" "$ref.h5" "$out" "$out.h5"
+if [ -n "${PLANE:-}" ]; then
+  ${WIOLA_PYTHON:-/usr/bin/python3} - "$out/report.json" "$PLANE" <<'PY'
+import json, sys
+got = json.load(open(sys.argv[1]))["data_plane"]
+print("data plane:", got)
+assert got == sys.argv[2], f"data plane {got!r}, expected {sys.argv[2]!r}"
+PY
+fi

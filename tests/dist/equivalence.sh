@@ -7,6 +7,11 @@
 #
 #   equivalence.sh setup WIOLA WORK           tokenize a Brown slice, run the
 #                                             single-process reference
+#   equivalence.sh setup_ref WIOLA WORK NAME [--set ...]
+#                                             another single-process reference
+#                                             (a model with more layers: the
+#                                             chunked schedules' runs); REF=NAME
+#                                             compares run and reshard with it
 #   equivalence.sh run WIOLA WORK NAME NP [--set ...]
 #                                             run NAME on NP ranks and compare
 #                                             (EXACT_VS=REF: also bit for bit
@@ -49,6 +54,13 @@ if [ "$mode" = setup ]; then
   "$wiola" train "${common[@]}" --set "train.run_dir=$work/single" --dump-step "10:$work/single.h5"
   exit 0
 fi
+if [ "$mode" = setup_ref ]; then
+  name=$1; shift
+  rm -rf "${work:?}/$name" "$work/$name.h5"
+  "$wiola" train "${common[@]}" "$@" --set "train.run_dir=$work/$name" --dump-step "10:$work/$name.h5"
+  exit 0
+fi
+ref=${REF:-single}
 mpirun_() { "${MPIEXEC:-mpiexec}" -n "$1" --bind-to none "$wiola" train "${common[@]}" "${@:2}"; }
 if [ "$mode" = resume ] || [ "$mode" = resume_packed ] || [ "$mode" = reshard ]; then
   name=$1; np1=$2; shift 2
@@ -77,7 +89,7 @@ PY
   if [ "$mode" = resume ] || [ "$mode" = resume_packed ]; then
     "$python" "$here/compare_runs.py" --exact "$work/$name" "$work/$name.h5" "$out" "$out.h5"
   else
-    "$python" "$here/compare_runs.py" "${tols[@]}" "$work/single" "$work/single.h5" "$out" "$out.h5"
+    "$python" "$here/compare_runs.py" "${tols[@]}" "$work/$ref" "$work/$ref.h5" "$out" "$out.h5"
   fi
   exit 0
 fi
@@ -85,7 +97,7 @@ name=$1; np=$2; shift 2
 rm -rf "${work:?}/$name" "$work/$name.h5"
 "${MPIEXEC:-mpiexec}" -n "$np" --bind-to none "$wiola" train "${common[@]}" "$@" \
   --set "train.run_dir=$work/$name" --dump-step "10:$work/$name.h5"
-"$python" "$here/compare_runs.py" "${tols[@]}" "$work/single" "$work/single.h5" "$work/$name" "$work/$name.h5"
+"$python" "$here/compare_runs.py" "${tols[@]}" "$work/$ref" "$work/$ref.h5" "$work/$name" "$work/$name.h5"
 # EXACT_VS=REF: also bit for bit against the run REF of the same layout (a
 # run on another backend: cpu-opaque must compute exactly what cpu does).
 if [ -n "${EXACT_VS:-}" ]; then

@@ -7,6 +7,7 @@
 # with the same lists.
 #
 #   schedule_order.sh WIOLA CHECK WORK NAME SCHEDULE PP DP M...
+# VSTAGES: the interleaved schedule's chunks per rank (default 2).
 # WORK is tests/dist/equivalence's folder (its shards: the dist_equiv fixture).
 set -euo pipefail
 wiola=$1; check=$2; work=$3; name=$4; schedule=$5; pp=$6; dp=$7; shift 7
@@ -18,6 +19,7 @@ for m in "$@"; do
     --set model.preset=wiola-tiny --set model.vocab_size=32000 --set model.n_layers=8 \
     --set train.micro_batch=1 --set train.grad_accum="$m" --set train.steps=$steps --set train.threads=1 \
     --set parallel.pp="$pp" --set parallel.dp="$dp" --set parallel.schedule="$schedule" \
+    --set parallel.virtual_stages="${VSTAGES:-2}" \
     --set "data.path=$work/shards/manifest.json" --set "train.run_dir=$out" -q
-  "$check" "$out" "$schedule" "$pp" "$dp" 1 "$m" $steps
+  "$check" "$out" "$schedule" "$pp" "$dp" 1 "$m" $steps "${VSTAGES:-2}"
 done

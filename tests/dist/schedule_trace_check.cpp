@@ -7,9 +7,11 @@
 // present DP·TP times. Then the simulator (dist::simulate_pipeline) runs the
 // same schedules under balanced and uneven stage costs (with and without a
 // link delay, W timed apart): on every rank its actions must start in the
-// schedule's order, each after the previous one ended.
+// schedule's order, each after the previous one ended. The chunked
+// schedules (interleaved with V chunks per rank, default 2; zb-v) are costed
+// per global chunk.
 //
-//   schedule_trace_check RUN_DIR SCHEDULE PP DP TP M STEPS
+//   schedule_trace_check RUN_DIR SCHEDULE PP DP TP M STEPS [V]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -27,10 +29,12 @@ namespace {
 
 using wiola::dist::Action;
 
-std::vector<Action> schedule_of(const std::string& name, int pp, int stage, int m) {
+std::vector<Action> schedule_of(const std::string& name, int pp, int stage, int m, int v) {
   if (name == "1f1b") return wiola::dist::schedule_1f1b(pp, stage, m);
   if (name == "gpipe") return wiola::dist::schedule_gpipe(pp, stage, m);
   if (name == "zb-h1") return wiola::dist::schedule_zb_h1(pp, stage, m);
+  if (name == "interleaved") return wiola::dist::schedule_interleaved(pp, stage, m, v);
+  if (name == "zb-v") return wiola::dist::schedule_zb_v(pp, stage, m);
   std::fprintf(stderr, "schedule_trace_check: unknown schedule '%s'\n", name.c_str());
   std::exit(2);
 }
@@ -43,8 +47,8 @@ void mismatch(const std::string& what) {
 
 // The simulator's per-rank order under `cost` equals the schedules' order.
 void check_simulator(const std::vector<std::vector<Action>>& sched, const wiola::dist::StageCosts& cost,
-                     const std::string& label) {
-  const wiola::dist::PipelineSim sim = wiola::dist::simulate_pipeline(sched, cost);
+                     wiola::dist::ChunkPlacement placement, const std::string& label) {
+  const wiola::dist::PipelineSim sim = wiola::dist::simulate_pipeline(sched, cost, placement);
   for (size_t s = 0; s < sched.size(); ++s) {
     const auto& st = sim.start[s];
     std::vector<size_t> order(st.size());
@@ -65,16 +69,18 @@ void check_simulator(const std::vector<std::vector<Action>>& sched, const wiola:
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 8) {
-    std::fprintf(stderr, "usage: schedule_trace_check RUN_DIR SCHEDULE PP DP TP M STEPS\n");
+  if (argc != 8 && argc != 9) {
+    std::fprintf(stderr, "usage: schedule_trace_check RUN_DIR SCHEDULE PP DP TP M STEPS [V]\n");
     return 2;
   }
   const std::filesystem::path dir = std::filesystem::path(argv[1]) / "schedule_trace";
   const std::string name = argv[2];
   const int pp = std::atoi(argv[3]), dp = std::atoi(argv[4]), tp = std::atoi(argv[5]), m = std::atoi(argv[6]),
             steps = std::atoi(argv[7]);
+  const int v = name == "zb-v" ? 2 : name == "interleaved" ? (argc == 9 ? std::atoi(argv[8]) : 2) : 1;
+  const auto placement = name == "zb-v" ? wiola::dist::ChunkPlacement::V : wiola::dist::ChunkPlacement::Interleaved;
   std::vector<std::vector<Action>> sched;
-  for (int s = 0; s < pp; ++s) sched.push_back(schedule_of(name, pp, s, m));
+  for (int s = 0; s < pp; ++s) sched.push_back(schedule_of(name, pp, s, m, v));
 
   // The trainer's executed order, every rank, every step.
   std::map<int, int> ranks_per_stage;
@@ -121,22 +127,22 @@ int main(int argc, char** argv) {
       mismatch("stage " + std::to_string(s) + " ran on " + std::to_string(ranks_per_stage[s]) + " ranks, expected " +
                std::to_string(dp * tp));
 
-  // The simulator's order: balanced, uneven stages (a heavier last stage,
+  // The simulator's order: balanced, uneven stages (a heavier last chunk,
   // W about a third of the backward) with and without a link delay.
   wiola::dist::StageCosts even, uneven;
-  for (int s = 0; s < pp; ++s) {
+  for (int g = 0; g < pp * v; ++g) {
     even.fwd.push_back(1);
     even.bwd.push_back(2);
     even.bwd_weight.push_back(0.9);
-    const double f = 1 + 0.25 * s + (s == pp - 1 ? 1.5 : 0);
+    const double f = 1 + 0.25 * g / v + (g == pp * v - 1 ? 1.5 : 0);
     uneven.fwd.push_back(f);
     uneven.bwd.push_back(2 * f);
     uneven.bwd_weight.push_back(0.7 * f);
   }
-  check_simulator(sched, even, "simulator (balanced)");
-  check_simulator(sched, uneven, "simulator (uneven)");
+  check_simulator(sched, even, placement, "simulator (balanced)");
+  check_simulator(sched, uneven, placement, "simulator (uneven)");
   uneven.link = 0.4;
-  check_simulator(sched, uneven, "simulator (uneven, link 0.4)");
+  check_simulator(sched, uneven, placement, "simulator (uneven, link 0.4)");
 
   std::printf("schedule %s pp %d dp %d tp %d m %d: %d rank traces x %d steps %s; simulator order %s\n", name.c_str(),
               pp, dp, tp, m, files, steps, failures ? "CHECKED WITH MISMATCHES" : "equal the schedule",

@@ -8,6 +8,7 @@
 // is bit for bit the same.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "model/params.h"
 #include "tests/model/backend_under_test.h"
 #include "train/trainer.h"
+#include "util/error.h"
 
 namespace wiola {
 namespace {
@@ -151,6 +153,54 @@ TEST(ParamLayout, AlignmentOneIsThePackedLayout) {
     for (size_t i = 0; i < packed.entries().size(); ++i)
       EXPECT_EQ(aligned.entries()[i].name, packed.entries()[i].name);
   }
+}
+
+// A rank holding several chunks (interleaved, ZB-V; model/model.h
+// ParamStore): the layer-range layout has exactly the tensors of the
+// chunks' own layouts, in layer order whatever the ranges' order, the tied
+// embedding once where the ranges hold both its ends, each tensor with the
+// same shape and global maps as in its chunk's layout; one range is the
+// contiguous layout. Overlapping or empty ranges are refused.
+TEST(ParamLayout, LayerRangesHoldTheirChunksTensorsWithTheEmbeddingOnce) {
+  ModelConfig c = model_preset("wiola-tiny");
+  c.L = 8;
+  for (int tp : {1, 2}) {
+    const LayerRanges v_rank0 = {{0, 2}, {6, 8}};  // ZB-V's rank 0: both ends of the embedding
+    const ParamLayout both(c, 0, tp, {{6, 8}, {0, 2}});
+    const ParamLayout first(c, ModelShard{0, tp, 0, 2}), last(c, ModelShard{0, tp, 6, 8});
+    std::vector<std::string> want;
+    for (const ParamLayout* l : {&first, &last})
+      for (const ParamEntry& e : l->entries())
+        if (std::find(want.begin(), want.end(), e.name) == want.end()) want.push_back(e.name);
+    std::vector<std::string> got;
+    for (const ParamEntry& e : both.entries()) {
+      got.push_back(e.name);
+      const ParamEntry& own = first.try_find(e.name) ? first.find(e.name) : last.find(e.name);
+      EXPECT_EQ(e.rows, own.rows) << e.name;
+      EXPECT_EQ(e.cols, own.cols) << e.name;
+      EXPECT_EQ(e.row_map, own.row_map) << e.name;
+      EXPECT_TRUE(e.offset % kParamAlign == 0 || e.follows) << e.name;
+    }
+    EXPECT_EQ(got, want) << "tp " << tp;
+    EXPECT_EQ(std::count(got.begin(), got.end(), "model.embed_tokens.weight"), 1);
+    EXPECT_EQ(both.total(), ParamLayout(c, 0, tp, v_rank0).total());
+    // A middle rank: no embedding, no final norm.
+    const ParamLayout middle(c, 0, tp, {{2, 3}, {5, 6}});
+    EXPECT_FALSE(middle.try_find("model.embed_tokens.weight"));
+    EXPECT_FALSE(middle.try_find("model.norm.weight"));
+    EXPECT_TRUE(middle.try_find(layer_param_name(5, "mlp.fusion.weight")));
+    EXPECT_FALSE(middle.try_find(layer_param_name(4, "mlp.fusion.weight")));
+    // One range: the contiguous layout, entry for entry.
+    const ParamLayout one(c, 0, tp, {{2, 5}}), contiguous(c, ModelShard{0, tp, 2, 5});
+    ASSERT_EQ(one.entries().size(), contiguous.entries().size());
+    for (size_t i = 0; i < one.entries().size(); ++i) {
+      EXPECT_EQ(one.entries()[i].name, contiguous.entries()[i].name);
+      EXPECT_EQ(one.entries()[i].offset, contiguous.entries()[i].offset);
+    }
+  }
+  EXPECT_THROW(ParamLayout(c, 0, 1, {{0, 3}, {2, 4}}), Error);
+  EXPECT_THROW(ParamLayout(c, 0, 1, {{3, 3}}), Error);
+  EXPECT_THROW(ParamLayout(c, 0, 1, {{6, 9}}), Error);
 }
 
 // init_params_host zeroes the padding whatever the buffer held, and every

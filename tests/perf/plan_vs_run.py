@@ -4,7 +4,8 @@ bytes and bubble exact). For each layout: a short `wiola train` under
 mpirun, and `wiola plan --cpu` with the same config overrides. Checked:
   - wire bytes per rank per step of every group (tp, pp, dp, embed): the
     communicators' count (report.json) equals the plan's, max over ranks;
-  - the predicted pipeline bubble (p-1)/(m+p-1) is the plan's;
+  - the predicted pipeline bubble's formula ((p-1)/(m+p-1); interleaved:
+    ((p-1)/v)/(m+(p-1)/v)) is the plan's;
   - memory per rank by class: the cost model's figures (the plan's fullest
     rank, and report.json's predicted column) equal what the ranks allocated;
   - report.json carries MFU, a time breakdown whose parts add up to the step,
@@ -23,6 +24,12 @@ LAYOUTS = [  # name, ranks, overrides
     ("dp2_nozero_recompute", 2, ["parallel.dp=2", "parallel.zero=false", "train.recompute=true"]),
     ("tp2_pp2", 4, ["parallel.tp=2", "parallel.pp=2", "train.grad_accum=3"]),
     ("pp4_gpipe", 4, ["parallel.pp=4", "parallel.schedule=gpipe", "train.grad_accum=4"]),
+    # The chunked schedules (issue 37) on 8 layers: chunks' messages (none
+    # between two chunks of one rank), the embedding's ends, per-chunk slots.
+    ("pp2_interleaved", 2, ["model.n_layers=8", "parallel.pp=2", "parallel.schedule=interleaved",
+                            "train.grad_accum=4"]),
+    ("tp2_pp2_zbv", 4, ["model.n_layers=8", "parallel.tp=2", "parallel.pp=2", "parallel.schedule=zb-v",
+                        "train.grad_accum=3"]),
 ]
 
 
@@ -74,7 +81,7 @@ def main():
         for g in ["tp", "pp", "dp", "embed"]:
             got = comm.get(g, {}).get("measured_bytes", 0.0)
             check(f"{g} wire bytes/step", got, plan["traffic_bytes"][g])
-        check("bubble (p-1)/(m+p-1)", rep["bubble_formula"], plan["bubble_analytic"])
+        check("bubble formula", rep["bubble_formula"], plan["bubble_analytic"])
         mem = rep["memory_mib_per_rank"]
         fullest = max(sum(r[k] for k in ("params", "grads", "optimizer", "activations")) for r in mem)
         check("memory MiB, fullest rank", fullest, plan["memory_gib"]["total"] * 1024)

@@ -364,7 +364,7 @@ TEST(Planner, ChoosesTheScheduleByStepTimeAndMemoryAndSaysWhy) {
   EXPECT_DOUBLE_EQ(p.step_s, zb.step_s);
   EXPECT_EQ(p.schedule_why.rfind("zb-h1: step", 0), 0u) << p.schedule_why;
   EXPECT_NE(p.schedule_why.find("interleaved v2: step"), std::string::npos) << p.schedule_why;
-  EXPECT_NE(p.schedule_why.find("not yet runnable by wiola train"), std::string::npos) << p.schedule_why;
+  EXPECT_NE(p.schedule_why.find("not picked on GPUs: pipeline messages through host memory"), std::string::npos) << p.schedule_why;
   EXPECT_NE(p.schedule_why.find("2.0x the pipeline traffic"), std::string::npos) << p.schedule_why;
   // Even where interleaved would be fastest, the pick stays runnable.
   for (const char* model : {"wiola-1.5b", "wiola-360m"}) {
