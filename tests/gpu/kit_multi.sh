@@ -13,6 +13,9 @@
 # (tests/dist): losses within TOL relative, `wiola ckpt diff --tol TOL`
 # (whole model TOL, each tensor 10 TOL):
 #   fp32_dp2 fp32_tp2 fp32_pp2 fp32_tp2_pp2   cuda-fp32, TOL 1e-5 (dp2: ZeRO)
+#   fp32_pp2_il2 fp32_pp2_zbv                 cuda-fp32, TOL 1e-5: the chunked
+#                    pipeline schedules (interleaved with 2 chunks per rank,
+#                    ZB-V), each rank's chunks in one parameter store
 #   bf16_dp2 bf16_tp2_pp2                     cuda (bf16), TOL 5e-3
 #   tp2_pp2_to_cpu   cuda-fp32 tp2 x pp2 to step $half with a checkpoint,
 #                    continued as one CPU process: against the one-process
@@ -80,12 +83,14 @@ run single_bf16 1 --set train.backend=cuda
 echo "== layouts sharing the GPU"
 multi=()
 for spec in "fp32_dp2 2 1 1 2 cuda-fp32 1e-5" "fp32_tp2 2 2 1 1 cuda-fp32 1e-5" "fp32_pp2 2 1 2 1 cuda-fp32 1e-5" \
-            "fp32_tp2_pp2 4 2 2 1 cuda-fp32 1e-5" "bf16_dp2 2 1 1 2 cuda 5e-3" "bf16_tp2_pp2 4 2 2 1 cuda 5e-3"; do
-  read -r name np tp pp dp backend tol <<< "$spec"
+            "fp32_tp2_pp2 4 2 2 1 cuda-fp32 1e-5" "bf16_dp2 2 1 1 2 cuda 5e-3" "bf16_tp2_pp2 4 2 2 1 cuda 5e-3" \
+            "fp32_pp2_il2 2 1 2 1 cuda-fp32 1e-5 interleaved" "fp32_pp2_zbv 2 1 2 1 cuda-fp32 1e-5 zb-v"; do
+  read -r name np tp pp dp backend tol schedule <<< "$spec"
   # dp2 halves the micro-batches per rank: the same global batch.
   accum=(); [ "$dp" = 2 ] && accum=(--set train.grad_accum=1)
+  sched=(); [ -n "$schedule" ] && sched=(--set parallel.schedule="$schedule")
   # shellcheck disable=SC2046
-  run "$name" "$np" --set train.backend=$backend $(layout "$np" "$tp" "$pp" "$dp") "${accum[@]}"
+  run "$name" "$np" --set train.backend=$backend $(layout "$np" "$tp" "$pp" "$dp") "${accum[@]}" "${sched[@]}"
   rc=$?
   ref=single_fp32; [ "$backend" = cuda ] && ref=single_bf16
   compare "$name" "$ref" "$tol" "$rc" "$np"
