@@ -411,6 +411,21 @@ struct GpuAttnCall {
   static size_t nk(const AttnShape& s) { return size_t(s.B) * s.Tk * s.Hkv * s.dh; }
 };
 
+// The same ATM layout on the CPU backend, for the reference call: `keys` is
+// empty unless with_atm.
+struct CpuAttnKeys {
+  Buffer<float, int32_t> ke, ng;
+  Buffer<float, uint8_t> so;
+  AttnKeys keys{};
+  CpuAttnKeys(Ops<float>& cpu, const AtmLayout& lay, const std::vector<uint8_t>& open, bool with_atm)
+      : ke(cpu, lay.key_end.size()), ng(cpu, lay.n_groups.size()), so(cpu, open.size()) {
+    cpu.upload(ke.data(), lay.key_end.data(), ke.bytes());
+    cpu.upload(ng.data(), lay.n_groups.data(), ng.bytes());
+    cpu.upload(so.data(), open.data(), so.bytes());
+    if (with_atm) keys = AttnKeys{ke.data(), ng.data(), so.data()};
+  }
+};
+
 // The bf16 attention on tensor cores (kernels/cuda/attention_tc.cu), forward
 // and backward, against the CPU on exactly the GPU's bf16 inputs: plain causal
 // and ATM keys with self-open raw keys, two full 64-row tiles and a partial
@@ -468,12 +483,8 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
       float *cq = r.in(q), *ck = r.in(mkh), *cv = r.in(mvh), *crk = r.in(k), *crv = r.in(v), *cdo = r.in(dout);
       float *co = r.in(Vec(nq)), *clse = r.in(Vec(nl)), *cdq = r.in(Vec(nq)), *cdk = r.in(Vec(nk)),
             *cdv = r.in(Vec(nk)), *cdrk = r.in(Vec(nk)), *cdrv = r.in(Vec(nk));
-      Buffer<float, int32_t> cke(*cpu, lay.key_end.size()), cng(*cpu, lay.n_groups.size());
-      Buffer<float, uint8_t> cso(*cpu, open.size());
-      cpu->upload(cke.data(), lay.key_end.data(), cke.bytes());
-      cpu->upload(cng.data(), lay.n_groups.data(), cng.bytes());
-      cpu->upload(cso.data(), open.data(), cso.bytes());
-      const AttnKeys ckeys = with_atm ? AttnKeys{cke.data(), cng.data(), cso.data()} : AttnKeys{};
+      const CpuAttnKeys cpu_keys(*cpu, lay, open, with_atm);
+      const AttnKeys ckeys = cpu_keys.keys;
       cpu->attention_fwd(s, ckeys, cq, ck, cv, with_atm ? crk : nullptr, with_atm ? crv : nullptr, co, clse);
       cpu->attention_bwd(s, ckeys, cq, ck, cv, with_atm ? crk : nullptr, with_atm ? crv : nullptr, co, clse, cdo, cdq,
                          cdk, cdv, with_atm ? cdrk : nullptr, with_atm ? cdrv : nullptr);
@@ -618,12 +629,8 @@ TEST(CudaOps, AttentionFa2Bf16) {
         float *cq = r.in(q), *ck = r.in(mkh), *cv = r.in(mvh), *crk = r.in(k), *crv = r.in(v), *cdo = r.in(dout);
         float *co = r.in(Vec(nq)), *clse = r.in(Vec(nl)), *cdq = r.in(Vec(nq)), *cdk = r.in(Vec(nk)),
               *cdv = r.in(Vec(nk)), *cdrk = r.in(Vec(nk)), *cdrv = r.in(Vec(nk));
-        Buffer<float, int32_t> cke(*cpu, lay.key_end.size()), cng(*cpu, lay.n_groups.size());
-        Buffer<float, uint8_t> cso(*cpu, open.size());
-        cpu->upload(cke.data(), lay.key_end.data(), cke.bytes());
-        cpu->upload(cng.data(), lay.n_groups.data(), cng.bytes());
-        cpu->upload(cso.data(), open.data(), cso.bytes());
-        const AttnKeys ckeys = with_atm ? AttnKeys{cke.data(), cng.data(), cso.data()} : AttnKeys{};
+        const CpuAttnKeys cpu_keys(*cpu, lay, open, with_atm);
+        const AttnKeys ckeys = cpu_keys.keys;
         cpu->attention_fwd(s, ckeys, cq, ck, cv, with_atm ? crk : nullptr, with_atm ? crv : nullptr, co, clse);
         std::vector<Vec> ref{r.out(co, nq), r.out(clse, nl)};
         if (!decoding) {
@@ -768,12 +775,8 @@ TEST(CudaOps, AttentionFa2HeadPacking) {
         OnBackend r(*cpu);
         float *cq = r.in(q), *ck = r.in(mkh), *cv = r.in(mvh), *crk = r.in(k), *crv = r.in(v);
         float *co = r.in(Vec(nq)), *clse = r.in(Vec(nl));
-        Buffer<float, int32_t> cke(*cpu, lay.key_end.size()), cng(*cpu, lay.n_groups.size());
-        Buffer<float, uint8_t> cso(*cpu, open.size());
-        cpu->upload(cke.data(), lay.key_end.data(), cke.bytes());
-        cpu->upload(cng.data(), lay.n_groups.data(), cng.bytes());
-        cpu->upload(cso.data(), open.data(), cso.bytes());
-        const AttnKeys ckeys = with_atm ? AttnKeys{cke.data(), cng.data(), cso.data()} : AttnKeys{};
+        const CpuAttnKeys cpu_keys(*cpu, lay, open, with_atm);
+        const AttnKeys ckeys = cpu_keys.keys;
         cpu->attention_fwd(s, ckeys, cq, ck, cv, with_atm ? crk : nullptr, with_atm ? crv : nullptr, co, clse);
         const std::vector<Vec> ref{r.out(co, nq), r.out(clse, nl)};
 
