@@ -738,7 +738,7 @@ void check_run_config(const RunConfig& rc) {
   WIOLA_CHECK(p.pp <= rc.model.L, "parallel.pp (", p.pp, ") must not exceed model.n_layers (",
               rc.model.L, "): every pipeline stage needs a layer");
   // The chunked schedules (dist/schedule.h): p·v chunks of at least a layer each.
-  const int chunks = p.schedule == "interleaved" ? p.virtual_stages : p.schedule == "zb-v" ? 2 : 1;
+  const int chunks = perf::chunks_per_rank(rc.layout());
   WIOLA_CHECK(p.pp * chunks <= rc.model.L, "parallel.schedule \"", p.schedule, "\" cuts the model into ",
               p.pp * chunks, " chunks (parallel.pp ", p.pp, " x ", chunks, " per rank), more than model.n_layers (",
               rc.model.L, "): every chunk needs a layer");

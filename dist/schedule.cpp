@@ -150,6 +150,13 @@ double bubble_fraction_interleaved(int pp, int m, int v) {
   return fill / (double(m) + fill);
 }
 
+std::vector<Action> chunk_actions(const std::vector<Action>& s, int chunk) {
+  std::vector<Action> out;
+  for (const Action& a : s)
+    if (a.chunk == chunk) out.push_back(a);
+  return out;
+}
+
 int max_in_flight(const std::vector<Action>& s) {
   int cur = 0, peak = 0;
   for (const Action& a : s) {

@@ -120,6 +120,9 @@ double bubble_fraction_interleaved(int pp, int m, int v);
 // Peak number of (micro-batch, chunk) activations alive: each from its
 // forward until its Bwd or BwdWeight.
 int max_in_flight(const std::vector<Action>& s);
+// The actions of s on model chunk `chunk`, in order (a chunk's own peaks:
+// max_in_flight and max_pending_weight of them).
+std::vector<Action> chunk_actions(const std::vector<Action>& s, int chunk);
 // Peak number of (micro-batch, chunk) whose BwdInput ran and BwdWeight not
 // yet: the W operands a split backward keeps at once (ZB-H1: stage + 1).
 int max_pending_weight(const std::vector<Action>& s);

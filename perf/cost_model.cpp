@@ -169,9 +169,7 @@ Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Pre
   static const std::unique_ptr<Ops<float>> sizing = make_backend<float>("cpu");
   Memory r;
   for (size_t k = 0; k < chunks.size(); ++k) {
-    std::vector<dist::Action> mine;
-    for (const dist::Action& a : sched)
-      if (a.chunk == int(k)) mine.push_back(a);
+    const std::vector<dist::Action> mine = dist::chunk_actions(sched, int(k));
     ModelOptions mo;
     mo.micro_batch = lay.micro_batch;
     mo.recompute = lay.recompute;
@@ -207,6 +205,16 @@ StageFlops stage_flops_split(const ModelConfig& c, const Layout& lay, int stage)
 double stage_flops(const ModelConfig& c, const Layout& lay, int stage) {
   const StageFlops f = stage_flops_split(c, lay, stage);
   return f.fwd + f.bwd;
+}
+
+double bubble_formula(const Layout& lay) {
+  const int p = lay.pp, m = lay.micro_batches;
+  return lay.schedule == "interleaved" ? dist::bubble_fraction_interleaved(p, m, lay.virtual_stages)
+                                       : dist::bubble_fraction_predicted(p, m);
+}
+
+const char* bubble_formula_name(const Layout& lay) {
+  return lay.schedule == "interleaved" ? "((p-1)/v)/(m+(p-1)/v)" : "(p-1)/(m+p-1)";
 }
 
 dist::PipelineSim schedule_bubble(const ModelConfig& c, const Layout& lay) {

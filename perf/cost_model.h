@@ -116,6 +116,10 @@ double stage_flops(const ModelConfig& c, const Layout& lay, int stage);
 // head on the last one) is in it and in its split (bubble_fill_drain,
 // bubble_imbalance); pp 1: no bubble.
 dist::PipelineSim schedule_bubble(const ModelConfig& c, const Layout& lay);
+// The balanced formula of the layout's schedule: (p − 1)/(m + p − 1), for
+// interleaved ((p − 1)/v)/(m + (p − 1)/v); its name for reports.
+double bubble_formula(const Layout& lay);
+const char* bubble_formula_name(const Layout& lay);
 
 // One stage's micro-batch of work in the terms of a device profile
 // (perf/device_profile.h): GEMM FLOPs, the causal attention's forward FLOPs (our count,

@@ -33,7 +33,7 @@ Workload wiola_workload(const ModelConfig& c, const Layout& lay, const Precision
   w.T = c.T;
   w.layout = lay;
   w.step_flops = train_step_flops(c, lay.global_batch());
-  w.bubble_analytic = dist::bubble_fraction_predicted(lay.pp, lay.micro_batches);
+  w.bubble_analytic = bubble_formula(lay);
   const double N = double(lay.micro_batch) * c.T, d = c.d, m = lay.micro_batches;
   const size_t res = dtype_bytes(prec.residual);
   for (int s = 0; s < lay.pp; ++s) {
@@ -75,8 +75,6 @@ Workload wiola_workload(const ModelConfig& c, const Layout& lay, const Precision
   }
   if (const int v = chunks_per_rank(lay); v > 1) {  // interleaved, zb-v
     WIOLA_CHECK(lay.pp * v <= c.L, lay.schedule, " schedule: pp x v = ", lay.pp * v, " chunks for ", c.L, " layers");
-    if (lay.schedule == "interleaved")
-      w.bubble_analytic = dist::bubble_fraction_interleaved(lay.pp, lay.micro_batches, v);
     Layout lc = lay;
     lc.pp = lay.pp * v;
     lc.schedule = "1f1b";

@@ -10,6 +10,7 @@
 #include "dist/diagnostics.h"
 #include "kernels/backend.h"
 #include "kernels/cpu_info.h"
+#include "perf/cost_model.h"
 #include "train/accounting.h"
 #include "train/loss_spikes.h"
 #include "train/pipeline.h"
@@ -144,8 +145,7 @@ void Outputs::banner(bool checkpoints) {
                 "predicted bubble %.3f; DP overlap %s; data plane %s\n",
                 s.world.size(), par.tp, par.pp, par.dp, s.zero ? "on" : "off", par.schedule.c_str(),
                 par.schedule == "interleaved" ? (" v=" + std::to_string(s.v)).c_str() : "", s.m,
-                par.schedule == "interleaved" ? dist::bubble_fraction_interleaved(par.pp, s.m, s.v)
-                                              : dist::bubble_fraction_predicted(par.pp, s.m),
+                perf::bubble_formula(rc.layout()),
                 s.overlap ? "on" : "off", s.data_plane.c_str());
   const Model<float>::Memory mem = s.memory();
   if (par.pp > 1) {

@@ -83,9 +83,7 @@ void Pipeline::build_grid_and_schedule() {
   // (forward to backward) and those waiting between B and W are windows of
   // consecutive micro-batches: slot micro % slots is free when it is reused.
   for (int c = 0; c < v; ++c) {
-    std::vector<dist::Action> mine;
-    for (const dist::Action& a : actions)
-      if (a.chunk == c) mine.push_back(a);
+    const std::vector<dist::Action> mine = dist::chunk_actions(actions, c);
     chunk_slots.push_back(std::max(1, dist::max_in_flight(mine)));
     chunk_weight_slots.push_back(std::max(1, dist::max_pending_weight(mine)));
   }

@@ -90,9 +90,6 @@ struct Pipeline {
   Model<float>::Memory memory() const;
   // ATM's statistics of the last training forward, every chunk's layers.
   std::vector<Model<float>::AtmStats> atm_stats() const;
-  // The pipeline message tag of micro-batch `micro` between global chunks
-  // g − 1 and g, forward or backward (unique within a step on any link).
-  int link_tag(int g, int micro, bool backward) const { return 2 * (g * m + micro) + (backward ? 1 : 0); }
 
   // The training loader of this DP rank (inside the setup agreement).
   void open_loader(uint64_t data_seed);

@@ -165,8 +165,7 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
   // the balanced formula: 1F1B's (p-1)/(m+p-1), interleaved's with (p-1)/v
   // (what the planner's bubble_analytic says).
   const dist::PipelineSim bubble = perf::schedule_bubble(rc.model, rc.layout());
-  const double formula = par.schedule == "interleaved" ? dist::bubble_fraction_interleaved(par.pp, m, pipe.v)
-                                                       : dist::bubble_fraction_predicted(par.pp, m);
+  const double formula = perf::bubble_formula(rc.layout());
   const std::string bubble_for = par.schedule + ", simulated on the stages' FLOPs";
   nlohmann::json report;
   if (root) {
@@ -200,7 +199,7 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
       std::printf("  pipeline: predicted bubble of %s %.3f (%.3f fill/drain + %.3f imbalance; %s = "
                   "%.3f), measured idle share of the schedule %.3f (mean over ranks, steps 2..%lld)\n",
                   bubble_for.c_str(), bubble.bubble_fraction, bubble.bubble_fill_drain, bubble.bubble_imbalance,
-                  par.schedule == "interleaved" ? "((p-1)/v)/(m+(p-1)/v)" : "(p-1)/(m+p-1)", formula, idle,
+                  perf::bubble_formula_name(rc.layout()), formula, idle,
                   (long long)sum.steps);
       std::printf("  communication per rank per step (steps 2..; wire bytes, measured / analytic, max over ranks):\n");
       nlohmann::json comm = nlohmann::json::object();

@@ -13,7 +13,13 @@ void StageLink::send(const std::vector<CPtr>& ts, int peer, int tag) {
   const size_t n = ts.size() * each_, bytes = each_ * dtype_bytes(t_);
   if (peer == pp_.rank()) {
     WIOLA_CHECK(!mailbox_.count(tag), "internal: a second pipeline message with tag ", tag, " to this rank");
-    DynBuffer<float>& box = mailbox_[tag] = DynBuffer<float>(ops_, t_, n);
+    DynBuffer<float>& box = mailbox_[tag];
+    if (!spare_.empty() && spare_.back().size() == n) {
+      box = std::move(spare_.back());
+      spare_.pop_back();
+    } else {
+      box = DynBuffer<float>(ops_, t_, n);
+    }
     for (size_t i = 0; i < ts.size(); ++i) ops_.copy((box.data() + i * each_).raw(), ts[i].raw(), bytes);
     return;
   }
@@ -36,6 +42,7 @@ void StageLink::recv(const std::vector<Ptr>& ts, int peer, int tag) {
     WIOLA_CHECK(it != mailbox_.end() && it->second.size() == n, "internal: no pipeline message with tag ", tag,
                 " of ", n, " elements from this rank itself (the schedule receives before it sends)");
     for (size_t i = 0; i < ts.size(); ++i) ops_.copy(ts[i].raw(), (it->second.data() + i * each_).raw(), bytes);
+    spare_.push_back(std::move(it->second));
     mailbox_.erase(it);
     return;
   }

@@ -3,10 +3,10 @@
 // into one backend buffer. Sends are non-blocking from a private backend
 // copy (the model reuses its buffers at once), so no send ever waits for the
 // peer: the schedule alone orders the job, as in dist::simulate_pipeline.
-// Tags: the caller's (train/pipeline.h link_tag: one per micro-batch,
-// direction and chunk boundary). A message to this rank itself (two chunks
-// of one rank next to each other: the V schedule's middle, or one rank
-// holding every chunk) stays in a local mailbox, keyed by its tag.
+// Tags: tag() below, one per micro-batch, direction and chunk boundary. A
+// message to this rank itself (two chunks of one rank next to each other:
+// the V schedule's middle, or one rank holding every chunk) stays in a
+// local mailbox, keyed by its tag; its buffers are reused.
 #pragma once
 
 #include <deque>
@@ -27,6 +27,11 @@ class StageLink {
   StageLink(const StageLink&) = delete;
   StageLink& operator=(const StageLink&) = delete;
 
+  // The tag of batch i of n (a step's micro-batches, or the evaluation's
+  // batches) across the boundary between global chunks g − 1 and g, forward
+  // or backward: unique among a step's messages on any link.
+  static int tag(int g, int i, int n, bool backward) { return 2 * (g * n + i) + (backward ? 1 : 0); }
+
   void send(const std::vector<CPtr>& ts, int peer, int tag);
   // Blocking (bounded by the communication timeout); unpacks into ts.
   void recv(const std::vector<Ptr>& ts, int peer, int tag);
@@ -45,6 +50,7 @@ class StageLink {
   std::deque<Pending> pending_;  // stable addresses
   DynBuffer<float> staging_;
   std::map<int, DynBuffer<float>> mailbox_;  // messages to this rank, by tag
+  std::vector<DynBuffer<float>> spare_;      // mailbox buffers received, for the next sends
 };
 
 }  // namespace wiola

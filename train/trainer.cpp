@@ -301,13 +301,14 @@ void Trainer::run_schedule(int64_t t, bool dumping) {
     const std::string what = " micro-batch " + std::to_string(a.micro) + (p.v > 1 ? " chunk " + std::to_string(g) : "");
     if (a.op == dist::Op::Fwd) {
       dist::set_context(step_ctx + " forward" + what);
-      if (g > 0) p.link->recv(model.fwd_in(slot), p.chunk_rank(g - 1), p.link_tag(g, a.micro, false));
+      if (g > 0) p.link->recv(model.fwd_in(slot), p.chunk_rank(g - 1), StageLink::tag(g, a.micro, p.m, false));
       {
         auto compute = acct_->phase(Phase::Compute);
         model.stage_forward(slot, tok, scale, true);
       }
       dumps_->after_forward(model);
-      if (g + 1 < n_chunks) p.link->send(model.fwd_out(slot), p.chunk_rank(g + 1), p.link_tag(g + 1, a.micro, false));
+      if (g + 1 < n_chunks)
+        p.link->send(model.fwd_out(slot), p.chunk_rank(g + 1), StageLink::tag(g + 1, a.micro, p.m, false));
       outputs_->traced(dist::Op::Fwd, a.micro, a.chunk);
     } else if (a.op == dist::Op::BwdWeight) {
       // W of a split backward: the weight-gradient GEMMs, no messages. The
@@ -322,7 +323,8 @@ void Trainer::run_schedule(int64_t t, bool dumping) {
       outputs_->traced(dist::Op::BwdWeight, a.micro, a.chunk);
     } else {  // the whole backward, or B of a split one
       dist::set_context(step_ctx + " backward" + what);
-      if (g + 1 < n_chunks) p.link->recv(model.bwd_in(), p.chunk_rank(g + 1), p.link_tag(g + 1, a.micro, true));
+      if (g + 1 < n_chunks)
+        p.link->recv(model.bwd_in(), p.chunk_rank(g + 1), StageLink::tag(g + 1, a.micro, p.m, true));
       model.arm_grad_ready(overlap_now && k == last_b[size_t(a.chunk)]);
       const bool split = a.op == dist::Op::BwdInput;
       {
@@ -331,7 +333,7 @@ void Trainer::run_schedule(int64_t t, bool dumping) {
         else model.stage_backward(slot);
       }
       model.arm_grad_ready(false);
-      if (g > 0) p.link->send(model.bwd_out(), p.chunk_rank(g - 1), p.link_tag(g, a.micro, true));
+      if (g > 0) p.link->send(model.bwd_out(), p.chunk_rank(g - 1), StageLink::tag(g, a.micro, p.m, true));
       outputs_->traced(split ? dist::Op::BwdInput : dist::Op::Bwd, a.micro, a.chunk);
     }
   }

@@ -54,9 +54,10 @@ double Validator::loss_of(Source& v) {
     for (int c = 0; c < p.v; ++c) {
       Model<float>& model = *p.chunks[size_t(c)];
       const int g = p.global_chunk(c);
-      if (g > 0) p.link->recv(model.fwd_in(0), p.chunk_rank(g - 1), 2 * (g * n + i));
+      if (g > 0) p.link->recv(model.fwd_in(0), p.chunk_rank(g - 1), StageLink::tag(g, i, n, false));
       model.stage_forward(0, vb.data(), 0.0, false);
-      if (g + 1 < p.n_global_chunks()) p.link->send(model.fwd_out(0), p.chunk_rank(g + 1), 2 * ((g + 1) * n + i));
+      if (g + 1 < p.n_global_chunks())
+        p.link->send(model.fwd_out(0), p.chunk_rank(g + 1), StageLink::tag(g + 1, i, n, false));
     }
   }
   p.link->flush();
