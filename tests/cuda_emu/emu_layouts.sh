@@ -30,6 +30,8 @@
 #                          NAME (which must have run)
 # TOL, TOL_TENSOR, ATM_FLIPS: the bounds (compare_runs.py; wider for bf16).
 # PLANE: the data plane report.json must name (run mode).
+# A passing test deletes its dump and checkpoints unless KEEP=1 (a run that a
+# resume reads) or WIOLA_TEST_KEEP=1, as in tests/dist/equivalence.sh.
 set -euo pipefail
 mode=$1; emu=$2; wiola=$3; shards=$4; work=$5; shift 5
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,6 +42,7 @@ common=(--set model.preset=wiola-tiny --set model.vocab_size=32000 --set model.a
         --set train.threads=1 --set "data.path=$shards/manifest.json" -q)
 gpu=(--set train.backend=cuda-fp32 --set parallel.data_plane=nccl)
 mpirun_() { "${MPIEXEC:-mpiexec}" -n "$1" --bind-to none "${@:2}"; }
+drop_passed() { [ -n "${KEEP:-}${WIOLA_TEST_KEEP:-}" ] || rm -rf "$@"; }
 
 if [ "$mode" = single ]; then
   name=$1; shift
@@ -69,6 +72,7 @@ case "$mode" in
     on_gpus "$@" "${ck[@]}" "${first[@]}"
     on_gpus "$@" "${ck[@]}" --dump-step "2:$out.h5"
     "${compare[@]}" --exact "$work/$name" "$work/$name.h5" "$out" "$out.h5"
+    drop_passed "$out/ck" "$out.h5"
     exit 0 ;;
   *) echo "emu_layouts.sh: unknown mode '$mode'" >&2; exit 2 ;;
 esac
@@ -81,3 +85,4 @@ print("data plane:", got)
 assert got == sys.argv[2], f"data plane {got!r}, expected {sys.argv[2]!r}"
 PY
 fi
+drop_passed "$out/ck" "$out.h5"

@@ -36,6 +36,10 @@
 # TOL, TOL_TENSOR, ATM_FLIPS: the bounds against the single-process run
 # (default 1e-5, 1e-4 and no differing ATM decision; compare_runs.py); bf16
 # runs are compared with wider ones.
+# A passing test deletes its dump and checkpoints (50-80 MB each: the suite
+# would leave over 5 GB here) unless KEEP=1, which CMake sets on a run that a
+# later test reads (wiola_equiv_reads), or WIOLA_TEST_KEEP=1; a failing test
+# leaves everything for inspection.
 set -euo pipefail
 mode=$1; wiola=$2; work=$3; shift 3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -61,6 +65,7 @@ if [ "$mode" = setup_ref ]; then
   exit 0
 fi
 ref=${REF:-single}
+drop_passed() { [ -n "${KEEP:-}${WIOLA_TEST_KEEP:-}" ] || rm -rf "$@"; }
 mpirun_() { "${MPIEXEC:-mpiexec}" -n "$1" --bind-to none "$wiola" train "${common[@]}" "${@:2}"; }
 if [ "$mode" = resume ] || [ "$mode" = resume_packed ] || [ "$mode" = reshard ]; then
   name=$1; np1=$2; shift 2
@@ -91,6 +96,7 @@ PY
   else
     "$python" "$here/compare_runs.py" "${tols[@]}" "$work/$ref" "$work/$ref.h5" "$out" "$out.h5"
   fi
+  drop_passed "$out/ck" "$out.h5"
   exit 0
 fi
 name=$1; np=$2; shift 2
@@ -103,3 +109,4 @@ rm -rf "${work:?}/$name" "$work/$name.h5"
 if [ -n "${EXACT_VS:-}" ]; then
   "$python" "$here/compare_runs.py" --exact "$work/$EXACT_VS" "$work/$EXACT_VS.h5" "$work/$name" "$work/$name.h5"
 fi
+drop_passed "$work/$name.h5"
