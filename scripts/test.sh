@@ -6,6 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 start=$SECONDS
+# The suite writes about 5.3 GB under the checkout (build/, its tests'
+# outputs, build-asan/; a fresh clone, 2026-11-27). Where less is free, say
+# so first: a full disk then names itself before the failures it causes.
+need_mib=$((6 * 1024))
+free_mib() { df -Pm . | awk 'NR == 2 {print $4}'; }
+if [ "$(free_mib)" -lt "$need_mib" ]; then
+  echo "test.sh: warning: $(free_mib) MiB free here; the suite needs about $need_mib MiB" >&2
+fi
 scripts/setup.sh
 scripts/build.sh
 
@@ -31,5 +39,6 @@ elapsed=$((SECONDS - start))
 printf 'test.sh: %s after %dm%02ds (setup + build + ctest + sanitizer subset)\n' \
   "$([ "$rc" -eq 0 ] && [ "$asan_rc" -eq 0 ] && echo passed || echo "FAILED (ctest exit $rc, sanitizer subset exit $asan_rc)")" \
   $((elapsed / 60)) $((elapsed % 60))
+[ "$rc" -ne 0 ] || [ "$asan_rc" -ne 0 ] && echo "test.sh: $(free_mib) MiB free here at the end"
 [ "$rc" -ne 0 ] && exit "$rc"
 exit "$asan_rc"
