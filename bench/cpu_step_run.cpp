@@ -5,12 +5,16 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "bench/step_loop.h"
 #include "bench/torch_baseline.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu_info.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/ops.h"
 #include "model/flops.h"
@@ -81,6 +85,25 @@ std::vector<ShapeRate> step_gemm_rates(Ops<float>& backend, StepBench& step) {
   return time_gemm_shapes(backend, log);
 }
 
+// The 1024^3 sgemm rate on other kernels of the same BLAS, beside the ones
+// in use: the library's own choice where wiola replaced it, or the kernels
+// wiola would select where generic ones run (OPENBLAS_CORETYPE, a refusal).
+struct OtherKernels {
+  std::string kernels, why;
+  double gflops = 0;
+};
+std::optional<OtherKernels> other_kernels_rate() {
+  const cpu::BlasState& b = cpu::blas_state();
+  OtherKernels o;
+  if (b.chosen_by == cpu::BlasChooser::Wiola) o = {b.library_choice, "the library's choice"};
+  else if (b.below_cpu) o = {b.cpu_kernels, "what this CPU runs"};
+  else return std::nullopt;
+  const auto rate = cpu::blas_sgemm_gflops_on(o.kernels, 1024, 10);
+  if (!rate) return std::nullopt;
+  o.gflops = *rate;
+  return o;
+}
+
 nlohmann::json op_classes_json(const OpProfile& p) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& c : p.classes) j[c.name] = 1e3 * c.seconds;
@@ -101,14 +124,16 @@ nlohmann::json run_cpu_step_bench(const CpuStepOptions& o) {
   ProfiledOps<float> ops(*backend);
 
   std::printf("wiola bench step: %s (d=%d L=%d H=%d H_kv=%d d_A=%d d_B=%d V=%d T=%d), %d sequences, "
-              "%d threads, ATM %s%s, backend %s\n  CPU %s, SIMD %s\n", o.preset.c_str(), cfg.d, cfg.L, cfg.H,
-              cfg.Hkv, cfg.dA, cfg.dB, cfg.V, cfg.T, o.batch, o.threads, cfg.atm ? "on" : "off",
-              o.recompute ? ", recompute" : "", ops.name(), cpu::cpu_model_name().c_str(), cpu::simd_target_name());
+              "%d threads, ATM %s%s, backend %s\n  CPU %s, SIMD %s\n  BLAS %s\n", o.preset.c_str(), cfg.d, cfg.L,
+              cfg.H, cfg.Hkv, cfg.dA, cfg.dB, cfg.V, cfg.T, o.batch, o.threads, cfg.atm ? "on" : "off",
+              o.recompute ? ", recompute" : "", ops.name(), cpu::cpu_model_name().c_str(), cpu::simd_target_name(),
+              cpu::blas_state().summary().c_str());
   double sgemm = openblas_sgemm_gflops(1024, 10);
 
   StepBench step(ops, cfg, o.batch, o.recompute);
   const StepTimes t = time_steps(step, o.warmup, o.steps);
   sgemm = std::max(sgemm, openblas_sgemm_gflops(1024, 10));  // warm machine too
+  const std::optional<OtherKernels> other = other_kernels_rate();
   const double rss = peak_rss_mib();  // before the replay's buffers
 
   const std::vector<ShapeRate> shapes = step_gemm_rates(*backend, step);
@@ -127,7 +152,13 @@ nlohmann::json run_cpu_step_bench(const CpuStepOptions& o) {
               t.seconds.front() * 1e3, t.loss);
   std::printf("  tokens/s        %.0f\n", tps);
   std::printf("  achieved        %.1f GFLOP/s (analytic %.2f GFLOP per step)\n", gflops, step_flops / 1e9);
-  std::printf("  sgemm 1024^3    %.1f GFLOP/s  -> %.1f %% of sgemm\n", sgemm, 100.0 * gflops / sgemm);
+  const std::string kernels = cpu::blas_state().kernels;
+  std::printf("  sgemm 1024^3    %.1f GFLOP/s on the %s kernels  -> step at %.1f %% of sgemm\n", sgemm,
+              kernels.c_str(), 100.0 * gflops / sgemm);
+  if (other)
+    std::printf("  sgemm 1024^3    %.1f GFLOP/s on the %s kernels (%s)  -> %s / %s = %.2fx\n", other->gflops,
+                other->kernels.c_str(), other->why.c_str(), kernels.c_str(), other->kernels.c_str(),
+                sgemm / other->gflops);
   if (shape_gflops > 0) {
     std::printf("  sgemm on the step's shapes %.1f GFLOP/s (%zu shapes, %.1f %% of the step's FLOPs, %.0f ms "
                 "of its time)  -> step at %.1f %% of it\n",
@@ -161,16 +192,21 @@ nlohmann::json run_cpu_step_bench(const CpuStepOptions& o) {
                         {"step_shapes_fraction", shape_gflops > 0 ? gflops / shape_gflops : 0.0},
                         {"peak_rss_mib", rss}, {"activation_mib", double(step.model().activation_bytes()) / 1048576.0},
                         {"cpu", cpu::cpu_model_name()}, {"simd", cpu::simd_target_name()},
+                        {"blas", cpu_blas_json()},
                         {"op_class_ms_per_step", op_classes_json(t.profile)}};
+  if (other) out["sgemm_other"] = {{"kernels", other->kernels}, {"why", other->why}, {"gflops", other->gflops}};
   if (o.torch) {
+    // PyTorch (Debian's) computes on the same OpenBLAS: it gets the kernels
+    // wiola runs, so that the two are compared on equal matrix products.
     const nlohmann::json tj = run_torch_baseline(
         "/usr/bin/python3", "torch_step.py",
-        "--threads " + std::to_string(o.threads) + " " + torch_model_args(cfg, o.batch, o.steps, o.warmup));
+        "--threads " + std::to_string(o.threads) + " " + torch_model_args(cfg, o.batch, o.steps, o.warmup),
+        "OPENBLAS_CORETYPE=" + kernels);
     if (!tj.is_null()) {
       const double ttps = tj.at("tokens_per_s").get<double>();
-      std::printf("  PyTorch         %.0f tokens/s (%.1f ms/step, torch %s, %d threads)\n", ttps,
-                  tj.at("step_ms").get<double>(), tj.at("torch").get<std::string>().c_str(),
-                  tj.at("threads").get<int>());
+      std::printf("  PyTorch         %.0f tokens/s (%.1f ms/step, torch %s, %d threads, OpenBLAS's %s kernels)\n",
+                  ttps, tj.at("step_ms").get<double>(), tj.at("torch").get<std::string>().c_str(),
+                  tj.at("threads").get<int>(), kernels.c_str());
       std::printf("  ratio           wiola / PyTorch = %.2fx\n", tps / ttps);
       out["torch_tokens_per_s"] = ttps;
       out["ratio_vs_torch"] = tps / ttps;

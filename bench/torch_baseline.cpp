@@ -12,9 +12,11 @@ std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
 
 }  // namespace
 
-nlohmann::json run_torch_baseline(const std::string& python, const std::string& script, const std::string& args) {
+nlohmann::json run_torch_baseline(const std::string& python, const std::string& script, const std::string& args,
+                                  const std::string& env) {
   const std::string path = std::string(WIOLA_SOURCE_DIR) + "/bench/" + script;
-  const std::string cmd = python + " " + shell_quote(path) + " " + args + " 2>&1";
+  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + python + " " + shell_quote(path) + " " + args +
+                          " 2>&1";
   std::printf("  running the PyTorch baseline (bench/%s) ...\n", script.c_str());
   std::fflush(stdout);
   FILE* p = popen(cmd.c_str(), "r");

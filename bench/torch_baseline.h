@@ -13,8 +13,9 @@ namespace wiola {
 
 // Runs `python` on the repository's bench/<script> with `args` and returns
 // the JSON of its last {...} line; null (with its output printed) when it
-// failed.
-nlohmann::json run_torch_baseline(const std::string& python, const std::string& script, const std::string& args);
+// failed. `env` ("NAME=value ...", shell words) is set for the script alone.
+nlohmann::json run_torch_baseline(const std::string& python, const std::string& script, const std::string& args,
+                                  const std::string& env = "");
 
 // The model's shape and the timing options as both baseline scripts take
 // them.

@@ -1,9 +1,11 @@
-// The host CPU and the CPU kernels' SIMD target, by name, for run reports and
-// banners above kernels/ (which includes no kernels/cpu/ header,
-// docs/architecture.md). The CPU backend implements them
-// (kernels/cpu/cpu_info.cpp): they are kernels/cpu/simd.h's, docs/cpu.md.
+// The host CPU, the CPU kernels' SIMD target and the BLAS kernels, by name,
+// for run reports and banners above kernels/ (which includes no kernels/cpu/
+// header, docs/architecture.md). The CPU backend implements them
+// (kernels/cpu/cpu_info.cpp): they are kernels/cpu/simd.h's and
+// kernels/cpu/blas.h's, docs/cpu.md.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -19,5 +21,24 @@ const char* cpu_simd_target();
 std::vector<std::string> cpu_simd_compiled_targets();
 // -march of the build (the baseline every other file is compiled for).
 const char* cpu_build_march();
+
+// The BLAS the CPU backend's matrix products run on (docs/cpu.md, "BLAS
+// kernels"); the first call selects the kernels (kernels/cpu/blas.h), so it
+// may throw wiola::Error. Call it for CPU backends only.
+struct CpuBlasInfo {
+  std::string library;         // "OpenBLAS"
+  std::string version;         // "0.3.21"
+  std::string kernels;         // the kernel set in use: "SkylakeX"
+  std::string chosen_by;       // "library", "environment" (OPENBLAS_CORETYPE) or "wiola"
+  std::string library_choice;  // the library's own kernels where wiola replaced them, else ""
+  std::string cpu_kernels;     // the kernels that match this CPU's features ("" below AVX2)
+  bool below_cpu = false;      // the kernels in use are below what this CPU runs
+  std::string note;            // why better kernels are not in use, else ""
+  // One line: "OpenBLAS 0.3.21, SkylakeX kernels (selected by wiola: the library chose Prescott)"
+  std::string summary;
+};
+CpuBlasInfo cpu_blas();
+// The same as JSON (report.json, checkpoint manifests, bench output).
+nlohmann::json cpu_blas_json();
 
 }  // namespace wiola

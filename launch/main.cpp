@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/simd.h"
 #include "util/error.h"
 
@@ -26,13 +27,14 @@ struct Sub {
   const char* name;
   int (*fn)(int, char**);
   const char* help;
+  bool computes = true;  // runs matrix products (on the CPU backend, or to calibrate)
 };
 const Sub kSubs[] = {
     {"train", wiola_cmd_train, "train a Wiola model from a TOML run config"},
     {"bench", wiola_cmd_bench, "benchmarks (bench step: fwd+bwd+AdamW)"},
-    {"tokenizer", wiola_cmd_tokenizer, "encode / decode / train byte-level BPE"},
-    {"prep", wiola_cmd_prep, "tokenize text into HDF5 token shards"},
-    {"ckpt", wiola_cmd_ckpt, "inspect / verify / consolidate checkpoints"},
+    {"tokenizer", wiola_cmd_tokenizer, "encode / decode / train byte-level BPE", false},
+    {"prep", wiola_cmd_prep, "tokenize text into HDF5 token shards", false},
+    {"ckpt", wiola_cmd_ckpt, "inspect / verify / consolidate checkpoints", false},
     {"generate", wiola_cmd_generate, "generate text from a checkpoint (KV-cached)"},
     {"eval", wiola_cmd_eval, "loss and perplexity of a checkpoint on a split or a text"},
     {"export", wiola_cmd_export, "write a checkpoint as a Hugging Face transformers folder"},
@@ -58,6 +60,7 @@ int version() {
   namespace c = wiola::cpu;
   const char* env = std::getenv("WIOLA_SIMD");
   const std::string target = c::simd_target_name();  // applies WIOLA_SIMD: may throw
+  const c::BlasState& blas = c::blas_state();         // selects the BLAS kernels: may throw
   std::printf("wiola %s\n", WIOLA_VERSION);
   std::printf("  build baseline  -march=%s\n", c::simd_build_march());
   std::printf("  SIMD compiled   %s\n", joined(c::simd_compiled_targets()).c_str());
@@ -65,6 +68,7 @@ int version() {
   std::printf("  CPU             %s\n", c::cpu_model_name().c_str());
   std::printf("  SIMD target     %s (%s)\n", target.c_str(),
               env && *env ? "WIOLA_SIMD" : "best supported");
+  std::printf("  BLAS            %s\n", blas.summary().c_str());
   return 0;
 }
 }  // namespace
@@ -84,6 +88,10 @@ int main(int argc, char** argv) {
   for (const Sub& s : kSubs) {
     if (cmd == s.name) {
       try {
+        // OpenBLAS's kernels for this CPU (kernels/cpu/blas.h), chosen here
+        // before MPI or anything else starts threads; the CPU backend's
+        // constructor would otherwise.
+        if (s.computes) wiola::cpu::blas_init();
         return s.fn(argc - 1, argv + 1);
       } catch (const wiola::Error& e) {
         std::fprintf(stderr, "wiola %s: error: %s\n", s.name, e.what());

@@ -8,6 +8,11 @@ their parent folder (the run directory).
     /usr/bin/python3 scripts/plot_metrics.py runs/brown-small/metrics.jsonl -o runs/brown-small/loss.png
     /usr/bin/python3 scripts/plot_metrics.py runs/a/metrics.jsonl runs/b/metrics.jsonl -o compare.png
 
+With --diff, a fourth panel shows each later run's relative training-loss
+difference to the first, step by step (log scale): how far two runs that
+should compute the same (another layout, SIMD target or BLAS kernels) drift
+apart.
+
 metrics.jsonl holds one JSON object per line. Step records carry step, loss,
 lr, grad_norm, tokens, tokens_per_s, step_ms; some also val_loss (and, in a run
 on a blend of data sources, val_loss_sources: one loss per source, each
@@ -74,6 +79,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("metrics", nargs="+", help="metrics.jsonl file(s); several are overlaid")
     ap.add_argument("-o", "--output", help="PNG to write (default: loss.png beside the first file)")
+    ap.add_argument("--diff", action="store_true",
+                    help="add a panel: each later run's relative loss difference to the first, by step")
     args = ap.parse_args()
     out = args.output or os.path.join(os.path.dirname(os.path.abspath(args.metrics[0])), "loss.png")
 
@@ -98,7 +105,9 @@ def main():
     if not runs:
         sys.exit("plot_metrics.py: nothing to plot")
 
-    fig, (ax_loss, ax_lr, ax_tps) = plt.subplots(1, 3, figsize=(16, 4.5))
+    diff = args.diff and len(runs) > 1
+    fig, axes = plt.subplots(1, 4 if diff else 3, figsize=(21 if diff else 16, 4.5))
+    ax_loss, ax_lr, ax_tps = axes[:3]
     for i, (label, steps, val) in enumerate(runs):
         color = f"C{i}"
         x, y = series(steps, "tokens", "loss")
@@ -114,6 +123,17 @@ def main():
         ax_lr.plot(*series(steps, "step", "lr"), color=color, lw=1, label=label)
         ax_tps.plot(*series(steps, "step", "tokens_per_s"), color=color, lw=1, label=label)
 
+    if diff:
+        ax_diff = axes[3]
+        ref = dict(zip(*series(runs[0][1], "step", "loss")))
+        for i, (label, steps, _) in enumerate(runs[1:], start=1):
+            pts = [(st, abs(lo - ref[st]) / abs(ref[st])) for st, lo in zip(*series(steps, "step", "loss"))
+                   if st in ref and ref[st] != 0]
+            if pts:
+                ax_diff.semilogy(*zip(*[(st, max(d, 1e-12)) for st, d in pts]), color=f"C{i}", lw=1, label=label)
+        ax_diff.set(title=f"loss relative to {runs[0][0]}", xlabel="step", ylabel="|loss - ref| / ref")
+        ax_diff.grid(alpha=0.3)
+        ax_diff.legend(fontsize=8)
     ax_loss.set(title="loss", xlabel="tokens", ylabel="cross-entropy (nats)")
     ax_lr.set(title="learning rate", xlabel="step", ylabel="lr")
     ax_tps.set(title="throughput", xlabel="step", ylabel="tokens/s")

@@ -140,6 +140,7 @@ void Outputs::banner(bool checkpoints) {
   for (const auto& n : cpu_simd_compiled_targets()) compiled += (compiled.empty() ? "" : " ") + n;
   std::printf("  CPU %s, SIMD %s (compiled: %s; -march=%s)\n", host_cpu_model().c_str(),
               cpu_simd_target(), compiled.c_str(), cpu_build_march());
+  if (s.ops.device_name().empty()) std::printf("  BLAS %s\n", cpu_blas().summary.c_str());
   if (s.world.size() > 1)
     std::printf("  layout: %d ranks = tp %d x pp %d x dp %d; ZeRO %s; schedule %s%s with %d micro-batches, "
                 "predicted bubble %.3f; DP overlap %s; data plane %s\n",

@@ -230,6 +230,7 @@ nlohmann::json Pipeline::checkpoint_info() const {
           {"threads_per_rank", cpu_threads()},
           {"simd", cpu_simd_target()},  // the kernels' run-time target on this rank
           {"cpu", host_cpu_model()},
+          {"blas", ops.device_name().empty() ? cpu_blas_json() : nlohmann::json()},  // the CPU backend's kernels
           {"schedule", {{"t_max", budget.t_max}, {"warmup", budget.warmup}, {"lr_max", rc.train.lr_max},
                         {"lr_min", rc.train.lr_min}}},
           {"data_path", rc.data.path},

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/schedule.h"
+#include "kernels/cpu_info.h"
 #include "perf/cost_model.h"
 #include "train/accounting.h"
 #include "train/gemm_record.h"
@@ -41,6 +42,7 @@ nlohmann::json backend_json(Pipeline& pipe) {
   nlohmann::json b = {{"name", ops.name()}, {"options", backend_option_fields(pipe.rc.train.backend_options)}};
   if (const std::string g = ops.gemm_tuning(); !g.empty()) b["gemm_tuning"] = nlohmann::json::parse(g);
   b["gemm"] = gemm_record(ops, pipe.rc.train.backend_options);
+  if (ops.device_name().empty()) b["blas"] = cpu_blas_json();  // which BLAS kernels, chosen by whom
   return b;
 }
 

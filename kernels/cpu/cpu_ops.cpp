@@ -15,6 +15,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/atm_plan.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/simd.h"
@@ -98,6 +99,7 @@ void copy_operand(CPtr y, Ptr y_op, size_t n) {
 template <class T>
 CpuOps<T>::CpuOps(CpuMemory memory) {
   cpu::simd_init();  // WIOLA_SIMD: a bad value fails here, before any kernel runs
+  cpu::blas_init();  // OpenBLAS's kernels for this CPU, before any product (kernels/cpu/blas.h)
   openblas_set_num_threads(1);
   if (memory == CpuMemory::Opaque) mem_ = std::make_unique<cpu::OpaqueMemory>();
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/ops.h"
 
 namespace wiola {
@@ -19,7 +20,9 @@ void set_cpu_threads(int n) {
 int cpu_threads() { return omp_get_max_threads(); }
 
 double openblas_sgemm_gflops(int n, int reps) {
-  // OpenBLAS's own threading on all cpu_threads(), as a user would call it.
+  // OpenBLAS's own threading on all cpu_threads(), as a user would call it,
+  // on the kernels the CPU backend runs.
+  cpu::blas_init();
   std::vector<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
   for (size_t i = 0; i < a.size(); ++i) a[i] = b[i] = float((i * 2654435761u) % 1000) * 1e-3f;
   openblas_set_num_threads(cpu_threads());

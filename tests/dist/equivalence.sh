@@ -15,7 +15,9 @@
 #   equivalence.sh run WIOLA WORK NAME NP [--set ...]
 #                                             run NAME on NP ranks and compare
 #                                             (EXACT_VS=REF: also bit for bit
-#                                             against run REF)
+#                                             against run REF;
+#                                             EXPECT_BLAS_CHOSEN_BY: who chose
+#                                             its BLAS kernels, report.json)
 #   equivalence.sh resume WIOLA WORK NAME NP [--set ...]
 #                                             (docs/checkpoints.md) the layout
 #                                             of run NAME: 5 steps with
@@ -104,6 +106,15 @@ rm -rf "${work:?}/$name" "$work/$name.h5"
 "${MPIEXEC:-mpiexec}" -n "$np" --bind-to none "$wiola" train "${common[@]}" "$@" \
   --set "train.run_dir=$work/$name" --dump-step "10:$work/$name.h5"
 "$python" "$here/compare_runs.py" "${tols[@]}" "$work/$ref" "$work/$ref.h5" "$work/$name" "$work/$name.h5"
+# EXPECT_BLAS_CHOSEN_BY: who chose the run's BLAS kernels (report.json).
+if [ -n "${EXPECT_BLAS_CHOSEN_BY:-}" ]; then
+  "$python" - "$work/$name/report.json" "$EXPECT_BLAS_CHOSEN_BY" <<'PY'
+import json, sys
+blas = json.load(open(sys.argv[1]))["backend"]["blas"]
+print("BLAS:", blas["summary"])
+assert blas["chosen_by"] == sys.argv[2], blas
+PY
+fi
 # EXACT_VS=REF: also bit for bit against the run REF of the same layout (a
 # run on another backend: cpu-opaque must compute exactly what cpu does).
 if [ -n "${EXACT_VS:-}" ]; then
