@@ -19,6 +19,7 @@
 #include "util/error.h"
 #include "util/files.h"
 #include "util/json.h"
+#include "util/test_hooks.h"
 
 namespace fs = std::filesystem;
 
@@ -273,37 +274,25 @@ struct FaultPlan {
   int rank = -1;  // -1: every rank
 };
 
-FaultPlan parse_fault_plan(const char* env) {
+FaultPlan parse_fault_plan() {
   FaultPlan p;
-  if (!env || !*env) return p;
-  p.spec = env;
-  auto bad = [&](const std::string& why) {
-    fail("WIOLA_CKPT_FAIL_AT='", p.spec, "': ", why, " (expected STAGE[:STEP[-][:RANK]])");
-  };
-  std::vector<std::string> parts;
-  std::stringstream ss(p.spec);
-  for (std::string part; std::getline(ss, part, ':');) parts.push_back(part);
-  if (parts.empty() || parts.size() > 3) bad("wrong number of fields");
-  p.stage = parts[0];
-  if (std::find_if(std::begin(kSaveStages), std::end(kSaveStages),
-                   [&](const char* st) { return p.stage == st; }) == std::end(kSaveStages))
-    bad("unknown stage '" + p.stage + "'");
-  auto number = [&](const std::string& text) {
-    if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
-      bad("'" + text + "' is not a number");
-    return std::stoll(text);
-  };
-  if (parts.size() > 1) {
-    const bool onward = !parts[1].empty() && parts[1].back() == '-';
-    p.first = number(onward ? parts[1].substr(0, parts[1].size() - 1) : parts[1]);
+  const TestHook h(Hook::CkptFailAt);
+  if (!h.set()) return p;
+  p.spec = h.value();
+  const size_t n = h.fields(1, 3);
+  p.stage = h.word(0, std::vector<std::string>(std::begin(kSaveStages), std::end(kSaveStages)));
+  if (n > 1) {
+    const std::string& step = h.field(1);
+    const bool onward = !step.empty() && step.back() == '-';
+    p.first = h.integer_text(onward ? step.substr(0, step.size() - 1) : step, 0);
     p.last = onward ? INT64_MAX : p.first;
   }
-  if (parts.size() > 2) p.rank = int(number(parts[2]));
+  if (n > 2) p.rank = int(h.integer(2, 0, INT32_MAX));
   return p;
 }
 
 const FaultPlan& fault_plan() {
-  static const FaultPlan plan = parse_fault_plan(std::getenv("WIOLA_CKPT_FAIL_AT"));
+  static const FaultPlan plan = parse_fault_plan();
   return plan;
 }
 }  // namespace

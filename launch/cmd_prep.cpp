@@ -9,6 +9,7 @@
 #include "data/prep.h"
 #include "launch/cli.h"
 #include "util/error.h"
+#include "util/test_hooks.h"
 
 namespace {
 
@@ -68,7 +69,10 @@ int wiola_cmd_prep(int argc, char** argv) {
     WIOLA_CHECK(!missing, what, " is required (or --verify PATH; see wiola prep --help)");
   opt.reader.format = wiola::parse_input_format(format);
   opt.progress = !no_progress;
-  if (const char* kill = std::getenv("WIOLA_PREP_TEST_KILL_AFTER_SHARDS")) opt.test_kill_after_shards = std::atoi(kill);
+  if (const wiola::TestHook kill(wiola::Hook::PrepKillAfterShards); kill.set()) {
+    kill.fields(1, 1);
+    opt.test_kill_after_shards = int(kill.integer(0, 1, INT32_MAX));
+  }
   wiola::PrepResult r = wiola::run_prep(opt);
   const auto& m = r.manifest;
   const auto& tr = m.splits.at("train");

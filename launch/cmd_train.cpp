@@ -16,6 +16,7 @@
 #include "launch/cli.h"
 #include "train/trainer.h"
 #include "util/error.h"
+#include "util/test_hooks.h"
 
 namespace {
 
@@ -39,22 +40,19 @@ void take_over_stop_signals() {
 // elements instead of wiola::kParamAlign (1: the packed layout of checkpoints
 // written before tensors were aligned; tests/dist/equivalence.sh).
 size_t param_align_from_env() {
-  const char* v = std::getenv("WIOLA_PARAM_ALIGN");
-  if (!v || !*v) return wiola::kParamAlign;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  WIOLA_CHECK(*end == 0 && n >= 1, "WIOLA_PARAM_ALIGN='", v, "': expected a positive number of elements");
-  return size_t(n);
+  const wiola::TestHook h(wiola::Hook::ParamAlign);
+  if (!h.set()) return wiola::kParamAlign;
+  h.fields(1, 1);
+  return size_t(h.integer(0, 1, 1 << 20));
 }
 
 // A test hook: WIOLA_TRACE_SCHEDULE=1 has every rank write the pipeline
 // actions it executed (TrainOptions::trace_schedule; tests/dist/schedule_order.sh).
 bool trace_schedule_from_env() {
-  const char* v = std::getenv("WIOLA_TRACE_SCHEDULE");
-  if (!v || !*v) return false;
-  const std::string s(v);
-  WIOLA_CHECK(s == "0" || s == "1", "WIOLA_TRACE_SCHEDULE='", s, "': expected 0 or 1");
-  return s == "1";
+  const wiola::TestHook h(wiola::Hook::TraceSchedule);
+  if (!h.set()) return false;
+  h.fields(1, 1);
+  return h.word(0, {"0", "1"}) == "1";
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "dist/diagnostics.h"
 #include "train/trainer.h"
 #include "util/error.h"
+#include "util/test_hooks.h"
 
 namespace wiola {
 namespace {
@@ -40,12 +41,10 @@ SpikePolicy::SpikePolicy(const RunConfig& rc, dist::Comm& world)
 
 void SpikePolicy::read_test_hook() {
   if (!on_) return;
-  const char* v = std::getenv("WIOLA_INJECT_LOSS_SPIKE");
-  if (!v || !*v) return;
-  char* end = nullptr;
-  const long long step = std::strtoll(v, &end, 10);
-  WIOLA_CHECK(*end == 0 && step >= 1, "WIOLA_INJECT_LOSS_SPIKE='", v, "': expected a step number >= 1");
-  inject_ = step;
+  const TestHook h(Hook::InjectLossSpike);
+  if (!h.set()) return;
+  h.fields(1, 1);
+  inject_ = h.integer(0, 1);
 }
 
 bool SpikePolicy::skipping(int64_t t) const {

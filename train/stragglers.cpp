@@ -12,6 +12,7 @@
 
 #include "dist/diagnostics.h"
 #include "util/error.h"
+#include "util/test_hooks.h"
 
 namespace wiola {
 namespace {
@@ -68,12 +69,10 @@ StragglerWatch::StragglerWatch(const RunConfig& rc, dist::Comm& world)
   // docs/distributed.md), when a stage has several; else every rank.
   const int per_stage = rc.parallel.tp * rc.parallel.dp;
   for (int r = 0; r < world.size(); ++r) group_of_.push_back(per_stage > 1 ? r / per_stage : -1);
-  if (const char* v = std::getenv("WIOLA_SLOW_RANK"); v && *v) {  // test-only: RANK:MS
-    const std::string s(v);
-    const auto c = s.find(':');
-    WIOLA_CHECK(c != std::string::npos, "WIOLA_SLOW_RANK='", s, "': expected RANK:MS");
-    slow_rank_ = std::atoi(s.substr(0, c).c_str());
-    slow_ms_ = std::atof(s.substr(c + 1).c_str());
+  if (const TestHook h(Hook::SlowRank); h.set()) {
+    h.fields(2, 2);
+    slow_rank_ = int(h.integer(0, 0, INT32_MAX));
+    slow_ms_ = h.number(1, 0.0);
   }
 }
 

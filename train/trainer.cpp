@@ -26,6 +26,7 @@
 #include "train/validator.h"
 #include "util/error.h"
 #include "util/files.h"
+#include "util/test_hooks.h"
 
 namespace wiola {
 
@@ -57,15 +58,12 @@ struct Trainer::Fault {
 
   static Fault from_env() {
     Fault f;
-    const char* v = std::getenv("WIOLA_FAULT");
-    if (!v || !*v) return f;
-    const std::string s(v);
-    const auto a = s.find(':'), b = s.rfind(':');
-    WIOLA_CHECK(a != std::string::npos && b > a, "WIOLA_FAULT='", s, "': expected KIND:RANK:STEP");
-    f.kind = s.substr(0, a);
-    WIOLA_CHECK(f.kind == "fail" || f.kind == "stall", "WIOLA_FAULT='", s, "': KIND is fail or stall");
-    f.rank = std::atoi(s.substr(a + 1, b - a - 1).c_str());
-    f.step = std::atoll(s.substr(b + 1).c_str());
+    const TestHook h(Hook::Fault);
+    if (!h.set()) return f;
+    h.fields(3, 3);
+    f.kind = h.word(0, {"fail", "stall"});
+    f.rank = int(h.integer(1, 0, INT32_MAX));
+    f.step = h.integer(2, 1);
     return f;
   }
   void inject(int at_rank, int64_t at_step) const {

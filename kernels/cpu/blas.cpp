@@ -18,6 +18,7 @@
 
 #include "kernels/backend.h"
 #include "util/error.h"
+#include "util/test_hooks.h"
 
 // OpenBLAS's own core selection (driver/others/dynamic.c), exported by
 // DYNAMIC_ARCH builds only: quit forgets the core, init selects one again,
@@ -71,26 +72,24 @@ std::string switch_core(const std::string& core) {
 }
 
 // ---- the test hook --------------------------------------------------------------
-struct Hook {
+struct BlasHook {
   bool forced = false;  // as if OPENBLAS_CORETYPE chose `core` (else the library itself)
   std::string core;
   std::string version;  // the release to judge the cores by ("" the linked one's)
 };
-std::optional<Hook> read_hook() {
-  const char* v = std::getenv("WIOLA_TEST_BLAS");
-  if (!v || !*v) return std::nullopt;
-  const std::string s = v;
-  const auto colon = s.find(':'), at = s.find('@');
-  const std::string mode = s.substr(0, colon);
-  const std::string core = colon == std::string::npos ? "" : s.substr(colon + 1, at == std::string::npos ? at : at - colon - 1);
-  const std::string version = at == std::string::npos ? "" : s.substr(at + 1);
+std::optional<BlasHook> read_hook() {
+  const TestHook h(wiola::Hook::Blas);
+  if (!h.set()) return std::nullopt;
+  h.fields(2, 2);
+  const bool forced = h.word(0, {"library", "forced"}) == "forced";
+  const std::string& rest = h.field(1);
+  const auto at = rest.find('@');
+  const std::string core = rest.substr(0, at), version = at == std::string::npos ? "" : rest.substr(at + 1);
   int a = 0, b = 0, c = 0;
-  if ((mode != "library" && mode != "forced") || core.empty() ||
-      (at != std::string::npos && std::sscanf(version.c_str(), "%d.%d.%d", &a, &b, &c) != 3))
-    fail("WIOLA_TEST_BLAS=", s, ": expected library:CORE or forced:CORE, optionally @VERSION (an OpenBLAS core "
-         "such as Prescott, a release such as 0.3.11)");
-  if (!openblas_core_level(core)) fail("WIOLA_TEST_BLAS=", s, ": '", core, "' is not an OpenBLAS x86-64 core");
-  return Hook{mode == "forced", core, version};
+  if (at != std::string::npos && std::sscanf(version.c_str(), "%d.%d.%d", &a, &b, &c) != 3)
+    h.bad("'" + version + "' is not a release such as 0.3.11");
+  if (!openblas_core_level(core)) h.bad("'" + core + "' is not an OpenBLAS x86-64 core");
+  return BlasHook{forced, core, version};
 }
 
 // ---- the self-check -----------------------------------------------------------

@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/cublaslt_lib.cuh"
 #include "tools/cuda_emu/blas_emu.h"
+#include "util/test_hooks.h"
 
 namespace wiola::cuda {
 namespace {
@@ -204,8 +205,9 @@ cublasStatus_t matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* al
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "the split-K candidate's workspace (" + std::to_string(need) +
                                                    " bytes) is not given or not inside one device allocation");
   float al = *static_cast<const float*>(alpha);
-  const char* wrong = std::getenv("WIOLA_EMU_LT_WRONG_ALGO");
-  if (wrong && *wrong && std::strtoull(wrong, nullptr, 10) == algo->data[0]) al *= 1.01f;
+  if (const wiola::TestHook wrong(wiola::Hook::EmuLtWrongAlgo);
+      wrong.set() && wrong.fields(1, 1) && uint64_t(wrong.integer(0, 0)) == algo->data[0])
+    al *= 1.01f;
   if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
   const float be = *static_cast<const float*>(beta);  // host scalars: read now
   auto run = [=] { return gemm_one(p.ta, p.tb, p.m, p.n, p.k, al, A, p.at, p.lda, B, p.bt, p.ldb, be, D, p.ct, p.ldc,

@@ -9,6 +9,7 @@
 // block and threads.
 #include "tools/cuda_emu/emu.h"
 #include "tools/cuda_emu/launch_record.h"
+#include "util/test_hooks.h"
 
 #include <cuda_runtime.h>
 #include <sys/mman.h>
@@ -262,8 +263,9 @@ void to_fiber(BlockRun& r, Fiber& f) {
 int g_reverse = -1;  // -1: not yet read from the environment
 bool reverse_order() {
   if (g_reverse < 0) {
-    const char* v = std::getenv("WIOLA_EMU_ORDER");
-    g_reverse = v && std::string(v) == "reverse";
+    const wiola::TestHook h(wiola::Hook::EmuOrder);
+    if (h.set()) h.fields(1, 1);
+    g_reverse = h.set() && h.word(0, {"forward", "reverse"}) == "reverse";
   }
   return g_reverse == 1;
 }
@@ -611,8 +613,10 @@ namespace {
 // (every process emulates its own).
 int device_count() {
   static const int n = [] {
-    const char* s = std::getenv("WIOLA_EMU_DEVICES");
-    return s && std::atoi(s) > 0 ? std::atoi(s) : 1;
+    const wiola::TestHook h(wiola::Hook::EmuDevices);
+    if (!h.set()) return 1;
+    h.fields(1, 1);
+    return int(h.integer(0, 1, 64));
   }();
   return n;
 }
