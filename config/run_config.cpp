@@ -13,6 +13,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -243,7 +244,10 @@ const std::vector<SectionDef>& schema() {
                   "how backend tensors travel between ranks: `\"nccl\"` (GPU backends: NCCL, one GPU per rank), "
                   "`\"staged\"` (MPI, through host memory where the backend's memory is not host memory), "
                   "`\"auto\"`: NCCL for a GPU backend with more than one rank when `libnccl.so.2` loads and no "
-                  "two ranks share a GPU, otherwise MPI. See [gpu.md](gpu.md#several-gpus)")}},
+                  "two ranks share a GPU, otherwise MPI. See [gpu.md](gpu.md#several-gpus)"),
+        WIOLA_KEY("comm_timeout_s", parallel.comm_timeout_s,
+                  "seconds a communication may wait for other ranks before the job is aborted with every "
+                  "rank's state and the operation at issue (> 0; [distributed.md](distributed.md))")}},
       {"checkpoint",
        {WIOLA_KEY("dir", checkpoint.dir,
                   "checkpoint directory (shared by all ranks); empty: no checkpoints, and SIGUSR1/SIGTERM end "
@@ -735,6 +739,7 @@ void check_run_config(const RunConfig& rc) {
               "parallel.schedule must be \"1f1b\", \"gpipe\", \"zb-h1\", \"interleaved\" or \"zb-v\" (got \"",
               p.schedule, "\")");
   at_least(p.virtual_stages, 1, "parallel.virtual_stages");
+  WIOLA_CHECK(p.comm_timeout_s > 0, "parallel.comm_timeout_s must be > 0 (got ", p.comm_timeout_s, ")");
   WIOLA_CHECK(p.pp <= rc.model.L, "parallel.pp (", p.pp, ") must not exceed model.n_layers (",
               rc.model.L, "): every pipeline stage needs a layer");
   // The chunked schedules (dist/schedule.h): p·v chunks of at least a layer each.
@@ -775,6 +780,11 @@ void check_run_config(const RunConfig& rc) {
 }  // namespace
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  // The environment variable that set the timeout before it was a key: a
+  // script that still sets it would otherwise lose its timeout silently.
+  if (const char* v = std::getenv("WIOLA_COMM_TIMEOUT_S"); v && *v)
+    fail("WIOLA_COMM_TIMEOUT_S=", v, " is no longer read: the communication timeout is the run-config key "
+         "parallel.comm_timeout_s (wiola train --set parallel.comm_timeout_s=", v, "); unset WIOLA_COMM_TIMEOUT_S");
   return run_config_from_toml_text(path.empty() ? std::string() : read_file(path), path, overrides);
 }
 

@@ -80,6 +80,7 @@ struct ParallelSection {
   bool overlap = true;               // start DP gradient reduction during the last backward
   std::string stage_balance = "compute";  // "compute" (FLOPs, head included) or "layers"
   std::string data_plane = "auto";   // "auto", "nccl" or "staged" (docs/gpu.md)
+  double comm_timeout_s = 300;       // a collective waiting longer aborts the job (docs/distributed.md)
 };
 
 struct CheckpointSection {

@@ -2,19 +2,11 @@
 // GPU kit use it too); world_rank and abort_job live in mpi_comm.cpp.
 #include "dist/diagnostics.h"
 
-#include <cstdlib>
-
 #include "dist/rank_states.h"
 
 namespace wiola::dist {
 
-Diagnostics::Diagnostics() {
-  if (const char* s = std::getenv("WIOLA_COMM_TIMEOUT_S")) {
-    char* end = nullptr;
-    const double v = std::strtod(s, &end);
-    if (end != s && v > 0) timeout_s_ = v;
-  }
-}
+Diagnostics::Diagnostics() = default;
 
 void Diagnostics::set_context(std::string c) {
   context_ = std::move(c);

@@ -13,8 +13,7 @@ class Diagnostics {
   static Diagnostics& instance();
 
   // Longest wait of any collective or point-to-point wait, in seconds.
-  // Default 300; the environment variable WIOLA_COMM_TIMEOUT_S overrides the
-  // default at first use.
+  // Default 300; wiola train sets the run config's parallel.comm_timeout_s.
   double timeout_s() const { return timeout_s_; }
   void set_timeout_s(double s) { timeout_s_ = s; }
 

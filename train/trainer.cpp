@@ -440,6 +440,7 @@ TrainSummary Trainer::run() {
 }
 
 TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, Comm& world) {
+  dist::set_comm_timeout(rc.parallel.comm_timeout_s);  // before the Trainer's first collective
   Trainer trainer(rc, opt, ops, world);
   return trainer.run();
 }

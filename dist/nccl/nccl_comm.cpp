@@ -266,7 +266,7 @@ class NcclComm final : public Comm {
       const double age = std::chrono::duration<double>(now - e.start).count();
       if (age > limit) {
         char buf[96];
-        std::snprintf(buf, sizeof buf, "running %.1f s (limit %.1f s, WIOLA_COMM_TIMEOUT_S)", age, limit);
+        std::snprintf(buf, sizeof buf, "running %.1f s (limit %.1f s, parallel.comm_timeout_s)", age, limit);
         die(&e, std::string("communication timeout: ") + buf);
       }
     }
