@@ -247,7 +247,7 @@ def straggler():
 def stall():
     rd = os.path.join(work, "stall_run")
     p = mpirun(2, ["--set", "parallel.pp=2", "--set", "train.grad_accum=2", "--set", "train.steps=10",
-                   "--set", "train.run_dir=" + rd], {"WIOLA_FAULT": "stall:1:3", "WIOLA_COMM_TIMEOUT_S": "2"},
+                   "--set", "train.run_dir=" + rd, "--set", "parallel.comm_timeout_s=2"], {"WIOLA_FAULT": "stall:1:3"},
                check=False)
     print(p.stderr)
     assert p.returncode != 0
