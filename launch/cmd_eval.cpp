@@ -2,19 +2,17 @@
 // text file (docs/inference.md).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <toml++/toml.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include "ckpt/format.h"
 #include "data/loader.h"
 #include "data/text_input.h"
+#include "infer/eval_windows.h"
 #include "infer/evaluate.h"
 #include "infer/loaded_model.h"
 #include "kernels/backend.h"
@@ -34,87 +32,7 @@ struct Args {
   int64_t max_windows = 0;
 };
 
-// The windows to score and how to read them.
-struct Plan {
-  int64_t count = 0;
-  infer::WindowSource window;
-  std::string what;  // for the report
-};
-
-// What the training run's validation used (its recorded config): the first
-// eval_batches global batches of the split in index order (no shuffle), in
-// micro-batches of train.micro_batch.
-struct TrainingEval {
-  int64_t samples = 0;
-  int micro_batch = 1;
-  std::string split_source;
-};
-TrainingEval training_eval(const nlohmann::json& manifest, const std::string& where) {
-  WIOLA_CHECK(manifest.contains("config") && manifest["config"].is_string(), where, ": records no training config");
-  const toml::table t = toml::parse(manifest["config"].get<std::string>());
-  const int64_t eval_batches = t["train"]["eval_batches"].value_or(int64_t(0));
-  const int64_t mb = t["train"]["micro_batch"].value_or(int64_t(0));
-  const int64_t ga = t["train"]["grad_accum"].value_or(int64_t(1));
-  const int64_t dp = t["parallel"]["dp"].value_or(int64_t(1));
-  WIOLA_CHECK(eval_batches > 0 && mb > 0, where, ": the training run had no validation (train.eval_every = 0)");
-  const auto* blend = t["data"]["blend"].as_array();
-  WIOLA_CHECK(!blend || blend->empty(), where, ": the training run validated on a blend of ", blend ? blend->size() : 0,
-              " sources; --as-training reproduces the validation of one source (evaluate each with --data instead)");
-  return {eval_batches * mb * ga * dp, int(mb), t["data"]["path"].value_or(std::string())};
-}
-
-Plan data_plan(const wiola::TokenLoader& ld, const Args& a, int T, int64_t train_samples) {
-  const uint64_t N = ld.info().num_tokens, S = ld.info().num_samples;
-  Plan p;
-  if (a.as_training) {  // the loader's samples, wrapping into the next epoch as training did
-    p.count = train_samples;
-    p.window = [&ld, S, T](int64_t i, int32_t* out) {
-      ld.read_tokens((uint64_t(i) % S) * uint64_t(T), uint64_t(T) + 1, out);
-      return T + 1;
-    };
-    p.what = "the training run's validation windows";
-    return p;
-  }
-  // Every sample, then the tail they leave (so every token but the first is a target once).
-  const uint64_t tail = N - S * uint64_t(T);
-  p.count = int64_t(S) + (tail >= 2 ? 1 : 0);
-  p.window = [&ld, S, N, T](int64_t i, int32_t* out) {
-    const uint64_t start = uint64_t(i) * uint64_t(T), n = std::min<uint64_t>(uint64_t(T) + 1, N - start);
-    ld.read_tokens(start, n, out);
-    (void)S;
-    return int(n);
-  };
-  p.what = "the whole split";
-  return p;
-}
-
-Plan text_plan(const std::vector<int32_t>& ids, int T) {
-  WIOLA_CHECK(ids.size() >= 2, "--text: the text encodes to ", ids.size(), " token(s); at least 2 are needed");
-  Plan p;
-  const uint64_t N = ids.size();
-  p.count = int64_t((N - 2) / uint64_t(T) + 1);  // windows of T+1 overlapping by one token
-  p.window = [&ids, N, T](int64_t i, int32_t* out) {
-    const uint64_t start = uint64_t(i) * uint64_t(T), n = std::min<uint64_t>(uint64_t(T) + 1, N - start);
-    std::copy_n(ids.begin() + std::ptrdiff_t(start), n, out);
-    return int(n);
-  };
-  p.what = "the text";
-  return p;
-}
-
-// The logits of the first window's inputs (for comparisons with other
-// implementations, e.g. the Hugging Face export).
-void save_first_logits(wiola::Model<float>& model, const std::vector<int32_t>& ids, const Args& a) {
-  const int T = model.config().T, V = model.config().V, B = model.options().micro_batch;
-  const int n = int(std::min<size_t>(ids.size(), size_t(T)));
-  std::vector<int32_t> in(size_t(B) * T, ids[size_t(n - 1)]);
-  std::copy_n(ids.begin(), n, in.begin());
-  const std::vector<float> logits = model.forward_logits(in.data(), false);
-  if (!a.logits_out.empty()) infer::write_npy(a.logits_out, logits.data(), {n, V});
-  if (!a.ids_out.empty()) infer::write_npy(a.ids_out, ids.data(), {n});
-}
-
-void report(const infer::EvalTotals& r, const Plan& p, const Args& a, const std::string& folder, double secs) {
+void report(const infer::EvalTotals& r, const infer::WindowPlan& p, const Args& a, const std::string& folder, double secs) {
   if (a.as_json) {
     const nlohmann::json j = {{"checkpoint", folder}, {"windows", r.windows}, {"targets", r.targets},
                               {"loss", r.mean()}, {"perplexity", r.perplexity()}, {"loss_sum", r.loss_sum},
@@ -158,10 +76,10 @@ int wiola_cmd_eval(int argc, char** argv) {
 
   // The batch comes from the training run when reproducing its figure.
   const std::string folder = wiola::ckpt::resolve_checkpoint(a.checkpoint);
-  TrainingEval te;
+  infer::TrainingEval te;
   if (a.as_training) {
     wiola::ckpt::Reader r(folder);
-    te = training_eval(r.manifest(), folder + "/manifest.json");
+    te = infer::training_eval(r.manifest(), folder + "/manifest.json");
     a.batch = te.micro_batch;
   }
   infer::LoadedModel lm(folder, {a.backend, a.batch, a.tokenizer, text->count() > 0, a.any_tokenizer});
@@ -169,15 +87,15 @@ int wiola_cmd_eval(int argc, char** argv) {
 
   std::unique_ptr<wiola::TokenLoader> loader;
   std::vector<int32_t> ids;
-  Plan plan;
+  infer::WindowPlan plan;
   if (data->count()) {
     loader = std::make_unique<wiola::TokenLoader>(a.data, a.split, T, 1, 0, 1, 0, false, false);
     loader->expect(uint32_t(lm.config().V), a.any_tokenizer ? "" : infer::trained_tokenizer_sha(lm.manifest()));
-    plan = data_plan(*loader, a, T, te.samples);
+    plan = infer::split_windows(*loader, T, a.as_training ? te.samples : 0);
   } else {
     ids = lm.tokenizer().encode(wiola::read_file(a.text));
-    plan = text_plan(ids, T);
-    if (!a.logits_out.empty() || !a.ids_out.empty()) save_first_logits(lm.model(), ids, a);
+    plan = infer::text_windows(ids, T);
+    if (!a.logits_out.empty() || !a.ids_out.empty()) infer::save_first_window(lm.model(), ids, a.logits_out, a.ids_out);
   }
   if (a.max_windows > 0) plan.count = std::min(plan.count, a.max_windows);
 
