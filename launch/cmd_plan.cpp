@@ -19,6 +19,7 @@
 #include <memory>
 #include <sstream>
 #include <thread>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -269,6 +270,7 @@ int wiola_cmd_plan(int argc, char** argv) {
   const bool is_gpt = !gpt.empty();
   GptConfig g;
   ModelConfig c;
+  std::optional<Layout> given;  // --layout, or the run config's
   if (is_gpt) {
     g = parse_gpt(gpt);
     if (seq_len > 0) g.T = seq_len;
@@ -277,11 +279,7 @@ int wiola_cmd_plan(int argc, char** argv) {
     const RunConfig rc = load_run_config(config, sets);
     c = rc.model;
     const Layout l = rc.layout();
-    layout = "tp=" + std::to_string(l.tp) + ",pp=" + std::to_string(l.pp) + ",dp=" + std::to_string(l.dp) +
-             ",mb=" + std::to_string(l.micro_batch) + ",m=" + std::to_string(l.micro_batches) +
-             ",zero=" + (l.zero ? "on" : "off") + ",recompute=" + (l.recompute ? "on" : "off") +
-             ",schedule=" + l.schedule + ",balance=" + l.stage_balance +
-             (l.schedule == "interleaved" ? ",v=" + std::to_string(l.virtual_stages) : "");
+    given = l;
     global_batch = l.global_batch();
     if (cpu) ranks = l.world();
     else gpus = l.world();
@@ -334,8 +332,9 @@ int wiola_cmd_plan(int argc, char** argv) {
                 cl.intra_gbs, cl.latency_s * 1e6);
 
   std::vector<Prediction> ps;
-  if (!layout.empty()) {
-    const Layout l = parse_layout(layout, global_batch, devices);
+  if (!layout.empty()) given = parse_layout(layout, global_batch, devices);
+  if (given) {
+    const Layout& l = *given;
     // The same rules as wiola train (and the search).
     if (is_gpt) {
       WIOLA_CHECK(g.H % l.tp == 0 && g.V % l.tp == 0, "--layout: tp ", l.tp, " must divide the GPT's H (", g.H,
