@@ -6,11 +6,29 @@
 #include "data/sha256.h"
 #include "data/text_input.h"
 #include "dist/diagnostics.h"
+#include "kernels/cpu_info.h"
 #include "train/pipeline.h"
 #include "util/error.h"
 #include "util/files.h"
 
 namespace wiola {
+namespace {
+// A resume on other CPU kernels (SIMD target or BLAS kernels) than the
+// checkpoint's computes other roundings: it continues within float rounding,
+// not bit for bit (docs/cpu.md#determinism). Rank 0's view; informative.
+void note_other_cpu_kernels(const ResumeState& st, const Pipeline& p) {
+  if (!p.ops.device_name().empty() || !st.simd.is_string() || !st.blas.is_object() ||
+      !st.blas.contains("kernels") || !st.blas["kernels"].is_string())
+    return;
+  const std::string simd = st.simd.get<std::string>(), kernels = st.blas["kernels"].get<std::string>();
+  const std::string now_simd = cpu_simd_target(), now_kernels = cpu_blas().kernels;
+  if (simd == now_simd && kernels == now_kernels) return;
+  std::printf("wiola train: note: the checkpoint was computed on SIMD %s and OpenBLAS's %s kernels, this run computes "
+              "on %s and %s: it continues within float rounding, not bit for bit (docs/cpu.md#determinism)\n",
+              simd.c_str(), kernels.c_str(), now_simd.c_str(), now_kernels.c_str());
+}
+}  // namespace
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -55,10 +73,12 @@ std::optional<ResumeState> CheckpointPolicy::setup() {
     const ResumeState& st = resumed.emplace(ckpt_->resume(folder));
     resumed_from_ = st.step;
     resumed_gemm_ = st.gemm;
-    if (p.root())
+    if (p.root()) {
       std::printf("wiola train: resuming from %s (step %lld, %lld tokens, layout of this run: tp %d x pp %d x dp %d)\n",
                   folder.c_str(), (long long)st.step, (long long)st.tokens, rc.parallel.tp, rc.parallel.pp,
                   rc.parallel.dp);
+      note_other_cpu_kernels(st, p);
+    }
   } else if (!cc.init_from.empty()) {
     ckpt_->load_weights(cc.init_from);
     if (p.root())

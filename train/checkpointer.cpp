@@ -266,6 +266,8 @@ ResumeState Checkpointer::resume(const std::string& folder) {
     st.loader = loader_state_from_json(mf.at("loader"), where + "loader");
     st.run_id = mf.at("run_id").get<std::string>();
     if (mf.contains("gemm")) st.gemm = mf.at("gemm");
+    if (mf.contains("simd")) st.simd = mf.at("simd");
+    if (mf.contains("blas")) st.blas = mf.at("blas");
     if (mf.contains("spike")) {
       const nlohmann::json& sp = mf.at("spike");
       st.spike = true;

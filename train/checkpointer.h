@@ -62,6 +62,9 @@ struct ResumeState {
   // The GEMM choices the checkpoint's run computed with (manifest "gemm",
   // train/gemm_record.h; null in older checkpoints).
   nlohmann::json gemm;
+  // The CPU kernels it computed with: the SIMD target and the BLAS kernels
+  // (manifest "simd", "blas"; null where absent: older checkpoints, GPU runs).
+  nlohmann::json simd, blas;
 };
 
 class Checkpointer {

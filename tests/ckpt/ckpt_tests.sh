@@ -598,6 +598,22 @@ case_damaged_no_manifest() {
   # without a word; here it should warn and resume from step 4.
   damaged ".*manifest\\.json.*" rm manifest.json
 }
+case_other_cpu_kernels() {
+  # A checkpoint written on Prescott kernels (WIOLA_TEST_BLAS=forced:Prescott)
+  # resumes on the same kernels without a word, and on others with one note
+  # that it continues within float rounding (docs/cpu.md#determinism); both
+  # resumes run to the end.
+  WIOLA_TEST_BLAS=forced:Prescott train1 $(where "$t/a") --set train.max_steps=4 > "$t/first.out" 2>&1 ||
+    fail "first part failed: $(tail -3 "$t/first.out")"
+  cp -r "$t/a" "$t/b"
+  WIOLA_TEST_BLAS=forced:Prescott train1 $(where "$t/a") > "$t/same.out" 2>&1 || fail "resume on Prescott failed"
+  grep -q "resuming from .*step-00000004" "$t/same.out" || fail "the resume on Prescott did not resume"
+  ! grep -q "note: the checkpoint was computed" "$t/same.out" || fail "a note on the same kernels"
+  WIOLA_TEST_BLAS=library:Prescott train1 $(where "$t/b") > "$t/other.out" 2>&1 || fail "resume on other kernels failed"
+  grep -Eq "^wiola train: note: the checkpoint was computed on SIMD [a-z0-9]+ and OpenBLAS's Prescott kernels, this run computes on [a-z0-9]+ and (SkylakeX|Haswell): it continues within float rounding, not bit for bit" \
+    "$t/other.out" || fail "no note on other kernels: $(grep -i 'resum\|note' "$t/other.out")"
+  note "same kernels: no note; other kernels: $(grep -o 'this run computes on [a-z0-9]* and [A-Za-z]*' "$t/other.out")"
+}
 case_refuse_reported_once() {
   # Every rank reads the manifest and meets the identity mismatch, and each
   # reports it ("rank 0: cannot resume...", "rank 1: cannot resume...", as
