@@ -22,7 +22,7 @@ export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export OMP_WAIT_POLICY=passive
 if [ "${1:-}" = --ci ]; then
   sanitizer_configure build-asan -DWIOLA_CUDA_EMU=OFF -DWIOLA_PARQUET=OFF
-  targets=(test_ops test_blas test_bf16_storage test_attention train_tests checkpoint_tests spike_policy_tests)
+  targets=(test_ops test_blas test_bf16_storage test_attention train_tests checkpoint_tests spike_detector_tests)
   for f in tests/fuzz/corpus/*/; do targets+=("fuzz_$(basename "$f")"); done
   cmake --build build-asan -j"$(nproc)" --target "${targets[@]}"
   # Only the built programs' tests are discovered; the shell tests of these

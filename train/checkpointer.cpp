@@ -11,7 +11,7 @@
 
 #include "dist/agree.h"
 #include "train/gemm_record.h"
-#include "train/spike_policy.h"
+#include "train/spike_detector.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/json.h"

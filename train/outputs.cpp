@@ -12,7 +12,7 @@
 #include "kernels/cpu_info.h"
 #include "perf/cost_model.h"
 #include "train/accounting.h"
-#include "train/loss_spikes.h"
+#include "train/spike_policy.h"
 #include "train/pipeline.h"
 #include "train/run_report.h"
 #include "train/lr_schedule.h"

@@ -1,12 +1,10 @@
-// Detection of the loss-spike policy (train.spike_*; docs/checkpoints.md
-// "Loss spikes"): fed each trained step's loss and whether the step was
-// skipped (non-finite gradient norm), it says whether the run should rewind
-// and why. A step is a spike when its loss exceeds mean + spike_sigma x std
-// (population) of the last spike_window accepted losses (only once the
-// window is full), or when it ends a run of spike_skipped consecutive
-// skipped steps. Pure: no ranks, no I/O. The Trainer owns the rest of the
-// policy (rank 0's decision broadcast, the rewind, the skipped windows); its
-// state round-trips through the checkpoint manifest's "spike" object.
+// The Trainer's loss-spike part (train.spike_*, train.skip_batches;
+// docs/checkpoints.md "Loss spikes"): the data windows whose steps read
+// their batch and drop it, rank 0's spike decision (train/spike_detector.h's
+// detector) broadcast to every rank, the rewinds made and the record of the
+// last one for the next metrics line. Its state round-trips through the
+// checkpoint manifest (ResumeState's spike fields); the rewind itself goes
+// through the checkpoint part's resume path.
 #pragma once
 
 #include <cstdint>
@@ -15,55 +13,57 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/run_config.h"
+#include "dist/comm.h"
+#include "train/checkpointer.h"
+#include "train/spike_detector.h"
+
 namespace wiola {
 
-struct SpikeSettings {
-  double sigma = 0;  // train.spike_sigma (0: no loss check)
-  int window = 50;   // train.spike_window
-  int skipped = 0;   // train.spike_skipped (0: no skipped-steps check)
-};
+struct StepOutcome;
 
-// What the detector carries from step to step (manifest "spike":
-// "recent_losses", oldest first, and "consecutive_skipped").
-struct SpikeState {
-  std::vector<double> recent_losses;
-  int64_t consecutive_skipped = 0;
-};
-
-struct SpikeVerdict {
-  bool rewind = false;
-  std::string reason;  // empty when !rewind
-};
-
-class SpikeDetector {
+class SpikePolicy {
  public:
-  explicit SpikeDetector(SpikeSettings s, SpikeState state = {}) : s_(s), st_(std::move(state)) {}
+  SpikePolicy(const RunConfig& rc, dist::Comm& world);
 
-  // Judges a step: counts it into the run of consecutive skipped steps (a
-  // trained one ends the run) and checks both limits. `loss` is the loss
-  // detection sees; a non-finite or skipped step's is not compared.
-  SpikeVerdict check(double loss, bool skipped);
-  // A step that did not rewind: its loss (when finite and not skipped) joins
-  // the window, the oldest leaving a full one.
-  void accept(double loss, bool skipped);
-  // check, then accept unless it says rewind.
-  SpikeVerdict step(double loss, bool skipped) {
-    SpikeVerdict v = check(loss, skipped);
-    if (!v.rewind) accept(loss, skipped);
-    return v;
-  }
-
-  const SpikeState& state() const { return st_; }
-  void restore(SpikeState state) { st_ = std::move(state); }
+  // Detection is on (train.spike_sigma or train.spike_skipped).
+  bool on() const { return on_; }
+  // Reads the test hook WIOLA_INJECT_LOSS_SPIKE=STEP (when on): the loss the
+  // detection sees at step STEP is 1000 times larger, the first time this
+  // process runs that step (training itself is unchanged).
+  void read_test_hook();
+  // Step t's data lies in a skipped window.
+  bool skipping(int64_t t) const;
+  // The data windows skipped (train.skip_batches, the rewinds', a resumed
+  // checkpoint's).
+  const std::vector<StepWindow>& windows() const { return windows_; }
+  // A resumed checkpoint's state: its windows join ours.
+  void restore(const ResumeState& st);
+  // The spike fields of a checkpoint's ResumeState.
+  void save_to(ResumeState& st) const;
+  // After step t (not a skipped one): whether it is a spike, agreed by all
+  // ranks (rank 0 decides, broadcast); `why` says what, on rank 0.
+  bool detected(int64_t t, const StepOutcome& out, std::string& why);
+  // Before a rewind at step t: throws when train.spike_max_rewinds are made
+  // already. Returns the message's "WHY at step T".
+  std::string check_rewind(int64_t t, const std::string& why) const;
+  // After the rewind to checkpoint `st` (from `folder`): its detector
+  // state, window [st.step + 1, t] skipped; rank 0 says so and keeps the
+  // record for the next metrics line.
+  void rewound(int64_t t, const std::string& why, const std::string& at, const std::string& folder,
+               const ResumeState& st);
+  // Rank 0: the record of the last rewind, once (null: none).
+  nlohmann::json take_rewind_record();
 
  private:
-  SpikeSettings s_;
-  SpikeState st_;
+  const RunConfig& rc_;
+  dist::Comm& world_;
+  bool on_ = false;
+  std::vector<StepWindow> windows_;
+  int64_t rewinds_ = 0;
+  SpikeDetector detector_;        // the window's losses, the run of skipped steps
+  int64_t inject_ = -1;           // WIOLA_INJECT_LOSS_SPIKE (test hook)
+  nlohmann::json pending_;        // rank 0: goes into the next metrics record
 };
-
-// The manifest's fields of SpikeState, and back (throws naming `where` on a
-// missing or mistyped field).
-void spike_state_to_json(const SpikeState& st, nlohmann::json& spike);
-SpikeState spike_state_from_json(const nlohmann::json& spike, const std::string& where);
 
 }  // namespace wiola

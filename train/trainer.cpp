@@ -18,7 +18,7 @@
 #include "train/checkpoint_policy.h"
 #include "train/dump_recorder.h"
 #include "train/gemm_record.h"
-#include "train/loss_spikes.h"
+#include "train/spike_policy.h"
 #include "train/outputs.h"
 #include "train/pipeline.h"
 #include "train/lr_schedule.h"

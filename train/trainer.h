@@ -11,7 +11,7 @@
 //   CheckpointPolicy  resume, when to save and commit, stop requests
 //                     (train/checkpoint_policy.h)
 //   SpikePolicy       loss-spike detection, rewinds, skipped data windows
-//                     (train/loss_spikes.h)
+//                     (train/spike_policy.h)
 //   DumpRecorder      the numerics dump of --dump-step (train/dump_recorder.h)
 // and its work is:
 //   Trainer(...)   setup: every check agreed by all ranks, then the parts

@@ -21,7 +21,7 @@ const std::vector<TestHookSpec>& test_hooks() {
       {Hook::SlowRank, "WIOLA_SLOW_RANK", "RANK:MS", "world rank RANK sleeps MS milliseconds in every step",
        "train/stragglers.cpp"},
       {Hook::InjectLossSpike, "WIOLA_INJECT_LOSS_SPIKE", "STEP",
-       "with the loss-spike policy on, step STEP's loss counts as a spike", "train/loss_spikes.cpp"},
+       "with the loss-spike policy on, step STEP's loss counts as a spike", "train/spike_policy.cpp"},
       {Hook::PrepKillAfterShards, "WIOLA_PREP_TEST_KILL_AFTER_SHARDS", "N",
        "wiola prep kills itself (SIGKILL) after writing N shards", "launch/cmd_prep.cpp"},
       {Hook::ParamAlign, "WIOLA_PARAM_ALIGN", "N",

@@ -19,7 +19,7 @@ enum class Hook {
   Fault,                // train/trainer.cpp
   CkptFailAt,           // ckpt/format.cpp
   SlowRank,             // train/stragglers.cpp
-  InjectLossSpike,      // train/loss_spikes.cpp
+  InjectLossSpike,      // train/spike_policy.cpp
   PrepKillAfterShards,  // launch/cmd_prep.cpp
   ParamAlign,           // launch/cmd_train.cpp
   TraceSchedule,        // launch/cmd_train.cpp

@@ -1,4 +1,4 @@
-// The loss-spike detector (train/spike_policy.h) on loss sequences: the
+// The loss-spike detector (train/spike_detector.h) on loss sequences: the
 // k-sigma limit from both sides, a window not yet full, runs of skipped
 // steps, non-finite losses, and its state through the manifest's fields.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "train/spike_policy.h"
+#include "train/spike_detector.h"
 
 namespace wiola {
 namespace {
