@@ -192,16 +192,9 @@ void replace_generic_core(BlasState& s, bool dynamic, IsaLevel library_level) {
   s.note = why;
 }
 
-BlasState select_kernels() {
-  BlasState s;
-  const std::string config = blas_config();
-  std::istringstream words(config);
-  words >> s.library >> s.version;
-  if (s.library.empty()) s.library = "OpenBLAS";
-  const bool dynamic = can_switch(config);
-  s.cpu = cpu_isa_level();
-  if (const char* best = openblas_core_for(s.cpu)) s.cpu_kernels = best;
-
+// Who chose the core OpenBLAS runs now: the library, OPENBLAS_CORETYPE, or
+// the test hook (which first makes OpenBLAS run its core).
+void find_chooser(BlasState& s, bool dynamic, const std::string& config) {
   if (const auto hook = read_hook()) {
     WIOLA_CHECK(dynamic, "WIOLA_TEST_BLAS needs an OpenBLAS built with DYNAMIC_ARCH (this one: ", config, ")");
     const std::string got = switch_core(hook->core);
@@ -217,6 +210,18 @@ BlasState select_kernels() {
     s.chosen_by = BlasChooser::Environment;  // the user's own choice always wins
     s.chooser_env = std::string("OPENBLAS_CORETYPE=") + env;
   }
+}
+
+BlasState select_kernels() {
+  BlasState s;
+  const std::string config = blas_config();
+  std::istringstream words(config);
+  words >> s.library >> s.version;
+  if (s.library.empty()) s.library = "OpenBLAS";
+  const bool dynamic = can_switch(config);
+  s.cpu = cpu_isa_level();
+  if (const char* best = openblas_core_for(s.cpu)) s.cpu_kernels = best;
+  find_chooser(s, dynamic, config);
   s.kernels = current_core();
 
   const auto level = openblas_core_level(s.kernels);
