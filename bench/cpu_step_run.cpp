@@ -96,7 +96,7 @@ std::optional<OtherKernels> other_kernels_rate() {
   const cpu::BlasState& b = cpu::blas_state();
   OtherKernels o;
   if (b.chosen_by == cpu::BlasChooser::Wiola) o = {b.library_choice, "the library's choice"};
-  else if (b.below_cpu) o = {b.cpu_kernels, "what this CPU runs"};
+  else if (b.below_cpu()) o = {b.cpu_kernels, "what this CPU runs"};
   else return std::nullopt;
   const auto rate = cpu::blas_sgemm_gflops_on(o.kernels, 1024, 10);
   if (!rate) return std::nullopt;

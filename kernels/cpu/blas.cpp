@@ -224,11 +224,8 @@ BlasState select_kernels() {
   find_chooser(s, dynamic, config);
   s.kernels = current_core();
 
-  const auto level = openblas_core_level(s.kernels);
-  const bool below = level && *level < s.cpu && !s.cpu_kernels.empty();
-  if (below && s.chosen_by == BlasChooser::Library) replace_generic_core(s, dynamic, *level);
-  const auto now = openblas_core_level(s.kernels);
-  s.below_cpu = now && *now < s.cpu && !s.cpu_kernels.empty();
+  if (s.below_cpu() && s.chosen_by == BlasChooser::Library)
+    replace_generic_core(s, dynamic, *openblas_core_level(s.kernels));
   return s;
 }
 
@@ -236,7 +233,7 @@ BlasState select_kernels() {
 // would not know otherwise (a choice of OPENBLAS_CORETYPE is the user's own
 // and only shows in the banners).
 void warn_fallback(const BlasState& s) {
-  if (!s.below_cpu || s.chosen_by == BlasChooser::Environment || launcher_local_rank() > 0) return;
+  if (!s.below_cpu() || s.chosen_by == BlasChooser::Environment || launcher_local_rank() > 0) return;
   std::fprintf(stderr,
                "wiola: warning: %s %s runs its %s kernels (%s) on a CPU that runs %s (%s kernels): %s. Matrix "
                "products run slower than they could.\n",
@@ -359,6 +356,11 @@ std::string gemm_self_check(GemmFn<float> sgemm, GemmFn<double> dgemm) {
   return r.empty() ? check_gemm<double>(dgemm, "dgemm") : r;
 }
 
+bool BlasState::below_cpu() const {
+  const auto level = openblas_core_level(kernels);
+  return level && *level < cpu && !cpu_kernels.empty();
+}
+
 std::string BlasState::summary() const {
   std::string s = library + " " + version + ", " + kernels + " kernels (";
   switch (chosen_by) {
@@ -367,7 +369,7 @@ std::string BlasState::summary() const {
     case BlasChooser::Library: s += "the library's choice"; break;
   }
   if (simulated && chosen_by != BlasChooser::Environment) s += ", simulated by WIOLA_TEST_BLAS";
-  if (below_cpu) s += "; " + (note.empty() ? "this CPU runs " + cpu_kernels : note);
+  if (below_cpu()) s += "; " + (note.empty() ? "this CPU runs " + cpu_kernels : note);
   return s + ")";
 }
 

@@ -70,9 +70,10 @@ struct BlasState {
   std::string library_choice;  // the library's own core, where wiola replaced it
   IsaLevel cpu = IsaLevel::Sse;
   std::string cpu_kernels;  // the core matching this CPU ("" below AVX2)
-  bool below_cpu = false;   // the kernels in use are below what this CPU runs
   std::string note;         // why a better core is not in use, or ""
   bool simulated = false;   // WIOLA_TEST_BLAS made the library's choice
+  // The kernels in use are below what this CPU runs (AVX2 and up).
+  bool below_cpu() const;
   // "OpenBLAS 0.3.21, SkylakeX kernels (selected by wiola: the library chose Prescott)"
   std::string summary() const;
 };

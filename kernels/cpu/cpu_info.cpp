@@ -17,7 +17,7 @@ CpuBlasInfo cpu_blas() {
   const char* by = s.chosen_by == cpu::BlasChooser::Wiola         ? "wiola"
                    : s.chosen_by == cpu::BlasChooser::Environment ? "environment"
                                                                   : "library";
-  return {s.library, s.version, s.kernels, by, s.library_choice, s.cpu_kernels, s.below_cpu, s.note, s.summary()};
+  return {s.library, s.version, s.kernels, by, s.library_choice, s.cpu_kernels, s.below_cpu(), s.note, s.summary()};
 }
 
 nlohmann::json cpu_blas_json() {

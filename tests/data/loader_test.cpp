@@ -12,6 +12,7 @@
 #include "data/manifest.h"
 #include "data/shard.h"
 #include "data_test_util.h"
+#include "tests/util/error_of.h"
 #include "util/error.h"
 
 namespace wiola {
@@ -189,14 +190,7 @@ TEST(Loader, ValidationIsInFixedOrder) {
   EXPECT_THROW(TokenLoader(man, "train", 16, 8, 0, 1, 0), Error);  // no such split
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 TEST(Loader, BadSourcesAreClearErrors) {
   test::TempDir dir("ld-bad");

@@ -7,6 +7,7 @@
 
 #include "data/shard.h"
 #include "data_test_util.h"
+#include "tests/util/error_of.h"
 #include "util/error.h"
 
 namespace wiola {
@@ -22,14 +23,7 @@ ShardMeta meta(uint32_t vocab, uint64_t n, uint64_t docs = 1) {
   return m;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 TEST(Shard, WriteReadRoundTripUint16) {
   test::TempDir dir("shard16");

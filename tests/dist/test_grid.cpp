@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dist/grid.h"
+#include "tests/util/error_of.h"
 #include "util/error.h"
 
 using namespace wiola::dist;
@@ -20,14 +21,7 @@ std::vector<GridConfig> all_layouts(int max_world) {
   return out;
 }
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const wiola::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using wiola::test::error_of;
 }  // namespace
 
 TEST(Grid, RankFormulaAndCoordinates) {

@@ -23,6 +23,7 @@
 #include "config/run_config.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "tests/util/error_of.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -34,17 +35,7 @@ namespace {
 #define EXPECT_CONTAINS(msg, part) \
   EXPECT_NE(std::string(msg).find(part), std::string::npos) << "message: " << (msg)
 
-// The message of the wiola::Error that `f` throws ("" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected wiola::Error";
-  return "";
-}
+using test::error_of;
 
 // Problems joined into one string, for EXPECT_CONTAINS.
 std::string joined(const std::vector<std::string>& v) {

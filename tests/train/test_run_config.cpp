@@ -13,6 +13,7 @@
 
 #include "config/run_config.h"
 #include "kernels/backend.h"
+#include "tests/util/error_of.h"
 #include "train/data_plane.h"
 #include "util/error.h"
 
@@ -42,17 +43,7 @@ class RunConfigTest : public ::testing::Test {
   fs::path dir_;
 };
 
-// The message of the wiola::Error that `f` throws ("" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected wiola::Error";
-  return "";
-}
+using test::error_of;
 
 std::string load_error(const std::string& path, const std::vector<std::string>& ov = {}) {
   return error_of([&] { load_run_config(path, ov); });

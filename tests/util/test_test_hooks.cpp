@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <functional>
 #include <set>
 #include <string>
 
+#include "tests/util/error_of.h"
 #include "util/error.h"
 #include "util/test_hooks.h"
 
@@ -18,14 +18,7 @@ struct Env {
   ~Env() { unsetenv("WIOLA_FAULT"); }
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(TestHooks, TableHasEveryHookOnceInOrder) {
   std::set<std::string> names;
