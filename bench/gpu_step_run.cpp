@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/profiled_ops.h"
 #include "model/flops.h"
+#include "util/env.h"
 #include "util/error.h"
 
 namespace {
@@ -125,8 +126,8 @@ nlohmann::json wiola::run_gpu_step_bench_vs_torch(const GpuStepOptions& o, bool 
   ModelConfig cfg = model_preset(o.preset);
   if (o.seq_len > 0) cfg.T = o.seq_len;
   if (!o.atm) cfg.atm = false;
-  const char* py = std::getenv("WIOLA_PYTHON");
-  const std::string python = py && *py ? py : "python3";
+  const std::string py = env_text("WIOLA_PYTHON");
+  const std::string python = py.empty() ? "python3" : py;
   const std::string args = "--device cuda --dtype bf16 " + torch_model_args(cfg, o.batch, o.steps, o.warmup);
   const double w = out.contains("bf16") ? out["bf16"]["tokens_per_s"].get<double>() : 0.0;
   for (bool compile : {false, true}) {

@@ -24,6 +24,7 @@
 #include <variant>
 
 #include "data/byte_level.h"
+#include "util/env.h"
 #include "util/error.h"
 
 namespace wiola {
@@ -782,7 +783,7 @@ void check_run_config(const RunConfig& rc) {
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   // The environment variable that set the timeout before it was a key: a
   // script that still sets it would otherwise lose its timeout silently.
-  if (const char* v = std::getenv("WIOLA_COMM_TIMEOUT_S"); v && *v)
+  if (const std::string v = env_text("WIOLA_COMM_TIMEOUT_S"); !v.empty())
     fail("WIOLA_COMM_TIMEOUT_S=", v, " is no longer read: the communication timeout is the run-config key "
          "parallel.comm_timeout_s (wiola train --set parallel.comm_timeout_s=", v, "); unset WIOLA_COMM_TIMEOUT_S");
   return run_config_from_toml_text(path.empty() ? std::string() : read_file(path), path, overrides);

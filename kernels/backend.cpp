@@ -11,6 +11,7 @@
 #include "util/error.h"
 #ifdef WIOLA_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
+#include "util/env.h"
 #endif
 
 namespace wiola {
@@ -32,9 +33,7 @@ std::string known() {
 }  // namespace
 
 int launcher_local_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  return -1;
+  return env_first_int({"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"});
 }
 
 #ifdef WIOLA_HAVE_CUDA

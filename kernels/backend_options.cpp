@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "util/env.h"
 #include "util/error.h"
 
 namespace wiola {
@@ -62,8 +63,9 @@ void check_attention_heads_per_block(const BackendOptions& o, int H, int Hkv) {
 
 void refuse_backend_env() {
   for (const Switch& s : switches()) {
-    const char* v = s.old_env ? std::getenv(s.old_env) : nullptr;
-    if (!v) continue;
+    const std::optional<std::string> set = s.old_env ? env_value(s.old_env) : std::nullopt;
+    if (!set) continue;
+    const char* v = set->c_str();
     fail(s.old_env, "=", v, " is no longer read: the switch is the backend option ", s.key,
          " (wiola train --set ", s.key, "=", *v ? v : s.values[0].c_str(), "; ", s.flag,
          " of wiola_gpu_bench and wiola_kernel_bench), recorded in the run report and the checkpoint manifest; "

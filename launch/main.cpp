@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/simd.h"
+#include "util/env.h"
 #include "util/error.h"
 
 // Each subcommand lives in its own launch/cmd_*.cpp; argv[0] is its name.
@@ -58,7 +59,7 @@ std::string joined(const std::vector<std::string>& v) {
 // Version, how the binary was built and what it runs on here (docs/cpu.md).
 int version() {
   namespace c = wiola::cpu;
-  const char* env = std::getenv("WIOLA_SIMD");
+  const bool env = !wiola::env_text("WIOLA_SIMD").empty();
   const std::string target = c::simd_target_name();  // applies WIOLA_SIMD: may throw
   const c::BlasState& blas = c::blas_state();         // selects the BLAS kernels: may throw
   std::printf("wiola %s\n", WIOLA_VERSION);
@@ -67,7 +68,7 @@ int version() {
   std::printf("  SIMD supported  %s\n", joined(c::simd_supported_targets()).c_str());
   std::printf("  CPU             %s\n", c::cpu_model_name().c_str());
   std::printf("  SIMD target     %s (%s)\n", target.c_str(),
-              env && *env ? "WIOLA_SIMD" : "best supported");
+              env ? "WIOLA_SIMD" : "best supported");
   std::printf("  BLAS            %s\n", blas.summary().c_str());
   return 0;
 }

@@ -4,10 +4,13 @@
 The table is the one under "Test hooks and every environment variable": one row
 per variable (several, comma-separated, in one cell), the kind in the second
 column. Checks, and exits 1 with one line per failure:
+- the environment is read in one place: no production C++ file but
+  util/env.cpp calls getenv (the others call util/env.h's env_value,
+  env_text, env_flag, env_first_int);
 - every variable a production C++ file reads is a row: a literal passed to
-  getenv or env_flag, the literals of a `for (const char* v : {...})` list
-  whose loop reads getenv(v), and every "WIOLA_..." string literal (tables of
-  names: the test hooks, the refused former switches);
+  one of those readers (each name of env_first_int's list), and every
+  "WIOLA_..." string literal (tables of names: the test hooks, the refused
+  former switches);
 - every row names a variable that some C++ file, script or test reads (no
   stale rows; KIT_* stands for the GPU kit's own);
 - the rows of kind "test hook" are exactly the hooks of util/test_hooks.cpp.
@@ -42,12 +45,10 @@ def read_by_code(root):
     found = {}
     for path in files(root, PRODUCTION, SOURCES):
         text = open(path, encoding="utf-8", errors="replace").read()
-        names = set(re.findall(r'(?:getenv|env_flag)\(\s*"(' + NAME + ')"', text))
+        names = set(re.findall(r'\b(?:getenv|env_value|env_text|env_flag)\(\s*"(' + NAME + ')"', text))
         names |= set(re.findall(r'"(WIOLA_[A-Z0-9_]+)"', text))
-        for m in re.finditer(r"for\s*\(\s*const char\s*\*\s*(\w+)\s*:\s*\{([^}]*)\}\s*\)([^\n]*\n[^\n]*)", text):
-            var, listed, body = m.groups()
-            if re.search(r"getenv\(\s*" + var + r"\s*\)", body):
-                names |= set(re.findall(r'"(' + NAME + ')"', listed))
+        for listed in re.findall(r"\benv_first_int\(\s*\{([^}]*)\}", text):
+            names |= set(re.findall(r'"(' + NAME + ')"', listed))
         for n in names:
             found.setdefault(n, []).append(os.path.relpath(path, root))
     return found
@@ -62,6 +63,17 @@ def mentioned_anywhere(root, name):
         if pat.search(open(path, encoding="utf-8", errors="replace").read()):
             return True
     return False
+
+
+def getenv_outside_reader(root):
+    """Production files other than util/env.cpp that call getenv."""
+    out = []
+    for path in files(root, PRODUCTION, SOURCES):
+        rel = os.path.relpath(path, root)
+        if rel != os.path.join("util", "env.cpp") and re.search(r"\bgetenv\s*\(",
+                                                                 open(path, encoding="utf-8", errors="replace").read()):
+            out.append(rel)
+    return out
 
 
 def table(root):
@@ -90,13 +102,14 @@ def selftest():
     doc = ("# T\n\n## Test hooks and every environment variable\n\n| variable | kind |\n|---|---|\n"
            "| `WIOLA_A` | setting |\n| `WIOLA_H` | test hook |\n{extra}\n## Next\n")
     hooks_cpp = '{Hook::H, "WIOLA_H", "N", "x", "y"},\n{extra}'
-    code = 'getenv("WIOLA_A"); getenv("WIOLA_H");\n{extra}'
+    code = 'env_text("WIOLA_A"); env_flag("WIOLA_H");\n{extra}'
     cases = [("", "", "", None),
-             ("", "", 'std::getenv("WIOLA_NEW");', "reads WIOLA_NEW"),
+             ("", "", 'env_value("WIOLA_NEW");', "reads WIOLA_NEW"),
+             ("", "", 'std::getenv(name);', "calls getenv: read the environment through util/env.h"),
              ("| `WIOLA_GONE` | setting |\n", "", "", "WIOLA_GONE is in the table but nothing reads it"),
-             ("", '{Hook::J, "WIOLA_J", "N", "x", "y"},', 'getenv("WIOLA_J");', "hook WIOLA_J is not a 'test hook'"),
-             ('| `LAUNCH_X` | launcher |\n', "", 'for (const char* v : {"LAUNCH_X"})\n  if (getenv(v)) {}', None),
-             ("", "", 'for (const char* v : {"LAUNCH_Y"})\n  if (getenv(v)) {}', "reads LAUNCH_Y")]
+             ("", '{Hook::J, "WIOLA_J", "N", "x", "y"},', 'env_text("WIOLA_J");', "hook WIOLA_J is not a 'test hook'"),
+             ('| `LAUNCH_X` | launcher |\n', "", 'env_first_int({"LAUNCH_X"});', None),
+             ("", "", 'env_first_int({"LAUNCH_X", "LAUNCH_Y"});', "reads LAUNCH_Y")]
     failed = 0
     for extra_doc, extra_hook, extra_code, expect in cases:
         with tempfile.TemporaryDirectory() as t:
@@ -124,7 +137,8 @@ def main():
     code, rows = read_by_code(root), table(root)
     documented = {v for names, _ in rows for v in names}
     wildcards = [v[:-1] for v in documented if v.endswith("*")]
-    errors = []
+    errors = [f"{rel}: calls getenv: read the environment through util/env.h (env_value, env_text, env_flag, "
+              "env_first_int), the one reader" for rel in getenv_outside_reader(root)]
     for var, where in sorted(code.items()):
         if var not in documented and not any(var.startswith(w) for w in wildcards):
             errors.append(f"{where[0]}: reads {var}, which docs/testing.md's table of environment variables lacks")

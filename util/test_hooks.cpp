@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "util/env.h"
 #include "util/error.h"
 
 namespace wiola {
@@ -55,8 +56,7 @@ const TestHookSpec& test_hook_spec(Hook hook) {
 }
 
 TestHook::TestHook(Hook hook) : spec_(test_hook_spec(hook)) {
-  const char* v = std::getenv(spec_.env);
-  value_ = v ? v : "";
+  value_ = env_text(spec_.env);
   std::stringstream ss(value_);
   for (std::string f; std::getline(ss, f, ':');) fields_.push_back(f);
   if (!value_.empty() && value_.back() == ':') fields_.emplace_back();

@@ -16,6 +16,7 @@
 
 #include "dist/diagnostics.h"
 #include "dist/nccl/nccl_lib.h"
+#include "util/env.h"
 #include "util/error.h"
 
 namespace wiola::dist {
@@ -38,9 +39,7 @@ ncclDataType_t nccl_type(DType t) {
 // The launcher's world rank (this library has no MPI): Open MPI, Slurm,
 // MPICH/PMI; -1 when none is set.
 int launcher_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"})
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  return -1;
+  return env_first_int({"OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"});
 }
 
 // "<error string> (<NCCL's last message>)"; either may be missing.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "util/env.h"
 #include "util/error.h"
 #include "util/test_hooks.h"
 
@@ -61,12 +62,11 @@ bool can_switch(const std::string& config) {
 // OpenBLAS's core selection run again with OPENBLAS_CORETYPE=core for its
 // duration (the variable is restored); returns the core it then runs.
 std::string switch_core(const std::string& core) {
-  const char* old = std::getenv("OPENBLAS_CORETYPE");
-  const std::string saved = old ? old : "";
+  const std::optional<std::string> saved = env_value("OPENBLAS_CORETYPE");
   setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
   gotoblas_dynamic_quit();
   gotoblas_dynamic_init();
-  if (old) setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  if (saved) setenv("OPENBLAS_CORETYPE", saved->c_str(), 1);
   else unsetenv("OPENBLAS_CORETYPE");
   return current_core();
 }
@@ -206,7 +206,7 @@ void find_chooser(BlasState& s, bool dynamic, const std::string& config) {
       s.chosen_by = BlasChooser::Environment;
       s.chooser_env = "WIOLA_TEST_BLAS=forced:" + hook->core;
     }
-  } else if (const char* env = std::getenv("OPENBLAS_CORETYPE"); env && *env && dynamic) {
+  } else if (const std::string env = env_text("OPENBLAS_CORETYPE"); !env.empty() && dynamic) {
     s.chosen_by = BlasChooser::Environment;  // the user's own choice always wins
     s.chooser_env = std::string("OPENBLAS_CORETYPE=") + env;
   }

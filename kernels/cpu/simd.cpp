@@ -86,6 +86,7 @@ HWY_AFTER_NAMESPACE();
 
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/simd_dispatch.h"
+#include "util/env.h"
 #include "util/error.h"
 
 #ifndef WIOLA_MARCH_STR
@@ -205,9 +206,9 @@ void use(int64_t bit) {
 }
 
 int64_t env_target() {
-  const char* env = std::getenv("WIOLA_SIMD");
-  if (!env || !*env) return 0;
-  return resolve(std::string("WIOLA_SIMD=") + env, env);
+  const std::string env = env_text("WIOLA_SIMD");
+  if (env.empty()) return 0;
+  return resolve("WIOLA_SIMD=" + env, env);
 }
 
 }  // namespace

@@ -7,18 +7,11 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/memory.cuh"
+#include "util/env.h"
 #include "util/error.h"
 
 namespace wiola {
 namespace cuda {
-
-namespace {
-// An on/off environment switch: set, non-empty and not "0".
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::string(v) != "0";
-}
-}  // namespace
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");

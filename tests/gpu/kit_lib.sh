@@ -20,9 +20,13 @@ kit_sets=()
 results=$work/results.jsonl
 : > "$results"
 
+# Each check's line says how long it took (since the previous record), so that
+# a session sees where its device time went.
+record_since=$SECONDS
 record() {  # record NAME OK(0|1) JSON-FIGURES
   echo "{\"check\": \"$1\", \"ok\": $([ "$2" = 1 ] && echo true || echo false), \"figures\": $3}" >> "$results"
-  echo "== $1: $([ "$2" = 1 ] && echo PASS || echo FAIL) $3"
+  echo "== $1: $([ "$2" = 1 ] && echo PASS || echo FAIL) ($((SECONDS - record_since)) s) $3"
+  record_since=$SECONDS
 }
 
 # $1 bytes of Brown (0: all of it) tokenized into $2 (default $work/shards).

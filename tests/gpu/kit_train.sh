@@ -44,7 +44,7 @@ exec > >(tee "$OUT/train.log") 2>&1
 dry=${KIT_TRAIN_DRY:-0}
 if [ "$dry" = 1 ]; then
   model=(--set model.preset=wiola-tiny --set model.vocab_size=32000 --set train.micro_batch=2)
-  steps=8 every=2 term_at=2 kill_at=5 small_steps=4 half=2 text_bytes=300000
+  steps=6 every=2 term_at=2 kill_at=4 small_steps=4 half=2 text_bytes=300000
 else
   model=(--set model.preset=wiola-small --set train.micro_batch=8)
   steps=400 every=50 term_at=100 kill_at=250 small_steps=8 half=4 text_bytes=2000000
@@ -118,11 +118,15 @@ switch gpu2cpu cuda-fp32 cpu gpu32
 switch cpu2gpu cpu cuda-fp32 cpu32
 
 # ---- nccl: single-rank NCCL data plane in the trainer ----
-echo "== nccl: parallel.data_plane = nccl against the default, bf16, $small_steps steps"
-train plain --set train.backend=cuda "${fp[@]}"
-train nccl --set train.backend=cuda --set parallel.data_plane=nccl "${fp[@]}"
+# Against the resume check's uninterrupted run (the default data plane) at one
+# of its checkpoints: the same schedule (train.steps = $steps), stopped there by
+# train.max_steps (the dry run: step 4; on the GPU: step $every).
+nccl_steps=$((small_steps / every * every)); [ "$nccl_steps" = 0 ] && nccl_steps=$every
+echo "== nccl: parallel.data_plane = nccl against the default, bf16, $nccl_steps steps"
+train nccl --set train.backend=cuda --set parallel.data_plane=nccl --set train.steps=$steps \
+  --set checkpoint.every=$every --set train.max_steps=$nccl_steps
 nccl_rc=$?
-figs=$(ckpt_diff "$work/plain/ck" "$work/nccl/ck" --with-optimizer); same=$?
+figs=$(ckpt_diff "$work/ref/ck/$(printf 'step-%08d' "$nccl_steps")" "$work/nccl/ck" --with-optimizer); same=$?
 ok=0; [ "$nccl_rc" = 0 ] && [ "$same" = 0 ] && ok=1
 record nccl $ok "{\"exit\": $nccl_rc, \"diff\": $figs}"
 
