@@ -1,4 +1,5 @@
-// wiola plan: the cluster planner (perf/planner.h, docs/performance.md).
+// wiola plan: parses the command line into a perf::PlanRequest and runs it
+// (perf/plan.h: the cluster planner of perf/planner.h, docs/performance.md).
 //   wiola plan --model wiola-360m --gpus 64 --gpu h100          best layouts + Chinchilla run
 //   wiola plan --gpt d=12288,L=96,H=96 --gpus 96 --gpu h100 --global-batch 1152
 //   wiola plan --model wiola-small --cpu --ranks 2 --layout tp=2,mb=2,m=4 --json P.json
