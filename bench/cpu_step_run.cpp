@@ -110,6 +110,64 @@ nlohmann::json op_classes_json(const OpProfile& p) {
   return j;
 }
 
+// The step's GEMM shapes together: their FLOPs, seconds and rate.
+struct ShapeTotals {
+  double flops = 0, seconds = 0;
+  double gflops() const { return seconds > 0 ? flops / seconds / 1e9 : 0; }
+};
+ShapeTotals shape_totals(const std::vector<ShapeRate>& shapes) {
+  ShapeTotals t;
+  for (const auto& r : shapes) {
+    t.flops += r.calls * r.flops();
+    t.seconds += r.calls * r.seconds;
+  }
+  return t;
+}
+
+// The step against the sgemm rates: 1024^3 on the kernels in use and on
+// the others, and on the step's own shapes (the six costliest listed).
+void print_sgemm_rates(double gflops, double sgemm, const std::string& kernels,
+                       const std::optional<OtherKernels>& other, const std::vector<ShapeRate>& shapes,
+                       double step_flops) {
+  std::printf("  sgemm 1024^3    %.1f GFLOP/s on the %s kernels  -> step at %.1f %% of sgemm\n", sgemm,
+              kernels.c_str(), 100.0 * gflops / sgemm);
+  if (other)
+    std::printf("  sgemm 1024^3    %.1f GFLOP/s on the %s kernels (%s)  -> %s / %s = %.2fx\n", other->gflops,
+                other->kernels.c_str(), other->why.c_str(), kernels.c_str(), other->kernels.c_str(),
+                sgemm / other->gflops);
+  const ShapeTotals tot = shape_totals(shapes);
+  if (tot.gflops() <= 0) return;
+  std::printf("  sgemm on the step's shapes %.1f GFLOP/s (%zu shapes, %.1f %% of the step's FLOPs, %.0f ms "
+              "of its time)  -> step at %.1f %% of it\n",
+              tot.gflops(), shapes.size(), 100.0 * tot.flops / step_flops, tot.seconds * 1e3,
+              100.0 * gflops / tot.gflops());
+  for (size_t i = 0; i < std::min<size_t>(shapes.size(), 6); ++i) {
+    const auto& r = shapes[i];
+    std::printf("    %c%c m=%-6d n=%-6d k=%-6d x%-3d %6.1f GFLOP/s %7.1f ms\n", r.shape.ta == Trans::N ? 'N' : 'T',
+                r.shape.tb == Trans::N ? 'N' : 'T', r.shape.m, r.shape.n, r.shape.k, r.calls,
+                r.flops() / r.seconds / 1e9, r.calls * r.seconds * 1e3);
+  }
+}
+
+// PyTorch (Debian's) on the same configuration, computing on the same
+// OpenBLAS kernels wiola runs, so that the two are compared on equal matrix
+// products; its rate and the ratio into `out` (nothing where it cannot run).
+void compare_with_torch(const CpuStepOptions& o, const ModelConfig& cfg, const std::string& kernels, double tps,
+                        nlohmann::json& out) {
+  const nlohmann::json tj = run_torch_baseline(
+      "/usr/bin/python3", "torch_step.py",
+      "--threads " + std::to_string(o.threads) + " " + torch_model_args(cfg, o.batch, o.steps, o.warmup),
+      "OPENBLAS_CORETYPE=" + kernels);
+  if (tj.is_null()) return;
+  const double ttps = tj.at("tokens_per_s").get<double>();
+  std::printf("  PyTorch         %.0f tokens/s (%.1f ms/step, torch %s, %d threads, OpenBLAS's %s kernels)\n",
+              ttps, tj.at("step_ms").get<double>(), tj.at("torch").get<std::string>().c_str(),
+              tj.at("threads").get<int>(), kernels.c_str());
+  std::printf("  ratio           wiola / PyTorch = %.2fx\n", tps / ttps);
+  out["torch_tokens_per_s"] = ttps;
+  out["ratio_vs_torch"] = tps / ttps;
+}
+
 }  // namespace
 
 nlohmann::json run_cpu_step_bench(const CpuStepOptions& o) {
@@ -137,12 +195,7 @@ nlohmann::json run_cpu_step_bench(const CpuStepOptions& o) {
   const double rss = peak_rss_mib();  // before the replay's buffers
 
   const std::vector<ShapeRate> shapes = step_gemm_rates(*backend, step);
-  double gemm_flops = 0, gemm_s = 0;
-  for (const auto& r : shapes) {
-    gemm_flops += r.calls * r.flops();
-    gemm_s += r.calls * r.seconds;
-  }
-  const double shape_gflops = gemm_s > 0 ? gemm_flops / gemm_s / 1e9 : 0;
+  const double shape_gflops = shape_totals(shapes).gflops();
   const double step_s = t.median();
   const double step_flops = train_step_flops(cfg, o.batch);
   const double tps = double(o.batch) * cfg.T / step_s;
@@ -153,24 +206,7 @@ nlohmann::json run_cpu_step_bench(const CpuStepOptions& o) {
   std::printf("  tokens/s        %.0f\n", tps);
   std::printf("  achieved        %.1f GFLOP/s (analytic %.2f GFLOP per step)\n", gflops, step_flops / 1e9);
   const std::string kernels = cpu::blas_state().kernels;
-  std::printf("  sgemm 1024^3    %.1f GFLOP/s on the %s kernels  -> step at %.1f %% of sgemm\n", sgemm,
-              kernels.c_str(), 100.0 * gflops / sgemm);
-  if (other)
-    std::printf("  sgemm 1024^3    %.1f GFLOP/s on the %s kernels (%s)  -> %s / %s = %.2fx\n", other->gflops,
-                other->kernels.c_str(), other->why.c_str(), kernels.c_str(), other->kernels.c_str(),
-                sgemm / other->gflops);
-  if (shape_gflops > 0) {
-    std::printf("  sgemm on the step's shapes %.1f GFLOP/s (%zu shapes, %.1f %% of the step's FLOPs, %.0f ms "
-                "of its time)  -> step at %.1f %% of it\n",
-                shape_gflops, shapes.size(), 100.0 * gemm_flops / step_flops, gemm_s * 1e3,
-                100.0 * gflops / shape_gflops);
-    for (size_t i = 0; i < std::min<size_t>(shapes.size(), 6); ++i) {
-      const auto& r = shapes[i];
-      std::printf("    %c%c m=%-6d n=%-6d k=%-6d x%-3d %6.1f GFLOP/s %7.1f ms\n", r.shape.ta == Trans::N ? 'N' : 'T',
-                  r.shape.tb == Trans::N ? 'N' : 'T', r.shape.m, r.shape.n, r.shape.k, r.calls,
-                  r.flops() / r.seconds / 1e9, r.calls * r.seconds * 1e3);
-    }
-  }
+  print_sgemm_rates(gflops, sgemm, kernels, other, shapes, step_flops);
   std::printf("  time per op class in one profiled step (%.1f ms; %% of it):\n%s", 1e3 * t.profiled_step_s,
               format_op_profile(t.profile, t.profiled_step_s, 1, "    ").c_str());
   const double attn_share = t.profile.class_seconds("attention") / t.profiled_step_s;
@@ -195,23 +231,7 @@ nlohmann::json run_cpu_step_bench(const CpuStepOptions& o) {
                         {"blas", cpu_blas_json()},
                         {"op_class_ms_per_step", op_classes_json(t.profile)}};
   if (other) out["sgemm_other"] = {{"kernels", other->kernels}, {"why", other->why}, {"gflops", other->gflops}};
-  if (o.torch) {
-    // PyTorch (Debian's) computes on the same OpenBLAS: it gets the kernels
-    // wiola runs, so that the two are compared on equal matrix products.
-    const nlohmann::json tj = run_torch_baseline(
-        "/usr/bin/python3", "torch_step.py",
-        "--threads " + std::to_string(o.threads) + " " + torch_model_args(cfg, o.batch, o.steps, o.warmup),
-        "OPENBLAS_CORETYPE=" + kernels);
-    if (!tj.is_null()) {
-      const double ttps = tj.at("tokens_per_s").get<double>();
-      std::printf("  PyTorch         %.0f tokens/s (%.1f ms/step, torch %s, %d threads, OpenBLAS's %s kernels)\n",
-                  ttps, tj.at("step_ms").get<double>(), tj.at("torch").get<std::string>().c_str(),
-                  tj.at("threads").get<int>(), kernels.c_str());
-      std::printf("  ratio           wiola / PyTorch = %.2fx\n", tps / ttps);
-      out["torch_tokens_per_s"] = ttps;
-      out["ratio_vs_torch"] = tps / ttps;
-    }
-  }
+  if (o.torch) compare_with_torch(o, cfg, kernels, tps, out);
   return out;
 }
 

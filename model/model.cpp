@@ -84,7 +84,109 @@ struct Model<T>::Impl {
                   int n, CPtr table, const Precision& prec) const {
     return LayerCtx<T>{ops, cfg, ld, tp, B, n, table, prec, work.proj};
   }
+
+  // Every buffer of the stage [l0, l1) for `opt`'s micro-batch, slots and
+  // backward, in this order: the SRPE tables, targets and loss sum, the
+  // activation slots, recompute's scratch, the split backward's weight
+  // inputs, the backward's gradients and work, the head (last stage).
+  void allocate(Ops<T>& ops, const ModelConfig& cfg, const LocalDims& ld, TpCollectives* tp, const Precision& prec,
+                const ModelOptions& opt, int layer_begin, int layer_end, int summaries, bool last) {
+    B = opt.micro_batch; T_ = cfg.T; N = B * T_;
+    l0 = layer_begin; l1 = layer_end; nl = l1 - l0;
+    const auto table = srpe_table<T>(cfg, 0, cfg.T);
+    srpe = Buffer<T>(ops, table.size());
+    ops.upload(srpe.data(), table.data(), table.size() * sizeof(T));
+    srpe_dec = Buffer<T>(ops, table.size());
+    targets = Buffer<T, int32_t>(ops, size_t(N));
+    loss_sum = Buffer<T, double>(ops, 1);
+    ops.zero(loss_sum.data(), loss_sum.bytes());
+    const LayerCtx<T> c = ctx(ops, cfg, ld, tp, T_, srpe.data(), prec);
+    allocate_slots(c, opt, summaries, last);
+    allocate_backward(c, opt, summaries);
+    if (last) allocate_head(c);
+  }
+
+  // The activation slots; recompute's scratch layer.
+  void allocate_slots(const LayerCtx<T>& c, const ModelOptions& opt, int summaries, bool last) {
+    Ops<T>& ops = c.ops;
+    const size_t n = size_t(N), d = size_t(c.cfg.d);
+    const DType res = c.prec.residual, act = c.prec.act;
+    slots.resize(size_t(opt.slots));
+    for (Slot& sl : slots) {
+      sl.ids = Buffer<T, int32_t>(ops, n);
+      for (int i = 0; i <= nl; ++i) sl.X.emplace_back(ops, res, n * d);
+      for (int s = 0; s < summaries; ++s) sl.S.emplace_back(ops, res, n * d);
+      if (dtype_bytes(act) < dtype_bytes(res))
+        for (int s = 0; s < summaries; ++s) sl.S_op.emplace_back(ops, act, n * d);
+      if (!opt.recompute) {
+        sl.acts.resize(size_t(nl));
+        for (int l = l0; l < l1; ++l) sl.acts[size_t(l - l0)].allocate(c, c.cfg.n_ctx(l));
+      }
+      if (last) {
+        sl.rstd_f = Buffer<T>(ops, n);
+        sl.dx_top = DynBuffer<T>(ops, res, n * d);
+      }
+    }
+    if (opt.recompute) {
+      scratch.allocate(c, c.cfg.Lambda);
+      xtmp = DynBuffer<T>(ops, res, n * d);
+    }
+  }
+
+  // The split backward's weight inputs, the summary and residual-stream
+  // gradients and the layer work space.
+  void allocate_backward(const LayerCtx<T>& c, const ModelOptions& opt, int summaries) {
+    Ops<T>& ops = c.ops;
+    const size_t n = size_t(N), d = size_t(c.cfg.d);
+    const DType res = c.prec.residual;
+    WIOLA_CHECK(opt.weight_slots >= 0, "weight slots must not be negative (got ", opt.weight_slots, ")");
+    if (opt.split_backward) {
+      wk.resize(size_t(opt.weight_slots > 0 ? opt.weight_slots : opt.slots));
+      for (auto& set : wk) {
+        set.resize(size_t(nl));
+        for (int l = l0; l < l1; ++l) set[size_t(l - l0)].allocate(c, c.cfg.n_ctx(l), opt.recompute);
+      }
+    }
+    for (int s = 0; s < summaries; ++s) dS.emplace_back(ops, res, n * d);
+    work.allocate(c);
+    dcur = DynBuffer<T>(ops, res, n * d);
+    dprev = DynBuffer<T>(ops, res, n * d);
+  }
+
+  // The last stage's head: final norm, logits and the loss statistics.
+  void allocate_head(const LayerCtx<T>& c) {
+    Ops<T>& ops = c.ops;
+    const size_t n = size_t(N), d = size_t(c.cfg.d);
+    const DType act = c.prec.act;
+    xf = DynBuffer<T>(ops, act, n * d);
+    logits = DynBuffer<T>(ops, act, n * size_t(c.ld.V));
+    row_max = Buffer<T>(ops, n);
+    sumexp = Buffer<T>(ops, n);
+    tgt = Buffer<T>(ops, n);
+    loss = Buffer<T>(ops, n);
+    dxf = DynBuffer<T>(ops, act, n * d);
+  }
 };
+
+namespace {
+// Flat ranges for grad-ready reports: a layer's tensors are contiguous.
+// Each range runs to the end of its last tensor's span, so the padding is
+// reported with it and every bucket of the optimizer completes.
+std::vector<std::pair<size_t, size_t>> layer_ranges(const ParamLayout& layout, int l0, int l1) {
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (int l = l0; l < l1; ++l) {
+    const std::string prefix = layer_param_name(l, "");
+    size_t lo = layout.total(), hi = 0;
+    for (const ParamEntry& e : layout.entries())
+      if (e.name.compare(0, prefix.size(), prefix) == 0) {
+        lo = std::min(lo, e.offset);
+        hi = std::max(hi, e.offset + e.span);
+      }
+    ranges.emplace_back(lo, hi);
+  }
+  return ranges;
+}
+}  // namespace
 
 template <class T>
 Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
@@ -121,81 +223,15 @@ Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
   g_ = ModelParams::bind(layout_, gbase_, cfg, shard);
   atm_open_.resize(size_t(cfg.L));
   atm_valid_.assign(size_t(cfg.L), false);
-  // Flat ranges for grad-ready reports: a layer's tensors are contiguous.
-  // Each range runs to the end of its last tensor's span, so the padding
-  // is reported with it and every bucket of the optimizer completes.
-  for (int l = shard.layer_begin; l < l1; ++l) {
-    const std::string prefix = layer_param_name(l, "");
-    size_t lo = layout_.total(), hi = 0;
-    for (const ParamEntry& e : layout_.entries())
-      if (e.name.compare(0, prefix.size(), prefix) == 0) {
-        lo = std::min(lo, e.offset);
-        hi = std::max(hi, e.offset + e.span);
-      }
-    layer_range_.emplace_back(lo, hi);
-  }
+  layer_range_ = layer_ranges(layout_, shard.layer_begin, l1);
   if (const ParamEntry* e = shard.last_stage(cfg) ? layout_.try_find("model.norm.weight") : nullptr) {
     const ParamEntry& o = layout_.find("model.norm.offset");
     norm_range_ = {std::min(e->offset, o.offset), std::max(e->offset + e->span, o.offset + o.span)};
   }
 
-  Impl& m = *impl_;
-  m.B = opt.micro_batch; m.T_ = cfg.T; m.N = m.B * m.T_;
-  m.l0 = shard.layer_begin; m.l1 = l1; m.nl = l1 - m.l0;
-  const size_t N = size_t(m.N), d = size_t(cfg.d);
-  const DType res = prec_.residual, act = prec_.act;
-  const auto table = srpe_table<T>(cfg, 0, cfg.T);
-  m.srpe = Buffer<T>(ops, table.size());
-  ops.upload(m.srpe.data(), table.data(), table.size() * sizeof(T));
-  m.srpe_dec = Buffer<T>(ops, table.size());
-  m.targets = Buffer<T, int32_t>(ops, N);
-  m.loss_sum = Buffer<T, double>(ops, 1);
-  ops.zero(m.loss_sum.data(), m.loss_sum.bytes());
-  const LayerCtx<T> c = m.ctx(ops, cfg_, ld_, tp_, m.T_, m.srpe.data(), prec_);
-  const bool last = shard.last_stage(cfg);
-  m.slots.resize(size_t(opt.slots));
-  for (Slot& sl : m.slots) {
-    sl.ids = Buffer<T, int32_t>(ops, N);
-    for (int i = 0; i <= m.nl; ++i) sl.X.emplace_back(ops, res, N * d);
-    for (int s = 0; s < n_summaries(); ++s) sl.S.emplace_back(ops, res, N * d);
-    if (dtype_bytes(act) < dtype_bytes(res))
-      for (int s = 0; s < n_summaries(); ++s) sl.S_op.emplace_back(ops, act, N * d);
-    if (!opt.recompute) {
-      sl.acts.resize(size_t(m.nl));
-      for (int l = m.l0; l < m.l1; ++l) sl.acts[size_t(l - m.l0)].allocate(c, cfg.n_ctx(l));
-    }
-    if (last) {
-      sl.rstd_f = Buffer<T>(ops, N);
-      sl.dx_top = DynBuffer<T>(ops, res, N * d);
-    }
-  }
-  if (opt.recompute) {
-    m.scratch.allocate(c, cfg.Lambda);
-    m.xtmp = DynBuffer<T>(ops, res, N * d);
-  }
-  WIOLA_CHECK(opt.weight_slots >= 0, "weight slots must not be negative (got ", opt.weight_slots, ")");
-  if (opt.split_backward) {
-    m.wk.resize(size_t(opt.weight_slots > 0 ? opt.weight_slots : opt.slots));
-    for (auto& set : m.wk) {
-      set.resize(size_t(m.nl));
-      for (int l = m.l0; l < m.l1; ++l) set[size_t(l - m.l0)].allocate(c, cfg.n_ctx(l), opt.recompute);
-    }
-  }
-  for (int s = 0; s < n_summaries(); ++s) m.dS.emplace_back(ops, res, N * d);
-  m.work.allocate(c);
-  m.dcur = DynBuffer<T>(ops, res, N * d);
-  m.dprev = DynBuffer<T>(ops, res, N * d);
-  if (last) {
-    m.xf = DynBuffer<T>(ops, act, N * d);
-    m.logits = DynBuffer<T>(ops, act, N * size_t(ld_.V));
-    m.row_max = Buffer<T>(ops, N);
-    m.sumexp = Buffer<T>(ops, N);
-    m.tgt = Buffer<T>(ops, N);
-    m.loss = Buffer<T>(ops, N);
-    m.dxf = DynBuffer<T>(ops, act, N * d);
-  }
-  for (int l = m.l0; l < m.l1; ++l)
-    if (cfg.atm_layer(l)) atm_open_[size_t(l)] = Buffer<T, uint8_t>(ops, N);
+  impl_->allocate(ops, cfg_, ld_, tp_, prec_, opt, shard.layer_begin, l1, n_summaries(), shard.last_stage(cfg));
+  for (int l = shard.layer_begin; l < l1; ++l)
+    if (cfg.atm_layer(l)) atm_open_[size_t(l)] = Buffer<T, uint8_t>(ops, size_t(impl_->N));
 }
 
 template <class T>

@@ -129,38 +129,93 @@ void report_accounting(Pipeline& pipe, const Accounting& acct, nlohmann::json& r
   }
 }
 
+// Every rank's peak RSS, compute and schedule seconds and wire bytes per
+// group, and the cost model's bytes per group (rank 0: all ranks'; the
+// others: their own; collective).
+struct RankFigures {
+  double rss = 0;  // this rank's
+  std::vector<double> rss_all, busy, sched;
+  std::vector<double> wire, analytic;  // [rank][group], kGroups
+};
+
+const std::vector<std::string> kGroups = {"tp", "pp", "dp", "embed", "mp"};
+
+RankFigures gather_rank_figures(Pipeline& pipe, const RunMeasure& meas) {
+  const RunConfig& rc = pipe.rc;
+  dist::Comm& world = pipe.grid->world();
+  RankFigures f;
+  f.rss = peak_rss_mib();
+  f.rss_all.assign(size_t(world.size()), f.rss);
+  f.busy.assign(size_t(world.size()), meas.busy_s);
+  f.sched.assign(size_t(world.size()), meas.sched_s);
+  std::vector<double> wire(kGroups.size());
+  for (size_t i = 0; i < kGroups.size(); ++i)
+    wire[i] = double(meas.traffic.count(kGroups[i]) ? meas.traffic.at(kGroups[i]).wire_bytes : 0);
+  f.wire.assign(kGroups.size() * size_t(world.size()), 0.0);
+  if (world.size() > 1) {
+    world.all_gather(&f.rss, f.rss_all.data(), 1, DType::F64);
+    world.all_gather(&meas.busy_s, f.busy.data(), 1, DType::F64);
+    world.all_gather(&meas.sched_s, f.sched.data(), 1, DType::F64);
+    world.all_gather(wire.data(), f.wire.data(), wire.size(), DType::F64);
+  } else {
+    f.wire = wire;
+  }
+  const perf::Traffic model_traffic =
+      perf::rank_traffic(rc.model, rc.layout(), pipe.me.pp, double(pipe.padded_params()));
+  std::vector<double> analytic = {model_traffic.tp, model_traffic.pp, model_traffic.dp, model_traffic.embed, 0};
+  f.analytic.assign(kGroups.size() * size_t(world.size()), 0.0);
+  if (world.size() > 1) world.all_gather(analytic.data(), f.analytic.data(), analytic.size(), DType::F64);
+  else f.analytic = analytic;
+  return f;
+}
+
+// The measured pipeline: the bubble (the share of the schedule's wall time
+// a rank is not computing, waiting for its neighbours, averaged over ranks),
+// each rank's compute per step and the communication per group (rank 0,
+// more than one rank).
+void report_measured_pipeline(const RankFigures& f, int64_t steps, int64_t run_steps, const std::string& bubble_for,
+                              const dist::PipelineSim& bubble, const perf::Layout& layout, nlohmann::json& report) {
+  const int n = int(f.busy.size());
+  double idle = 0;
+  for (int r = 0; r < n; ++r)
+    idle += f.sched[size_t(r)] > 0 ? 1.0 - f.busy[size_t(r)] / f.sched[size_t(r)] : 0.0;
+  idle /= n;
+  report["bubble_measured"] = idle;
+  // Compute seconds per step of every rank: shows stage imbalance (the
+  // last stage also runs the head and the loss).
+  std::vector<double> busy_per_step;
+  for (double b : f.busy) busy_per_step.push_back(b / double(steps));
+  report["compute_s_per_step"] = busy_per_step;
+  std::printf("  pipeline: predicted bubble of %s %.3f (%.3f fill/drain + %.3f imbalance; %s = "
+              "%.3f), measured idle share of the schedule %.3f (mean over ranks, steps 2..%lld)\n",
+              bubble_for.c_str(), bubble.bubble_fraction, bubble.bubble_fill_drain, bubble.bubble_imbalance,
+              perf::bubble_formula_name(layout), perf::bubble_formula(layout), idle, (long long)run_steps);
+  std::printf("  communication per rank per step (steps 2..; wire bytes, measured / analytic, max over ranks):\n");
+  nlohmann::json comm = nlohmann::json::object();
+  for (size_t i = 0; i < kGroups.size(); ++i) {
+    double measured = 0, ana = 0;
+    for (int r = 0; r < n; ++r) {
+      measured = std::max(measured, f.wire[size_t(r) * kGroups.size() + i] / double(steps));
+      ana = std::max(ana, f.analytic[size_t(r) * kGroups.size() + i]);
+    }
+    if (measured == 0 && ana == 0) continue;
+    std::printf("    %-6s %12s / %s\n", kGroups[i].c_str(), human_bytes(measured).c_str(),
+                kGroups[i] == "mp" ? "(norm scalars)" : human_bytes(ana).c_str());
+    comm[kGroups[i]] = {{"measured_bytes", measured}, {"analytic_bytes", ana}};
+  }
+  report["comm_per_rank_per_step"] = comm;
+}
+
 }  // namespace
 
 void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary& sum,
                       const std::filesystem::path& run_dir) {
   const RunConfig& rc = pipe.rc;
   const RunMeasure& meas = acct.measure();
-  const bool zero = pipe.zero, overlap = pipe.overlap;
   dist::Comm& world = pipe.grid->world();
   const auto& par = rc.parallel;
-  const int m = rc.train.grad_accum;
   const bool root = world.rank() == 0;
-  const double rss = peak_rss_mib();
-  std::vector<double> rank_rss(size_t(world.size()), rss);
-  std::vector<double> rank_busy(size_t(world.size()), meas.busy_s), rank_sched(size_t(world.size()), meas.sched_s);
-  const std::vector<std::string> groups = {"tp", "pp", "dp", "embed", "mp"};
-  std::vector<double> wire(groups.size());
-  for (size_t i = 0; i < groups.size(); ++i) wire[i] = double(meas.traffic.count(groups[i]) ? meas.traffic.at(groups[i]).wire_bytes : 0);
-  std::vector<double> rank_wire(groups.size() * size_t(world.size()), 0.0);
-  if (world.size() > 1) {
-    world.all_gather(&rss, rank_rss.data(), 1, DType::F64);
-    world.all_gather(&meas.busy_s, rank_busy.data(), 1, DType::F64);
-    world.all_gather(&meas.sched_s, rank_sched.data(), 1, DType::F64);
-    world.all_gather(wire.data(), rank_wire.data(), wire.size(), DType::F64);
-  } else {
-    rank_wire = wire;
-  }
-  const perf::Traffic model_traffic =
-      perf::rank_traffic(rc.model, rc.layout(), pipe.me.pp, double(pipe.padded_params()));
-  std::vector<double> analytic = {model_traffic.tp, model_traffic.pp, model_traffic.dp, model_traffic.embed, 0};
-  std::vector<double> rank_analytic(groups.size() * size_t(world.size()), 0.0);
-  if (world.size() > 1) world.all_gather(analytic.data(), rank_analytic.data(), analytic.size(), DType::F64);
-  else rank_analytic = analytic;
+  const RankFigures figures = gather_rank_figures(pipe, meas);
 
   // The predicted bubble of the run's own schedule: the simulator on the
   // stages' FLOPs (perf::schedule_bubble; W its weight-GEMM share), beside
@@ -174,58 +229,28 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
     std::printf("done: %lld steps, loss %.4f -> %.4f", (long long)sum.steps, sum.first_loss, sum.last_loss);
     if (sum.val_loss >= 0) std::printf(", val %.4f", sum.val_loss);
     std::printf(", %.0f tokens/s, %lld skipped steps, peak RSS %.0f MiB (rank 0)\n", sum.tokens_per_s,
-                (long long)sum.skipped, rss);
+                (long long)sum.skipped, figures.rss);
     for (const auto& s : acct.atm_stats())
       std::printf("  ATM layer %d (last batch): mu = %.4f, visible attention pairs %.2f%% of causal\n",
                   s.layer, s.mu, 100.0 * s.visible_fraction);
     report = {{"world", world.size()}, {"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp},
-              {"zero", zero}, {"schedule", par.schedule}, {"micro_batches", m}, {"data_plane", pipe.data_plane},
-              {"overlap", overlap}, {"steps", sum.steps}, {"tokens_per_s", sum.tokens_per_s},
+              {"zero", pipe.zero}, {"schedule", par.schedule}, {"micro_batches", rc.train.grad_accum},
+              {"data_plane", pipe.data_plane}, {"overlap", pipe.overlap}, {"steps", sum.steps},
+              {"tokens_per_s", sum.tokens_per_s},
               {"bubble_predicted", bubble.bubble_fraction}, {"bubble_predicted_schedule", bubble_for},
               {"bubble_predicted_fill_drain", bubble.bubble_fill_drain},
               {"bubble_predicted_imbalance", bubble.bubble_imbalance},
               {"bubble_formula", formula}};
-    if (meas.steps > 0 && world.size() > 1) {
-      // Bubble: the share of the schedule's wall time a rank is not
-      // computing (waiting for its neighbours), averaged over ranks.
-      double idle = 0;
-      for (int r = 0; r < world.size(); ++r)
-        idle += rank_sched[size_t(r)] > 0 ? 1.0 - rank_busy[size_t(r)] / rank_sched[size_t(r)] : 0.0;
-      idle /= world.size();
-      report["bubble_measured"] = idle;
-      // Compute seconds per step of every rank: shows stage imbalance (the
-      // last stage also runs the head and the loss).
-      std::vector<double> busy_per_step;
-      for (double b : rank_busy) busy_per_step.push_back(b / double(meas.steps));
-      report["compute_s_per_step"] = busy_per_step;
-      std::printf("  pipeline: predicted bubble of %s %.3f (%.3f fill/drain + %.3f imbalance; %s = "
-                  "%.3f), measured idle share of the schedule %.3f (mean over ranks, steps 2..%lld)\n",
-                  bubble_for.c_str(), bubble.bubble_fraction, bubble.bubble_fill_drain, bubble.bubble_imbalance,
-                  perf::bubble_formula_name(rc.layout()), formula, idle,
-                  (long long)sum.steps);
-      std::printf("  communication per rank per step (steps 2..; wire bytes, measured / analytic, max over ranks):\n");
-      nlohmann::json comm = nlohmann::json::object();
-      for (size_t i = 0; i < groups.size(); ++i) {
-        double measured = 0, ana = 0;
-        for (int r = 0; r < world.size(); ++r) {
-          measured = std::max(measured, rank_wire[size_t(r) * groups.size() + i] / double(meas.steps));
-          ana = std::max(ana, rank_analytic[size_t(r) * groups.size() + i]);
-        }
-        if (measured == 0 && ana == 0) continue;
-        std::printf("    %-6s %12s / %s\n", groups[i].c_str(), human_bytes(measured).c_str(),
-                    groups[i] == "mp" ? "(norm scalars)" : human_bytes(ana).c_str());
-        comm[groups[i]] = {{"measured_bytes", measured}, {"analytic_bytes", ana}};
-      }
-      report["comm_per_rank_per_step"] = comm;
-    }
+    if (meas.steps > 0 && world.size() > 1)
+      report_measured_pipeline(figures, meas.steps, sum.steps, bubble_for, bubble, rc.layout(), report);
   }
   nlohmann::json acct_json = nlohmann::json::object();
   report_accounting(pipe, acct, acct_json);
   if (root) {
     std::printf("  peak RSS per rank (MiB):");
-    for (double r : rank_rss) std::printf(" %.0f", r);
+    for (double r : figures.rss_all) std::printf(" %.0f", r);
     std::printf("\n  metrics: %s\n", (run_dir / "metrics.jsonl").string().c_str());
-    report["peak_rss_mib"] = rank_rss;
+    report["peak_rss_mib"] = figures.rss_all;
     report["backend"] = backend_json(pipe);
     report.update(acct_json);
     write_text_atomic((run_dir / "report.json").string(), report.dump(2) + "\n");
