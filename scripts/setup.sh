@@ -83,3 +83,6 @@ pip_install tensorboard "the TensorBoard event file test" tensorboard
 # (bench/cudnn_sdpa.h, CMake option WIOLA_CUDNN_FRONTEND). Headers only, so
 # without its Python package's dependencies (CUTLASS DSL, TVM FFI).
 pip_install cudnn "the kernel bench's cuDNN reference (CUDA builds)" --no-deps "nvidia-cudnn-frontend==1.32.0"
+# lizard (pure Python) measures every function of the production folders for
+# the function-length check (ctest arch.function_length, scripts/check_function_length.py).
+pip_install lizard "the function-length check" "lizard==1.24.3"

@@ -30,7 +30,8 @@
 # of the defaults: WIOLA_GPU_COUNT (the GPUs, without nvidia-smi), CONTRACT
 # (the contract test binary), STEPS (10; the checkpoint is taken at half) and
 # TPUT_PRESET, TPUT_SEQ, TPUT_MICRO, TPUT_ACCUM, TPUT_STEPS (wiola-120m, 1024,
-# 4, 8, 20) and TPUT_EXTRA (more --set words) for the throughput runs.
+# 4, 8, 20), TPUT_EXTRA (more --set words) and TPUT_LAYOUTS (the layouts to
+# time, comma-separated; default all) for the throughput runs.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -117,6 +118,7 @@ tp_layouts=("1 one_gpu" "2 dp2 --set parallel.dp=2" "2 tp2 --set parallel.tp=2" 
 for spec in "${tp_layouts[@]}"; do
   read -r np name args <<< "$spec"
   [ "$np" -gt "$ngpu" ] && continue
+  [ -n "${TPUT_LAYOUTS:-}" ] && [[ ",$TPUT_LAYOUTS," != *",$name,"* ]] && continue
   # shellcheck disable=SC2086
   "${mpirun_[@]}" -n "$np" "$wiola" train "${big[@]}" "${nccl[@]}" $args --set "train.run_dir=$work/tput_$name" \
     > "$work/tput_$name.log" 2>&1 || echo "multi_gpu: throughput run $name failed (log: $work/tput_$name.log)"
