@@ -12,7 +12,9 @@
 #include "perf/cost_model.h"
 #include "train/accounting.h"
 #include "train/gemm_record.h"
-#include "train/pipeline.h"
+#include "train/rank_comms.h"
+#include "train/rank_optimizer.h"
+#include "train/run_settings.h"
 #include "train/stragglers.h"
 #include "util/files.h"
 
@@ -37,22 +39,22 @@ std::vector<double> gather_values(dist::Comm& world, double x) {
 }
 
 // Rank 0's backend: name, options, GEMM choices (recorded as is).
-nlohmann::json backend_json(Pipeline& pipe) {
-  Ops<float>& ops = pipe.ops;
-  nlohmann::json b = {{"name", ops.name()}, {"options", backend_option_fields(pipe.rc.train.backend_options)}};
+nlohmann::json backend_json(const RunSettings& run) {
+  Ops<float>& ops = run.ops;
+  nlohmann::json b = {{"name", ops.name()}, {"options", backend_option_fields(run.rc.train.backend_options)}};
   if (const std::string g = ops.gemm_tuning(); !g.empty()) b["gemm_tuning"] = nlohmann::json::parse(g);
-  b["gemm"] = gemm_record(ops, pipe.rc.train.backend_options);
+  b["gemm"] = gemm_record(ops, run.rc.train.backend_options);
   if (ops.device_name().empty()) b["blas"] = cpu_blas_json();  // which BLAS kernels, chosen by whom
   return b;
 }
 
 // The breakdown, memory and MFU part of the report (collective).
-void report_accounting(Pipeline& pipe, const Accounting& acct, nlohmann::json& report) {
-  dist::Comm& world = pipe.world;
+void report_accounting(const RunSettings& run, const Accounting& acct, nlohmann::json& report) {
+  dist::Comm& world = run.world;
   const bool root = world.rank() == 0;
   const double job_peak = acct.job_peak(), step_flops = acct.step_flops();
   const MemoryUse used = acct.memory_use();
-  const perf::Memory predicted = perf::rank_memory(pipe.rc.model, pipe.rc.layout(), pipe.me.pp, pipe.ops.precision());
+  const perf::Memory predicted = perf::rank_memory(run.rc.model, run.rc.layout(), run.me.pp, run.ops.precision());
   const auto parts = acct.accounted_times().parts();
   const double steps = std::max<int64_t>(acct.accounted_steps(), 1);
   std::vector<std::vector<double>> per_part;  // [part][rank] seconds per step
@@ -131,12 +133,13 @@ void report_accounting(Pipeline& pipe, const Accounting& acct, nlohmann::json& r
 
 }  // namespace
 
-void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary& sum,
+void write_run_report(const RunSettings& run, const RankComms& comms, const RankOptimizer& optimizer,
+                      const RankModel& model, const Accounting& acct, const TrainSummary& sum,
                       const std::filesystem::path& run_dir) {
-  const RunConfig& rc = pipe.rc;
+  const RunConfig& rc = run.rc;
   const RunMeasure& meas = acct.measure();
-  const bool zero = pipe.zero, overlap = pipe.overlap;
-  dist::Comm& world = pipe.grid->world();
+  const bool zero = optimizer.zero, overlap = optimizer.overlap;
+  dist::Comm& world = comms.grid->world();
   const auto& par = rc.parallel;
   const int m = rc.train.grad_accum;
   const bool root = world.rank() == 0;
@@ -156,7 +159,7 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
     rank_wire = wire;
   }
   const perf::Traffic model_traffic =
-      perf::rank_traffic(rc.model, rc.layout(), pipe.me.pp, double(pipe.padded_params()));
+      perf::rank_traffic(rc.model, rc.layout(), run.me.pp, double(optimizer.padded_params(model)));
   std::vector<double> analytic = {model_traffic.tp, model_traffic.pp, model_traffic.dp, model_traffic.embed, 0};
   std::vector<double> rank_analytic(groups.size() * size_t(world.size()), 0.0);
   if (world.size() > 1) world.all_gather(analytic.data(), rank_analytic.data(), analytic.size(), DType::F64);
@@ -179,7 +182,7 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
       std::printf("  ATM layer %d (last batch): mu = %.4f, visible attention pairs %.2f%% of causal\n",
                   s.layer, s.mu, 100.0 * s.visible_fraction);
     report = {{"world", world.size()}, {"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp},
-              {"zero", zero}, {"schedule", par.schedule}, {"micro_batches", m}, {"data_plane", pipe.data_plane},
+              {"zero", zero}, {"schedule", par.schedule}, {"micro_batches", m}, {"data_plane", comms.data_plane},
               {"overlap", overlap}, {"steps", sum.steps}, {"tokens_per_s", sum.tokens_per_s},
               {"bubble_predicted", bubble.bubble_fraction}, {"bubble_predicted_schedule", bubble_for},
               {"bubble_predicted_fill_drain", bubble.bubble_fill_drain},
@@ -220,13 +223,13 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
     }
   }
   nlohmann::json acct_json = nlohmann::json::object();
-  report_accounting(pipe, acct, acct_json);
+  report_accounting(run, acct, acct_json);
   if (root) {
     std::printf("  peak RSS per rank (MiB):");
     for (double r : rank_rss) std::printf(" %.0f", r);
     std::printf("\n  metrics: %s\n", (run_dir / "metrics.jsonl").string().c_str());
     report["peak_rss_mib"] = rank_rss;
-    report["backend"] = backend_json(pipe);
+    report["backend"] = backend_json(run);
     report.update(acct_json);
     write_text_atomic((run_dir / "report.json").string(), report.dump(2) + "\n");
     std::fflush(stdout);
