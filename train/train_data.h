@@ -17,7 +17,8 @@ struct TrainData {
   std::unique_ptr<TokenLoader> loader;
   std::vector<int32_t> batch;
 
-  // The loader of this DP rank (inside the setup agreement) and the batch's room.
+  // The loader of this DP rank (inside the setup agreement); the Trainer
+  // sizes `batch` after the agreement.
   void open(const RunSettings& run, uint64_t data_seed);
 };
 
