@@ -40,7 +40,7 @@ struct ModelOptions {
 };
 
 // The parameters of a rank that holds several pipeline chunks (interleaved
-// and V schedules, train/pipeline.h): one flat layout of every chunk's
+// and V schedules, train/rank_model.h): one flat layout of every chunk's
 // tensors (ParamLayout's layer-range constructor) and its buffers, which
 // each chunk's Model binds its tensors in and does not own. The optimizer,
 // checkpoints and gathers then see one buffer, as with one chunk; the tied

@@ -60,7 +60,7 @@ dist::ChunkPlacement chunk_placement(const Layout& lay);
 // The layer ranges of the layout's p·v global chunks (lay.cuts when they cut
 // p·v chunks, else stage_balance over p·v stages: the head's chunk lighter),
 // and those rank `stage` holds, by its chunk index (what the trainer builds,
-// train/pipeline.h; one range for the plain schedules).
+// train/stage_layers.h; one range for the plain schedules).
 std::vector<std::pair<int, int>> chunk_cuts(const ModelConfig& c, const Layout& lay);
 LayerRanges rank_chunks(const ModelConfig& c, const Layout& lay, int stage);
 

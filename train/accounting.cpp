@@ -5,7 +5,10 @@
 #include "kernels/backend.h"
 #include "model/flops.h"
 #include "perf/hardware.h"
-#include "train/pipeline.h"
+#include "train/rank_comms.h"
+#include "train/rank_model.h"
+#include "train/rank_optimizer.h"
+#include "train/run_settings.h"
 #include "train/stragglers.h"
 #include "util/files.h"
 
@@ -97,37 +100,42 @@ bool waits(Phase p) { return p == Phase::Schedule || p == Phase::Optimizer; }
 
 Accounting::Scope::Scope(Accounting& a, Phase p) : a_(a), p_(p) {
   if (p == Phase::Schedule) a.busy_ = 0;
-  if (waits(p)) w0_ = WaitClock::read(*a.pipe_.grid);
+  if (waits(p)) w0_ = WaitClock::read(*a.comms_.grid);
   t0_ = Clock::now();
 }
 
 Accounting::Scope::~Scope() {
-  if ((p_ == Phase::Compute || p_ == Phase::Optimizer) && a_.sync_phases_) a_.pipe_.ops.synchronize();
+  if ((p_ == Phase::Compute || p_ == Phase::Optimizer) && a_.sync_phases_) a_.run_.ops.synchronize();
   a_.close(p_, seconds_since(t0_), w0_);
 }
 
-Accounting::Accounting(Pipeline& pipe)
-    : pipe_(pipe), stragglers_(std::make_unique<StragglerWatch>(pipe.rc, pipe.world)) {}
+Accounting::Accounting(const RunSettings& run, RankComms& comms, const RankModel& model,
+                       const RankOptimizer& optimizer)
+    : run_(run), comms_(comms), model_(model), optimizer_(optimizer),
+      stragglers_(std::make_unique<StragglerWatch>(run.rc, run.world)) {}
 
 Accounting::~Accounting() = default;
 
+void Accounting::compute_begins(const dist::Action&) { compute_.emplace(*this, Phase::Compute); }
+void Accounting::compute_ends(const dist::Action&) { compute_.reset(); }
+
 void Accounting::measure_peak() {
-  Ops<float>& ops = pipe_.ops;
-  dist::Comm& world = pipe_.world;
-  sync_phases_ = pipe_.rc.train.accounting && !ops.host_accessible();
-  step_flops_ = train_step_flops(pipe_.rc.model, int(pipe_.GB));
+  Ops<float>& ops = run_.ops;
+  dist::Comm& world = run_.world;
+  sync_phases_ = run_.rc.train.accounting && !ops.host_accessible();
+  step_flops_ = train_step_flops(run_.rc.model, int(run_.GB));
   if (world.size() > 1) world.barrier();
-  peak_ = device_peak(ops, pipe_.rc);
+  peak_ = device_peak(ops, run_.rc);
   job_peak_ = world.size() > 1 ? world.all_reduce_value(peak_.flops, dist::ReduceOp::Sum) : peak_.flops;
 }
 
-bool Accounting::breakdown() const { return pipe_.rc.train.accounting; }
+bool Accounting::breakdown() const { return run_.rc.train.accounting; }
 
 void Accounting::begin_step(bool measured) {
   t0_ = Clock::now();
   cur_ = StepTimes{};
   measured_ = measured;
-  traffic0_ = traffic_snapshot(*pipe_.grid);
+  traffic0_ = traffic_snapshot(*comms_.grid);
 }
 
 void Accounting::close(Phase p, double seconds, const WaitClock& w0) {
@@ -145,7 +153,7 @@ void Accounting::close(Phase p, double seconds, const WaitClock& w0) {
         measure_.sched_s += seconds;
       }
       // Waits outside the pipeline group happen inside forward/backward (TP).
-      const WaitClock waited = WaitClock::read(*pipe_.grid) - w0;
+      const WaitClock waited = WaitClock::read(*comms_.grid) - w0;
       cur_.compute = busy_ - waited.other;
       cur_.comm = waited.other;
       cur_.comm_hidden = waited.hidden();
@@ -153,12 +161,12 @@ void Accounting::close(Phase p, double seconds, const WaitClock& w0) {
       // ATM's figures of this step (before any evaluation, which runs with
       // ATM off); TP ranks share the decisions, so tp rank 0 speaks for them.
       SelfTimer self(self_s_);
-      step_atm_ = pipe_.me.tp == 0 ? atm_saving(pipe_.atm_stats(), pipe_.rc.model, pipe_.B, pipe_.m)
+      step_atm_ = run_.me.tp == 0 ? atm_saving(model_.atm_stats(), run_.rc.model, run_.B, run_.m)
                                    : AtmSaving{};
       break;
     }
     case Phase::Optimizer: {
-      const WaitClock w = WaitClock::read(*pipe_.grid) - w0;
+      const WaitClock w = WaitClock::read(*comms_.grid) - w0;
       cur_.optimizer = seconds - (w.pp + w.other);
       cur_.comm += w.pp + w.other;
       cur_.comm_hidden += w.hidden();
@@ -169,7 +177,7 @@ void Accounting::close(Phase p, double seconds, const WaitClock& w0) {
 
 double Accounting::end_step() {
   if (measured_) {  // what each group moved in this step
-    for (const auto& [k, v] : traffic_snapshot(*pipe_.grid)) {
+    for (const auto& [k, v] : traffic_snapshot(*comms_.grid)) {
       auto& acc = measure_.traffic[k];
       acc.ops += v.ops - traffic0_.at(k).ops;
       acc.payload_bytes += v.payload_bytes - traffic0_.at(k).payload_bytes;
@@ -199,16 +207,16 @@ void Accounting::count_run_step(int64_t t, double seconds) {
   ema_step_s_ = t == 1 ? seconds : 0.9 * ema_step_s_ + 0.1 * seconds;
 }
 
-void Accounting::keep_atm_stats() { atm_stats_ = pipe_.atm_stats(); }
+void Accounting::keep_atm_stats() { atm_stats_ = model_.atm_stats(); }
 
 MemoryUse Accounting::memory_use() const {
-  const auto mm = pipe_.memory();
+  const auto mm = model_.memory();
   MemoryUse u;
   u.params = double(mm.master + mm.weights);
   u.grads = double(mm.grads);
-  u.optimizer = double(pipe_.adam->state_bytes_this_rank());
+  u.optimizer = double(optimizer_.adam->state_bytes_this_rank());
   u.activations = double(mm.activations + mm.workspace);
-  u.peak = pipe_.ops.host_accessible() ? peak_rss_mib() * 1048576.0 : double(pipe_.ops.peak_bytes());
+  u.peak = run_.ops.host_accessible() ? peak_rss_mib() * 1048576.0 : double(run_.ops.peak_bytes());
   return u;
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "dist/grid.h"
 #include "kernels/ops.h"
 #include "model/model.h"
+#include "train/schedule_runner.h"
 
 namespace wiola {
 
@@ -109,19 +111,23 @@ struct RunMeasure {
 enum class Phase {
   Data,        // the loader's next batch (test hooks' delays included)
   Schedule,    // the pipeline schedule: compute, exposed waits and bubble
-  Compute,     // one forward or backward action inside the schedule
+  Compute,     // one forward or backward action inside the schedule (the runner's observer)
   Comm,        // communication outside schedule and optimizer (embedding sum, loss)
   Optimizer,   // AdamW (its DP and norm collectives taken out)
   Checkpoint,  // the loop's checkpoint work after the step
 };
 
-struct Pipeline;
+struct RunSettings;
+struct RankComms;
+struct RankModel;
+struct RankOptimizer;
 class StragglerWatch;
 
 // The Trainer's accounting part: the step in progress, sums over the
 // accounted steps (2.., not dump steps, not skipped data), the job-wide
-// view of the last, the run's seconds and the MFU denominator.
-class Accounting {
+// view of the last, the run's seconds and the MFU denominator. As the
+// schedule runner's observer it times each action's compute (Phase::Compute).
+class Accounting final : public ScheduleObserver {
  public:
   // A phase of the step in progress, closed when the scope ends. On a
   // device backend with train.accounting, compute and optimizer phases
@@ -140,14 +146,19 @@ class Accounting {
     WaitClock w0_;
   };
 
-  // Reads WIOLA_SLOW_RANK (the straggler watch); no collective.
-  explicit Accounting(Pipeline& pipe);
-  ~Accounting();
+  // Reads WIOLA_SLOW_RANK (the straggler watch); no collective. It reads
+  // the groups' traffic and wait clocks of comms' grid, the model's memory
+  // and ATM statistics, the optimizer's state size.
+  Accounting(const RunSettings& run, RankComms& comms, const RankModel& model, const RankOptimizer& optimizer);
+  ~Accounting() override;
   // The MFU denominator (collective): every rank finds its peak at the same
   // time (ranks that share cores measure their share), the job's is the sum.
   void measure_peak();
 
   [[nodiscard]] Scope phase(Phase p) { return Scope(*this, p); }
+  // The runner's actions: each compute a Phase::Compute.
+  void compute_begins(const dist::Action&) override;
+  void compute_ends(const dist::Action&) override;
   // A step starts (its times reset); `measured`: its schedule time and
   // traffic count into the run's measurements (steps 2.., no dump steps).
   void begin_step(bool measured);
@@ -188,7 +199,10 @@ class Accounting {
  private:
   void close(Phase p, double seconds, const WaitClock& w0);
 
-  Pipeline& pipe_;
+  const RunSettings& run_;
+  RankComms& comms_;
+  const RankModel& model_;
+  const RankOptimizer& optimizer_;
   std::unique_ptr<StragglerWatch> stragglers_;
   bool sync_phases_ = false;                 // a device backend: synchronise at phase ends
   DevicePeak peak_;                          // this rank's MFU denominator
@@ -199,6 +213,7 @@ class Accounting {
   double busy_ = 0;                          // compute seconds of the schedule in progress
   bool measured_ = false;                    // the step in progress counts into measure_
   std::chrono::steady_clock::time_point t0_;  // the step's start
+  std::optional<Scope> compute_;             // the runner's action in progress
   std::map<std::string, dist::CommTraffic> traffic0_;  // the groups' traffic at the step's start
   RunMeasure measure_;
   AtmSaving step_atm_, atm_;                 // this rank's last step; job-wide (summed with the loss)

@@ -7,7 +7,13 @@
 #include "data/text_input.h"
 #include "dist/diagnostics.h"
 #include "kernels/cpu_info.h"
-#include "train/pipeline.h"
+#include "kernels/backend.h"
+#include "train/rank_comms.h"
+#include "train/rank_model.h"
+#include "train/rank_optimizer.h"
+#include "train/run_settings.h"
+#include "train/stage_layers.h"
+#include "train/train_data.h"
 #include "util/error.h"
 #include "util/files.h"
 
@@ -16,8 +22,8 @@ namespace {
 // A resume on other CPU kernels (SIMD target or BLAS kernels) than the
 // checkpoint's computes other roundings: it continues within float rounding,
 // not bit for bit (docs/cpu.md#determinism). Rank 0's view; informative.
-void note_other_cpu_kernels(const ResumeState& st, const Pipeline& p) {
-  if (!p.ops.device_name().empty() || !st.simd.is_string() || !st.blas.is_object() ||
+void note_other_cpu_kernels(const ResumeState& st, const RunSettings& run) {
+  if (!run.ops.device_name().empty() || !st.simd.is_string() || !st.blas.is_object() ||
       !st.blas.contains("kernels") || !st.blas["kernels"].is_string())
     return;
   const std::string simd = st.simd.get<std::string>(), kernels = st.blas["kernels"].get<std::string>();
@@ -27,6 +33,39 @@ void note_other_cpu_kernels(const ResumeState& st, const Pipeline& p) {
               "on %s and %s: it continues within float rounding, not bit for bit (docs/cpu.md#determinism)\n",
               simd.c_str(), kernels.c_str(), now_simd.c_str(), now_kernels.c_str());
 }
+
+nlohmann::json blend_json(const std::vector<BlendSource>& blend) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const BlendSource& b : blend) j.push_back({{"path", b.path}, {"weight", b.weight}});
+  return j;
+}
+
+// What a manifest records about the run besides its identity (informative:
+// resume checks only the identity).
+nlohmann::json checkpoint_info(const RunSettings& run, const StageLayers& layers, bool zero) {
+  const RunConfig& rc = run.rc;
+  const auto& par = rc.parallel;
+  nlohmann::json st = nlohmann::json::array();  // the global chunks' layers (one per stage: the stages')
+  for (const auto& [a, b] : layers.chunk_cuts) st.push_back({a, b});
+  const auto pr = run.ops.precision();
+  return {{"config", run_config_to_toml(rc)},
+          {"layout", {{"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp}, {"zero", zero}, {"stages", st},
+                      {"chunks_per_rank", layers.v},
+                      {"chunk_placement", layers.placement == dist::ChunkPlacement::V ? "v" : "interleaved"}}},
+          {"backend", run.ops.name()},
+          {"backend_options", backend_option_fields(rc.train.backend_options)},
+          {"precision", {{"activations", dist::dtype_name(pr.act)}, {"residual", dist::dtype_name(pr.residual)},
+                         {"weights", dist::dtype_name(pr.weight)}}},
+          {"threads_per_rank", cpu_threads()},
+          {"simd", cpu_simd_target()},  // the kernels' run-time target on this rank
+          {"cpu", host_cpu_model()},
+          {"blas", run.ops.device_name().empty() ? cpu_blas_json() : nlohmann::json()},  // the CPU backend's kernels
+          {"schedule", {{"t_max", run.budget.t_max}, {"warmup", run.budget.warmup}, {"lr_max", rc.train.lr_max},
+                        {"lr_min", rc.train.lr_min}}},
+          {"data_path", rc.data.path},
+          {"data_blend", blend_json(rc.data.blend)}};
+}
+
 }  // namespace
 
 namespace {
@@ -38,7 +77,9 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 }  // namespace
 
-CheckpointPolicy::CheckpointPolicy(Pipeline& pipe) : pipe_(pipe) {}
+CheckpointPolicy::CheckpointPolicy(const RunSettings& run, const TrainData& data, RankComms& comms, RankModel& model,
+                                   RankOptimizer& optimizer, const StageLayers& layers)
+    : run_(run), data_(data), comms_(comms), model_(model), optimizer_(optimizer), layers_(layers) {}
 
 CheckpointPolicy::~CheckpointPolicy() = default;
 
@@ -59,13 +100,15 @@ void CheckpointPolicy::check_setup(const RunConfig& rc, int world_rank) {
 // start from checkpoint.init_from (a resume wins: a preempted fine-tuning
 // run continues from its own checkpoints).
 std::optional<ResumeState> CheckpointPolicy::setup() {
-  Pipeline& p = pipe_;
+  const RunSettings& p = run_;
   const RunConfig& rc = p.rc;
   const auto& cc = rc.checkpoint;
   if (cc.dir.empty() && cc.init_from.empty()) return std::nullopt;
   dist::set_context("checkpoint setup");
-  ckpt_ = std::make_unique<Checkpointer>(rc, *p.grid, p.ops, *p.model, *p.adam,
-                                         run_identity(rc, p.loader->info(), p.loader.get()), p.checkpoint_info());
+  const TokenLoader& loader = *data_.loader;
+  ckpt_ = std::make_unique<Checkpointer>(rc, *comms_.grid, p.ops, *model_.model, *optimizer_.adam,
+                                         run_identity(rc, loader.info(), &loader),
+                                         checkpoint_info(p, layers_, optimizer_.zero));
   std::string folder;
   if (!cc.dir.empty() && cc.resume) folder = ckpt_->find_resume();
   std::optional<ResumeState> resumed;
@@ -95,7 +138,7 @@ std::optional<ResumeState> CheckpointPolicy::setup() {
 // SHA-256) goes into every checkpoint. One that has moved or changed since
 // prep is left out with a warning: the tools then ask for --tokenizer.
 void CheckpointPolicy::attach_tokenizer() {
-  const DatasetInfo& di = pipe_.loader->info();
+  const DatasetInfo& di = data_.loader->info();
   const auto skip = [&](const std::string& why) {
     std::fprintf(stderr, "wiola train: warning: checkpoints will not carry the tokenizer (%s); "
                          "generate and export will need --tokenizer\n", why.c_str());
@@ -115,7 +158,7 @@ void CheckpointPolicy::attach_tokenizer() {
 }
 
 bool CheckpointPolicy::after_step(int64_t t, bool local_stop, const std::function<ResumeState()>& state) {
-  const Pipeline& s = pipe_;
+  const RunSettings& s = run_;
   if (!ckpt_) return false;  // stop signals are only taken over when checkpoints are on
   Checkpointer& ck = *ckpt_;
   dist::set_context("step " + std::to_string(t) + " checkpoint control");
@@ -148,7 +191,7 @@ ResumeState CheckpointPolicy::rewind(int64_t t, const std::string& at, std::stri
   dist::set_context("step " + std::to_string(t) + " loss-spike rewind");
   if (ckpt_->in_flight()) ckpt_->finish();  // the save in flight is of an earlier, good step
   folder = ckpt_->find_resume();
-  WIOLA_CHECK(!folder.empty(), at, ": no checkpoint in ", pipe_.rc.checkpoint.dir,
+  WIOLA_CHECK(!folder.empty(), at, ": no checkpoint in ", run_.rc.checkpoint.dir,
               " to rewind to (none saved yet: checkpoint.every sets how often)");
   const std::string run_id = ckpt_->run_id();
   ResumeState st = ckpt_->resume(folder);

@@ -20,11 +20,20 @@
 
 namespace wiola {
 
-struct Pipeline;
+struct RunSettings;
+struct TrainData;
+struct RankComms;
+struct RankModel;
+struct RankOptimizer;
+struct StageLayers;
 
 class CheckpointPolicy {
  public:
-  explicit CheckpointPolicy(Pipeline& pipe);
+  // A save reads and a resume writes the model and the optimizer, with the
+  // grid's collectives; the data's loader gives the run's identity, the
+  // layers what a manifest records of the layout.
+  CheckpointPolicy(const RunSettings& run, const TrainData& data, RankComms& comms, RankModel& model,
+                   RankOptimizer& optimizer, const StageLayers& layers);
   ~CheckpointPolicy();
 
   // Part of the agreed setup (no collective): checkpoint.dir prepared (rank
@@ -55,7 +64,12 @@ class CheckpointPolicy {
  private:
   void attach_tokenizer();
 
-  Pipeline& pipe_;
+  const RunSettings& run_;
+  const TrainData& data_;
+  RankComms& comms_;
+  RankModel& model_;
+  RankOptimizer& optimizer_;
+  const StageLayers& layers_;
   std::unique_ptr<Checkpointer> ckpt_;       // checkpoint.dir or init_from set
   std::chrono::steady_clock::time_point last_save_ = std::chrono::steady_clock::now();
   int64_t resumed_from_ = 0;

@@ -2,36 +2,52 @@
 
 #include "dist/diagnostics.h"
 #include "train/gather.h"
-#include "train/pipeline.h"
+#include "train/rank_comms.h"
+#include "train/rank_model.h"
+#include "train/rank_optimizer.h"
+#include "train/run_settings.h"
+#include "train/stage_layers.h"
+#include "train/train_data.h"
 
 namespace wiola {
 
-DumpRecorder::DumpRecorder(Pipeline& pipe, const std::vector<std::pair<int64_t, std::string>>& dumps)
-    : pipe_(pipe), dumps_(dumps.begin(), dumps.end()) {}
+DumpRecorder::DumpRecorder(const RunSettings& run, const TrainData& data, RankComms& comms, RankModel& model,
+                           RankOptimizer& optimizer, const StageLayers& layers,
+                           const std::vector<std::pair<int64_t, std::string>>& dumps)
+    : run_(run), data_(data), comms_(comms), model_(model), optimizer_(optimizer), layers_(layers),
+      dumps_(dumps.begin(), dumps.end()) {}
+
+std::vector<float> DumpRecorder::gather_backend(const float* buf) {
+  const Model<float>& model = *model_.model;
+  std::vector<float> host(model.n_params());
+  run_.ops.download(host.data(), buf, host.size() * sizeof(float));
+  return gather_full(*comms_.grid, run_.rc.model, model.layout(), host, layers_.stages);
+}
 
 bool DumpRecorder::begin(int64_t t) {
   active_ = due(t);
   dump_ = StepDump{};
   atm_local_.clear();
   if (!active_) return false;
-  Pipeline& p = pipe_;
-  p.head().set_keep_logits(p.world.size() == 1);
-  dump_.params = p.gather_backend(p.model->params());
+  const ParamLayout& layout = model_.model->layout();
+  model_.head().set_keep_logits(run_.world.size() == 1);
+  dump_.params = gather_backend(model_.model->params());
   if (t == 1) return true;
   std::vector<float> mm, vv;
-  p.adam->gather_moments(mm, vv);
-  dump_.m = gather_full(*p.grid, p.rc.model, p.model->layout(), mm, p.stages);
-  dump_.v = gather_full(*p.grid, p.rc.model, p.model->layout(), vv, p.stages);
+  optimizer_.adam->gather_moments(mm, vv);
+  dump_.m = gather_full(*comms_.grid, run_.rc.model, layout, mm, layers_.stages);
+  dump_.v = gather_full(*comms_.grid, run_.rc.model, layout, vv, layers_.stages);
   return true;
 }
 
-void DumpRecorder::after_forward(const Model<float>& model) {
-  if (!active_) return;
-  if (model.shard().last_stage(pipe_.rc.model)) {
+void DumpRecorder::compute_ends(const dist::Action& a) {
+  if (!active_ || a.op != dist::Op::Fwd) return;
+  const Model<float>& model = *model_.chunks[size_t(a.chunk)];
+  if (model.shard().last_stage(run_.rc.model)) {
     const auto& lg = model.last_logits();
     dump_.logits.insert(dump_.logits.end(), lg.begin(), lg.end());
   }
-  for (int l = model.shard().layer_begin; l < model.shard().end(pipe_.rc.model); ++l) {
+  for (int l = model.shard().layer_begin; l < model.shard().end(run_.rc.model); ++l) {
     const auto o = model.atm_open(l);
     if (!o.empty()) atm_local_[l].insert(atm_local_[l].end(), o.begin(), o.end());
   }
@@ -39,14 +55,15 @@ void DumpRecorder::after_forward(const Model<float>& model) {
 
 void DumpRecorder::grads() {
   if (!active_) return;
-  Pipeline& p = pipe_;
-  std::vector<float> host(p.model->n_params());
-  p.ops.download(host.data(), p.model->grads(), host.size() * sizeof(float));
-  if (p.rc.parallel.dp > 1) {
-    p.grid->dp().all_reduce(host.data(), host.size(), dist::ReduceOp::Sum);
-    for (float& x : host) x /= float(p.rc.parallel.dp);
+  Model<float>& model = *model_.model;  // grads(): no const accessor
+  const int dp = run_.rc.parallel.dp;
+  std::vector<float> host(model.n_params());
+  run_.ops.download(host.data(), model.grads(), host.size() * sizeof(float));
+  if (dp > 1) {
+    comms_.grid->dp().all_reduce(host.data(), host.size(), dist::ReduceOp::Sum);
+    for (float& x : host) x /= float(dp);
   }
-  dump_.grads = gather_full(*p.grid, p.rc.model, p.model->layout(), host, p.stages);
+  dump_.grads = gather_full(*comms_.grid, run_.rc.model, model.layout(), host, layers_.stages);
 }
 
 // Gathers the dump's tokens and ATM decisions, checks the TP ranks agree,
@@ -54,16 +71,16 @@ void DumpRecorder::grads() {
 void DumpRecorder::finish(int64_t t, const StepOutcome& out) {
   if (!active_) return;
   active_ = false;
-  Pipeline& p = pipe_;
-  p.head().set_keep_logits(false);
+  const RunSettings& p = run_;
+  model_.head().set_keep_logits(false);
   dist::set_context(p.step_context(t) + " dump gather");
-  dump_.params_after = p.gather_backend(p.model->params());
+  dump_.params_after = gather_backend(model_.model->params());
   std::vector<uint8_t> atm_flat;  // this rank's ATM layers in order
   for (auto& [l, v] : atm_local_) atm_flat.insert(atm_flat.end(), v.begin(), v.end());
   const TrainSection& tr = p.rc.train;
-  if (p.rc.parallel.tp > 1) check_atm_agrees_over_tp(*p.grid, atm_flat, t);
-  gather_tokens_and_atm(*p.grid, p.rc.model, p.stages, p.batch, atm_flat, p.loader->local_batch() * size_t(p.T),
-                        dump_);
+  if (p.rc.parallel.tp > 1) check_atm_agrees_over_tp(*comms_.grid, atm_flat, t);
+  gather_tokens_and_atm(*comms_.grid, p.rc.model, layers_.stages, data_.batch, atm_flat,
+                        data_.loader->local_batch() * size_t(p.T), dump_);
   if (!p.root()) return;
   dump_.cfg = p.rc.model;
   dump_.B = int(p.GB);
@@ -75,7 +92,7 @@ void DumpRecorder::finish(int64_t t, const StepOutcome& out) {
   dump_.int_attrs = {{"step", t}, {"adam_step", out.adam_step}, {"t_max", p.budget.t_max},
                      {"warmup", p.budget.warmup}};
   dist::set_context(p.step_context(t) + " writing the numerics dump");
-  write_step_dump(dumps_.at(t), full_layout(p.rc.model, p.model->layout()), dump_);
+  write_step_dump(dumps_.at(t), full_layout(p.rc.model, model_.model->layout()), dump_);
 }
 
 }  // namespace wiola

@@ -14,27 +14,36 @@
 #include <vector>
 
 #include "train/dump.h"
+#include "train/schedule_runner.h"
 
 namespace wiola {
 
-struct Pipeline;
+struct RunSettings;
+struct TrainData;
+struct RankComms;
+struct RankModel;
+struct RankOptimizer;
+struct StageLayers;
 struct StepOutcome;
-template <class T>
-class Model;
 
-class DumpRecorder {
+// As the schedule runner's observer it reads each forward's chunk.
+class DumpRecorder final : public ScheduleObserver {
  public:
-  DumpRecorder(Pipeline& pipe, const std::vector<std::pair<int64_t, std::string>>& dumps);
+  // It reads the batch, the model (keeping the head's logits on dump
+  // steps), the optimizer's moments, gathered over comms' grid by `layers`.
+  DumpRecorder(const RunSettings& run, const TrainData& data, RankComms& comms, RankModel& model,
+               RankOptimizer& optimizer, const StageLayers& layers,
+               const std::vector<std::pair<int64_t, std::string>>& dumps);
 
   // Whether step t is a dump step.
   bool due(int64_t t) const { return dumps_.count(t) > 0; }
   // Step t starts: on a dump step, the parameters and (after step 1) the
   // AdamW moments before it (collective). Returns whether it records.
   bool begin(int64_t t);
-  // After a forward of the schedule on `model` (one of the rank's chunks):
-  // the logits (single process, the head's chunk) and the chunk's layers'
-  // ATM decisions.
-  void after_forward(const Model<float>& model);
+  // After a forward of the schedule (on one of the rank's chunks): the
+  // logits (single process, the head's chunk) and the chunk's layers' ATM
+  // decisions.
+  void compute_ends(const dist::Action& a) override;
   // Before the optimizer step: the gradient of the mean loss, the DP mean
   // of the replicas' (collective).
   void grads();
@@ -43,7 +52,15 @@ class DumpRecorder {
   void finish(int64_t t, const StepOutcome& out);
 
  private:
-  Pipeline& pipe_;
+  // A flat backend buffer of this rank as full tensors on rank 0.
+  std::vector<float> gather_backend(const float* buf);
+
+  const RunSettings& run_;
+  const TrainData& data_;
+  RankComms& comms_;
+  RankModel& model_;
+  RankOptimizer& optimizer_;
+  const StageLayers& layers_;
   std::map<int64_t, std::string> dumps_;
   bool active_ = false;
   StepDump dump_;

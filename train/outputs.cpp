@@ -13,7 +13,13 @@
 #include "perf/cost_model.h"
 #include "train/accounting.h"
 #include "train/spike_policy.h"
-#include "train/pipeline.h"
+#include "train/rank_comms.h"
+#include "train/rank_model.h"
+#include "train/rank_optimizer.h"
+#include "train/run_settings.h"
+#include "train/stage_layers.h"
+#include "train/stage_schedule.h"
+#include "train/train_data.h"
 #include "train/run_report.h"
 #include "train/lr_schedule.h"
 #include "train/validator.h"
@@ -45,16 +51,18 @@ void print_blend(const TokenLoader& ld, int64_t run_samples) {
 
 }  // namespace
 
-Outputs::Outputs(Pipeline& pipe)
-    : pipe_(pipe), run_dir_(pipe.rc.train.run_dir),
-      board_(dist::RankStateBoard::open(pipe.world, (run_dir_ / "ranks").string())) {}
+Outputs::Outputs(const RunSettings& run, const TrainData& data, const RankComms& comms, const StageLayers& layers,
+                 const StageSchedule& schedule, const RankModel& model, const RankOptimizer& optimizer)
+    : run_(run), data_(data), comms_(comms), layers_(layers), schedule_(schedule), model_(model),
+      optimizer_(optimizer), run_dir_(run.rc.train.run_dir),
+      board_(dist::RankStateBoard::open(run.world, (run_dir_ / "ranks").string())) {}
 
 Outputs::~Outputs() = default;
 
 // metrics.jsonl: a fresh run starts it; a resumed run cuts it back to the
 // checkpoint's step (atomically) and appends, so no step appears twice.
 void Outputs::open(int64_t step, const std::vector<StepWindow>& windows) {
-  const Pipeline& p = pipe_;
+  const RunSettings& p = run_;
   if (p.opt.trace_schedule) {
     const auto dir = run_dir_ / "schedule_trace";
     std::filesystem::create_directories(dir);
@@ -94,21 +102,21 @@ void Outputs::cut_metrics(int64_t step) {
 }
 
 void Outputs::write_config_toml(const std::vector<StepWindow>& windows) const {
-  RunConfig c = pipe_.rc;
+  RunConfig c = run_.rc;
   c.train.skip_batches = windows;
   write_text_atomic((run_dir_ / "config.toml").string(), run_config_to_toml(c));
 }
 
 void Outputs::rewound(int64_t step, const std::vector<StepWindow>& windows) {
-  if (!pipe_.root()) return;
+  if (!run_.root()) return;
   cut_metrics(step);
   if (tb_) tb_->restart(step + 1);  // TensorBoard drops the rewound steps as metrics.jsonl does
   write_config_toml(windows);
 }
 
-void Outputs::end_trace(int64_t t) {
+void Outputs::schedule_done(int64_t t) {
   if (!tracing()) return;
-  const dist::GridCoord& me = pipe_.me;
+  const dist::GridCoord& me = run_.me;
   trace_ << "step " << t << " stage " << me.pp << " dp " << me.dp << " tp " << me.tp << ": "
          << dist::to_string(executed_) << '\n';
   trace_.flush();
@@ -116,12 +124,12 @@ void Outputs::end_trace(int64_t t) {
 }
 
 void Outputs::banner(bool checkpoints) {
-  const Pipeline& s = pipe_;
+  const RunSettings& s = run_;
   if (!s.root()) return;
   const RunConfig& rc = s.rc;
   const ModelConfig& cfg = rc.model;
   const auto& par = rc.parallel;
-  const auto& di = s.loader->info();
+  const auto& di = data_.loader->info();
   const int64_t n_params = cfg.param_count();
   std::printf("wiola train: %s  %lld parameters (d=%d L=%d H=%d H_kv=%d d_A=%d d_B=%d V=%d T=%d)\n",
               cfg.name.c_str(), (long long)n_params, cfg.d, cfg.L, cfg.H, cfg.Hkv, cfg.dA, cfg.dB, cfg.V,
@@ -129,7 +137,7 @@ void Outputs::banner(bool checkpoints) {
   std::printf("  data %s: %llu train samples; global batch %lld = %d x %d micro-batches x %d DP "
               "(%lld tokens/step)\n", rc.data.blend.empty() ? rc.data.path.c_str() : "blend",
               (unsigned long long)di.num_samples, (long long)s.GB, s.B, s.m, par.dp, (long long)(s.GB * s.T));
-  if (!rc.data.blend.empty()) print_blend(*s.loader, s.budget.t_max * s.GB);
+  if (!rc.data.blend.empty()) print_blend(*data_.loader, s.budget.t_max * s.GB);
   std::printf("  Chinchilla budget: D = 20 x %lld = %lld tokens; T_max = ceil(D / (%lld x %d)) = %lld steps\n",
               (long long)n_params, (long long)(20 * n_params), (long long)s.GB, s.T,
               (long long)chinchilla_steps(n_params, s.GB, s.T));
@@ -144,24 +152,24 @@ void Outputs::banner(bool checkpoints) {
   if (s.world.size() > 1)
     std::printf("  layout: %d ranks = tp %d x pp %d x dp %d; ZeRO %s; schedule %s%s with %d micro-batches, "
                 "predicted bubble %.3f; DP overlap %s; data plane %s\n",
-                s.world.size(), par.tp, par.pp, par.dp, s.zero ? "on" : "off", par.schedule.c_str(),
-                par.schedule == "interleaved" ? (" v=" + std::to_string(s.v)).c_str() : "", s.m,
+                s.world.size(), par.tp, par.pp, par.dp, optimizer_.zero ? "on" : "off", par.schedule.c_str(),
+                par.schedule == "interleaved" ? (" v=" + std::to_string(schedule_.v)).c_str() : "", s.m,
                 perf::bubble_formula(rc.layout()),
-                s.overlap ? "on" : "off", s.data_plane.c_str());
-  const Model<float>::Memory mem = s.memory();
+                optimizer_.overlap ? "on" : "off", comms_.data_plane.c_str());
+  const Model<float>::Memory mem = model_.memory();
   if (par.pp > 1) {
     std::printf("  pipeline stages (%s balance):", par.stage_balance.c_str());
-    for (const LayerRanges& st : s.stages) {
+    for (const LayerRanges& st : layers_.stages) {
       std::printf(" ");
       for (size_t c = 0; c < st.size(); ++c) std::printf("%s[%d,%d)", c ? "+" : "", st[c].first, st[c].second);
     }
-    std::printf("%s\n", s.v > 1 ? (" (" + std::to_string(s.v) + " chunks per rank)").c_str() : "");
+    std::printf("%s\n", layers_.v > 1 ? (" (" + std::to_string(layers_.v) + " chunks per rank)").c_str() : "");
   }
   std::printf("  memory (rank 0): parameters+gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB "
               "(%d slot%s)%s\n",
               double(mem.master + mem.grads + mem.weights) / 1048576.0,
-              double(s.adam->state_bytes_this_rank()) / 1048576.0, double(mem.activations) / 1048576.0, s.slots,
-              s.slots > 1 ? "s" : "",
+              double(optimizer_.adam->state_bytes_this_rank()) / 1048576.0, double(mem.activations) / 1048576.0,
+              schedule_.slots, schedule_.slots > 1 ? "s" : "",
               rc.train.recompute ? " (recompute on)" : "");
   if (checkpoints) {
     const auto& cc = rc.checkpoint;
@@ -178,7 +186,7 @@ void Outputs::banner(bool checkpoints) {
 // One metrics record per step (rank 0) and a progress line every log_every.
 void Outputs::log_step(int64_t t, const StepOutcome& out, bool evaluated, const TrainProgress& progress,
                        const Accounting& acct, const Validator& val, SpikePolicy& spikes, bool checkpoints) {
-  const Pipeline& s = pipe_;
+  const RunSettings& s = run_;
   if (!s.root()) return;
   const bool data_skipped = spikes.skipping(t);  // no tokens trained, no model FLOPs
   const double tps = data_skipped ? 0.0 : double(s.GB * s.T) / out.seconds;
@@ -242,7 +250,7 @@ void Outputs::log_step(int64_t t, const StepOutcome& out, bool evaluated, const 
 
 void Outputs::report(const TrainSummary& sum, const Accounting& acct) {
   dist::set_context("run report");
-  write_run_report(pipe_, acct, sum, run_dir_);
+  write_run_report(run_, comms_, optimizer_, model_, acct, sum, run_dir_);
 }
 
 }  // namespace wiola

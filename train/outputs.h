@@ -16,21 +16,32 @@
 #include "config/run_config.h"
 #include "dist/rank_states.h"
 #include "dist/schedule.h"
+#include "train/schedule_runner.h"
 #include "train/tensorboard.h"
 #include "train/trainer.h"
 
 namespace wiola {
 
-struct Pipeline;
+struct RunSettings;
+struct TrainData;
+struct RankComms;
+struct StageLayers;
+struct StageSchedule;
+struct RankModel;
+struct RankOptimizer;
 class Accounting;
 class Validator;
 class SpikePolicy;
 
-class Outputs {
+// As the schedule runner's observer it keeps the trace of executed actions.
+class Outputs final : public ScheduleObserver {
  public:
-  // Collective: this rank's state board.
-  explicit Outputs(Pipeline& pipe);
-  ~Outputs();
+  // Collective: this rank's state board. The rest is read for the banner
+  // and the report: the data, communicators, layers, schedule, model memory
+  // and optimizer.
+  Outputs(const RunSettings& run, const TrainData& data, const RankComms& comms, const StageLayers& layers,
+          const StageSchedule& schedule, const RankModel& model, const RankOptimizer& optimizer);
+  ~Outputs() override;
 
   // metrics.jsonl: a fresh run starts it; a resumed run (`step` > 0, the
   // checkpoint's) cuts it back to that step (atomically) and appends, so no
@@ -43,10 +54,10 @@ class Outputs {
   // The schedule trace (TrainOptions::trace_schedule): an action as it
   // completes, named by the work that ran; then the step's line.
   bool tracing() const { return trace_.is_open(); }
-  void traced(dist::Op op, int micro, int chunk) {
-    if (tracing()) executed_.push_back({op, micro, chunk});
+  void action_done(const dist::Action& a) override {
+    if (tracing()) executed_.push_back(a);
   }
-  void end_trace(int64_t t);
+  void schedule_done(int64_t t) override;
 
   // Rank 0: step t's metrics record and, every log_every, its progress line.
   void log_step(int64_t t, const StepOutcome& out, bool evaluated, const TrainProgress& progress,
@@ -61,7 +72,13 @@ class Outputs {
   void write_config_toml(const std::vector<StepWindow>& windows) const;
   void cut_metrics(int64_t step);
 
-  Pipeline& pipe_;
+  const RunSettings& run_;
+  const TrainData& data_;
+  const RankComms& comms_;
+  const StageLayers& layers_;
+  const StageSchedule& schedule_;
+  const RankModel& model_;
+  const RankOptimizer& optimizer_;
   std::filesystem::path run_dir_;
   std::unique_ptr<dist::RankStateBoard> board_;
   std::ofstream metrics_;                 // world rank 0

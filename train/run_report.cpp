@@ -12,7 +12,9 @@
 #include "perf/cost_model.h"
 #include "train/accounting.h"
 #include "train/gemm_record.h"
-#include "train/pipeline.h"
+#include "train/rank_comms.h"
+#include "train/rank_optimizer.h"
+#include "train/run_settings.h"
 #include "train/stragglers.h"
 #include "util/files.h"
 
@@ -37,22 +39,22 @@ std::vector<double> gather_values(dist::Comm& world, double x) {
 }
 
 // Rank 0's backend: name, options, GEMM choices (recorded as is).
-nlohmann::json backend_json(Pipeline& pipe) {
-  Ops<float>& ops = pipe.ops;
-  nlohmann::json b = {{"name", ops.name()}, {"options", backend_option_fields(pipe.rc.train.backend_options)}};
+nlohmann::json backend_json(const RunSettings& run) {
+  Ops<float>& ops = run.ops;
+  nlohmann::json b = {{"name", ops.name()}, {"options", backend_option_fields(run.rc.train.backend_options)}};
   if (const std::string g = ops.gemm_tuning(); !g.empty()) b["gemm_tuning"] = nlohmann::json::parse(g);
-  b["gemm"] = gemm_record(ops, pipe.rc.train.backend_options);
+  b["gemm"] = gemm_record(ops, run.rc.train.backend_options);
   if (ops.device_name().empty()) b["blas"] = cpu_blas_json();  // which BLAS kernels, chosen by whom
   return b;
 }
 
 // The breakdown, memory and MFU part of the report (collective).
-void report_accounting(Pipeline& pipe, const Accounting& acct, nlohmann::json& report) {
-  dist::Comm& world = pipe.world;
+void report_accounting(const RunSettings& run, const Accounting& acct, nlohmann::json& report) {
+  dist::Comm& world = run.world;
   const bool root = world.rank() == 0;
   const double job_peak = acct.job_peak(), step_flops = acct.step_flops();
   const MemoryUse used = acct.memory_use();
-  const perf::Memory predicted = perf::rank_memory(pipe.rc.model, pipe.rc.layout(), pipe.me.pp, pipe.ops.precision());
+  const perf::Memory predicted = perf::rank_memory(run.rc.model, run.rc.layout(), run.me.pp, run.ops.precision());
   const auto parts = acct.accounted_times().parts();
   const double steps = std::max<int64_t>(acct.accounted_steps(), 1);
   std::vector<std::vector<double>> per_part;  // [part][rank] seconds per step
@@ -140,9 +142,10 @@ struct RankFigures {
 
 const std::vector<std::string> kGroups = {"tp", "pp", "dp", "embed", "mp"};
 
-RankFigures gather_rank_figures(Pipeline& pipe, const RunMeasure& meas) {
-  const RunConfig& rc = pipe.rc;
-  dist::Comm& world = pipe.grid->world();
+RankFigures gather_rank_figures(const RunSettings& run, const RankComms& comms, const RankOptimizer& optimizer,
+                                const RankModel& model, const RunMeasure& meas) {
+  const RunConfig& rc = run.rc;
+  dist::Comm& world = comms.grid->world();
   RankFigures f;
   f.rss = peak_rss_mib();
   f.rss_all.assign(size_t(world.size()), f.rss);
@@ -161,7 +164,7 @@ RankFigures gather_rank_figures(Pipeline& pipe, const RunMeasure& meas) {
     f.wire = wire;
   }
   const perf::Traffic model_traffic =
-      perf::rank_traffic(rc.model, rc.layout(), pipe.me.pp, double(pipe.padded_params()));
+      perf::rank_traffic(rc.model, rc.layout(), run.me.pp, double(optimizer.padded_params(model)));
   std::vector<double> analytic = {model_traffic.tp, model_traffic.pp, model_traffic.dp, model_traffic.embed, 0};
   f.analytic.assign(kGroups.size() * size_t(world.size()), 0.0);
   if (world.size() > 1) world.all_gather(analytic.data(), f.analytic.data(), analytic.size(), DType::F64);
@@ -208,14 +211,15 @@ void report_measured_pipeline(const RankFigures& f, int64_t steps, int64_t run_s
 
 }  // namespace
 
-void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary& sum,
+void write_run_report(const RunSettings& run, const RankComms& comms, const RankOptimizer& optimizer,
+                      const RankModel& model, const Accounting& acct, const TrainSummary& sum,
                       const std::filesystem::path& run_dir) {
-  const RunConfig& rc = pipe.rc;
+  const RunConfig& rc = run.rc;
   const RunMeasure& meas = acct.measure();
-  dist::Comm& world = pipe.grid->world();
+  dist::Comm& world = comms.grid->world();
   const auto& par = rc.parallel;
   const bool root = world.rank() == 0;
-  const RankFigures figures = gather_rank_figures(pipe, meas);
+  const RankFigures figures = gather_rank_figures(run, comms, optimizer, model, meas);
 
   // The predicted bubble of the run's own schedule: the simulator on the
   // stages' FLOPs (perf::schedule_bubble; W its weight-GEMM share), beside
@@ -234,8 +238,8 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
       std::printf("  ATM layer %d (last batch): mu = %.4f, visible attention pairs %.2f%% of causal\n",
                   s.layer, s.mu, 100.0 * s.visible_fraction);
     report = {{"world", world.size()}, {"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp},
-              {"zero", pipe.zero}, {"schedule", par.schedule}, {"micro_batches", rc.train.grad_accum},
-              {"data_plane", pipe.data_plane}, {"overlap", pipe.overlap}, {"steps", sum.steps},
+              {"zero", optimizer.zero}, {"schedule", par.schedule}, {"micro_batches", rc.train.grad_accum},
+              {"data_plane", comms.data_plane}, {"overlap", optimizer.overlap}, {"steps", sum.steps},
               {"tokens_per_s", sum.tokens_per_s},
               {"bubble_predicted", bubble.bubble_fraction}, {"bubble_predicted_schedule", bubble_for},
               {"bubble_predicted_fill_drain", bubble.bubble_fill_drain},
@@ -245,13 +249,13 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
       report_measured_pipeline(figures, meas.steps, sum.steps, bubble_for, bubble, rc.layout(), report);
   }
   nlohmann::json acct_json = nlohmann::json::object();
-  report_accounting(pipe, acct, acct_json);
+  report_accounting(run, acct, acct_json);
   if (root) {
     std::printf("  peak RSS per rank (MiB):");
     for (double r : figures.rss_all) std::printf(" %.0f", r);
     std::printf("\n  metrics: %s\n", (run_dir / "metrics.jsonl").string().c_str());
     report["peak_rss_mib"] = figures.rss_all;
-    report["backend"] = backend_json(pipe);
+    report["backend"] = backend_json(run);
     report.update(acct_json);
     write_text_atomic((run_dir / "report.json").string(), report.dump(2) + "\n");
     std::fflush(stdout);

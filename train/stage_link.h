@@ -18,12 +18,25 @@
 
 namespace wiola {
 
-class StageLink {
+// Messages across model-chunk boundaries, as the schedule runner
+// (train/schedule_runner.h) and the validator use them: StageLink below on
+// the pipeline group's data plane, or an in-process queue in tests.
+class BoundaryLink {
+ public:
+  virtual ~BoundaryLink() = default;
+  virtual void send(const std::vector<CPtr>& ts, int peer, int tag) = 0;
+  // Blocking; unpacks into ts.
+  virtual void recv(const std::vector<Ptr>& ts, int peer, int tag) = 0;
+  // Waits for every pending send.
+  virtual void flush() = 0;
+};
+
+class StageLink final : public BoundaryLink {
  public:
   // pp_data: the data-plane communicator of the pipeline group; every tensor
   // holds `tensor_elems` elements of type `t`.
   StageLink(Ops<float>& ops, dist::Comm& pp_data, DType t, size_t tensor_elems);
-  ~StageLink();
+  ~StageLink() override;
   StageLink(const StageLink&) = delete;
   StageLink& operator=(const StageLink&) = delete;
 
@@ -32,11 +45,10 @@ class StageLink {
   // or backward: unique among a step's messages on any link.
   static int tag(int g, int i, int n, bool backward) { return 2 * (g * n + i) + (backward ? 1 : 0); }
 
-  void send(const std::vector<CPtr>& ts, int peer, int tag);
+  void send(const std::vector<CPtr>& ts, int peer, int tag) override;
   // Blocking (bounded by the communication timeout); unpacks into ts.
-  void recv(const std::vector<Ptr>& ts, int peer, int tag);
-  // Waits for every pending send.
-  void flush();
+  void recv(const std::vector<Ptr>& ts, int peer, int tag) override;
+  void flush() override;
 
  private:
   struct Pending {

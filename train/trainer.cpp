@@ -20,8 +20,15 @@
 #include "train/gemm_record.h"
 #include "train/spike_policy.h"
 #include "train/outputs.h"
-#include "train/pipeline.h"
 #include "train/lr_schedule.h"
+#include "train/rank_comms.h"
+#include "train/rank_model.h"
+#include "train/rank_optimizer.h"
+#include "train/run_settings.h"
+#include "train/schedule_runner.h"
+#include "train/stage_layers.h"
+#include "train/stage_schedule.h"
+#include "train/train_data.h"
 #include "train/stragglers.h"
 #include "train/validator.h"
 #include "util/error.h"
@@ -79,22 +86,26 @@ struct Trainer::Fault {
 // collective), the rank state board, the grid, model and optimizer, the
 // MFU denominator, the resume, the outputs; then the banner.
 Trainer::Trainer(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, Comm& world)
-    : pipe_(std::make_unique<Pipeline>(rc, opt, ops, world)),
-      validator_(std::make_unique<Validator>(*pipe_, [this] { return world_loss(); })),
+    : run_(std::make_unique<RunSettings>(rc, opt, ops, world)), data_(std::make_unique<TrainData>()),
+      comms_(std::make_unique<RankComms>()), layers_(std::make_unique<StageLayers>()),
+      schedule_(std::make_unique<StageSchedule>()), model_(std::make_unique<RankModel>()),
+      optimizer_(std::make_unique<RankOptimizer>()),
+      validator_(std::make_unique<Validator>(*run_, *schedule_, *model_, *comms_, *data_,
+                                             [this] { return world_loss(); })),
       spikes_(std::make_unique<SpikePolicy>(rc, world)) {
   check_and_open_data();
-  outputs_ = std::make_unique<Outputs>(*pipe_);
-  acct_ = std::make_unique<Accounting>(*pipe_);
-  pipe_->build_grid_and_schedule();
-  pipe_->build_model_and_optimizer();
+  outputs_ = std::make_unique<Outputs>(*run_, *data_, *comms_, *layers_, *schedule_, *model_, *optimizer_);
+  acct_ = std::make_unique<Accounting>(*run_, *comms_, *model_, *optimizer_);
+  build_rank();
   acct_->measure_peak();
-  checkpoints_ = std::make_unique<CheckpointPolicy>(*pipe_);
+  checkpoints_ = std::make_unique<CheckpointPolicy>(*run_, *data_, *comms_, *model_, *optimizer_, *layers_);
   if (const std::optional<ResumeState> st = checkpoints_->setup()) {
     restore(*st);
     spikes_->restore(*st);
   }
-  dumps_ = std::make_unique<DumpRecorder>(*pipe_, opt.dumps);
+  dumps_ = std::make_unique<DumpRecorder>(*run_, *data_, *comms_, *model_, *optimizer_, *layers_, opt.dumps);
   fault_ = std::make_unique<Fault>(Fault::from_env());
+  make_runner();
   spikes_->read_test_hook();
   outputs_->open(progress_.step, spikes_->windows());
   share_gemm_tuning(false);
@@ -102,16 +113,46 @@ Trainer::Trainer(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, 
   outputs_->banner(checkpoints_->on());
 }
 
+// The communicators (control plane MPI; data plane for the backend's
+// memory), this rank's layers and schedule, its model chunks sized for the
+// schedule, the optimizer on them, the stage link.
+void Trainer::build_rank() {
+  const RunSettings& run = *run_;
+  comms_->open(run);
+  *layers_ = cut_stage_layers(run.rc, run.me.pp);
+  *schedule_ = make_stage_schedule(run.rc.parallel.schedule, run.rc.parallel.pp, run.me.pp, run.m, layers_->v,
+                                   layers_->placement);
+  model_->build(run, *layers_, *schedule_, comms_->tpc.get());
+  optimizer_->build(run, *comms_, *model_, layers_->first);
+  comms_->open_link(run, model_->model->boundary_dtype());
+}
+
+// The runner drives the model's chunks; it tells the accounting (compute
+// times), the dump recorder (each forward) and the outputs (the trace).
+void Trainer::make_runner() {
+  const RunSettings& run = *run_;
+  std::vector<StageChunk*> chunks;
+  for (auto& c : model_->chunks) {
+    stage_chunks_.push_back(std::make_unique<ModelChunk>(*c));
+    chunks.push_back(stage_chunks_.back().get());
+  }
+  const double scale = 1.0 / (double(run.B) * run.m * run.T);  // this rank's mean; DP averages
+  runner_ = std::make_unique<ScheduleRunner>(*schedule_, std::move(chunks), *comms_->link, run.mb_tokens(), scale);
+  runner_->add_observer(*acct_);
+  runner_->add_observer(*dumps_);
+  runner_->add_observer(*outputs_);
+}
+
 Trainer::~Trainer() = default;
 
-const StepBudget& Trainer::budget() const { return pipe_->budget; }
+const StepBudget& Trainer::budget() const { return run_->budget; }
 TrainProgress& Trainer::progress() { return progress_; }
 
 // Every check before any work; all ranks agree. (Nothing here communicates:
 // a failure on any rank is printed once and ends every rank before the first
 // collective of the run.)
 void Trainer::check_and_open_data() {
-  Pipeline& p = *pipe_;
+  const RunSettings& p = *run_;
   const RunConfig& rc = p.rc;
   const auto& par = rc.parallel;
   const dist::GridConfig gc{par.tp, par.pp, par.dp};
@@ -125,21 +166,21 @@ void Trainer::check_and_open_data() {
                 " (run with mpirun -np ", gc.world(), ", or change [parallel])");
     dist::validate_layout(gc, p.world.size(), rc.model.L, rc.model.Hkv, rc.model.H, rc.model.dA,
                           rc.model.dB, rc.model.V, int(p.GB), p.B, p.m);
-    p.open_loader(data_seed);
+    data_->open(p, data_seed);
     for (const auto& [step, path] : p.opt.dumps)
       WIOLA_CHECK(step >= 1 && step <= p.budget.last_step, "--dump-step ", step, ":", path,
                   ": step outside 1..", p.budget.last_step);
     CheckpointPolicy::check_setup(rc, p.world.rank());
     if (rc.train.eval_every > 0) validator_->open(data_seed);
   });
-  p.batch.resize(p.loader->local_batch() * size_t(p.T + 1));
+  data_->batch.resize(data_->loader->local_batch() * size_t(p.T + 1));
 }
 
 void Trainer::restore(const ResumeState& st) {
   progress_.step = st.step;
   progress_.tokens = st.tokens;
   progress_.skipped = st.skipped;
-  pipe_->loader->restore(st.loader);
+  data_->loader->restore(st.loader);
 }
 
 ResumeState Trainer::resume_state() const {
@@ -147,8 +188,8 @@ ResumeState Trainer::resume_state() const {
   st.step = progress_.step;
   st.tokens = progress_.tokens;
   st.skipped = progress_.skipped;
-  st.applied_steps = pipe_->adam->applied_steps();
-  st.loader = pipe_->loader->state();
+  st.applied_steps = optimizer_->adam->applied_steps();
+  st.loader = data_->loader->state();
   spikes_->save_to(st);
   return st;
 }
@@ -160,9 +201,9 @@ ResumeState Trainer::resume_state() const {
 // did); after this process's first step, rank 0's table with what it measured
 // in that step, which rank 0 then writes to the cache.
 void Trainer::share_gemm_tuning(bool measured) {
-  const RunConfig& rc = pipe_->rc;
-  Ops<float>& ops = pipe_->ops;
-  Comm& world = pipe_->world;
+  const RunConfig& rc = run_->rc;
+  Ops<float>& ops = run_->ops;
+  Comm& world = run_->world;
   const bool root = world.rank() == 0;
   if (rc.train.backend_options.gemm != "auto") return;
   const auto cache = std::filesystem::path(rc.train.run_dir) / "gemm_tuning.json";
@@ -196,9 +237,9 @@ void Trainer::share_gemm_tuning(bool measured) {
 // are then not bit for bit those of the uninterrupted run.
 void Trainer::check_resumed_gemm() {
   const nlohmann::json& resumed = checkpoints_->resumed_gemm();
-  if (!pipe_->root() || resumed.is_null()) return;
+  if (!run_->root() || resumed.is_null()) return;
   const std::string diff =
-      gemm_record_difference(resumed, gemm_record(pipe_->ops, pipe_->rc.train.backend_options));
+      gemm_record_difference(resumed, gemm_record(run_->ops, run_->rc.train.backend_options));
   if (diff.empty()) return;
   std::fprintf(stderr,
                "wiola: warning: the resumed checkpoint's GEMMs ran other algorithms than this run will (%s); "
@@ -209,44 +250,19 @@ void Trainer::check_resumed_gemm() {
 
 // ---- the step ---------------------------------------------------------------------
 StepOutcome Trainer::step(int64_t t) {
-  Pipeline& p = *pipe_;
-  Model<float>& model = *p.model;
-  const std::string step_ctx = p.step_context(t);
+  const RunSettings& run = *run_;
   acct_->begin_step(t > 1 && !dumps_->due(t));
   const bool dumping = dumps_->begin(t);  // dump steps: the parameters and moments before the update
   StepOutcome out;
-  dist::StepResult res;
 
   // ==== the step's maths (docs/model.md §4, §5) ===================================
   load_batch(t);
-  // Forward and backward over the schedule; the gradients accumulate from
-  // zero (the model starts so, and every optimizer step leaves them so:
-  // AdamWConfig::zero_grads).
-  run_schedule(t, dumping);
-  {
-    // The tied embedding: the first stage's lookup gradient plus the last
-    // stage's head gradient, identical on both afterwards. Then the loss,
-    // the mean CE over the global batch. (Communication, all of it.)
-    auto comm = acct_->phase(Phase::Comm);
-    dist::set_context(step_ctx + " embedding gradient sum");
-    if (p.embed && p.embed_split)
-      p.grid->data(GroupKind::Embed).all_reduce(model.grads() + p.embed->offset, model.grads() + p.embed->offset,
-                                                p.embed->size(), DType::F32, ReduceOp::Sum);
-    // (Its span: the padding after it belongs to no other report.)
-    if (p.embed && p.overlap && !dumping) p.adam->grad_ready(p.embed->offset, p.embed->span);
-    out.loss = world_loss() / double(p.GB * p.T);
-  }
-  out.lr = lr_at(t, p.budget.t_max, p.budget.warmup, p.rc.train.lr_max, p.rc.train.lr_min);
+  forward_backward(t, dumping);
+  out.loss = embedding_sum_and_loss(t, dumping);
+  out.lr = lr_at(t, run.budget.t_max, run.budget.warmup, run.rc.train.lr_max, run.rc.train.lr_min);
   dumps_->grads();  // dump steps: the gradient the update is about to use
-  // The DP reduction (bucketed; it may have started during the backward),
-  // the norm over the model-parallel group, clip, skip a non-finite step,
-  // AdamW on this rank's shard, the parameters gathered back.
-  dist::set_context(step_ctx + " optimizer");
-  out.adam_step = p.adam->applied_steps() + 1;  // bias correction counts applied updates only
-  {
-    auto opt = acct_->phase(Phase::Optimizer);
-    res = p.adam->step(out.lr, out.adam_step);  // refreshes the weight copy too
-  }
+  out.adam_step = optimizer_->adam->applied_steps() + 1;  // bias correction counts applied updates only
+  const dist::StepResult res = update(t, out.lr, out.adam_step);
   // ==== end of the step's maths ===================================================
 
   out.grad_norm = res.grad_norm;
@@ -254,105 +270,79 @@ StepOutcome Trainer::step(int64_t t) {
   if (res.skipped) ++progress_.skipped;
   dumps_->finish(t, out);
   progress_.step = t;
-  progress_.tokens += p.GB * p.T;
+  progress_.tokens += run.GB * run.T;
   out.seconds = acct_->end_step();
   return out;
 }
 
 void Trainer::load_batch(int64_t t) {
   auto data = acct_->phase(Phase::Data);
-  dist::set_context(pipe_->step_context(t) + " data");
-  fault_->inject(pipe_->world.rank(), t);
+  dist::set_context(run_->step_context(t) + " data");
+  fault_->inject(run_->world.rank(), t);
   acct_->stragglers().inject_delay();
-  pipe_->loader->next_batch(pipe_->batch.data());
+  data_->loader->next_batch(data_->batch.data());
 }
 
-// The pipeline schedule of one step over this rank's micro-batches: forward
-// and backward actions in the stage's order on the action's model chunk,
-// boundary messages between them (to and from the ranks holding the
-// neighbouring global chunks). On dump steps the recorder takes the logits
-// (single process) and the ATM decisions of this rank's layers after each
-// forward.
-void Trainer::run_schedule(int64_t t, bool dumping) {
-  Pipeline& p = *pipe_;
-  const int n_chunks = p.n_global_chunks();
-  const std::string step_ctx = p.step_context(t);
-  const double scale = 1.0 / (double(p.B) * p.m * p.T);  // this rank's mean; DP averages
-  const bool overlap_now = p.overlap && !dumping;  // dumps read the gradients whole
+// Forward and backward over the schedule (train/schedule_runner.h); the
+// gradients accumulate from zero (the model starts so, and every optimizer
+// step leaves them so: AdamWConfig::zero_grads). Dump steps read the
+// gradients whole: no overlapped DP reduction then.
+void Trainer::forward_backward(int64_t t, bool dumping) {
   auto schedule = acct_->phase(Phase::Schedule);
-  // Gradient-ready reports come from each chunk's last backward in the step
-  // (its whole backward, or with a split one the norm's from the last B and
-  // the layers' from the last W): each range once.
-  std::vector<size_t> last_b(size_t(p.v), p.actions.size()), last_w(size_t(p.v), p.actions.size());
-  for (size_t k = 0; k < p.actions.size(); ++k) {
-    const dist::Action& a = p.actions[k];
-    if (a.op == dist::Op::BwdWeight) last_w[size_t(a.chunk)] = k;
-    else if (a.op != dist::Op::Fwd) last_b[size_t(a.chunk)] = k;
-  }
-  for (size_t k = 0; k < p.actions.size(); ++k) {
-    const dist::Action a = p.actions[k];
-    Model<float>& model = *p.chunks[size_t(a.chunk)];
-    const int g = p.global_chunk(a.chunk);
-    const int slot = a.micro % p.chunk_slots[size_t(a.chunk)];
-    const int wslot = a.micro % p.chunk_weight_slots[size_t(a.chunk)];
-    const int32_t* tok = p.batch.data() + size_t(a.micro) * p.mb_tokens();
-    const std::string what = " micro-batch " + std::to_string(a.micro) + (p.v > 1 ? " chunk " + std::to_string(g) : "");
-    if (a.op == dist::Op::Fwd) {
-      dist::set_context(step_ctx + " forward" + what);
-      if (g > 0) p.link->recv(model.fwd_in(slot), p.chunk_rank(g - 1), StageLink::tag(g, a.micro, p.m, false));
-      {
-        auto compute = acct_->phase(Phase::Compute);
-        model.stage_forward(slot, tok, scale, true);
-      }
-      dumps_->after_forward(model);
-      if (g + 1 < n_chunks)
-        p.link->send(model.fwd_out(slot), p.chunk_rank(g + 1), StageLink::tag(g + 1, a.micro, p.m, false));
-      outputs_->traced(dist::Op::Fwd, a.micro, a.chunk);
-    } else if (a.op == dist::Op::BwdWeight) {
-      // W of a split backward: the weight-gradient GEMMs, no messages. The
-      // chunk's last W in the step reports its layers' gradients final.
-      dist::set_context(step_ctx + " weight gradients" + what);
-      model.arm_grad_ready(overlap_now && k == last_w[size_t(a.chunk)]);
-      {
-        auto compute = acct_->phase(Phase::Compute);
-        model.stage_backward_weight(slot, wslot);
-      }
-      model.arm_grad_ready(false);
-      outputs_->traced(dist::Op::BwdWeight, a.micro, a.chunk);
-    } else {  // the whole backward, or B of a split one
-      dist::set_context(step_ctx + " backward" + what);
-      if (g + 1 < n_chunks)
-        p.link->recv(model.bwd_in(), p.chunk_rank(g + 1), StageLink::tag(g + 1, a.micro, p.m, true));
-      model.arm_grad_ready(overlap_now && k == last_b[size_t(a.chunk)]);
-      const bool split = a.op == dist::Op::BwdInput;
-      {
-        auto compute = acct_->phase(Phase::Compute);
-        if (split) model.stage_backward_input(slot, wslot);
-        else model.stage_backward(slot);
-      }
-      model.arm_grad_ready(false);
-      if (g > 0) p.link->send(model.bwd_out(), p.chunk_rank(g - 1), StageLink::tag(g, a.micro, p.m, true));
-      outputs_->traced(split ? dist::Op::BwdInput : dist::Op::Bwd, a.micro, a.chunk);
-    }
-  }
-  p.link->flush();
-  outputs_->end_trace(t);
+  runner_->run(t, run_->step_context(t), data_->batch.data(), optimizer_->overlap && !dumping);
 }
 
-double Trainer::world_loss() { return pipe_->world_loss(acct_->step_atm(), acct_->job_atm()); }
+// The tied embedding: the first stage's lookup gradient plus the last
+// stage's head gradient, identical on both afterwards. Then the loss, the
+// mean CE over the global batch. (Communication, all of it.)
+double Trainer::embedding_sum_and_loss(int64_t t, bool dumping) {
+  auto comm = acct_->phase(Phase::Comm);
+  dist::set_context(run_->step_context(t) + " embedding gradient sum");
+  float* grads = model_->model->grads();
+  const ParamEntry* embed = model_->embed;
+  if (embed && layers_->embed_split)
+    comms_->grid->data(GroupKind::Embed).all_reduce(grads + embed->offset, grads + embed->offset, embed->size(),
+                                                    DType::F32, ReduceOp::Sum);
+  // (Its span: the padding after it belongs to no other report.)
+  if (embed && optimizer_->overlap && !dumping) optimizer_->adam->grad_ready(embed->offset, embed->span);
+  return world_loss() / double(run_->GB * run_->T);
+}
+
+// The DP reduction (bucketed; it may have started during the backward),
+// the norm over the model-parallel group, clip, skip a non-finite step,
+// AdamW on this rank's shard, the parameters gathered back.
+dist::StepResult Trainer::update(int64_t t, double lr, int64_t adam_step) {
+  dist::set_context(run_->step_context(t) + " optimizer");
+  auto opt = acct_->phase(Phase::Optimizer);
+  return optimizer_->adam->step(lr, adam_step);  // refreshes the weight copy too
+}
+
+// Sum over the world of the last stage's CE sums (tp rank 0 of each DP
+// replica's last stage contributes): the control plane, host doubles.
+// ATM's figures ride along (this rank's in, the job-wide sums out to the
+// accounting), so the accounting adds no collective of its own.
+double Trainer::world_loss() {
+  const RunSettings& run = *run_;
+  const double local = model_->head().take_loss_sum();
+  const AtmSaving& mine = acct_->step_atm();
+  double sums[4] = {(layers_->last && run.me.tp == 0) ? local : 0.0, mine.mu_sum, mine.layers, mine.saved_flops};
+  if (run.world.size() > 1) run.world.all_reduce(sums, 4, ReduceOp::Sum);
+  acct_->job_atm() = {sums[1], sums[2], sums[3]};
+  return sums[0];
+}
 
 StepOutcome Trainer::skip_data_step(int64_t t) {
-  Pipeline& p = *pipe_;
+  const RunSettings& p = *run_;
   acct_->begin_step(false);
   {
     auto data = acct_->phase(Phase::Data);
     dist::set_context(p.step_context(t) + " data (skipped window)");
-    p.loader->next_batch(p.batch.data());  // read and dropped: the data after the window is the same
+    data_->loader->next_batch(data_->batch.data());  // read and dropped: the data after the window is the same
   }
   StepOutcome out;
   out.loss = out.grad_norm = std::nan("");
   out.lr = lr_at(t, p.budget.t_max, p.budget.warmup, p.rc.train.lr_max, p.rc.train.lr_min);
-  out.adam_step = p.adam->applied_steps();
+  out.adam_step = optimizer_->adam->applied_steps();
   progress_.step = t;
   out.seconds = acct_->end_step();
   return out;
@@ -371,7 +361,7 @@ void Trainer::rewind(int64_t t, const std::string& why) {
 
 // ---- the run ----------------------------------------------------------------------
 TrainSummary Trainer::run() {
-  const Pipeline& p = *pipe_;
+  const RunSettings& p = *run_;
   const int64_t last_step = p.budget.last_step, resumed_from = checkpoints_->resumed_from();
   TrainSummary sum;
   sum.t_max = p.budget.t_max;

@@ -1,8 +1,19 @@
 // The training loop, for any process layout (docs/model.md §5): one rank of
 // a TP × PP × DP grid (a single process is the 1 × 1 × 1 grid). The run is a
-// Trainer object made of named parts, each in its own file:
-//   Pipeline          this rank's grid, stage, schedule, model, optimizer and
-//                     loader (train/pipeline.h)
+// Trainer object made of named parts, each in its own file. What this rank
+// is and holds:
+//   RunSettings       config, options, backend, world, budget, batch shape,
+//                     grid coordinate (train/run_settings.h)
+//   TrainData         the training loader and this rank's batch (train/train_data.h)
+//   RankComms         the grid, data plane, TP collectives and stage link
+//                     (train/rank_comms.h)
+//   StageLayers       which layers this rank's model chunks hold (train/stage_layers.h)
+//   StageSchedule     this stage's schedule of actions and slots (train/stage_schedule.h)
+//   RankModel         the model chunks and their parameter store (train/rank_model.h)
+//   RankOptimizer     DistAdamW with ZeRO and DP overlap (train/rank_optimizer.h)
+// What it does with them, each part given only what it reads:
+//   ScheduleRunner    one step of the schedule over the stage link, telling
+//                     its observers (train/schedule_runner.h)
 //   Validator         validation loaders and losses (train/validator.h)
 //   Accounting        the step's phases as timed scopes, MFU, memory, the
 //                     run's measurements (train/accounting.h)
@@ -16,8 +27,8 @@
 // and its work is:
 //   Trainer(...)   setup: every check agreed by all ranks, then the parts
 //   run()          the steps, each followed by its diagnostics, then the report
-//   step(t)        the step's maths: data -> pipeline schedule -> tied-embedding
-//                  sum and loss -> optimizer
+//   step(t)        the step's maths: data -> forward and backward (the
+//                  runner) -> tied-embedding sum and loss -> optimizer
 //   evaluate()     validation loss (ATM off)
 // The backend (Ops) is chosen at start-up (launch/, train.backend) and
 // passed in; nothing here assumes its buffers are host memory.
@@ -94,7 +105,15 @@ struct StepOutcome {
   bool skipped = false;
 };
 
-struct Pipeline;
+struct RunSettings;
+struct TrainData;
+struct RankComms;
+struct StageLayers;
+struct StageSchedule;
+struct RankModel;
+struct RankOptimizer;
+class StageChunk;
+class ScheduleRunner;
 class Validator;
 class Accounting;
 class Outputs;
@@ -135,12 +154,22 @@ class Trainer {
   ResumeState resume_state() const;
   // A step of a skipped data window: its global batch read and dropped.
   StepOutcome skip_data_step(int64_t t);
+  // This rank's grid (collective), layers, schedule, model, optimizer and
+  // stage link; then the schedule runner with its observers.
+  void build_rank();
+  void make_runner();
+  // The step's maths, in order (step()).
   // The step's data: this rank's slice of the global batch (the test hooks'
   // faults and delays act here, inside its time).
   void load_batch(int64_t t);
-  // The pipeline schedule of step t over this rank's micro-batches.
-  void run_schedule(int64_t t, bool dumping);
-  // Sum over the world of the step's CE sums (ATM's figures ride along).
+  // Forward and backward of this rank's micro-batches over the schedule.
+  void forward_backward(int64_t t, bool dumping);
+  // The tied embedding's gradient summed between its two ends, then the
+  // mean loss over the global batch.
+  double embedding_sum_and_loss(int64_t t, bool dumping);
+  // The DP reduction, norm, clip and AdamW: the update.
+  dist::StepResult update(int64_t t, double lr, int64_t adam_step);
+  // Sum over the world of the last stage's CE sums (ATM's figures ride along).
   double world_loss();
   // Collective: back to the newest checkpoint, data window [c+1, t] skipped.
   void rewind(int64_t t, const std::string& why);
@@ -149,7 +178,13 @@ class Trainer {
   void share_gemm_tuning(bool measured);
   void check_resumed_gemm();
 
-  std::unique_ptr<Pipeline> pipe_;
+  std::unique_ptr<RunSettings> run_;
+  std::unique_ptr<TrainData> data_;
+  std::unique_ptr<RankComms> comms_;
+  std::unique_ptr<StageLayers> layers_;
+  std::unique_ptr<StageSchedule> schedule_;
+  std::unique_ptr<RankModel> model_;
+  std::unique_ptr<RankOptimizer> optimizer_;
   TrainProgress progress_;
   std::unique_ptr<Validator> validator_;
   std::unique_ptr<Accounting> acct_;
@@ -158,6 +193,8 @@ class Trainer {
   std::unique_ptr<SpikePolicy> spikes_;
   std::unique_ptr<DumpRecorder> dumps_;
   std::unique_ptr<Fault> fault_;
+  std::vector<std::unique_ptr<StageChunk>> stage_chunks_;  // the model's chunks as the runner drives them
+  std::unique_ptr<ScheduleRunner> runner_;
   bool gemm_shared_ = false;  // rank 0's measured GEMM choices adopted by every rank
 };
 

@@ -14,14 +14,21 @@
 
 namespace wiola {
 
-struct Pipeline;
+struct RunSettings;
+struct StageSchedule;
+struct RankModel;
+struct RankComms;
+struct TrainData;
 
 class Validator {
  public:
-  // The sum over the world of the last stage's CE sums (Pipeline::world_loss).
+  // The sum over the world of the last stage's CE sums (Trainer::world_loss).
   using WorldLoss = std::function<double()>;
 
-  Validator(Pipeline& pipe, WorldLoss world_loss);
+  // The forwards run on `model`'s chunks in `schedule`'s chunk order, their
+  // messages on `comms`' stage link; `data`: the training loader (a blend's shares).
+  Validator(const RunSettings& run, const StageSchedule& schedule, RankModel& model, RankComms& comms,
+            const TrainData& data, WorldLoss world_loss);
   // Opens the loaders (inside the setup agreement): the "val" split of the
   // data, or one for each blended source whose split is long enough (a
   // small source is left out with a warning; the others keep their
@@ -49,7 +56,11 @@ class Validator {
   };
   double loss_of(Source& v);
 
-  Pipeline& pipe_;
+  const RunSettings& run_;
+  const StageSchedule& schedule_;
+  RankModel& model_;
+  RankComms& comms_;
+  const TrainData& data_;
   WorldLoss world_loss_;
   std::vector<Source> vals_;
   double last_ = -1;

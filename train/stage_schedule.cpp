@@ -1,0 +1,32 @@
+#include "train/stage_schedule.h"
+
+#include <algorithm>
+
+namespace wiola {
+
+StageSchedule make_stage_schedule(const std::string& name, int pp, int stage, int m, int v,
+                                  dist::ChunkPlacement placement) {
+  StageSchedule s;
+  s.pp = pp;
+  s.stage = stage;
+  s.m = m;
+  s.v = v;
+  s.placement = placement;
+  s.actions = name == "gpipe"         ? dist::schedule_gpipe(pp, stage, m)
+              : name == "zb-h1"       ? dist::schedule_zb_h1(pp, stage, m)
+              : name == "interleaved" ? dist::schedule_interleaved(pp, stage, m, v)
+              : name == "zb-v"        ? dist::schedule_zb_v(pp, stage, m)
+                                      : dist::schedule_1f1b(pp, stage, m);
+  // Each chunk's micro-batches go through it in order, so the ones alive
+  // (forward to backward) and those waiting between B and W are windows of
+  // consecutive micro-batches: slot micro % slots is free when it is reused.
+  for (int c = 0; c < v; ++c) {
+    const std::vector<dist::Action> mine = dist::chunk_actions(s.actions, c);
+    s.chunk_slots.push_back(std::max(1, dist::max_in_flight(mine)));
+    s.chunk_weight_slots.push_back(std::max(1, dist::max_pending_weight(mine)));
+  }
+  s.slots = *std::max_element(s.chunk_slots.begin(), s.chunk_slots.end());
+  return s;
+}
+
+}  // namespace wiola
