@@ -44,10 +44,10 @@ exec > >(tee "$OUT/train.log") 2>&1
 dry=${KIT_TRAIN_DRY:-0}
 if [ "$dry" = 1 ]; then
   model=(--set model.preset=wiola-tiny --set model.vocab_size=32000 --set train.micro_batch=2)
-  steps=6 every=2 term_at=2 kill_at=4 small_steps=4 half=2 text_bytes=300000
+  steps=6 every=2 term_at=2 kill_at=4 small_steps=4 half=2 text_bytes=300000 eval_bytes=3000
 else
   model=(--set model.preset=wiola-small --set train.micro_batch=8)
-  steps=400 every=50 term_at=100 kill_at=250 small_steps=8 half=4 text_bytes=2000000
+  steps=400 every=50 term_at=100 kill_at=250 small_steps=8 half=4 text_bytes=2000000 eval_bytes=100000
 fi
 common=("${model[@]}" "${kit_sets[@]}" --set train.lr_max=1e-3 --set train.log_every=1
         --set train.eval_every=0 --set train.seed=1234 --set checkpoint.keep=100
@@ -139,7 +139,7 @@ cat "$work/decode.txt" "$work/decode.err"; echo
 record decode $([ $rc = 0 ] && echo 1 || echo 0) "{\"exit\": $rc}"
 
 echo "== eval: the fp32 checkpoint on cuda-fp32 and on the CPU"
-head -c $((text_bytes / 20)) "$work/brown.txt" > "$work/eval.txt"
+head -c $eval_bytes "$work/brown.txt" > "$work/eval.txt"
 for b in cuda-fp32 cpu; do
   "$w" eval --checkpoint "$work/gpu32/ck" --backend $b --text "$work/eval.txt" > "$work/eval.$b.txt" 2>&1
   echo "eval $b: exit $?"; cat "$work/eval.$b.txt"
