@@ -39,24 +39,7 @@ std::vector<OpTime> costliest_first(const std::map<std::string, OpTime>& by_name
 
 std::unique_ptr<OpTimeline> make_host_timeline() { return std::make_unique<HostTimeline>(); }
 
-const char* op_class_of(const std::string& op) {
-  static const std::map<std::string, const char*> classes = {
-      {"gemm", "gemm"}, {"gemm_strided_batched", "gemm"},
-      {"attention_fwd", "attention"}, {"attention_bwd", "attention"},
-      {"ctx_attention_fwd", "context attention"}, {"ctx_attention_bwd", "context attention"},
-      {"prefix_mean_fwd", "context attention"}, {"prefix_mean_bwd", "context attention"},
-      {"prefix_mean_carry_fwd", "context attention"},
-      {"atm_similarity", "ATM"}, {"atm_plan", "ATM"}, {"atm_merge_rows", "ATM"}, {"atm_merge_rows_bwd", "ATM"},
-      {"rmsnorm_fwd", "norm"}, {"add_rmsnorm_fwd", "norm"}, {"rmsnorm_bwd", "norm"},
-      {"ce_row_max", "cross-entropy"}, {"ce_sumexp_target", "cross-entropy"}, {"ce_loss_grad", "cross-entropy"},
-      {"ce_loss", "cross-entropy"},
-      {"adamw", "optimizer"}, {"sum_squares", "optimizer"}, {"sum", "optimizer"}, {"accumulate", "optimizer"},
-      {"upload", "copies"}, {"download", "copies"}, {"copy", "copies"}, {"zero", "copies"},
-      {"convert", "copies"}, {"copy_block", "copies"},
-      {"embedding_fwd", "embedding"}, {"embedding_bwd", "embedding"}};
-  const auto it = classes.find(op);
-  return it == classes.end() ? "elementwise" : it->second;  // SRPE, blend, gates, activations, add/axpy/scale
-}
+const char* op_class_of(const std::string& op) { return op_class_name(op_info(op_named(op)).cls); }
 
 double OpProfile::class_seconds(const std::string& cls) const {
   for (const auto& c : classes)
@@ -102,7 +85,8 @@ OpProfile ProfiledOps<T>::profile() {
   OpProfile p;
   for (const Span& s : spans_) {
     const double t = timeline_->seconds(s.from, s.to);
-    for (auto [map, key] : {std::pair{&ops, std::string(s.op)}, std::pair{&classes, std::string(op_class_of(s.op))}}) {
+    const OpInfo& op = op_info(s.op);
+    for (auto [map, key] : {std::pair{&ops, std::string(op.name)}, std::pair{&classes, std::string(op_class_name(op.cls))}}) {
       OpTime& e = (*map)[key];
       e.name = key;
       e.seconds += t;
@@ -116,12 +100,12 @@ OpProfile ProfiledOps<T>::profile() {
 }
 
 template <class T>
-void ProfiledOps<T>::op_begin(const char*) {
+void ProfiledOps<T>::op_begin(OpId) {
   from_ = on_ ? timeline_->mark() : -1;
 }
 
 template <class T>
-void ProfiledOps<T>::op_end(const char* op) noexcept {
+void ProfiledOps<T>::op_end(OpId op) noexcept {
   if (from_ >= 0) spans_.push_back({op, from_, timeline_->mark()});
   from_ = -1;
 }

@@ -40,8 +40,9 @@ struct OpProfile {
 // ops"; lines start with `indent`.
 std::string format_op_profile(const OpProfile& p, double wall_s, int steps, const std::string& indent);
 
-// The class an op is reported under ("gemm", "attention", "norm", ...); the
-// op names are the Ops member functions'.
+// The class an op is reported under ("gemm", "attention", "norm", ...: its
+// entry in kernels/op_list.h); the op names are the Ops member functions'.
+// Throws wiola::Error for a name that is no op.
 const char* op_class_of(const std::string& op);
 
 template <class T>
@@ -62,12 +63,12 @@ class ProfiledOps final : public ForwardingOps<T> {
   }
 
  protected:
-  void op_begin(const char* op) override;
-  void op_end(const char* op) noexcept override;
+  void op_begin(OpId op) override;
+  void op_end(OpId op) noexcept override;
 
  private:
   struct Span {
-    const char* op;
+    OpId op;
     int from, to;
   };
   std::unique_ptr<OpTimeline> timeline_;

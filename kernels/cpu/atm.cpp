@@ -1,5 +1,6 @@
 // ATM (docs/model.md §2 "ATM"): neighbour cosine similarity for the merge map, and the
 // mean of each group's rows (merged keys/values) with its backward.
+#include "kernels/atm_plan.h"
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/kernels.h"
 #include "util/error.h"
@@ -100,6 +101,15 @@ void atm_merge_rows_bwd(const T* dout, int B, int Tn, int w,
       T* d = dx + (size_t(b) * Tn + t) * w;
       for (int c = 0; c < w; ++c) d[c] += g[c] * inv;
     }
+  }
+}
+
+void atm_plan(const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first, int32_t* key_end,
+              int32_t* n_groups) {
+  for (int b = 0; b < B; ++b) {
+    uint8_t* ob = open + size_t(b) * Tn;
+    atm_greedy_row(rho + size_t(b) * (Tn - 1), Tn, tau, ob);
+    n_groups[b] = atm_layout_row(ob, Tn, group_first + size_t(b) * Tn, key_end + size_t(b) * Tn);
   }
 }
 

@@ -61,7 +61,7 @@ class Bf16StorageOps final : private OwnedCpu, public ForwardingOps<float> {
     if (!p || p.dtype() != DType::BF16) return p;
     return Ptr(shadow(p.raw(), true), DType::F32);
   }
-  void op_end(const char*) noexcept override {
+  void op_end(OpId) noexcept override {
     for (const Shadow& s : shadows_)
       if (s.before) write_back(s);
     shadows_.clear();

@@ -1,10 +1,16 @@
 // The CPU op bodies as free functions, one file per family; semantics are
-// documented once, in kernels/ops.h (same names, same arguments). Each
-// function is explicitly instantiated for float and double in its file.
+// documented once, in kernels/op_list.h. CpuOps (kernels/cpu/cpu_ops.h)
+// runs each op as cpu::NAME with the op's own arguments, buffers as host
+// pointers (CPtr -> const T*, Ptr -> T*); where a kernel takes other
+// arguments (a value for a buffer, a result returned), its op form follows
+// it here. Each kernel is explicitly instantiated for float and double in
+// its file.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 
 #include "kernels/ops.h"
 
@@ -16,6 +22,17 @@ template <class T> void axpy(T alpha, const T* x, T* y, size_t n);
 template <class T> void scale(T* x, T s, size_t n);
 template <class T> double sum_squares(const T* x, size_t n);
 template <class T> double sum(const T* x, size_t n);
+// Op forms: acc[0] += the sum; y += x in double.
+template <class T> void sum_squares(const T* x, size_t n, double* acc) { acc[0] += sum_squares(x, n); }
+template <class T> void sum(const T* x, size_t n, double* acc) { acc[0] += sum(x, n); }
+template <class T> void accumulate(const double* x, T* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = T(double(y[i]) + x[i]);
+}
+// A norm's or prefix mean's GEMM operand copy, out_op (may be null): storage
+// is T here, so the values themselves.
+template <class T> void copy_operand(const T* out, T* out_op, size_t n) {
+  if (out_op && n) std::memcpy(out_op, out, n * sizeof(T));
+}
 
 // ---- vocab.cpp: vocab-parallel embedding and the three-phase cross-entropy
 template <class T>
@@ -48,6 +65,18 @@ template <class T>
 void add_rmsnorm_fwd(const T* a, const T* b, T* s, const T* gamma, const T* delta, int N,
                      int d, double eps, T* y, T* rstd);
 // dx = dres + dz (dres may be dx, or null: dx = dz).
+// Op forms, with the GEMM operand copy y_op.
+template <class T>
+void rmsnorm_fwd(const T* x, const T* gamma, const T* delta, int N, int d, double eps, T* y, T* rstd, T* y_op) {
+  rmsnorm_fwd(x, gamma, delta, N, d, eps, y, rstd);
+  copy_operand(y, y_op, size_t(N) * size_t(d));
+}
+template <class T>
+void add_rmsnorm_fwd(const T* a, const T* b, T* s, const T* gamma, const T* delta, int N, int d, double eps, T* y,
+                     T* rstd, T* y_op) {
+  add_rmsnorm_fwd(a, b, s, gamma, delta, N, d, eps, y, rstd);
+  copy_operand(y, y_op, size_t(N) * size_t(d));
+}
 template <class T>
 void rmsnorm_bwd(const T* x, const T* gamma, const T* delta, const T* rstd,
                  const T* dy, int N, int d, const T* dres, T* dx, T* dgamma, T* ddelta);
@@ -56,6 +85,7 @@ void rmsnorm_bwd(const T* x, const T* gamma, const T* delta, const T* rstd,
 template <class T>
 void srpe_apply(T* x, int B, int Tn, int nh, int dh, const T* table,
                 bool inverse);
+// dh even (all three).
 // proj[B Tn, 2 H dh + 2 Hkv dh] = [q | k | v | gate] blocks: q, k rotated, v,
 // gate copied (forward); dproj = [dq, dk rotated back | dv | dgate] (backward).
 // The bits of copy_block and srpe_apply (one pass; Ops::srpe_split_fwd).
@@ -69,6 +99,8 @@ void srpe_split_bwd(const T* dq, const T* dk, const T* dv, const T* dgate, int B
 // ---- atm.cpp: ATM similarity and key/value merging --------------------------
 template <class T>
 void atm_similarity(const T* x, int B, int Tn, int d, double* rho);
+void atm_plan(const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first, int32_t* key_end,
+              int32_t* n_groups);
 template <class T>
 void atm_merge_rows(const T* x, int B, int Tn, int w,
                     const int32_t* group_first, const int32_t* key_end,
@@ -103,6 +135,40 @@ void sigmoid_gate_fwd(const T* pre, const T* x, size_t n, T* out);
 template <class T>
 void sigmoid_gate_bwd(const T* pre, const T* x, const T* dout, size_t n,
                       T* dpre, T* dx);
+// Op forms: the GEMM operand copy out_op; φ read from phi[0], dL/dφ written
+// to dphi[0]; the fused blend and gate as the two kernels one after the
+// other (the same bits: storage is T here, nothing is rounded between them).
+template <class T>
+void prefix_mean_fwd(const T* x, int B, int Tn, int d, T* out, T* out_op) {
+  prefix_mean_fwd(x, B, Tn, d, out);
+  copy_operand(out, out_op, size_t(B) * size_t(Tn) * size_t(d));
+}
+template <class T>
+void prefix_mean_carry_fwd(const T* x, int B, int Tn, int d, int pos0, T* carry, T* out, T* out_op) {
+  prefix_mean_carry_fwd(x, B, Tn, d, pos0, carry, out);
+  copy_operand(out, out_op, size_t(B) * size_t(Tn) * size_t(d));
+}
+template <class T>
+void blend_fwd(const T* o_self, const T* o_ctx, const T* phi, size_t n, T* out) {
+  blend_fwd(o_self, o_ctx, double(phi[0]), n, out);
+}
+template <class T>
+void blend_bwd(const T* o_self, const T* o_ctx, const T* phi, const T* dout, size_t n, T* d_self, T* d_ctx,
+               double* dphi) {
+  dphi[0] = blend_bwd(o_self, o_ctx, double(phi[0]), dout, n, d_self, d_ctx);
+}
+template <class T>
+void blend_gate_fwd(const T* o_self, const T* o_ctx, const T* phi, const T* pre, size_t n, T* o, T* og) {
+  blend_fwd(o_self, o_ctx, double(phi[0]), n, o);
+  sigmoid_gate_fwd(pre, o, n, og);
+}
+template <class T>
+void blend_gate_bwd(const T* o_self, const T* o_ctx, const T* phi, const T* pre, const T* o, const T* dog, size_t n,
+                    T* dpre, T* d_self, T* d_ctx, double* dphi) {
+  const std::unique_ptr<T[]> d_o(new T[n]);  // dL/do, between the two
+  sigmoid_gate_bwd(pre, o, dog, n, dpre, d_o.get());
+  dphi[0] = blend_bwd(o_self, o_ctx, double(phi[0]), d_o.get(), n, d_self, d_ctx);
+}
 
 // ---- dsff.cpp: SwiGLU, GELU, stream fusion ------------------------------------
 template <class T> void swiglu_fwd(const T* g, const T* u, size_t n, T* h);

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/kernels.h"
+#include "util/error.h"
 
 namespace wiola::cpu {
 namespace {
@@ -39,6 +40,7 @@ template <class T>
 template <class T>
 void srpe_apply(T* x, int B, int Tn, int nh, int dh, const T* table,
                 bool inverse) {
+  WIOLA_CHECK(dh % 2 == 0, "srpe_apply: head dim ", dh, " is odd");
   const long rows = long(B) * Tn;
   const size_t w = size_t(nh) * size_t(dh);
 #pragma omp parallel for schedule(static) if (size_t(rows) * w >= kParallelMin)
@@ -51,6 +53,7 @@ void srpe_apply(T* x, int B, int Tn, int nh, int dh, const T* table,
 template <class T>
 void srpe_split_fwd(const T* proj, int B, int Tn, int H, int Hkv, int dh, const T* table, T* q, T* k, T* v,
                     T* gate) {
+  WIOLA_CHECK(dh % 2 == 0, "srpe_split_fwd: head dim ", dh, " is odd");
   const long rows = long(B) * Tn;
   const size_t hd = size_t(H) * size_t(dh), kvd = size_t(Hkv) * size_t(dh), width = 2 * hd + 2 * kvd;
 #pragma omp parallel for schedule(static) if (size_t(rows) * width >= kParallelMin)
@@ -67,6 +70,7 @@ void srpe_split_fwd(const T* proj, int B, int Tn, int H, int Hkv, int dh, const 
 template <class T>
 void srpe_split_bwd(const T* dq, const T* dk, const T* dv, const T* dgate, int B, int Tn, int H, int Hkv, int dh,
                     const T* table, T* dproj) {
+  WIOLA_CHECK(dh % 2 == 0, "srpe_split_bwd: head dim ", dh, " is odd");
   const long rows = long(B) * Tn;
   const size_t hd = size_t(H) * size_t(dh), kvd = size_t(Hkv) * size_t(dh), width = 2 * hd + 2 * kvd;
 #pragma omp parallel for schedule(static) if (size_t(rows) * width >= kParallelMin)

@@ -12,7 +12,7 @@ namespace {
 
 // One block per neighbour pair (b, t), t < Tn-1; sums in double.
 template <class E>
-__global__ void k_atm_sim(const E* x, int Tn, int d, double* rho) {
+__global__ void k_atm_similarity(const E* x, int Tn, int d, double* rho) {
   const int b = blockIdx.y, t = blockIdx.x;
   const E* a = x + (size_t(b) * Tn + t) * d;
   const E* c = a + d;
@@ -40,7 +40,7 @@ __global__ void k_atm_plan(const double* rho, int B, int Tn, double tau, uint8_t
   n_groups[b] = atm_layout_row(ob, Tn, group_first + size_t(b) * Tn, key_end + size_t(b) * Tn);
 }
 template <class E>
-__global__ void k_atm_merge(const E* x, int B, int Tn, int w, const int32_t* gf, const int32_t* ke,
+__global__ void k_atm_merge_rows(const E* x, int B, int Tn, int w, const int32_t* gf, const int32_t* ke,
                             const int32_t* ng, E* out) {
   const size_t n = size_t(B) * Tn * w;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -57,7 +57,7 @@ __global__ void k_atm_merge(const E* x, int B, int Tn, int w, const int32_t* gf,
   }
 }
 template <class E>
-__global__ void k_atm_merge_bwd(const E* dout, int B, int Tn, int w, const int32_t* gf, const int32_t* ke,
+__global__ void k_atm_merge_rows_bwd(const E* dout, int B, int Tn, int w, const int32_t* gf, const int32_t* ke,
                                 const int32_t* ng, E* dx) {
   const size_t n = size_t(B) * Tn * w;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -79,7 +79,7 @@ void atm_similarity(Ctx c, CPtr x, int B, int Tn, int d, double* rho) {
   if (Tn < 2 || B <= 0) return;
   dispatch(x.dtype(), "atm_similarity", [&](auto e) {
     using E = decltype(e);
-    k_atm_sim<E><<<dim3(Tn - 1, B), kThreads, 0, c.s>>>(dev<E>(x), Tn, d, rho);
+    k_atm_similarity<E><<<dim3(Tn - 1, B), kThreads, 0, c.s>>>(dev<E>(x), Tn, d, rho);
   });
   after_launch("atm_similarity");
 }
@@ -92,7 +92,7 @@ void atm_merge_rows(Ctx c, CPtr x, int B, int Tn, int w, const int32_t* group_fi
                     const int32_t* n_groups, Ptr out) {
   dispatch(x.dtype(), "atm_merge_rows", [&](auto e) {
     using E = decltype(e);
-    k_atm_merge<E><<<grid_for(size_t(B) * Tn * w), kThreads, 0, c.s>>>(dev<E>(x), B, Tn, w, group_first, key_end,
+    k_atm_merge_rows<E><<<grid_for(size_t(B) * Tn * w), kThreads, 0, c.s>>>(dev<E>(x), B, Tn, w, group_first, key_end,
                                                                       n_groups, dev<E>(out));
   });
   after_launch("atm_merge_rows");
@@ -101,7 +101,7 @@ void atm_merge_rows_bwd(Ctx c, CPtr dout, int B, int Tn, int w, const int32_t* g
                         const int32_t* key_end, const int32_t* n_groups, Ptr dx) {
   dispatch(dx.dtype(), "atm_merge_rows_bwd", [&](auto e) {
     using E = decltype(e);
-    k_atm_merge_bwd<E><<<grid_for(size_t(B) * Tn * w), kThreads, 0, c.s>>>(dev<E>(dout), B, Tn, w, group_first,
+    k_atm_merge_rows_bwd<E><<<grid_for(size_t(B) * Tn * w), kThreads, 0, c.s>>>(dev<E>(dout), B, Tn, w, group_first,
                                                                           key_end, n_groups, dev<E>(dx));
   });
   after_launch("atm_merge_rows_bwd");

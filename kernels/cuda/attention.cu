@@ -55,7 +55,7 @@ __device__ __forceinline__ void load_row(float (&a)[kMaxPerLane], const E* row, 
 
 // Forward: one warp per (b, h, query i).
 template <class A>
-__global__ void k_attn_fwd(AttnShape s, KeysDev keys, const A* q, const A* k, const A* v, const A* raw_k,
+__global__ void k_attention_fwd(AttnShape s, KeysDev keys, const A* q, const A* k, const A* v, const A* raw_k,
                            const A* raw_v, A* o, float* lse) {
   const int warp = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (warp >= s.B * s.H * s.Tq) return;
@@ -101,7 +101,7 @@ __global__ void k_attn_fwd(AttnShape s, KeysDev keys, const A* q, const A* k, co
 
 // D[b, h, i] = dout . o (the softmax backward's row term).
 template <class A>
-__global__ void k_attn_rowdot(AttnShape s, const A* o, const A* dout, float* D) {
+__global__ void k_attention_bwd_rowdot(AttnShape s, const A* o, const A* dout, float* D) {
   const int warp = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (warp >= s.B * s.H * s.Tq) return;
   const int i = warp % s.Tq, h = (warp / s.Tq) % s.H, b = warp / (s.Tq * s.H);
@@ -115,7 +115,7 @@ __global__ void k_attn_rowdot(AttnShape s, const A* o, const A* dout, float* D) 
 // dq, and the raw self key/value gradients: one warp per (b, query i, KV
 // group g), looping over the group's heads.
 template <class A>
-__global__ void k_attn_dq(AttnShape s, KeysDev keys, const A* q, const A* k, const A* v, const A* raw_k,
+__global__ void k_attention_bwd_dq(AttnShape s, KeysDev keys, const A* q, const A* k, const A* v, const A* raw_k,
                           const A* raw_v, const float* lse, const float* D, const A* dout, A* dq, A* draw_k,
                           A* draw_v) {
   const int warp = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -185,7 +185,7 @@ __global__ void k_attn_dq(AttnShape s, KeysDev keys, const A* q, const A* k, con
 // dk, dv: one warp per (b, key row j, KV group g), over the queries that see
 // the row (positions >= its key_end) and the group's heads.
 template <class A>
-__global__ void k_attn_dkv(AttnShape s, KeysDev keys, const A* q, const A* k, const A* v, const float* lse,
+__global__ void k_attention_bwd_dkv(AttnShape s, KeysDev keys, const A* q, const A* k, const A* v, const float* lse,
                            const float* D, const A* dout, A* dk, A* dv) {
   const int warp = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (warp >= s.B * s.Tk * s.Hkv) return;
@@ -259,7 +259,7 @@ void attention_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr
   const KeysDev kd{keys.key_end, keys.n_keys, keys.self_open};
   dispatch(q.dtype(), "attention_fwd", [&](auto e) {
     using A = decltype(e);
-    k_attn_fwd<A><<<blocks_of_warps(size_t(s.B) * s.H * s.Tq), 32 * kWarpsPerBlock, 0, c.s>>>(
+    k_attention_fwd<A><<<blocks_of_warps(size_t(s.B) * s.H * s.Tq), 32 * kWarpsPerBlock, 0, c.s>>>(
         s, kd, dev<A>(q), dev<A>(k), dev<A>(v), dev<A>(raw_k), dev<A>(raw_v), dev<A>(o), dev<float>(lse));
   });
   after_launch("attention_fwd");
@@ -274,7 +274,7 @@ void attention_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr
   const int threads = 32 * kWarpsPerBlock;
   dispatch(q.dtype(), "attention_bwd", [&](auto e) {
     using A = decltype(e);
-    k_attn_rowdot<A><<<blocks_of_warps(size_t(s.B) * s.H * s.Tq), threads, 0, c.s>>>(s, dev<A>(o), dev<A>(dout),
+    k_attention_bwd_rowdot<A><<<blocks_of_warps(size_t(s.B) * s.H * s.Tq), threads, 0, c.s>>>(s, dev<A>(o), dev<A>(dout),
                                                                                     D.as<float>());
   });
   if (attention_bwd_tc(c, s, keys, q, k, v, raw_k, raw_v, lse, D.as<float>(), dout, dq, dk, dv, draw_k, draw_v)) {
@@ -283,10 +283,10 @@ void attention_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr
   }
   dispatch(q.dtype(), "attention_bwd", [&](auto e) {
     using A = decltype(e);
-    k_attn_dq<A><<<blocks_of_warps(size_t(s.B) * s.Tq * s.Hkv), threads, 0, c.s>>>(
+    k_attention_bwd_dq<A><<<blocks_of_warps(size_t(s.B) * s.Tq * s.Hkv), threads, 0, c.s>>>(
         s, kd, dev<A>(q), dev<A>(k), dev<A>(v), dev<A>(raw_k), dev<A>(raw_v), dev<float>(lse), D.as<float>(),
         dev<A>(dout), dev<A>(dq), dev<A>(draw_k), dev<A>(draw_v));
-    k_attn_dkv<A><<<blocks_of_warps(size_t(s.B) * s.Tk * s.Hkv), threads, 0, c.s>>>(
+    k_attention_bwd_dkv<A><<<blocks_of_warps(size_t(s.B) * s.Tk * s.Hkv), threads, 0, c.s>>>(
         s, kd, dev<A>(q), dev<A>(k), dev<A>(v), dev<float>(lse), D.as<float>(), dev<A>(dout), dev<A>(dk),
         dev<A>(dv));
   });

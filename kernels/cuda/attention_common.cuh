@@ -1,5 +1,5 @@
 // What the two bf16 self-attention implementations share (attention_tc.cu:
-// WMMA tiles in shared memory; attention_fa2.cu: the FlashAttention-2 form in
+// WMMA tiles in shared memory; attention_fa2_{fwd,bwd}.cu: the FlashAttention-2 form in
 // registers): the visible key prefix of a position, whether the device grants
 // a block's shared memory, and the raw self-key gradients of one query row.
 #pragma once

@@ -3,8 +3,8 @@
 // outputs as the row kernels of attention.cu, which fp32 mode and head dims
 // outside {32, 64, 96, 128} keep using. The backend option attention = rows
 // (train.cuda_attention, kernels/backend_options.h; c.attn_fwd) selects the
-// row kernels in bf16 too (docs/gpu.md); fa2 the forward of attention_fa2.cu
-// (FlashAttention-2 form), attention_bwd = fa2 its backward.
+// row kernels in bf16 too (docs/gpu.md); fa2 the forward of attention_fa2_fwd.cu
+// (FlashAttention-2 form), attention_bwd = fa2 its backward (attention_fa2_bwd.cu).
 //
 // Forward: one block per (64 query rows, head h, sequence b); four warps, 16
 // query rows each. Per tile of 64 key rows (up to the prefix the block's last
@@ -226,7 +226,7 @@ __device__ void warp_online_softmax(const float* Ss, bf16_t* Ps, float* Os, floa
 }
 
 template <int D>
-__global__ void __launch_bounds__(32 * kWarps) k_attn_fwd_tc(AttnShape s, TcKeys keys, const bf16_t* q,
+__global__ void __launch_bounds__(32 * kWarps) k_attention_fwd_tc(AttnShape s, TcKeys keys, const bf16_t* q,
                                                               const bf16_t* k, const bf16_t* v, const bf16_t* raw_k,
                                                               const bf16_t* raw_v, bf16_t* o, float* lse) {
   using namespace nvcuda;
@@ -432,7 +432,7 @@ __device__ KeyBlock load_key_block(const AttnShape& s, const TcKeys& keys, const
 
 // dK, dV of key rows [j0, j0 + 64) of group g in sequence b.
 template <int D>
-__global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc(AttnShape s, TcKeys keys, const bf16_t* q,
+__global__ void __launch_bounds__(32 * kWarps) k_attention_bwd_dkv_tc(AttnShape s, TcKeys keys, const bf16_t* q,
                                                               const bf16_t* k, const bf16_t* v, const float* lse,
                                                               const float* Dterm, const bf16_t* dout, bf16_t* dk,
                                                               bf16_t* dv) {
@@ -476,7 +476,7 @@ __global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc(AttnShape s, TcKeys
 // (backward v2): each warp's dQ rows stay in registers over the key tiles and
 // go to shared memory once per head, instead of at every tile.
 template <int D, bool kRegAcc = false>
-__global__ void __launch_bounds__(32 * kWarps) k_attn_dq_tc(AttnShape s, TcKeys keys, const bf16_t* q,
+__global__ void __launch_bounds__(32 * kWarps) k_attention_bwd_dq_tc(AttnShape s, TcKeys keys, const bf16_t* q,
                                                              const bf16_t* k, const bf16_t* v, const bf16_t* raw_k,
                                                              const bf16_t* raw_v, const float* lse, const float* Dterm,
                                                              const bf16_t* dout, bf16_t* dq, bf16_t* draw_k,
@@ -629,7 +629,7 @@ __device__ void store_acc_rows(const AccFrag (&acc)[D / 16], float* stage, bf16_
 
 // dK, dV of key rows [j0, j0 + 64) of group g in sequence b (v2).
 template <int D>
-__global__ void __launch_bounds__(32 * kWarps) k_attn_dkv_tc2(AttnShape s, TcKeys keys, const bf16_t* q,
+__global__ void __launch_bounds__(32 * kWarps) k_attention_bwd_dkv_tc2(AttnShape s, TcKeys keys, const bf16_t* q,
                                                                const bf16_t* k, const bf16_t* v, const float* lse,
                                                                const float* Dterm, const bf16_t* dout, bf16_t* dk,
                                                                bf16_t* dv) {
@@ -675,10 +675,10 @@ void launch_tc_bwd(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k
   const size_t smem_kv = tc_bwd_smem_bytes(D, 2), smem_q = tc_bwd_smem_bytes(D, 1), smem_kv2 = tc_bwd2_smem_bytes(D);
   static const bool attr_set = [&] {
     const char* what = "attention_bwd (tensor cores): shared memory size";
-    check(cudaFuncSetAttribute(k_attn_dkv_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)), what);
-    check(cudaFuncSetAttribute(k_attn_dq_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)), what);
-    check(cudaFuncSetAttribute(k_attn_dkv_tc2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv2)), what);
-    check(cudaFuncSetAttribute(k_attn_dq_tc<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)),
+    check(cudaFuncSetAttribute(k_attention_bwd_dkv_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)), what);
+    check(cudaFuncSetAttribute(k_attention_bwd_dq_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)), what);
+    check(cudaFuncSetAttribute(k_attention_bwd_dkv_tc2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv2)), what);
+    check(cudaFuncSetAttribute(k_attention_bwd_dq_tc<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)),
           what);
     return true;
   }();
@@ -686,15 +686,15 @@ void launch_tc_bwd(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k
   const bool v2 = c.attn_bwd == AttnBwdKind::V2;
   const dim3 grid_kv(unsigned((s.Tk + 63) / 64), unsigned(s.Hkv), unsigned(s.B));
   if (v2)
-    k_attn_dkv_tc2<D><<<grid_kv, 32 * kWarps, smem_kv2, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k),
+    k_attention_bwd_dkv_tc2<D><<<grid_kv, 32 * kWarps, smem_kv2, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k),
                                                                dev<bf16_t>(v), dev<float>(lse), Dterm,
                                                                dev<bf16_t>(dout), dev<bf16_t>(dk), dev<bf16_t>(dv));
   else
-    k_attn_dkv_tc<D><<<grid_kv, 32 * kWarps, smem_kv, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k),
+    k_attention_bwd_dkv_tc<D><<<grid_kv, 32 * kWarps, smem_kv, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k),
                                                              dev<bf16_t>(v), dev<float>(lse), Dterm,
                                                              dev<bf16_t>(dout), dev<bf16_t>(dk), dev<bf16_t>(dv));
   const dim3 grid_q(unsigned((s.Tq + 63) / 64), unsigned(s.Hkv), unsigned(s.B));
-  auto dq_kernel = v2 ? k_attn_dq_tc<D, true> : k_attn_dq_tc<D, false>;
+  auto dq_kernel = v2 ? k_attention_bwd_dq_tc<D, true> : k_attention_bwd_dq_tc<D, false>;
   dq_kernel<<<grid_q, 32 * kWarps, smem_q, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
                                                   dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse), Dterm,
                                                   dev<bf16_t>(dout), dev<bf16_t>(dq), dev<bf16_t>(draw_k),
@@ -706,13 +706,13 @@ void launch_tc(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k, CP
                Ptr o, Ptr lse) {
   const size_t smem = tc_smem_bytes(D);
   static const bool attr_set = [&] {
-    check(cudaFuncSetAttribute(k_attn_fwd_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+    check(cudaFuncSetAttribute(k_attention_fwd_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
           "attention_fwd (tensor cores): shared memory size");
     return true;
   }();
   (void)attr_set;
   const dim3 grid(unsigned((s.Tq + kTileQ - 1) / kTileQ), unsigned(s.H), unsigned(s.B));
-  k_attn_fwd_tc<D><<<grid, 32 * kWarps, smem, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
+  k_attention_fwd_tc<D><<<grid, 32 * kWarps, smem, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
                                                      dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<bf16_t>(o),
                                                      dev<float>(lse));
 }

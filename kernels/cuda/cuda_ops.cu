@@ -80,6 +80,7 @@ class CudaTimeline final : public OpTimeline {
 
 class CudaOps final : public Ops<float> {
  public:
+  using T = float;  // the op list's compute type
   CudaOps(CudaPrecision p, int device, const BackendOptions& options) : prec_(p), device_(device) {
     set_options(options);
     WIOLA_CHECK(cuda_device_count() > 0, "cuda backend: ", cuda_status());
@@ -244,146 +245,11 @@ class CudaOps final : public Ops<float> {
                "gemm_strided_batched");
   }
 
-  // ---- elementwise and reductions ----
-  void add(CPtr a, CPtr b, Ptr out, size_t n) override { cuda::add(ctx(), a, b, out, n); }
-  void axpy(float alpha, CPtr x, Ptr y, size_t n) override { cuda::axpy(ctx(), alpha, x, y, n); }
-  void scale(Ptr x, float s, size_t n) override { cuda::scale(ctx(), x, s, n); }
-  void sum_squares(CPtr x, size_t n, double* acc) override { cuda::sum_squares(ctx(), x, n, acc); }
-  void sum(CPtr x, size_t n, double* acc) override { cuda::sum(ctx(), x, n, acc); }
-  void accumulate(const double* x, Ptr y, size_t n) override { cuda::accumulate(ctx(), x, y, n); }
-
-  // ---- embedding, norm, SRPE ----
-  void embedding_fwd(const int32_t* ids, int N, CPtr E, int v0, int V_local, int d, Ptr out) override {
-    cuda::embedding_fwd(ctx(), ids, N, E, v0, V_local, d, out);
-  }
-  void embedding_bwd(const int32_t* ids, int N, CPtr dout, int v0, int V_local, int d, Ptr dE) override {
-    cuda::embedding_bwd(ctx(), ids, N, dout, v0, V_local, d, dE);
-  }
-  void rmsnorm_fwd(CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd,
-                   Ptr y_op) override {
-    cuda::rmsnorm_fwd(ctx(), x, gamma, delta, N, d, eps, y, rstd, y_op);
-  }
-  void add_rmsnorm_fwd(CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y,
-                       Ptr rstd, Ptr y_op) override {
-    cuda::add_rmsnorm_fwd(ctx(), a, b, s, gamma, delta, N, d, eps, y, rstd, y_op);
-  }
-  void rmsnorm_bwd(CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres, Ptr dx,
-                   Ptr dgamma, Ptr ddelta) override {
-    cuda::rmsnorm_bwd(ctx(), x, gamma, delta, rstd, dy, N, d, dres, dx, dgamma, ddelta);
-  }
-  void srpe_apply(Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool inverse) override {
-    WIOLA_CHECK(dh % 2 == 0, "srpe_apply: head dim ", dh, " is odd");
-    cuda::srpe_apply(ctx(), x, B, Tn, nh, dh, table, inverse);
-  }
-  void srpe_split_fwd(CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPtr table, Ptr q, Ptr k, Ptr v,
-                      Ptr gate) override {
-    WIOLA_CHECK(dh % 2 == 0, "srpe_split_fwd: head dim ", dh, " is odd");
-    cuda::srpe_split_fwd(ctx(), proj, B, Tn, H, Hkv, dh, table, q, k, v, gate);
-  }
-  void srpe_split_bwd(CPtr dq, CPtr dk, CPtr dv, CPtr dgate, int B, int Tn, int H, int Hkv, int dh, CPtr table,
-                      Ptr dproj) override {
-    WIOLA_CHECK(dh % 2 == 0, "srpe_split_bwd: head dim ", dh, " is odd");
-    cuda::srpe_split_bwd(ctx(), dq, dk, dv, dgate, B, Tn, H, Hkv, dh, table, dproj);
-  }
-
-  // ---- attention, ATM, GCLA ----
-  void attention_fwd(const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
-                     Ptr o, Ptr lse) override {
-    cuda::attention_fwd(ctx(), s, keys, q, k, v, raw_k, raw_v, o, lse);
-  }
-  void attention_bwd(const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
-                     CPtr o, CPtr lse, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) override {
-    cuda::attention_bwd(ctx(), s, keys, q, k, v, raw_k, raw_v, o, lse, dout, dq, dk, dv, draw_k, draw_v);
-  }
-  void atm_similarity(CPtr x, int B, int Tn, int d, double* rho) override {
-    cuda::atm_similarity(ctx(), x, B, Tn, d, rho);
-  }
-  void atm_plan(const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first,
-                int32_t* key_end, int32_t* n_groups) override {
-    cuda::atm_plan(ctx(), rho, B, Tn, tau, open, group_first, key_end, n_groups);
-  }
-  void atm_merge_rows(CPtr x, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end,
-                      const int32_t* n_groups, Ptr out) override {
-    cuda::atm_merge_rows(ctx(), x, B, Tn, w, group_first, key_end, n_groups, out);
-  }
-  void atm_merge_rows_bwd(CPtr dout, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end,
-                          const int32_t* n_groups, Ptr dx) override {
-    cuda::atm_merge_rows_bwd(ctx(), dout, B, Tn, w, group_first, key_end, n_groups, dx);
-  }
-  void prefix_mean_fwd(CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op) override {
-    cuda::prefix_mean_fwd(ctx(), x, B, Tn, d, out, out_op);
-  }
-  void prefix_mean_bwd(CPtr dout, int B, int Tn, int d, Ptr dx) override {
-    cuda::prefix_mean_bwd(ctx(), dout, B, Tn, d, dx);
-  }
-  void prefix_mean_carry_fwd(CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out, Ptr out_op) override {
-    cuda::prefix_mean_carry_fwd(ctx(), x, B, Tn, d, pos0, carry, out, out_op);
-  }
-  void ctx_attention_fwd(CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, int ldkv, Ptr out,
-                         Ptr probs) override {
-    cuda::ctx_attention_fwd(ctx(), q, kc, vc, N, nc, H, Hkv, dh, ldkv, out, probs);
-  }
-  void ctx_attention_bwd(CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H, int Hkv, int dh,
-                         int ldkv, Ptr dq, Ptr dkc, Ptr dvc) override {
-    cuda::ctx_attention_bwd(ctx(), q, kc, vc, probs, dout, N, nc, H, Hkv, dh, ldkv, dq, dkc, dvc);
-  }
-  void blend_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr out) override {
-    cuda::blend_fwd(ctx(), o_self, o_ctx, phi, n, out);
-  }
-  void blend_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout, size_t n, Ptr d_self, Ptr d_ctx,
-                 double* dphi) override {
-    cuda::blend_bwd(ctx(), o_self, o_ctx, phi, dout, n, d_self, d_ctx, dphi);
-  }
-  void sigmoid_gate_fwd(CPtr pre, CPtr x, size_t n, Ptr out) override {
-    cuda::sigmoid_gate_fwd(ctx(), pre, x, n, out);
-  }
-  void sigmoid_gate_bwd(CPtr pre, CPtr x, CPtr dout, size_t n, Ptr dpre, Ptr dx) override {
-    cuda::sigmoid_gate_bwd(ctx(), pre, x, dout, n, dpre, dx);
-  }
-  void blend_gate_fwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, size_t n, Ptr o, Ptr og) override {
-    cuda::blend_gate_fwd(ctx(), o_self, o_ctx, phi, pre, n, o, og);
-  }
-  void blend_gate_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, CPtr dog, size_t n, Ptr dpre,
-                      Ptr d_self, Ptr d_ctx, double* dphi) override {
-    cuda::blend_gate_bwd(ctx(), o_self, o_ctx, phi, pre, o, dog, n, dpre, d_self, d_ctx, dphi);
-  }
-
-  // ---- DSFF ----
-  void swiglu_fwd(CPtr g, CPtr u, size_t n, Ptr h) override { cuda::swiglu_fwd(ctx(), g, u, n, h); }
-  void swiglu_bwd(CPtr g, CPtr u, CPtr dh, size_t n, Ptr dg, Ptr du) override {
-    cuda::swiglu_bwd(ctx(), g, u, dh, n, dg, du);
-  }
-  void gelu_fwd(CPtr x, size_t n, Ptr y) override { cuda::gelu_fwd(ctx(), x, n, y); }
-  void gelu_bwd(CPtr x, CPtr dy, size_t n, Ptr dx) override { cuda::gelu_bwd(ctx(), x, dy, n, dx); }
-  void fusion_fwd(CPtr pre, CPtr a, CPtr b, CPtr res, size_t n, Ptr out) override {
-    cuda::fusion_fwd(ctx(), pre, a, b, res, n, out);
-  }
-  void fusion_bwd(CPtr pre, CPtr a, CPtr b, CPtr dout, size_t n, Ptr dpre, Ptr da, Ptr db) override {
-    cuda::fusion_bwd(ctx(), pre, a, b, dout, n, dpre, da, db);
-  }
-
-  // ---- cross-entropy ----
-  void ce_row_max(CPtr logits, int N, int V_local, Ptr row_max) override {
-    cuda::ce_row_max(ctx(), logits, N, V_local, row_max);
-  }
-  void ce_sumexp_target(CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, Ptr sumexp,
-                        Ptr tgt) override {
-    cuda::ce_sumexp_target(ctx(), logits, targets, N, V_local, v0, row_max, sumexp, tgt);
-  }
-  void ce_loss_grad(Ptr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp,
-                    CPtr tgt, double scale, Ptr loss) override {
-    cuda::ce_loss_grad(ctx(), logits, targets, N, V_local, v0, row_max, sumexp, tgt, scale, loss);
-  }
-  void ce_loss(CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp,
-               CPtr tgt, Ptr loss) override {
-    cuda::ce_loss(ctx(), logits, targets, N, V_local, v0, row_max, sumexp, tgt, loss);
-  }
-
-  // ---- optimizer ----
-  void adamw(Ptr p, Ptr g, Ptr m, Ptr v, size_t n, double lr, double beta1, double beta2, double eps, double wd,
-             double bc1, double bc2, Ptr w, bool zero_grad) override {
-    cuda::adamw(ctx(), p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, w, zero_grad);
-  }
+  // ---- every other op of kernels/op_list.h: its launcher cuda::NAME (kernels.cuh) ----
+#define WIOLA_BACKEND_OP(name, cls, params, args)
+#define WIOLA_OP(name, cls, params, args) \
+  void name params override { cuda::name(ctx(), WIOLA_OP_ARGS args); }
+#include "kernels/op_list.h"
 
   // Checks and takes the options (kernels/backend_options.h); refuses the
   // environment variables they replaced.

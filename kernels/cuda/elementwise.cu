@@ -36,7 +36,7 @@ __global__ void k_accumulate(const double* x, E* y, size_t n) {
 // double, then one block adds the partials in order: deterministic for a
 // fixed n.
 template <class E, bool Square>
-__global__ void k_reduce_partials(const E* x, size_t n, double* part) {
+__global__ void k_sum_partials(const E* x, size_t n, double* part) {
   double s = 0;
   GRID_LOOP(i, n) {
     const double v = double(ld(x + i));
@@ -46,7 +46,7 @@ __global__ void k_reduce_partials(const E* x, size_t n, double* part) {
   if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 // out[0] = scale * sum(part) (+ out[0] when add)
-__global__ void k_reduce_finish(const double* part, int n, double* out, double scale, bool add) {
+__global__ void k_sum_finish(const double* part, int n, double* out, double scale, bool add) {
   double s = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
   s = block_sum(s);
@@ -59,9 +59,9 @@ void reduce_into(Ctx c, CPtr x, size_t n, double* acc, const char* op) {
   const int nb = red_blocks(n);
   dispatch(x.dtype(), op, [&](auto e) {
     using E = decltype(e);
-    k_reduce_partials<E, Square><<<nb, kThreads, 0, c.s>>>(dev<E>(x), n, part.as<double>());
+    k_sum_partials<E, Square><<<nb, kThreads, 0, c.s>>>(dev<E>(x), n, part.as<double>());
   });
-  k_reduce_finish<<<1, kThreads, 0, c.s>>>(part.as<double>(), nb, acc, 1.0, true);
+  k_sum_finish<<<1, kThreads, 0, c.s>>>(part.as<double>(), nb, acc, 1.0, true);
   after_launch(op);
 }
 

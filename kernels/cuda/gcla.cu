@@ -58,7 +58,7 @@ __device__ double scan_offset(double (*sums)[kScanCols], const ScanChunk& ch, do
 // would round it (the context projections' GEMM operand).
 template <class R, class O>
 __global__ void __launch_bounds__(kScanCols* kScanChunks)
-    k_prefix_fwd(const R* x, int B, int Tn, int d, int pos0, R* carry, R* out, O* out_op) {
+    k_prefix_mean_fwd(const R* x, int B, int Tn, int d, int pos0, R* carry, R* out, O* out_op) {
   __shared__ double sums[kScanChunks][kScanCols];
   const ScanChunk ch(Tn, d);
   const R* xc = x + size_t(ch.b) * Tn * d + ch.j;
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kScanCols* kScanChunks)
   if (carry && threadIdx.y == kScanChunks - 1) st(carry + size_t(ch.b) * d + ch.j, float(acc));
 }
 template <class R>
-__global__ void __launch_bounds__(kScanCols* kScanChunks) k_prefix_bwd(const R* dout, int B, int Tn, int d, R* dx) {
+__global__ void __launch_bounds__(kScanCols* kScanChunks) k_prefix_mean_bwd(const R* dout, int B, int Tn, int d, R* dx) {
   __shared__ double sums[kScanChunks][kScanCols];
   const ScanChunk ch(Tn, d);
   const R* gc = dout + size_t(ch.b) * Tn * d + ch.j;
@@ -97,7 +97,7 @@ constexpr int kMaxCtx = 16;
 // One warp per (token n, head h). Context row (n, i) of kc and vc (and of
 // dkc, dvc) starts at (n nc + i) ldkv.
 template <class A>
-__global__ void k_ctx_fwd(const A* q, const A* kc, const A* vc, int N, int nc, int H, int Hkv, int dh, int ldkv,
+__global__ void k_ctx_attention_fwd(const A* q, const A* kc, const A* vc, int N, int nc, int H, int Hkv, int dh, int ldkv,
                           A* out, float* probs) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
   if (warp >= N * H) return;
@@ -132,7 +132,7 @@ __global__ void k_ctx_fwd(const A* q, const A* kc, const A* vc, int N, int nc, i
 // One warp per (token n, KV group g): loops over the heads of the group, so
 // dkc/dvc rows have one writer and sum the heads in a fixed order.
 template <class A>
-__global__ void k_ctx_bwd(const A* q, const A* kc, const A* vc, const float* probs, const A* dout, int N, int nc,
+__global__ void k_ctx_attention_bwd(const A* q, const A* kc, const A* vc, const float* probs, const A* dout, int N, int nc,
                           int H, int Hkv, int dh, int ldkv, A* dq, A* dkc, A* dvc) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
   if (warp >= N * Hkv) return;
@@ -195,11 +195,11 @@ __device__ __forceinline__ double blend_bwd_at(float beta, float d, const E* os,
 }
 
 template <class E>
-__global__ void k_gate_fwd(const E* pre, const E* x, size_t n, E* out) {
+__global__ void k_sigmoid_gate_fwd(const E* pre, const E* x, size_t n, E* out) {
   vec_map(n, [](float p, float x, float& o) { o = gate_fwd(p, x); }, MapIn{pre}, MapIn{x}, MapOut{out});
 }
 template <class E>
-__global__ void k_gate_bwd(const E* pre, const E* x, const E* dout, size_t n, E* dpre, E* dx) {
+__global__ void k_sigmoid_gate_bwd(const E* pre, const E* x, const E* dout, size_t n, E* dpre, E* dx) {
   vec_map(
       n, [](float p, float x, float d, float& dp, float& dx) { gate_bwd(p, x, d, dp, dx); }, MapIn{pre}, MapIn{x},
       MapIn{dout}, MapOut{dpre}, MapOut{dx});
@@ -248,7 +248,7 @@ __global__ void k_blend_gate_bwd(const E* os, const E* oc, const float* phi, con
   s = block_sum(s);
   if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
-__global__ void k_blend_finish(const double* part, int nb, const float* phi, double* dphi) {
+__global__ void k_blend_bwd_finish(const double* part, int nb, const float* phi, double* dphi) {
   double s = 0;
   for (int i = threadIdx.x; i < nb; i += blockDim.x) s += part[i];
   s = block_sum(s);
@@ -266,7 +266,7 @@ void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op) {
 void prefix_mean_bwd(Ctx c, CPtr dout, int B, int Tn, int d, Ptr dx) {
   dispatch(dx.dtype(), "prefix_mean_bwd", [&](auto e) {
     using R = decltype(e);
-    k_prefix_bwd<R><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(dout), B, Tn, d, dev<R>(dx));
+    k_prefix_mean_bwd<R><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(dout), B, Tn, d, dev<R>(dx));
   });
   after_launch("prefix_mean_bwd");
 }
@@ -277,7 +277,7 @@ void prefix_mean_carry_fwd(Ctx c, CPtr x, int B, int Tn, int d, int pos0, Ptr ca
     dispatch(out_op ? out_op.dtype() : x.dtype(), op, [&](auto eo) {
       using R = decltype(e);
       using O = decltype(eo);
-      k_prefix_fwd<R, O><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(x), B, Tn, d, pos0, dev<R>(carry),
+      k_prefix_mean_fwd<R, O><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(x), B, Tn, d, pos0, dev<R>(carry),
                                                                      dev<R>(out), dev<O>(out_op));
     });
   });
@@ -292,7 +292,7 @@ void ctx_attention_fwd(Ctx c, CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, in
   dispatch(q.dtype(), "ctx_attention_fwd", [&](auto e) {
     using A = decltype(e);
     const size_t threads = size_t(N) * H * 32;
-    k_ctx_fwd<A><<<grid_for(threads), kThreads, 0, c.s>>>(dev<A>(q), dev<A>(kc), dev<A>(vc), N, nc, H, Hkv, dh,
+    k_ctx_attention_fwd<A><<<grid_for(threads), kThreads, 0, c.s>>>(dev<A>(q), dev<A>(kc), dev<A>(vc), N, nc, H, Hkv, dh,
                                                          ldkv, dev<A>(out), dev<float>(probs));
   });
   after_launch("ctx_attention_fwd");
@@ -305,7 +305,7 @@ void ctx_attention_bwd(Ctx c, CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, i
   dispatch(q.dtype(), "ctx_attention_bwd", [&](auto e) {
     using A = decltype(e);
     const size_t threads = size_t(N) * Hkv * 32;
-    k_ctx_bwd<A><<<grid_for(threads), kThreads, 0, c.s>>>(dev<A>(q), dev<A>(kc), dev<A>(vc), dev<float>(probs),
+    k_ctx_attention_bwd<A><<<grid_for(threads), kThreads, 0, c.s>>>(dev<A>(q), dev<A>(kc), dev<A>(vc), dev<float>(probs),
                                                          dev<A>(dout), N, nc, H, Hkv, dh, ldkv, dev<A>(dq),
                                                          dev<A>(dkc), dev<A>(dvc));
   });
@@ -313,10 +313,10 @@ void ctx_attention_bwd(Ctx c, CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, i
 }
 
 void sigmoid_gate_fwd(Ctx c, CPtr pre, CPtr x, size_t n, Ptr out) {
-  WIOLA_UNARY_A("sigmoid_gate_fwd", out, (k_gate_fwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(pre), dev<E>(x), n, dev<E>(out))));
+  WIOLA_UNARY_A("sigmoid_gate_fwd", out, (k_sigmoid_gate_fwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(pre), dev<E>(x), n, dev<E>(out))));
 }
 void sigmoid_gate_bwd(Ctx c, CPtr pre, CPtr x, CPtr dout, size_t n, Ptr dpre, Ptr dx) {
-  WIOLA_UNARY_A("sigmoid_gate_bwd", dx, (k_gate_bwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(pre), dev<E>(x), dev<E>(dout), n, dev<E>(dpre), dev<E>(dx))));
+  WIOLA_UNARY_A("sigmoid_gate_bwd", dx, (k_sigmoid_gate_bwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(pre), dev<E>(x), dev<E>(dout), n, dev<E>(dpre), dev<E>(dx))));
 }
 void blend_fwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr out) {
   WIOLA_UNARY_A("blend_fwd", out, (k_blend_fwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(o_self), dev<E>(o_ctx), dev<float>(phi), n, dev<E>(out))));
@@ -330,7 +330,7 @@ void blend_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout, size_t n, Pt
     k_blend_bwd<E><<<nb, kThreads, 0, c.s>>>(dev<E>(o_self), dev<E>(o_ctx), dev<float>(phi), dev<E>(dout), n,
                                              dev<E>(d_self), dev<E>(d_ctx), part.as<double>());
   });
-  k_blend_finish<<<1, kThreads, 0, c.s>>>(part.as<double>(), nb, dev<float>(phi), dphi);
+  k_blend_bwd_finish<<<1, kThreads, 0, c.s>>>(part.as<double>(), nb, dev<float>(phi), dphi);
   after_launch("blend_bwd");
 }
 void blend_gate_fwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, size_t n, Ptr o, Ptr og) {
@@ -348,7 +348,7 @@ void blend_gate_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, 
                                                   dev<E>(o), dev<E>(dog), n, dev<E>(dpre), dev<E>(d_self),
                                                   dev<E>(d_ctx), part.as<double>());
   });
-  k_blend_finish<<<1, kThreads, 0, c.s>>>(part.as<double>(), nb, dev<float>(phi), dphi);
+  k_blend_bwd_finish<<<1, kThreads, 0, c.s>>>(part.as<double>(), nb, dev<float>(phi), dphi);
   after_launch("blend_gate_bwd");
 }
 

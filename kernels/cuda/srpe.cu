@@ -13,7 +13,7 @@ namespace {
 
 // One SRPE pair (x[j], x[j + dh/2]) = (a, b) by the table's (c, s), or by
 // its transpose. Each product and sum rounded on its own (no FMA
-// contraction), so k_srpe and the fused split kernels give the same bits
+// contraction), so k_srpe_apply and the fused split kernels give the same bits
 // whatever nvcc would contract in each, and the CPU's fp32 ones.
 __device__ __forceinline__ void srpe_pair(float a, float b, float c, float s, bool inverse, float& lo, float& hi) {
   if (!inverse) {
@@ -26,7 +26,7 @@ __device__ __forceinline__ void srpe_pair(float a, float b, float c, float s, bo
 }
 
 template <class E>
-__global__ void k_srpe(E* x, int B, int Tn, int nh, int dh, const float* table, bool inverse) {
+__global__ void k_srpe_apply(E* x, int B, int Tn, int nh, int dh, const float* table, bool inverse) {
   const int half = dh / 2;
   const size_t n = size_t(B) * Tn * nh * half;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -95,7 +95,7 @@ __device__ __forceinline__ void copy_k(const E* src, E* dst) {
 // the gate's H. A thread moves K consecutive pairs (j, j + dh/2) of one
 // head: K = 16 bytes of E where every head starts on a 16-byte boundary
 // (one 16-byte load and store per half), else 1; the pairs go through
-// srpe_pair as in k_srpe, element by element (the same bits).
+// srpe_pair as in k_srpe_apply, element by element (the same bits).
 template <class E, int K, bool kJoin>
 __global__ void k_srpe_split(E* fused, int B, int Tn, int H, int Hkv, int dh, const float* table, E* q, E* k, E* v,
                              E* g) {
@@ -135,9 +135,10 @@ __global__ void k_srpe_split(E* fused, int B, int Tn, int H, int Hkv, int dh, co
 }  // namespace
 
 void srpe_apply(Ctx c, Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool inverse) {
+  WIOLA_CHECK(dh % 2 == 0, "srpe_apply: head dim ", dh, " is odd");
   dispatch(x.dtype(), "srpe_apply", [&](auto e) {
     using E = decltype(e);
-    k_srpe<E><<<grid_for(size_t(B) * Tn * nh * (dh / 2)), kThreads, 0, c.s>>>(dev<E>(x), B, Tn, nh, dh,
+    k_srpe_apply<E><<<grid_for(size_t(B) * Tn * nh * (dh / 2)), kThreads, 0, c.s>>>(dev<E>(x), B, Tn, nh, dh,
                                                                              dev<float>(table), inverse);
   });
   after_launch("srpe_apply");
@@ -168,8 +169,11 @@ void srpe_split(Ctx c, const char* op, DType t, void* fused, int B, int Tn, int 
 }
 }  // namespace
 
+// SRPE fused with the Q|K|V|gate split and with its gradients' join: one
+// kernel (k_srpe_split) each way, no copies.
 void srpe_split_fwd(Ctx c, CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPtr table, Ptr q, Ptr k, Ptr v,
                     Ptr gate) {
+  WIOLA_CHECK(dh % 2 == 0, "srpe_split_fwd: head dim ", dh, " is odd");
   const DType t = proj.dtype();
   WIOLA_CHECK(q.dtype() == t && k.dtype() == t && v.dtype() == t && gate.dtype() == t,
               "cuda srpe_split_fwd: q, k, v, gate not all ", dtype_name(t));
@@ -178,6 +182,7 @@ void srpe_split_fwd(Ctx c, CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPt
 }
 void srpe_split_bwd(Ctx c, CPtr dq, CPtr dk, CPtr dv, CPtr dgate, int B, int Tn, int H, int Hkv, int dh, CPtr table,
                     Ptr dproj) {
+  WIOLA_CHECK(dh % 2 == 0, "srpe_split_bwd: head dim ", dh, " is odd");
   const DType t = dproj.dtype();
   WIOLA_CHECK(dq.dtype() == t && dk.dtype() == t && dv.dtype() == t && dgate.dtype() == t,
               "cuda srpe_split_bwd: dq, dk, dv, dgate not all ", dtype_name(t));

@@ -12,7 +12,7 @@ namespace {
 
 // ---- embedding -----------------------------------------------------------------------
 template <class W, class R>
-__global__ void k_embed_fwd(const int32_t* ids, int N, const W* E, int v0, int V, int d, R* out) {
+__global__ void k_embedding_fwd(const int32_t* ids, int N, const W* E, int v0, int V, int d, R* out) {
   const size_t n = size_t(N) * d;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const size_t row = i / d;
@@ -21,14 +21,14 @@ __global__ void k_embed_fwd(const int32_t* ids, int N, const W* E, int v0, int V
     st(out + i, (id >= 0 && id < V) ? ld(E + size_t(id) * d + j) : 0.f);
   }
 }
-__global__ void k_iota(int32_t* v, int n) {
+__global__ void k_embedding_bwd_iota(int32_t* v, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) v[i] = i;
 }
 // One block per sorted position that starts a run of equal ids: the run's
 // rows of dout are summed in token order (the sort is stable) and added once.
 template <class R>
-__global__ void k_embed_bwd_runs(const int32_t* sid, const int32_t* sidx, int N, const R* dout, int v0, int V,
+__global__ void k_embedding_bwd_runs(const int32_t* sid, const int32_t* sidx, int N, const R* dout, int v0, int V,
                                  int d, float* dE) {
   const int i = blockIdx.x;
   if (i > 0 && sid[i] == sid[i - 1]) return;
@@ -45,7 +45,7 @@ __global__ void k_embed_bwd_runs(const int32_t* sid, const int32_t* sidx, int N,
 
 // ---- cross-entropy -----------------------------------------------------------------------
 template <class A>
-__global__ void k_ce_max(const A* logits, int V, float* row_max) {
+__global__ void k_ce_row_max(const A* logits, int V, float* row_max) {
   const size_t row = blockIdx.x;
   float m = -INFINITY;
   for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, ld(logits + row * V + j));
@@ -53,7 +53,7 @@ __global__ void k_ce_max(const A* logits, int V, float* row_max) {
   if (threadIdx.x == 0) row_max[row] = m;
 }
 template <class A>
-__global__ void k_ce_sumexp(const A* logits, const int32_t* targets, int V, int v0, const float* row_max,
+__global__ void k_ce_sumexp_target(const A* logits, const int32_t* targets, int V, int v0, const float* row_max,
                             float* sumexp, float* tgt) {
   const size_t row = blockIdx.x;
   const float m = row_max[row];
@@ -89,7 +89,7 @@ void embedding_fwd(Ctx c, const int32_t* ids, int N, CPtr E, int v0, int V_local
     dispatch(out.dtype(), "embedding_fwd", [&](auto er) {
       using W = decltype(ew);
       using R = decltype(er);
-      k_embed_fwd<W, R><<<grid_for(size_t(N) * d), kThreads, 0, c.s>>>(ids, N, dev<W>(E), v0, V_local, d,
+      k_embedding_fwd<W, R><<<grid_for(size_t(N) * d), kThreads, 0, c.s>>>(ids, N, dev<W>(E), v0, V_local, d,
                                                                        dev<R>(out));
     });
   });
@@ -101,7 +101,7 @@ void embedding_bwd(Ctx c, const int32_t* ids, int N, CPtr dout, int v0, int V_lo
   // Stable sort of (id, token index): equal ids become runs in token order.
   DeviceTemp idx(c.mem, size_t(N) * 4, "embedding_bwd"), sid(c.mem, size_t(N) * 4, "embedding_bwd"),
       sidx(c.mem, size_t(N) * 4, "embedding_bwd");
-  k_iota<<<(N + 255) / 256, 256, 0, c.s>>>(idx.as<int32_t>(), N);
+  k_embedding_bwd_iota<<<(N + 255) / 256, 256, 0, c.s>>>(idx.as<int32_t>(), N);
   size_t tmp_bytes = 0;
   check(cub::DeviceRadixSort::SortPairs(nullptr, tmp_bytes, ids, sid.as<int32_t>(), idx.as<int32_t>(),
                                         sidx.as<int32_t>(), N, 0, 32, c.s),
@@ -112,7 +112,7 @@ void embedding_bwd(Ctx c, const int32_t* ids, int N, CPtr dout, int v0, int V_lo
         "embedding_bwd sort");
   dispatch(dout.dtype(), "embedding_bwd", [&](auto er) {
     using R = decltype(er);
-    k_embed_bwd_runs<R><<<N, kThreads, 0, c.s>>>(sid.as<int32_t>(), sidx.as<int32_t>(), N, dev<R>(dout), v0,
+    k_embedding_bwd_runs<R><<<N, kThreads, 0, c.s>>>(sid.as<int32_t>(), sidx.as<int32_t>(), N, dev<R>(dout), v0,
                                                   V_local, d, dev<float>(dE));
   });
   after_launch("embedding_bwd");
@@ -122,7 +122,7 @@ void ce_row_max(Ctx c, CPtr logits, int N, int V_local, Ptr row_max) {
   if (N <= 0) return;
   dispatch(logits.dtype(), "ce_row_max", [&](auto e) {
     using A = decltype(e);
-    k_ce_max<A><<<N, kThreads, 0, c.s>>>(dev<A>(logits), V_local, dev<float>(row_max));
+    k_ce_row_max<A><<<N, kThreads, 0, c.s>>>(dev<A>(logits), V_local, dev<float>(row_max));
   });
   after_launch("ce_row_max");
 }
@@ -131,7 +131,7 @@ void ce_sumexp_target(Ctx c, CPtr logits, const int32_t* targets, int N, int V_l
   if (N <= 0) return;
   dispatch(logits.dtype(), "ce_sumexp_target", [&](auto e) {
     using A = decltype(e);
-    k_ce_sumexp<A><<<N, kThreads, 0, c.s>>>(dev<A>(logits), targets, V_local, v0, dev<float>(row_max),
+    k_ce_sumexp_target<A><<<N, kThreads, 0, c.s>>>(dev<A>(logits), targets, V_local, v0, dev<float>(row_max),
                                             dev<float>(sumexp), dev<float>(tgt));
   });
   after_launch("ce_sumexp_target");

@@ -10,6 +10,7 @@
 #include "kernels/profiled_ops.h"
 #include "model/model.h"
 #include "tests/model/backend_under_test.h"
+#include "util/error.h"
 
 namespace wiola {
 namespace {
@@ -90,6 +91,9 @@ TEST(ProfiledOps, OpClasses) {
   EXPECT_STREQ(op_class_of("ce_loss_grad"), "cross-entropy");
   EXPECT_STREQ(op_class_of("copy_block"), "copies");
   EXPECT_STREQ(op_class_of("swiglu_fwd"), "elementwise");
+  EXPECT_STREQ(op_class_of("rmsnorm_bwd"), "norm");
+  // A name that is no op of kernels/op_list.h is an error, not "elementwise".
+  EXPECT_THROW(op_class_of("srpe_split"), Error);
 }
 
 }  // namespace
