@@ -11,7 +11,11 @@ cuda=OFF
 if [ "${WIOLA_CUDA:-1}" != 0 ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
   cuda=ON
 fi
+# WIOLA_CUDA_ARCHS (CMake's architecture list) replaces the default "90a;80"
+# when the build is configured; scripts/test.sh sets it for the test build.
+archs=()
+[ -n "${WIOLA_CUDA_ARCHS:-}" ] && archs=("-DWIOLA_CUDA_ARCHS=$WIOLA_CUDA_ARCHS")
 if [ ! -f build/build.ninja ]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DWIOLA_CUDA=$cuda
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DWIOLA_CUDA=$cuda "${archs[@]}"
 fi
 cmake --build build -j"$(nproc)" "$@"
