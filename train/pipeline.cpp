@@ -51,10 +51,10 @@ void Pipeline::build_grid_and_schedule() {
   // ways on one link, which the NCCL plane's in-order pipeline lanes do not
   // carry: their pipeline messages go through host memory (tags match
   // them), the other groups stay on NCCL.
-  const bool chunked = par.pp > 1 && (par.schedule == "interleaved" || par.schedule == "zb-v");
+  const bool chunked = par.pp > 1 && dist::chunked(par.schedule);
   DataPlane plane = choose_data_plane(ops, par.data_plane, world.size(), shared_gpu, chunked);
   data_plane = plane.name;
-  if (root() && !shared_gpu.empty() && par.data_plane == "auto")
+  if (root() && !shared_gpu.empty() && par.data_plane == DataPlaneMode::Auto)
     std::fprintf(stderr, "wiola train: %s: tensors between ranks go through host memory (NCCL needs a GPU "
                  "per rank)\n", shared_gpu.c_str());
   grid = std::make_unique<dist::Grid>(dist::GridConfig{par.tp, par.pp, par.dp}, world, plane.factory);
@@ -74,10 +74,10 @@ void Pipeline::build_grid_and_schedule() {
       }
   }
   cut_chunks();
-  actions = par.schedule == "gpipe"         ? dist::schedule_gpipe(par.pp, me.pp, m)
-            : par.schedule == "zb-h1"       ? dist::schedule_zb_h1(par.pp, me.pp, m)
-            : par.schedule == "interleaved" ? dist::schedule_interleaved(par.pp, me.pp, m, v)
-            : par.schedule == "zb-v"        ? dist::schedule_zb_v(par.pp, me.pp, m)
+  actions = par.schedule == dist::Schedule::GPipe         ? dist::schedule_gpipe(par.pp, me.pp, m)
+            : par.schedule == dist::Schedule::ZbH1        ? dist::schedule_zb_h1(par.pp, me.pp, m)
+            : par.schedule == dist::Schedule::Interleaved ? dist::schedule_interleaved(par.pp, me.pp, m, v)
+            : par.schedule == dist::Schedule::ZbV         ? dist::schedule_zb_v(par.pp, me.pp, m)
                                             : dist::schedule_1f1b(par.pp, me.pp, m);
   // Each chunk's micro-batches go through it in order, so the ones alive
   // (forward to backward) and those waiting between B and W are windows of
@@ -114,7 +114,7 @@ void Pipeline::build_model_and_optimizer() {
   ModelOptions mo;
   mo.micro_batch = B;
   mo.recompute = tr.recompute;
-  mo.split_backward = par.schedule == "zb-h1" || par.schedule == "zb-v";  // B and W as separate actions
+  mo.split_backward = dist::split_backward(par.schedule);  // B and W as separate actions
   mo.param_align = opt.param_align;
   if (v > 1) make_store();
   for (int c = 0; c < v; ++c) {

@@ -168,7 +168,7 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
   // (what the planner's bubble_analytic says).
   const dist::PipelineSim bubble = perf::schedule_bubble(rc.model, rc.layout());
   const double formula = perf::bubble_formula(rc.layout());
-  const std::string bubble_for = par.schedule + ", simulated on the stages' FLOPs";
+  const std::string bubble_for = std::string(to_string(par.schedule)) + ", simulated on the stages' FLOPs";
   nlohmann::json report;
   if (root) {
     std::printf("done: %lld steps, loss %.4f -> %.4f", (long long)sum.steps, sum.first_loss, sum.last_loss);
@@ -179,7 +179,7 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
       std::printf("  ATM layer %d (last batch): mu = %.4f, visible attention pairs %.2f%% of causal\n",
                   s.layer, s.mu, 100.0 * s.visible_fraction);
     report = {{"world", world.size()}, {"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp},
-              {"zero", zero}, {"schedule", par.schedule}, {"micro_batches", m}, {"data_plane", pipe.data_plane},
+              {"zero", zero}, {"schedule", to_string(par.schedule)}, {"micro_batches", m}, {"data_plane", pipe.data_plane},
               {"overlap", overlap}, {"steps", sum.steps}, {"tokens_per_s", sum.tokens_per_s},
               {"bubble_predicted", bubble.bubble_fraction}, {"bubble_predicted_schedule", bubble_for},
               {"bubble_predicted_fill_drain", bubble.bubble_fill_drain},
