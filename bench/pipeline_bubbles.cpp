@@ -55,7 +55,8 @@ void print_row(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, Layout
   // first rank's and the last's.
   char live[32];
   std::snprintf(live, sizeof live, "%g/%g", p.peak_live.front(), p.peak_live.back());
-  const std::string sched = std::string(to_string(schedule)) + (schedule == dist::Schedule::Interleaved ? " v" + std::to_string(v) : "");
+  const std::string sched =
+      std::string(to_string(schedule)) + (schedule == dist::Schedule::Interleaved ? " v" + std::to_string(v) : "");
   std::string note = p.fits ? "" : "does not fit: " + p.why_not;
   if (dist::chunked(schedule))
     note += (note.empty() ? "" : "; ") + std::string("not picked on GPUs: pipeline messages through host memory");
@@ -120,7 +121,8 @@ void report(const std::string& model) {
     print_row(c, cl, *cm, l, dist::Schedule::GPipe, "compute");
     for (int v : {2, 4})
       if (l.pp * v <= c.L && l.micro_batches % l.pp == 0)
-        for (const char* balance : {"compute", "chunks"}) print_row(c, cl, *cm, l, dist::Schedule::Interleaved, balance, v);
+        for (const char* balance : {"compute", "chunks"})
+          print_row(c, cl, *cm, l, dist::Schedule::Interleaved, balance, v);
     print_row(c, cl, *cm, l, dist::Schedule::ZbH1, "compute");
     if (l.micro_batches >= l.pp && 2 * l.pp <= c.L)
       for (const char* balance : {"compute", "chunks"}) print_row(c, cl, *cm, l, dist::Schedule::ZbV, balance);

@@ -42,6 +42,7 @@ struct EnumRef {
   std::string_view (*get)(const void* field);
   bool (*set)(void* field, std::string_view name);  // false: not a name of the enum
   std::vector<std::string> (*names)();
+  std::string (*choices)();  // for messages: "\"a\", \"b\" or \"c\""
 };
 
 template <NamedEnum E>
@@ -56,7 +57,8 @@ EnumRef enum_ref(E* field) {
             std::vector<std::string> out;
             for (const auto n : enum_names(E{})) out.emplace_back(n);
             return out;
-          }};
+          },
+          &enum_choices<E>};
 }
 
 using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<BlendSource>*,
@@ -87,7 +89,8 @@ struct SectionDef {
 #define WIOLA_DATA_KEY(type, key, default_value, doc) WIOLA_KEY(data.key, #key, doc)
 #define WIOLA_PARALLEL_KEY(type, key, default_value, doc) WIOLA_KEY(parallel.key, #key, doc)
 #define WIOLA_CHECKPOINT_KEY(type, key, default_value, doc) WIOLA_KEY(checkpoint.key, #key, doc)
-#define WIOLA_OPTION_KEY(field, key, flag, old_env, values, doc) WIOLA_KEY(train.backend_options.field, key, doc, values)
+#define WIOLA_OPTION_KEY(field, key, flag, old_env, values, doc) \
+  WIOLA_KEY(train.backend_options.field, key, doc, values)
 #define WIOLA_OPTION_KEYS(member) WIOLA_BACKEND_OPTIONS(WIOLA_OPTION_KEY)
 
 const std::vector<SectionDef>& schema() {
@@ -290,14 +293,6 @@ struct Entry {
 
 using Entries = std::map<std::string, std::map<std::string, Entry>>;  // section -> key
 
-// "\"a\", \"b\" or \"c\"".
-std::string quoted_list(const std::vector<std::string>& names) {
-  std::string s;
-  for (size_t i = 0; i < names.size(); ++i)
-    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + toml_string(names[i]);
-  return s;
-}
-
 [[noreturn]] void key_error(const Entry& e, std::string_view sec, std::string_view key,
                             const std::string& problem) {
   fail(e.origin, ": ", sec, ".", key, ": ", problem);
@@ -385,7 +380,7 @@ void assign(RunConfig& rc, const KeyDef& k, std::string_view sec, const Entry& e
         if constexpr (std::is_same_v<T, EnumRef>) {
           if (!n.is_string()) want("a string");
           if (!p.set(p.field, n.as_string()->get()))
-            key_error(e, sec, k.name, detail::concat("must be ", quoted_list(p.names()), " (got ",
+            key_error(e, sec, k.name, detail::concat("must be ", p.choices(), " (got ",
                                                      toml_string(n.as_string()->get()), ")"));
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!n.is_string()) want("a string");

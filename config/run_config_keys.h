@@ -9,6 +9,9 @@
 // stands for the train.cuda_* keys, declared in kernels/backend_options.h.
 // The doc is the meaning column of docs/config.md (Markdown, one line);
 // scripts/config_docs.py writes that file's key tables from it.
+// The lists are expanded in run_config.h, whose includes declare the types
+// they name (BlendSource, StepWindow, dist::Schedule, perf::StageBalance,
+// BackendKind).
 #pragma once
 
 #include <array>

@@ -384,7 +384,9 @@ int wiola_cmd_plan(int argc, char** argv) {
                 best.schedule_why.c_str());
   else if (best.layout.pp > 1)
     std::printf("    schedule: %s%s (given)%s\n", to_string(best.layout.schedule).data(),
-                best.layout.schedule == dist::Schedule::Interleaved ? (" v" + std::to_string(best.layout.virtual_stages)).c_str() : "",
+                best.layout.schedule == dist::Schedule::Interleaved
+                    ? (" v" + std::to_string(best.layout.virtual_stages)).c_str()
+                    : "",
                 dist::chunked(best.layout.schedule) && cl.device != "cpu"
                     ? ": on GPUs wiola train sends its pipeline messages through host memory (not in this prediction)"
                     : "");

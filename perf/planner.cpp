@@ -74,7 +74,8 @@ Workload wiola_workload(const ModelConfig& c, const Layout& lay, const Precision
     w.stages.push_back(sw);
   }
   if (const int v = chunks_per_rank(lay); v > 1) {  // interleaved, zb-v
-    WIOLA_CHECK(lay.pp * v <= c.L, to_string(lay.schedule), " schedule: pp x v = ", lay.pp * v, " chunks for ", c.L, " layers");
+    WIOLA_CHECK(lay.pp * v <= c.L, to_string(lay.schedule), " schedule: pp x v = ", lay.pp * v, " chunks for ", c.L,
+                " layers");
     Layout lc = lay;
     lc.pp = lay.pp * v;
     lc.schedule = dist::Schedule::OneFOneB;
@@ -262,8 +263,8 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
   const int v = chunks_per_rank(lay);
   const dist::ChunkPlacement placement = chunk_placement(lay);
   const auto rank_of = [&](int g) { return size_t(dist::chunk_rank(pp, g, placement)); };
-  WIOLA_CHECK(v == 1 || int(w.chunks.size()) == pp * v, "plan: a ", to_string(lay.schedule), " layout needs its workload's ",
-              pp * v, " chunks (Wiola workloads only)");
+  WIOLA_CHECK(v == 1 || int(w.chunks.size()) == pp * v, "plan: a ", to_string(lay.schedule),
+              " layout needs its workload's ", pp * v, " chunks (Wiola workloads only)");
   Workload chunked;
   if (v > 1) {
     chunked = w;
@@ -429,7 +430,8 @@ Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Clus
     ps.push_back(predict(wiola_workload(c, l, prec), cl, cm));
   }
   const auto label = [](const Layout& l) {
-    return l.schedule == dist::Schedule::Interleaved ? "interleaved v" + std::to_string(l.virtual_stages) : std::string(to_string(l.schedule));
+    return l.schedule == dist::Schedule::Interleaved ? "interleaved v" + std::to_string(l.virtual_stages)
+                                                      : std::string(to_string(l.schedule));
   };
   // The pick: fits first, then the step time, among the runnable ones.
   size_t pick = 0;

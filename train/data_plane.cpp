@@ -42,7 +42,8 @@ DataPlane choose_data_plane(Ops<float>& ops, DataPlaneMode mode, int world_size,
                 "chooses it there) to pass tensors through host memory");
     // One rank alone moves nothing: NCCL would only cost its start-up.
     const bool want =
-        mode == DataPlaneMode::Nccl || (mode == DataPlaneMode::Auto && world_size > 1 && shared_gpu.empty() && dist::nccl_available());
+        mode == DataPlaneMode::Nccl ||
+        (mode == DataPlaneMode::Auto && world_size > 1 && shared_gpu.empty() && dist::nccl_available());
     if (want) {
       dist::require_nccl();  // "nccl" without the library: the loader's error
       dist::DataPlaneFactory nccl =

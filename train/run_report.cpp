@@ -179,7 +179,8 @@ void write_run_report(Pipeline& pipe, const Accounting& acct, const TrainSummary
       std::printf("  ATM layer %d (last batch): mu = %.4f, visible attention pairs %.2f%% of causal\n",
                   s.layer, s.mu, 100.0 * s.visible_fraction);
     report = {{"world", world.size()}, {"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp},
-              {"zero", zero}, {"schedule", to_string(par.schedule)}, {"micro_batches", m}, {"data_plane", pipe.data_plane},
+              {"zero", zero}, {"schedule", to_string(par.schedule)}, {"micro_batches", m},
+              {"data_plane", pipe.data_plane},
               {"overlap", overlap}, {"steps", sum.steps}, {"tokens_per_s", sum.tokens_per_s},
               {"bubble_predicted", bubble.bubble_fraction}, {"bubble_predicted_schedule", bubble_for},
               {"bubble_predicted_fill_drain", bubble.bubble_fill_drain},

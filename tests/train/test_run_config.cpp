@@ -268,7 +268,8 @@ TEST_F(RunConfigTest, DataPlane) {
   EXPECT_CONTAINS(error_of([&] { choose_data_plane(*cpu, DataPlaneMode::Nccl, 2); }), "parallel.data_plane = \"nccl\"");
   // Not a CUDA backend: a shared GPU changes nothing (the emulator's
   // emu.layout_shared_* tests cover the CUDA backend's choice).
-  EXPECT_EQ(choose_data_plane(*opaque, DataPlaneMode::Auto, 4, "ranks 0 and 1 share GPU h/0000:00:00").name, "mpi-staged");
+  EXPECT_EQ(choose_data_plane(*opaque, DataPlaneMode::Auto, 4, "ranks 0 and 1 share GPU h/0000:00:00").name,
+            "mpi-staged");
 }
 
 TEST_F(RunConfigTest, HeadsNotDivisibleByKvHeads) {
