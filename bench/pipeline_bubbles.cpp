@@ -38,10 +38,10 @@ void print_header() {
               "balance", "step s", "bubble", "fill/drn", "imbalance", "act GiB", "live mb", "");
 }
 
-void print_row(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, Layout lay, const std::string& schedule,
+void print_row(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, Layout lay, dist::Schedule schedule,
                const std::string& balance, int v = 1) {
   lay.schedule = schedule;
-  lay.stage_balance = balance == "chunks" ? "compute" : balance;
+  lay.stage_balance = balance == "layers" ? StageBalance::Layers : StageBalance::Compute;  // "chunks": compute
   lay.virtual_stages = v;
   if (balance == "chunks") lay = balance_chunks(c, lay, cl, cm, kBf16);
   const Workload w = wiola_workload(c, lay, kBf16);
@@ -55,9 +55,10 @@ void print_row(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, Layout
   // first rank's and the last's.
   char live[32];
   std::snprintf(live, sizeof live, "%g/%g", p.peak_live.front(), p.peak_live.back());
-  const std::string sched = schedule == "interleaved" ? schedule + " v" + std::to_string(v) : schedule;
+  const std::string sched =
+      std::string(to_string(schedule)) + (schedule == dist::Schedule::Interleaved ? " v" + std::to_string(v) : "");
   std::string note = p.fits ? "" : "does not fit: " + p.why_not;
-  if (schedule == "interleaved" || schedule == "zb-v")
+  if (dist::chunked(schedule))
     note += (note.empty() ? "" : "; ") + std::string("not picked on GPUs: pipeline messages through host memory");
   if (!lay.cuts.empty()) {
     note += note.empty() ? "chunks" : "; chunks";
@@ -96,7 +97,7 @@ void report(const std::string& model) {
   std::printf("  compute: %s\n", cm->describe().c_str());
   {  // The split backward's parts on the first and the last stage of tp1 pp8, micro-batch 1.
     Layout l = with_pp(best, global_batch, 8, 1);
-    l.schedule = "zb-h1";
+    l.schedule = dist::Schedule::ZbH1;
     const Prediction p = predict(wiola_workload(c, l, kBf16), cl, *cm);
     for (size_t s : {size_t(0), p.stage_fwd_s.size() - 1})
       std::printf("  pp8 stage %zu, one micro-batch: F %.2f ms, B %.2f ms, W %.2f ms\n", s,
@@ -114,16 +115,17 @@ void report(const std::string& model) {
     for (int mb : {1, 2, 4, 8})
       if ((global_batch / (kGpus / pp)) % mb == 0) layouts.push_back(with_pp(best, global_batch, pp, mb));
   for (const Layout& l : layouts) {
-    print_row(c, cl, *cm, l, "1f1b", "compute");
+    print_row(c, cl, *cm, l, dist::Schedule::OneFOneB, "compute");
     if (l.pp == 1) continue;  // no pipeline: nothing to split or schedule
-    print_row(c, cl, *cm, l, "1f1b", "layers");  // the even split, against the FLOP-balanced one
-    print_row(c, cl, *cm, l, "gpipe", "compute");
+    print_row(c, cl, *cm, l, dist::Schedule::OneFOneB, "layers");  // the even split, against the FLOP-balanced one
+    print_row(c, cl, *cm, l, dist::Schedule::GPipe, "compute");
     for (int v : {2, 4})
       if (l.pp * v <= c.L && l.micro_batches % l.pp == 0)
-        for (const char* balance : {"compute", "chunks"}) print_row(c, cl, *cm, l, "interleaved", balance, v);
-    print_row(c, cl, *cm, l, "zb-h1", "compute");
+        for (const char* balance : {"compute", "chunks"})
+          print_row(c, cl, *cm, l, dist::Schedule::Interleaved, balance, v);
+    print_row(c, cl, *cm, l, dist::Schedule::ZbH1, "compute");
     if (l.micro_batches >= l.pp && 2 * l.pp <= c.L)
-      for (const char* balance : {"compute", "chunks"}) print_row(c, cl, *cm, l, "zb-v", balance);
+      for (const char* balance : {"compute", "chunks"}) print_row(c, cl, *cm, l, dist::Schedule::ZbV, balance);
     else
       std::printf("  %-26s %-14s needs m >= p = %d micro-batches\n", "", "zb-v", l.pp);
   }

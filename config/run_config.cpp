@@ -31,19 +31,51 @@ namespace wiola {
 namespace {
 
 // ---------------------------------------------------------------------------
-// Schema: every section and key, bound to the RunConfig field it sets, with
-// its doc line. This is the one place a key is described: its default is the
-// field's initializer (run_config.h, model/config.h), and docs/config.md's key
-// tables are generated from both (run_config_schema(); `wiola train
+// Schema: every section and key of config/run_config_keys.h, bound to the
+// RunConfig field it sets, with its doc line. docs/config.md's key tables
+// are generated from it (run_config_schema(); `wiola train
 // --print-config-schema`, scripts/config_docs.py; ctest config_docs).
 
+// A field whose type is a named enum (util/named_enum.h), read and written by
+// its names.
+struct EnumRef {
+  void* field;
+  std::string_view (*get)(const void* field);
+  bool (*set)(void* field, std::string_view name);  // false: not a name of the enum
+  std::vector<std::string> (*names)();
+  std::string (*choices)();  // for messages: "\"a\", \"b\" or \"c\""
+};
+
+template <NamedEnum E>
+EnumRef enum_ref(E* field) {
+  return {field, [](const void* f) { return to_string(*static_cast<const E*>(f)); },
+          [](void* f, std::string_view name) {
+            const auto e = parse_enum<E>(name);
+            if (e) *static_cast<E*>(f) = *e;
+            return e.has_value();
+          },
+          [] {
+            std::vector<std::string> out;
+            for (const auto n : enum_names(E{})) out.emplace_back(n);
+            return out;
+          },
+          &enum_choices<E>};
+}
+
 using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<BlendSource>*,
-                              std::vector<StepWindow>*, std::vector<int>*>;
+                              std::vector<StepWindow>*, std::vector<int>*, EnumRef>;
+
+template <class T>
+FieldPtr bind(T* field) {
+  if constexpr (NamedEnum<T>) return enum_ref(field);
+  else return field;
+}
 
 struct KeyDef {
   const char* name;
   FieldPtr (*field)(RunConfig&);
-  const char* doc;  // the meaning column of docs/config.md (Markdown, one line)
+  const char* doc;          // the meaning column of docs/config.md (Markdown, one line)
+  const char* values = "";  // a backend option's values, '|'-separated (kernels/backend_options.h)
 };
 
 struct SectionDef {
@@ -51,234 +83,35 @@ struct SectionDef {
   std::vector<KeyDef> keys;
 };
 
-#define WIOLA_KEY(key, member, doc) \
-  KeyDef { key, [](RunConfig& r) -> FieldPtr { return &r.member; }, doc }
+#define WIOLA_KEY(member, key, doc, ...) \
+  KeyDef{key, [](RunConfig& r) -> FieldPtr { return bind(&r.member); }, doc __VA_OPT__(, ) __VA_ARGS__},
+#define WIOLA_MODEL_KEY(key, member, doc) WIOLA_KEY(member, #key, doc)
+#define WIOLA_TRAIN_KEY(type, key, default_value, doc) WIOLA_KEY(train.key, #key, doc)
+#define WIOLA_DATA_KEY(type, key, default_value, doc) WIOLA_KEY(data.key, #key, doc)
+#define WIOLA_PARALLEL_KEY(type, key, default_value, doc) WIOLA_KEY(parallel.key, #key, doc)
+#define WIOLA_CHECKPOINT_KEY(type, key, default_value, doc) WIOLA_KEY(checkpoint.key, #key, doc)
+#define WIOLA_OPTION_KEY(field, key, flag, old_env, values, doc) \
+  WIOLA_KEY(train.backend_options.field, key, doc, values)
+#define WIOLA_OPTION_KEYS(member) WIOLA_BACKEND_OPTIONS(WIOLA_OPTION_KEY)
 
 const std::vector<SectionDef>& schema() {
   static const std::vector<SectionDef> s = {
-      {"model",
-       {WIOLA_KEY("preset", preset,  // applied first; handled specially
-                  "one of the [presets](#presets); empty: a custom model, from the defaults below"),
-        WIOLA_KEY("d", model.d, "hidden size d (> 0, divisible by `n_heads`)"),
-        WIOLA_KEY("n_layers", model.L, "layers L (> 0; ATM needs L ≥ 3 to have a layer)"),
-        WIOLA_KEY("n_heads", model.H,
-                  "query heads H (divisible by `n_kv_heads`; d/H must be even, SRPE rotates pairs)"),
-        WIOLA_KEY("n_kv_heads", model.Hkv,
-                  "KV groups H_kv; query head h uses group h mod H_kv ([model.md §5](model.md#5-parallelism))"),
-        WIOLA_KEY("d_a", model.dA, "DSFF stream A width d_A"),
-        WIOLA_KEY("d_b", model.dB, "DSFF stream B width d_B"),
-        WIOLA_KEY("vocab_size", model.V, "V (≥ 2); must match the tokenizer the data was prepared with"),
-        WIOLA_KEY("seq_len", model.T,
-                  "training window T (≥ 2); samples are T+1 tokens ([model.md §6](model.md#6-data))"),
-        WIOLA_KEY("srpe_theta", model.theta0, "SRPE base θ0 (> 1)"),
-        WIOLA_KEY("srpe_spiral_divisor", model.k_s, "SRPE spiral divisor k_s (> 0)"),
-        WIOLA_KEY("srpe_radial_amp", model.a_s, "SRPE radial amplitude a_s"),
-        WIOLA_KEY("srpe_radial_freq", model.f_s, "SRPE radial frequency f_s"),
-        WIOLA_KEY("atm", model.atm,
-                  "adaptive token merging in training (layers floor(L/3) ≤ ℓ < floor(2L/3); never in "
-                  "eval/generation)"),
-        WIOLA_KEY("atm_tau", model.tau, "ATM merge threshold τ (merge when similarity > τ)"),
-        WIOLA_KEY("lookback", model.Lambda, "cross-layer look-back Λ (> 0)"),
-        WIOLA_KEY("rms_eps", model.eps, "RMSNorm ε (> 0)"),
-        WIOLA_KEY("init_std", model.init_std,
-                  "std of the N(0, σ²) init of matrices and embedding (> 0; [model.md "
-                  "§3](model.md#3-parameters-names-initialisation))"),
-        WIOLA_KEY("ctx_gate_init", model.phi_init,
-                  "initial context-gate logit φ ([model.md §3](model.md#3-parameters-names-initialisation))")}},
-      {"train",
-       {WIOLA_KEY("micro_batch", train.micro_batch, "sequences per rank per micro-step (≥ 1)"),
-        WIOLA_KEY("grad_accum", train.grad_accum, "micro-batches per optimizer step (≥ 1)"),
-        WIOLA_KEY("steps", train.steps, "T_max, optimizer steps (≥ 0). 0: derived, see below"),
-        WIOLA_KEY("tokens", train.tokens, "token budget D used when `steps` = 0 (≥ 0); 0: Chinchilla D = 20·N"),
-        WIOLA_KEY("lr_max", train.lr_max, "peak LR η_max (> 0)"),
-        WIOLA_KEY("lr_min", train.lr_min, "final LR η_min (0 ≤ η_min ≤ η_max)"),
-        WIOLA_KEY("warmup", train.warmup,
-                  "warmup steps T_w (≥ -1); -1: floor((T_max + 10)/20) in integer arithmetic, i.e. 0.05·T_max "
-                  "rounded half up ([model.md §4](model.md#4-training))"),
-        WIOLA_KEY("beta1", train.beta1, "AdamW β1, in [0, 1)"),
-        WIOLA_KEY("beta2", train.beta2, "AdamW β2, in [0, 1)"),
-        WIOLA_KEY("adam_eps", train.adam_eps, "AdamW ε (> 0)"),
-        WIOLA_KEY("weight_decay", train.weight_decay,
-                  "AdamW decoupled decay (≥ 0) on matrices and the embedding, never on γ, δ, φ ([model.md "
-                  "§4](model.md#4-training))"),
-        WIOLA_KEY("clip", train.clip,
-                  "max global gradient L2 norm, as PyTorch's `clip_grad_norm_`; ≤ 0: no clipping"),
-        WIOLA_KEY("nonfinite_fatal", train.nonfinite_fatal,
-                  "a non-finite gradient norm stops the run instead of skipping the step ([model.md "
-                  "§4](model.md#4-training))"),
-        WIOLA_KEY("seed", train.seed,
-                  "parameter init seed ([model.md §3](model.md#3-parameters-names-initialisation)); also the "
-                  "data order unless `data.seed` is set"),
-        WIOLA_KEY("recompute", train.recompute,
-                  "recompute each layer's activations in backward (less memory, ~1 extra forward)"),
-        WIOLA_KEY("threads", train.threads,
-                  "OpenMP threads (≥ 0); 0: the runtime default (`OMP_NUM_THREADS`, else all cores)"),
-        WIOLA_KEY("backend", train.backend,
-                  "the op backend, chosen at start-up: `\"cpu\"` (OpenBLAS + OpenMP), or `\"cpu-opaque\"`, a "
-                  "debug backend with the same kernels whose memory the host cannot touch outside its ops (any "
-                  "host access crashes; fresh memory is NaN; GEMM weights in a refreshed copy). `cpu-opaque` "
-                  "gives bit for bit the results of `cpu`, more slowly; use it to check code that must also run "
-                  "on a GPU (docs/architecture.md). `\"cpu-bf16\"`: a debug backend with the storage types of "
-                  "the GPU's bf16 mode (bf16 activations and weight copies) on the CPU kernels, slow, for "
-                  "testing bf16 runs and layouts without a GPU. In builds with `WIOLA_CUDA=ON` also `\"cuda\"` "
-                  "(bf16 activations and weights, fp32 master and residual stream) and `\"cuda-fp32\"` (TF32 "
-                  "off), see docs/gpu.md; without a usable GPU they fail with the reason"),
-        WIOLA_KEY("cuda_attention", train.backend_options.attention,
-                  "the CUDA backend's self-attention forward in bf16: `\"tc\"` (WMMA tensor cores), `\"fa2\"` "
-                  "(FlashAttention-2 form), `\"rows\"` (the row kernels, forward and backward). Recorded in the "
-                  "run report and checkpoint manifests; replaces `WIOLA_CUDA_ATTENTION` (refused when set). "
-                  "[gpu.md](gpu.md#backend-options)"),
-        WIOLA_KEY("cuda_attention_bwd", train.backend_options.attention_bwd,
-                  "its backward: `\"v1\"`, `\"v2\"` or `\"fa2\"`; replaces `WIOLA_CUDA_ATTENTION_BWD`"),
-        WIOLA_KEY("cuda_gemm", train.backend_options.gemm,
-                  "the CUDA backend's matrix products: `\"cublas\"` (`cublasGemmEx`), `\"cublaslt\"` "
-                  "(cuBLASLt's heuristic), `\"auto\"` (tuned per shape; rank 0's choices on every rank, cached "
-                  "in `RUN_DIR/gemm_tuning.json`). [gpu.md](gpu.md#gemms-tuned-per-shape)"),
-        WIOLA_KEY("cuda_attention_tile", train.backend_options.attention_tile,
-                  "the tile shape of the `\"fa2\"` forward, query rows a block × key rows a tile: `\"64x64\"`, "
-                  "`\"64x128\"`, `\"128x64\"` or `\"128x128\"`. "
-                  "[gpu.md](gpu.md#the-fa2-forwards-tile-shapes)"),
-        WIOLA_KEY("cuda_attention_bwd_tile", train.backend_options.attention_bwd_tile,
-                  "the tile shape of the `\"fa2\"` backward, key rows a dK/dV block × query rows a dQ block: "
-                  "`\"64x64\"`, `\"64x128\"`, `\"128x64\"` or `\"128x128\"` (the same bits at every shape). "
-                  "[gpu.md](gpu.md#the-fa2-backwards-tile-shapes)"),
-        WIOLA_KEY("cuda_attention_heads_per_block", train.backend_options.attention_heads_per_block,
-                  "the `\"fa2\"` forward's query heads a block: `\"1\"` (one head), `\"2\"` or `\"4\"` (heads of "
-                  "one KV group sharing each K/V tile, the tile's query rows split among them); must divide "
-                  "`model.n_heads / model.n_kv_heads` (refused otherwise; the same under TP, whose ranks keep "
-                  "whole KV groups). Not yet measured on a GPU. [gpu.md](gpu.md#head-packing-in-the-fa2-forward)"),
-        WIOLA_KEY("cuda_graphs", train.backend_options.cuda_graphs,
-                  "CUDA Graphs: `\"off\"` (every op launched from the host) or `\"layers\"` (each layer's forward "
-                  "and backward recorded once per distinct buffers, then replayed as one graph launch; not with TP "
-                  "or a split backward). Same bits either way; not yet measured on a GPU. "
-                  "[gpu.md](gpu.md#cuda-graphs)"),
-        WIOLA_KEY("log_every", train.log_every, "progress line every N steps (≥ 1)"),
-        WIOLA_KEY("eval_every", train.eval_every, "validation loss every N steps (≥ 0); 0: off"),
-        WIOLA_KEY("eval_batches", train.eval_batches, "global batches per validation (≥ 1)"),
-        WIOLA_KEY("run_dir", train.run_dir, "output directory: `metrics.jsonl`, `config.toml`, …"),
-        WIOLA_KEY("max_steps", train.max_steps,
-                  "stop after this many steps of the T_max schedule (≥ 0); 0: run all T_max. The LR schedule "
-                  "still uses T_max"),
-        WIOLA_KEY("accounting", train.accounting,
-                  "per-step time breakdown (compute, exposed communication, bubble, data, optimizer, "
-                  "checkpoint) in the log line, `metrics.jsonl` and `report.json` "
-                  "([performance.md](performance.md)); on a GPU it synchronises the stream at phase ends. MFU "
-                  "is reported either way"),
-        WIOLA_KEY("peak_tflops", train.peak_tflops,
-                  "MFU denominator per rank in TFLOP/s (≥ 0); 0: the OpenBLAS sgemm 1024³ rate measured at "
-                  "start on the CPU, the dense BF16 (or TF32) datasheet peak of a known GPU "
-                  "([performance.md](performance.md#hardware-table))"),
-        WIOLA_KEY("tensorboard", train.tensorboard,
-                  "rank 0 also writes every `metrics.jsonl` number as TensorBoard scalars into "
-                  "`RUN_DIR/tensorboard/` ([performance.md](performance.md#tensorboard))"),
-        WIOLA_KEY("straggler_share", train.straggler_share,
-                  "warn (log and `report.json`) about a rank whose median own work per step (step time minus "
-                  "waiting on other ranks) exceeds its peers' median by more than this share (≥ 0); 0: no "
-                  "per-interval check ([performance.md](performance.md#stragglers))"),
-        WIOLA_KEY("spike_sigma", train.spike_sigma,
-                  "loss-spike policy ([checkpoints.md](checkpoints.md#loss-spikes-rewind-and-skip-the-data)): a "
-                  "step whose loss exceeds mean + `spike_sigma` × std of the last `spike_window` steps' losses "
-                  "rewinds to the newest checkpoint and skips the data since it (≥ 0); 0: off. Needs "
-                  "`checkpoint.dir`"),
-        WIOLA_KEY("spike_window", train.spike_window,
-                  "steps whose losses give that mean and (population) std (≥ 2); detection starts once the "
-                  "window is full. Only applied steps with a finite loss enter it"),
-        WIOLA_KEY("spike_skipped", train.spike_skipped,
-                  "this many consecutive skipped steps (non-finite gradient norm) rewind the same way (≥ 0); 0: "
-                  "off. Needs `checkpoint.dir`; not with `nonfinite_fatal`"),
-        WIOLA_KEY("spike_max_rewinds", train.spike_max_rewinds,
-                  "the run stops with an error at a spike after this many rewinds (≥ 0; counted over resumes)"),
-        WIOLA_KEY("skip_batches", train.skip_batches,
-                  "data windows to skip: `[[from, to], ...]`, steps, inclusive, sorted and disjoint (1 ≤ from ≤ "
-                  "to). The global batch of a step in a window is read and dropped: no forward, backward or "
-                  "update (the LR schedule, the step count and the data after the window are as without the "
-                  "skip). A rewind adds its window to the list in effect "
-                  "([checkpoints.md](checkpoints.md#loss-spikes-rewind-and-skip-the-data))")}},
-      {"data",
-       {WIOLA_KEY("path", data.path,
-                  "`manifest.json` written by `wiola prep`, the directory holding it, or one `.h5` shard "
-                  "(docs/data.md)"),
-        WIOLA_KEY("blend", data.blend,
-                  "instead of `path`: several sources, each `{ path = \"...\", weight = w }` (w > 0), mixed in "
-                  "the shares w / Σw of the samples; `[[data.blend]]` sections work too. All must share one "
-                  "tokenizer. Order, validation and resume: "
-                  "[data.md](data.md#blends-several-sources-in-fixed-shares). Setting both `path` and `blend` "
-                  "is an error"),
-        WIOLA_KEY("shuffle", data.shuffle,
-                  "visit the windows in a seeded permutation per epoch ([model.md §6](model.md#6-data)); false: "
-                  "in order"),
-        WIOLA_KEY("seed", data.seed, "data order seed (≥ -1); -1: `train.seed`"),
-        WIOLA_KEY("prefetch", data.prefetch, "batches the loader thread prepares ahead (≥ 0)"),
-        WIOLA_KEY("max_open_shards", data.max_open_shards,
-                  "shards of each source kept open at once (≥ 0; 0: all). Each open shard holds a file "
-                  "descriptor, HDF5 state and a chunk cache; samples do not depend on it "
-                  "([data.md](data.md#the-loader-at-scale))")}},
-      {"parallel",
-       {WIOLA_KEY("tp", parallel.tp,
-                  "tensor-parallel ranks (≥ 1); must divide `model.n_kv_heads`, `model.d_a`, `model.d_b` and "
-                  "`model.vocab_size`"),
-        WIOLA_KEY("pp", parallel.pp, "pipeline stages (≥ 1, ≤ `model.n_layers`)"),
-        WIOLA_KEY("dp", parallel.dp, "data-parallel replicas (≥ 1); part of the global batch"),
-        WIOLA_KEY("zero", parallel.zero, "ZeRO-1: shard fp32 master weights and AdamW state over DP"),
-        WIOLA_KEY("schedule", parallel.schedule,
-                  "pipeline schedule: `\"1f1b\"` (PipeDream-flush), `\"gpipe\"`, `\"zb-h1\"` (1F1B with the "
-                  "weight gradients deferred), `\"interleaved\"` (1F1B over `parallel.virtual_stages` "
-                  "non-contiguous layer chunks per rank; micro-batches a multiple of `parallel.pp`) or "
-                  "`\"zb-v\"` (two chunks per rank in a V, split backward; at least `parallel.pp` "
-                  "micro-batches); docs/distributed.md §4. Micro-batches per step are `train.grad_accum`"),
-        WIOLA_KEY("layer_cuts", parallel.layer_cuts,
-                  "the layer boundaries of the pipeline's chunks: `pp` × chunks per rank + 1 increasing "
-                  "numbers from 0 to `model.n_layers` (chunks per rank: 1, `virtual_stages` for "
-                  "`\"interleaved\"`, 2 for `\"zb-v\"`): the running sums of the layers per chunk that `wiola "
-                  "plan` prints for the chunk balancer's cut, or any other; empty: `stage_balance` cuts them"),
-        WIOLA_KEY("virtual_stages", parallel.virtual_stages,
-                  "model chunks per rank of the `\"interleaved\"` schedule (≥ 1; the model is cut into "
-                  "`pp` × this many chunks, each with at least one layer); other schedules ignore it"),
-        WIOLA_KEY("overlap", parallel.overlap,
-                  "start the DP gradient reduction bucket by bucket during the step's last backward pass "
-                  "(results are bit-identical either way)"),
-        WIOLA_KEY("stage_balance", parallel.stage_balance,
-                  "how layers are split into pipeline stages: `\"compute\"` minimises the largest stage's FLOPs "
-                  "per token (a layer ≈ 6·its parameters + 6·T·d, the head ≈ 6·V·d, so the last stage gets "
-                  "fewer layers); `\"layers\"`: equal layer counts, extra layers in front"),
-        WIOLA_KEY("data_plane", parallel.data_plane,
-                  "how backend tensors travel between ranks: `\"nccl\"` (GPU backends: NCCL, one GPU per rank), "
-                  "`\"staged\"` (MPI, through host memory where the backend's memory is not host memory), "
-                  "`\"auto\"`: NCCL for a GPU backend with more than one rank when `libnccl.so.2` loads and no "
-                  "two ranks share a GPU, otherwise MPI. See [gpu.md](gpu.md#several-gpus)"),
-        WIOLA_KEY("comm_timeout_s", parallel.comm_timeout_s,
-                  "seconds a communication may wait for other ranks before the job is aborted with every "
-                  "rank's state and the operation at issue (> 0; [distributed.md](distributed.md))")}},
-      {"checkpoint",
-       {WIOLA_KEY("dir", checkpoint.dir,
-                  "checkpoint directory (shared by all ranks); empty: no checkpoints, and SIGUSR1/SIGTERM end "
-                  "the run as usual"),
-        WIOLA_KEY("every", checkpoint.every,
-                  "steps between checkpoints (≥ 0); 0: only at the end. The last step always saves"),
-        WIOLA_KEY("minutes", checkpoint.minutes,
-                  "also save when this many minutes passed since the last save (rank 0's clock; 0: off)"),
-        WIOLA_KEY("resume", checkpoint.resume,
-                  "resume from the newest sound checkpoint in `dir` (damaged ones are skipped with a warning)"),
-        WIOLA_KEY("keep", checkpoint.keep,
-                  "newest checkpoints kept (≥ 1); older ones are deleted after each save"),
-        WIOLA_KEY("keep_every", checkpoint.keep_every,
-                  "also keep for good every checkpoint whose step is a multiple of this (0: none)"),
-        WIOLA_KEY("async", checkpoint.async,
-                  "write in a background thread while training goes on (false: the step loop waits)"),
-        WIOLA_KEY("max_failed_minutes", checkpoint.max_failed_minutes,
-                  "a save that fails (disk full, not writable) is a warning and training goes on, saving again "
-                  "at the next checkpoint; when saves have failed for this many minutes (from the first failure "
-                  "since the last saved checkpoint; ≥ 0, 0: at the first failure) the run stops with the error, "
-                  "exit status 1. A failed final save always ends the run that way "
-                  "([checkpoints.md](checkpoints.md#when-a-save-fails))"),
-        WIOLA_KEY("init_from", checkpoint.init_from,
-                  "weights-only start: parameters from this checkpoint (a step folder or a checkpoint "
-                  "directory), new optimizer state, data from the start. Ignored when `dir` holds a checkpoint "
-                  "to resume")}},
+      {"model", {WIOLA_MODEL_KEYS(WIOLA_MODEL_KEY)}},
+      {"train", {WIOLA_TRAIN_KEYS(WIOLA_TRAIN_KEY, WIOLA_OPTION_KEYS)}},
+      {"data", {WIOLA_DATA_KEYS(WIOLA_DATA_KEY)}},
+      {"parallel", {WIOLA_PARALLEL_KEYS(WIOLA_PARALLEL_KEY)}},
+      {"checkpoint", {WIOLA_CHECKPOINT_KEYS(WIOLA_CHECKPOINT_KEY)}},
   };
   return s;
 }
 
+#undef WIOLA_OPTION_KEYS
+#undef WIOLA_OPTION_KEY
+#undef WIOLA_CHECKPOINT_KEY
+#undef WIOLA_PARALLEL_KEY
+#undef WIOLA_DATA_KEY
+#undef WIOLA_TRAIN_KEY
+#undef WIOLA_MODEL_KEY
 #undef WIOLA_KEY
 
 const SectionDef* find_section(std::string_view name) {
@@ -296,7 +129,8 @@ const KeyDef* find_key(const SectionDef& s, std::string_view name) {
 // Which alternative of FieldPtr a key binds (same for every RunConfig).
 bool is_string_key(const KeyDef& k) {
   RunConfig probe;
-  return std::holds_alternative<std::string*>(k.field(probe));
+  const FieldPtr f = k.field(probe);
+  return std::holds_alternative<std::string*>(f) || std::holds_alternative<EnumRef>(f);
 }
 
 size_t edit_distance(std::string_view a, std::string_view b) {
@@ -411,9 +245,10 @@ std::string toml_ints(const std::vector<int>& v) {
 // A key's value as the effective config writes it.
 std::string toml_value(const FieldPtr& field) {
   return std::visit(
-      [](auto* p) -> std::string {
+      [](auto p) -> std::string {
         using T = std::remove_pointer_t<decltype(p)>;
-        if constexpr (std::is_same_v<T, std::string>) return toml_string(*p);
+        if constexpr (std::is_same_v<T, EnumRef>) return toml_string(p.get(p.field));
+        else if constexpr (std::is_same_v<T, std::string>) return toml_string(*p);
         else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) return toml_blend(*p);
         else if constexpr (std::is_same_v<T, std::vector<StepWindow>>) return toml_windows(*p);
         else if constexpr (std::is_same_v<T, std::vector<int>>) return toml_ints(*p);
@@ -427,14 +262,14 @@ std::string toml_value(const FieldPtr& field) {
 // A key's type as docs/config.md's "Types" table names it.
 const char* doc_type(const FieldPtr& field) {
   return std::visit(
-      [](auto* p) -> const char* {
+      [](auto p) -> const char* {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, int>) return "int";
         else if constexpr (std::is_same_v<T, int64_t>) return "int64";
         else if constexpr (std::is_same_v<T, uint64_t>) return "int64 ≥ 0";
         else if constexpr (std::is_same_v<T, double>) return "float";
         else if constexpr (std::is_same_v<T, bool>) return "bool";
-        else if constexpr (std::is_same_v<T, std::string>) return "string";
+        else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, EnumRef>) return "string";
         else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) return "array of tables";
         else if constexpr (std::is_same_v<T, std::vector<int>>) return "array of int";
         else return "array of [int64, int64]";
@@ -541,9 +376,14 @@ void assign(RunConfig& rc, const KeyDef& k, std::string_view sec, const Entry& e
     key_error(e, sec, k.name, detail::concat("expected ", what, ", got ", describe(n)));
   };
   std::visit(
-      [&](auto* p) {
+      [&](auto p) {
         using T = std::remove_pointer_t<decltype(p)>;
-        if constexpr (std::is_same_v<T, std::string>) {
+        if constexpr (std::is_same_v<T, EnumRef>) {
+          if (!n.is_string()) want("a string");
+          if (!p.set(p.field, n.as_string()->get()))
+            key_error(e, sec, k.name, detail::concat("must be ", p.choices(), " (got ",
+                                                     toml_string(n.as_string()->get()), ")"));
+        } else if constexpr (std::is_same_v<T, std::string>) {
           if (!n.is_string()) want("a string");
           *p = n.as_string()->get();
         } else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) {
@@ -670,14 +510,16 @@ void collect_override(const std::string& ov, std::vector<std::unique_ptr<toml::t
   store.push_back(std::move(t));
 }
 
-void check_run_config(const RunConfig& rc) {
-  rc.model.validate();
+template <class T, class U>
+void at_least(T v, U lo, const char* key) {
+  WIOLA_CHECK(v >= lo, key, " must be >= ", lo, " (got ", v, ")");
+}
+
+// [train] and what it needs of the others. The values of enum keys were
+// checked when read (assign).
+void check_train(const RunConfig& rc) {
   const auto& t = rc.train;
-  const auto& p = rc.parallel;
   const auto& c = rc.checkpoint;
-  auto at_least = [](auto v, auto lo, const char* key) {
-    WIOLA_CHECK(v >= lo, key, " must be >= ", lo, " (got ", v, ")");
-  };
   at_least(t.micro_batch, 1, "train.micro_batch");
   at_least(t.grad_accum, 1, "train.grad_accum");
   at_least(t.steps, 0, "train.steps");
@@ -688,7 +530,8 @@ void check_run_config(const RunConfig& rc) {
     const auto known = backend_names();
     std::string list;
     for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-    WIOLA_CHECK(std::find(known.begin(), known.end(), t.backend) != known.end(), "train.backend \"", t.backend,
+    const std::string backend(to_string(t.backend));
+    WIOLA_CHECK(std::find(known.begin(), known.end(), backend) != known.end(), "train.backend \"", backend,
                 "\" is not a backend of this build (known: ", list, ")");
   }
   check_backend_options(t.backend_options);
@@ -722,30 +565,30 @@ void check_run_config(const RunConfig& rc) {
   WIOLA_CHECK(t.beta2 >= 0 && t.beta2 < 1, "train.beta2 must be in [0, 1) (got ", t.beta2, ")");
   WIOLA_CHECK(t.adam_eps > 0, "train.adam_eps must be positive (got ", t.adam_eps, ")");
   WIOLA_CHECK(t.weight_decay >= 0, "train.weight_decay must be >= 0 (got ", t.weight_decay, ")");
+}
+
+void check_data(const RunConfig& rc) {
   WIOLA_CHECK(rc.data.path.empty() || rc.data.blend.empty(), "data.path and data.blend are both set; a run reads "
               "one source (data.path) or a blend of several (data.blend), not both (to override the file's "
               "data.path, add --set 'data.path=\"\"')");
   at_least(rc.data.seed, -1, "data.seed");
   at_least(rc.data.prefetch, 0, "data.prefetch");
   at_least(rc.data.max_open_shards, 0, "data.max_open_shards");
+}
+
+// [parallel]: the grid against the model, the schedule's chunks.
+void check_parallel(const RunConfig& rc) {
+  const auto& p = rc.parallel;
   at_least(p.tp, 1, "parallel.tp");
   at_least(p.pp, 1, "parallel.pp");
   at_least(p.dp, 1, "parallel.dp");
-  WIOLA_CHECK(p.data_plane == "auto" || p.data_plane == "nccl" || p.data_plane == "staged",
-              "parallel.data_plane must be \"auto\", \"nccl\" or \"staged\" (got \"", p.data_plane, "\")");
-  WIOLA_CHECK(p.stage_balance == "compute" || p.stage_balance == "layers",
-              "parallel.stage_balance must be \"compute\" or \"layers\" (got \"", p.stage_balance, "\")");
-  WIOLA_CHECK(p.schedule == "1f1b" || p.schedule == "gpipe" || p.schedule == "zb-h1" ||
-                  p.schedule == "interleaved" || p.schedule == "zb-v",
-              "parallel.schedule must be \"1f1b\", \"gpipe\", \"zb-h1\", \"interleaved\" or \"zb-v\" (got \"",
-              p.schedule, "\")");
   at_least(p.virtual_stages, 1, "parallel.virtual_stages");
   WIOLA_CHECK(p.comm_timeout_s > 0, "parallel.comm_timeout_s must be > 0 (got ", p.comm_timeout_s, ")");
   WIOLA_CHECK(p.pp <= rc.model.L, "parallel.pp (", p.pp, ") must not exceed model.n_layers (",
               rc.model.L, "): every pipeline stage needs a layer");
   // The chunked schedules (dist/schedule.h): p·v chunks of at least a layer each.
   const int chunks = perf::chunks_per_rank(rc.layout());
-  WIOLA_CHECK(p.pp * chunks <= rc.model.L, "parallel.schedule \"", p.schedule, "\" cuts the model into ",
+  WIOLA_CHECK(p.pp * chunks <= rc.model.L, "parallel.schedule \"", to_string(p.schedule), "\" cuts the model into ",
               p.pp * chunks, " chunks (parallel.pp ", p.pp, " x ", chunks, " per rank), more than model.n_layers (",
               rc.model.L, "): every chunk needs a layer");
   if (!p.layer_cuts.empty()) {
@@ -754,13 +597,13 @@ void check_run_config(const RunConfig& rc) {
     for (size_t k = 1; k < cuts.size(); ++k) increasing = increasing && cuts[k - 1] < cuts[k];
     WIOLA_CHECK(int(cuts.size()) == p.pp * chunks + 1 && increasing, "parallel.layer_cuts must be ", p.pp * chunks + 1,
                 " increasing layer numbers from 0 to model.n_layers (", rc.model.L, ") for ", p.pp * chunks,
-                " chunks (parallel.pp ", p.pp, " x ", chunks, " per rank of \"", p.schedule, "\"); got ",
+                " chunks (parallel.pp ", p.pp, " x ", chunks, " per rank of \"", to_string(p.schedule), "\"); got ",
                 cuts.size(), " numbers");
   }
-  WIOLA_CHECK(p.schedule != "interleaved" || chunks == 1 || rc.train.grad_accum % p.pp == 0,
+  WIOLA_CHECK(p.schedule != dist::Schedule::Interleaved || chunks == 1 || rc.train.grad_accum % p.pp == 0,
               "parallel.schedule \"interleaved\" needs train.grad_accum (", rc.train.grad_accum,
               ") to be a multiple of parallel.pp (", p.pp, "): micro-batches go through the chunks in groups of pp");
-  WIOLA_CHECK(p.schedule != "zb-v" || rc.train.grad_accum >= p.pp, "parallel.schedule \"zb-v\" needs "
+  WIOLA_CHECK(p.schedule != dist::Schedule::ZbV || rc.train.grad_accum >= p.pp, "parallel.schedule \"zb-v\" needs "
               "train.grad_accum (", rc.train.grad_accum, ") of at least parallel.pp (", p.pp, ")");
   auto divides = [&](int v, const char* key) {
     WIOLA_CHECK(v % p.tp == 0, "parallel.tp (", p.tp, ") must divide ", key, " (", v, ")");
@@ -769,6 +612,12 @@ void check_run_config(const RunConfig& rc) {
   divides(rc.model.dA, "model.d_a");
   divides(rc.model.dB, "model.d_b");
   divides(rc.model.V, "model.vocab_size");
+}
+
+void check_checkpoint(const RunConfig& rc) {
+  const auto& t = rc.train;
+  const auto& p = rc.parallel;
+  const auto& c = rc.checkpoint;
   at_least(c.every, 0, "checkpoint.every");
   at_least(c.keep, 1, "checkpoint.keep");
   at_least(c.keep_every, 0, "checkpoint.keep_every");
@@ -776,6 +625,14 @@ void check_run_config(const RunConfig& rc) {
   at_least(c.max_failed_minutes, 0.0, "checkpoint.max_failed_minutes");
   WIOLA_CHECK(int64_t(t.micro_batch) * t.grad_accum * p.dp <= INT_MAX,
               "global batch train.micro_batch x train.grad_accum x parallel.dp is too large");
+}
+
+void check_run_config(const RunConfig& rc) {
+  rc.model.validate();
+  check_train(rc);
+  check_data(rc);
+  check_parallel(rc);
+  check_checkpoint(rc);
 }
 
 }  // namespace
@@ -866,7 +723,10 @@ std::vector<ConfigKeyDoc> run_config_schema() {
   for (const auto& sec : schema())
     for (const auto& k : sec.keys) {
       const FieldPtr f = k.field(defaults);
-      out.push_back({sec.name, k.name, doc_type(f), toml_value(f), k.doc});
+      std::vector<std::string> values = backend_option_values(k.values);
+      if (const auto* e = std::get_if<EnumRef>(&f)) values = e->names();
+      if (values == std::vector<std::string>{""}) values.clear();
+      out.push_back({sec.name, k.name, doc_type(f), toml_value(f), std::move(values), k.doc});
     }
   return out;
 }

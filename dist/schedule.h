@@ -8,10 +8,26 @@
 // before and sending outputs after each action.
 #pragma once
 
+#include <array>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "util/named_enum.h"
+
 namespace wiola::dist {
+
+// The pipeline schedules by name (parallel.schedule; util/named_enum.h):
+// "1f1b", "gpipe", "zb-h1", "interleaved" (virtual_stages chunks per rank)
+// and "zb-v" (two chunks per rank in a V).
+enum class Schedule { OneFOneB, GPipe, ZbH1, Interleaved, ZbV };
+constexpr std::array<std::string_view, 5> enum_names(Schedule) {
+  return {"1f1b", "gpipe", "zb-h1", "interleaved", "zb-v"};
+}
+// Schedules that run the backward split into B and W actions (ZB-H1, ZB-V).
+constexpr bool split_backward(Schedule s) { return s == Schedule::ZbH1 || s == Schedule::ZbV; }
+// Schedules with more than one model chunk per rank (interleaved, ZB-V).
+constexpr bool chunked(Schedule s) { return s == Schedule::Interleaved || s == Schedule::ZbV; }
 
 // Action kinds. Bwd is the whole backward of a micro-batch (input and weight
 // gradients together, what 1F1B and GPipe run); a split backward runs it as

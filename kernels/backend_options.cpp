@@ -2,7 +2,6 @@
 #include "kernels/backend_options.h"
 
 #include <cstdlib>
-#include <vector>
 
 #include "util/env.h"
 #include "util/error.h"
@@ -12,7 +11,7 @@ namespace {
 
 struct Switch {
   const char* field;    // as recorded
-  const char* key;      // the config key
+  std::string key;      // the config key
   const char* flag;     // the benchmarks' flag
   const char* old_env;  // the environment variable it replaced, or nullptr
   std::vector<std::string> values;
@@ -20,20 +19,10 @@ struct Switch {
 };
 
 const std::vector<Switch>& switches() {
-  static const std::vector<Switch> s = {
-      {"attention", "train.cuda_attention", "--attention", "WIOLA_CUDA_ATTENTION", {"tc", "fa2", "rows"},
-       &BackendOptions::attention},
-      {"attention_bwd", "train.cuda_attention_bwd", "--attention-bwd", "WIOLA_CUDA_ATTENTION_BWD",
-       {"v1", "v2", "fa2"}, &BackendOptions::attention_bwd},
-      {"gemm", "train.cuda_gemm", "--gemm", nullptr, {"cublas", "cublaslt", "auto"}, &BackendOptions::gemm},
-      {"attention_tile", "train.cuda_attention_tile", "--attention-tile", nullptr,
-       {"64x64", "64x128", "128x64", "128x128"}, &BackendOptions::attention_tile},
-      {"attention_bwd_tile", "train.cuda_attention_bwd_tile", "--attention-bwd-tile", nullptr,
-       {"64x64", "64x128", "128x64", "128x128"}, &BackendOptions::attention_bwd_tile},
-      {"attention_heads_per_block", "train.cuda_attention_heads_per_block", "--attention-heads-per-block", nullptr,
-       {"1", "2", "4"}, &BackendOptions::attention_heads_per_block},
-      {"cuda_graphs", "train.cuda_graphs", "--cuda-graphs", nullptr, {"off", "layers"}, &BackendOptions::cuda_graphs},
-  };
+#define WIOLA_BACKEND_OPTION_SWITCH(field, key, flag, old_env, values, doc) \
+  {#field, std::string("train.") + key, flag, old_env, backend_option_values(values), &BackendOptions::field},
+  static const std::vector<Switch> s = {WIOLA_BACKEND_OPTIONS(WIOLA_BACKEND_OPTION_SWITCH)};
+#undef WIOLA_BACKEND_OPTION_SWITCH
   return s;
 }
 
@@ -44,6 +33,16 @@ std::string join(const std::vector<std::string>& v) {
 }
 
 }  // namespace
+
+std::vector<std::string> backend_option_values(std::string_view values) {
+  std::vector<std::string> out;
+  for (size_t b = 0;;) {
+    const size_t e = values.find('|', b);
+    out.emplace_back(values.substr(b, e == std::string_view::npos ? e : e - b));
+    if (e == std::string_view::npos) return out;
+    b = e + 1;
+  }
+}
 
 void check_backend_options(const BackendOptions& o) {
   for (const Switch& s : switches()) {

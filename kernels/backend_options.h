@@ -1,51 +1,81 @@
 // Start-up switches of a backend, chosen once and recorded: the config keys
-// train.cuda_attention, train.cuda_attention_bwd, train.cuda_gemm,
-// train.cuda_attention_tile, train.cuda_attention_bwd_tile and
-// train.cuda_attention_heads_per_block (docs/config.md), the flags
-// --attention, --attention-bwd, --gemm, --attention-tile, --attention-bwd-tile
-// and --attention-heads-per-block of wiola_gpu_bench and wiola_kernel_bench. The run
-// report and the checkpoint manifest record them beside the backend's name. The attention switches
-// were the environment variables WIOLA_CUDA_ATTENTION and
+// train.cuda_* (docs/config.md), the flags of wiola_gpu_bench and
+// wiola_kernel_bench (bench/backend_flags.h). The run report and the
+// checkpoint manifest record them beside the backend's name. The attention
+// switches were the environment variables WIOLA_CUDA_ATTENTION and
 // WIOLA_CUDA_ATTENTION_BWD, read at every call; a backend refuses to start
 // while either is still set (refuse_backend_env). The CPU backends ignore
 // them.
 #pragma once
 
+#include <array>
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/named_enum.h"
 
 namespace wiola {
 
+// The backends by their start-up names (train.backend; kernels/backend.h
+// make_backend): "cuda" and "cuda-fp32" exist in builds with WIOLA_CUDA=ON
+// (backend_names() lists this build's).
+enum class BackendKind { Cpu, CpuOpaque, CpuBf16, Cuda, CudaFp32 };
+constexpr std::array<std::string_view, 5> enum_names(BackendKind) {
+  return {"cpu", "cpu-opaque", "cpu-bf16", "cuda", "cuda-fp32"};
+}
+
+// Every switch, declared once: X(field of BackendOptions, config key in
+// [train], benchmarks' flag, the environment variable it replaced or nullptr,
+// its values separated by '|' (the first is the default), the doc line of
+// docs/config.md). config/run_config.cpp makes its schema lines from this
+// list; check_backend_options, refuse_backend_env and backend_option_fields
+// read it too.
+#define WIOLA_BACKEND_OPTIONS(X) \
+  X(attention, "cuda_attention", "--attention", "WIOLA_CUDA_ATTENTION", "tc|fa2|rows", \
+    "the CUDA backend's self-attention forward in bf16: `\"tc\"` (WMMA tensor cores), `\"fa2\"` " \
+    "(FlashAttention-2 form), `\"rows\"` (the row kernels, forward and backward). Recorded in the " \
+    "run report and checkpoint manifests; replaces `WIOLA_CUDA_ATTENTION` (refused when set). " \
+    "[gpu.md](gpu.md#backend-options)") \
+  X(attention_bwd, "cuda_attention_bwd", "--attention-bwd", "WIOLA_CUDA_ATTENTION_BWD", "v1|v2|fa2", \
+    "its backward: `\"v1\"`, `\"v2\"` or `\"fa2\"`; replaces `WIOLA_CUDA_ATTENTION_BWD`") \
+  X(gemm, "cuda_gemm", "--gemm", nullptr, "cublas|cublaslt|auto", \
+    "the CUDA backend's matrix products: `\"cublas\"` (`cublasGemmEx`), `\"cublaslt\"` " \
+    "(cuBLASLt's heuristic), `\"auto\"` (tuned per shape; rank 0's choices on every rank, cached " \
+    "in `RUN_DIR/gemm_tuning.json`). [gpu.md](gpu.md#gemms-tuned-per-shape)") \
+  X(attention_tile, "cuda_attention_tile", "--attention-tile", nullptr, "64x64|64x128|128x64|128x128", \
+    "the tile shape of the `\"fa2\"` forward, query rows a block × key rows a tile: `\"64x64\"`, " \
+    "`\"64x128\"`, `\"128x64\"` or `\"128x128\"`. " \
+    "[gpu.md](gpu.md#the-fa2-forwards-tile-shapes)") \
+  X(attention_bwd_tile, "cuda_attention_bwd_tile", "--attention-bwd-tile", nullptr, "64x64|64x128|128x64|128x128", \
+    "the tile shape of the `\"fa2\"` backward, key rows a dK/dV block × query rows a dQ block: " \
+    "`\"64x64\"`, `\"64x128\"`, `\"128x64\"` or `\"128x128\"` (the same bits at every shape). " \
+    "[gpu.md](gpu.md#the-fa2-backwards-tile-shapes)") \
+  X(attention_heads_per_block, "cuda_attention_heads_per_block", "--attention-heads-per-block", nullptr, "1|2|4", \
+    "the `\"fa2\"` forward's query heads a block: `\"1\"` (one head), `\"2\"` or `\"4\"` (heads of " \
+    "one KV group sharing each K/V tile, the tile's query rows split among them); must divide " \
+    "`model.n_heads / model.n_kv_heads` (refused otherwise; the same under TP, whose ranks keep " \
+    "whole KV groups). Not yet measured on a GPU. [gpu.md](gpu.md#head-packing-in-the-fa2-forward)") \
+  X(cuda_graphs, "cuda_graphs", "--cuda-graphs", nullptr, "off|layers", \
+    "CUDA Graphs: `\"off\"` (every op launched from the host) or `\"layers\"` (each layer's forward " \
+    "and backward recorded once per distinct buffers, then replayed as one graph launch; not with TP " \
+    "or a split backward). Same bits either way; not yet measured on a GPU. " \
+    "[gpu.md](gpu.md#cuda-graphs)")
+
+
+// The default of a switch: the first of its '|'-separated values.
+constexpr std::string_view first_value(std::string_view values) { return values.substr(0, values.find('|')); }
+
 struct BackendOptions {
-  // The CUDA backend's self-attention forward in bf16 (docs/gpu.md): "tc"
-  // (the WMMA tensor-core kernels), "fa2" (the FlashAttention-2 form of
-  // attention_fa2.cu) or "rows" (the row kernels, forward and backward).
-  std::string attention = "tc";
-  // Its backward: "v1" (WMMA), "v2" (key-owning warps) or "fa2".
-  std::string attention_bwd = "v1";
-  // The matrix products: "cublas" (cublasGemmEx, its default algorithm),
-  // "cublaslt" (cuBLASLt, its heuristic's first candidate for every shape)
-  // or "auto" (per shape the tuning table's choice, kernels/gemm_tuning.h).
-  std::string gemm = "cublas";
-  // The tile shape of the fa2 forward (attention = fa2), query rows a block
-  // x key rows a tile: "64x64" (four warps), "64x128", "128x64" or "128x128"
-  // (eight warps).
-  std::string attention_tile = "64x64";
-  // The tile shape of the fa2 backward (attention_bwd = fa2), key rows a
-  // dK/dV block x query rows a dQ block: "64x64" (four warps each), "64x128",
-  // "128x64" or "128x128" (128 rows: eight warps).
-  std::string attention_bwd_tile = "64x64";
-  // The fa2 forward's query heads a block: "1" (one head, the kernel as it
-  // was), "2" or "4" (heads of one KV group sharing each K/V tile, the
-  // tile's query rows split among them); must divide n_heads / n_kv_heads
-  // (check_attention_heads_per_block).
-  std::string attention_heads_per_block = "1";
-  // CUDA Graphs (train.cuda_graphs; docs/gpu.md, "CUDA Graphs"): "off"
-  // (every op launched from the host) or "layers" (each layer's forward and
-  // backward recorded once per distinct buffers, then replayed as one graph
-  // launch).
-  std::string cuda_graphs = "off";
+#define WIOLA_BACKEND_OPTION_FIELD(field, key, flag, old_env, values, doc) \
+  std::string field{first_value(values)};
+  WIOLA_BACKEND_OPTIONS(WIOLA_BACKEND_OPTION_FIELD)
+#undef WIOLA_BACKEND_OPTION_FIELD
 };
+
+// A switch's values, in declaration order: {"tc", "fa2", "rows"}.
+std::vector<std::string> backend_option_values(std::string_view values);
 
 // Throws wiola::Error naming the key (and flag) and the values it takes.
 void check_backend_options(const BackendOptions& o);
@@ -62,8 +92,7 @@ void refuse_backend_env();
 // The options as recorded, field -> value: {"attention": "tc",
 // "attention_bwd": "v1", "attention_bwd_tile": "64x64",
 // "attention_heads_per_block": "1", "attention_tile": "64x64",
-// "gemm": "cublas"} (a JSON
-// object as it is).
+// "cuda_graphs": "off", "gemm": "cublas"} (a JSON object as it is).
 std::map<std::string, std::string> backend_option_fields(const BackendOptions& o);
 
 }  // namespace wiola

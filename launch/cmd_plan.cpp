@@ -66,6 +66,12 @@ bool to_bool(const std::string& v, const std::string& key, const char* what) {
   fail(what, ": ", key, "=", v, " is not on/off");
 }
 
+template <class E>
+E layout_enum(const std::string& v, const std::string& key) {
+  if (const auto e = parse_enum<E>(v)) return *e;
+  fail("--layout: ", key, "=", v, " is not ", enum_choices<E>());
+}
+
 Layout parse_layout(const std::string& s, int global_batch, int devices) {
   Layout l;
   int m = 0;
@@ -77,9 +83,9 @@ Layout parse_layout(const std::string& s, int global_batch, int devices) {
     else if (k == "m") m = to_int(v, k, "--layout");
     else if (k == "zero") l.zero = to_bool(v, k, "--layout");
     else if (k == "recompute") l.recompute = to_bool(v, k, "--layout");
-    else if (k == "schedule") l.schedule = v;
+    else if (k == "schedule") l.schedule = layout_enum<dist::Schedule>(v, k);
     else if (k == "v") l.virtual_stages = to_int(v, k, "--layout");
-    else if (k == "balance") l.stage_balance = v;
+    else if (k == "balance") l.stage_balance = layout_enum<StageBalance>(v, k);
     else fail("--layout: unknown key '", k, "' (tp, pp, dp, mb, m, zero, recompute, schedule, v, balance)");
   }
   if (!s.empty() && s.find("dp=") == std::string::npos) l.dp = std::max(1, devices / (l.tp * l.pp));

@@ -74,7 +74,7 @@ int wiola_cmd_train(int argc, char** argv) {
     nlohmann::json keys = nlohmann::json::array();
     for (const wiola::ConfigKeyDoc& k : wiola::run_config_schema())
       keys.push_back({{"section", k.section}, {"key", k.key}, {"type", k.type}, {"default", k.default_value},
-                      {"doc", k.doc}});
+                      {"values", k.values}, {"doc", k.doc}});
     std::printf("%s\n", keys.dump(1).c_str());
     return 0;
   }
@@ -109,7 +109,7 @@ int wiola_cmd_train(int argc, char** argv) {
     if (world->rank() != 0) opt.quiet = true;
     // The backend is start-up configuration: chosen here, used by everything.
     wiola::set_cpu_threads(rc.train.threads);
-    auto ops = wiola::make_backend<float>(rc.train.backend, rc.train.backend_options);
+    auto ops = wiola::make_backend<float>(std::string(to_string(rc.train.backend)), rc.train.backend_options);
     if (!rc.checkpoint.dir.empty()) {  // without checkpoints a signal ends the run as usual
       take_over_stop_signals();
       opt.stop_requested = [] { return g_stop_signal != 0; };

@@ -18,13 +18,13 @@ std::string Layout::name() const {
   char buf[160];
   std::snprintf(buf, sizeof buf, "tp%d pp%d dp%d, %dx%d%s%s%s", tp, pp, dp, micro_batch, micro_batches,
                 zero_active() ? ", zero" : "", recompute ? ", recompute" : "",
-                schedule == "1f1b" ? "" : (", " + schedule).c_str());
-  if (schedule == "interleaved") return buf + (" v" + std::to_string(virtual_stages));
+                schedule == dist::Schedule::OneFOneB ? "" : (", " + std::string(to_string(schedule))).c_str());
+  if (schedule == dist::Schedule::Interleaved) return buf + (" v" + std::to_string(virtual_stages));
   return buf;
 }
 
-std::vector<std::pair<int, int>> pipeline_stages(const ModelConfig& c, int pp, const std::string& balance) {
-  if (balance == "layers") {
+std::vector<std::pair<int, int>> pipeline_stages(const ModelConfig& c, int pp, StageBalance balance) {
+  if (balance == StageBalance::Layers) {
     std::vector<std::pair<int, int>> out;
     for (int s = 0; s < pp; ++s) out.push_back(dist::stage_layers(c.L, pp, s));
     return out;
@@ -57,20 +57,22 @@ ModelShard stage_shard(const ModelConfig& c, const Layout& lay, int stage) {
 
 std::vector<dist::Action> stage_schedule(const Layout& lay, int stage) {
   const int m = lay.micro_batches;
-  if (lay.schedule == "1f1b") return dist::schedule_1f1b(lay.pp, stage, m);
-  if (lay.schedule == "gpipe") return dist::schedule_gpipe(lay.pp, stage, m);
-  if (lay.schedule == "interleaved") return dist::schedule_interleaved(lay.pp, stage, m, lay.virtual_stages);
-  if (lay.schedule == "zb-h1") return dist::schedule_zb_h1(lay.pp, stage, m);
-  if (lay.schedule == "zb-v") return dist::schedule_zb_v(lay.pp, stage, m);
-  fail("unknown pipeline schedule '", lay.schedule, "' (known: 1f1b, gpipe, interleaved, zb-h1, zb-v)");
+  switch (lay.schedule) {
+    case dist::Schedule::OneFOneB: return dist::schedule_1f1b(lay.pp, stage, m);
+    case dist::Schedule::GPipe: return dist::schedule_gpipe(lay.pp, stage, m);
+    case dist::Schedule::Interleaved: return dist::schedule_interleaved(lay.pp, stage, m, lay.virtual_stages);
+    case dist::Schedule::ZbH1: return dist::schedule_zb_h1(lay.pp, stage, m);
+    case dist::Schedule::ZbV: return dist::schedule_zb_v(lay.pp, stage, m);
+  }
+  fail("unknown pipeline schedule ", int(lay.schedule));
 }
 
 int chunks_per_rank(const Layout& lay) {
-  return lay.schedule == "interleaved" ? lay.virtual_stages : lay.schedule == "zb-v" ? 2 : 1;
+  return lay.schedule == dist::Schedule::Interleaved ? lay.virtual_stages : lay.schedule == dist::Schedule::ZbV ? 2 : 1;
 }
 
 dist::ChunkPlacement chunk_placement(const Layout& lay) {
-  return lay.schedule == "zb-v" ? dist::ChunkPlacement::V : dist::ChunkPlacement::Interleaved;
+  return lay.schedule == dist::Schedule::ZbV ? dist::ChunkPlacement::V : dist::ChunkPlacement::Interleaved;
 }
 
 std::vector<std::pair<int, int>> chunk_cuts(const ModelConfig& c, const Layout& lay) {
@@ -174,7 +176,7 @@ Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Pre
     mo.micro_batch = lay.micro_batch;
     mo.recompute = lay.recompute;
     mo.slots = std::max(1, dist::max_in_flight(mine));
-    mo.split_backward = lay.schedule == "zb-h1" || lay.schedule == "zb-v";
+    mo.split_backward = dist::split_backward(lay.schedule);
     mo.weight_slots = std::max(1, dist::max_pending_weight(mine));
     const auto mm = Model<float>::plan_memory(*sizing, c, ModelShard{0, lay.tp, chunks[k].first, chunks[k].second},
                                               mo, prec);
@@ -209,12 +211,12 @@ double stage_flops(const ModelConfig& c, const Layout& lay, int stage) {
 
 double bubble_formula(const Layout& lay) {
   const int p = lay.pp, m = lay.micro_batches;
-  return lay.schedule == "interleaved" ? dist::bubble_fraction_interleaved(p, m, lay.virtual_stages)
+  return lay.schedule == dist::Schedule::Interleaved ? dist::bubble_fraction_interleaved(p, m, lay.virtual_stages)
                                        : dist::bubble_fraction_predicted(p, m);
 }
 
 const char* bubble_formula_name(const Layout& lay) {
-  return lay.schedule == "interleaved" ? "((p-1)/v)/(m+(p-1)/v)" : "(p-1)/(m+p-1)";
+  return lay.schedule == dist::Schedule::Interleaved ? "((p-1)/v)/(m+(p-1)/v)" : "(p-1)/(m+p-1)";
 }
 
 dist::PipelineSim schedule_bubble(const ModelConfig& c, const Layout& lay) {
@@ -225,7 +227,7 @@ dist::PipelineSim schedule_bubble(const ModelConfig& c, const Layout& lay) {
   const int v = chunks_per_rank(lay);
   Layout units = lay;
   units.pp = lay.pp * v;
-  units.schedule = "1f1b";
+  units.schedule = dist::Schedule::OneFOneB;
   units.virtual_stages = 1;
   dist::StageCosts cost;
   for (int g = 0; g < units.pp; ++g) {

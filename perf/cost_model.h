@@ -6,7 +6,9 @@
 // builds its predictions on them.
 #pragma once
 
+#include <array>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -17,6 +19,11 @@
 
 namespace wiola::perf {
 
+// How layers are split into pipeline stages (parallel.stage_balance):
+// "compute" FLOP-balanced with the head on the last stage, "layers" even.
+enum class StageBalance { Compute, Layers };
+constexpr std::array<std::string_view, 2> enum_names(StageBalance) { return {"compute", "layers"}; }
+
 // A training layout: the process grid and the per-step knobs (the config's
 // parallel.* and train.micro_batch / grad_accum / recompute).
 struct Layout {
@@ -25,11 +32,12 @@ struct Layout {
   int micro_batches = 1;    // micro-batches per optimizer step per DP replica
   bool zero = true;         // ZeRO-1 (only meaningful with dp > 1)
   bool recompute = false;
-  // "1f1b", "gpipe", "interleaved" (virtual_stages chunks per rank),
-  // "zb-h1" or "zb-v" (two chunks per rank in a V) (dist/schedule.h); the
-  // planner simulates all five and the trainer runs them (interleaved and
-  // zb-v with MPI between the ranks, not yet on the NCCL plane).
-  std::string schedule = "1f1b", stage_balance = "compute";
+  // The pipeline schedule (dist/schedule.h; interleaved: virtual_stages
+  // chunks per rank, zb-v: two in a V); the planner simulates all five and
+  // the trainer runs them (interleaved and zb-v with MPI between the ranks,
+  // not yet on the NCCL plane).
+  dist::Schedule schedule = dist::Schedule::OneFOneB;
+  StageBalance stage_balance = StageBalance::Compute;
   int virtual_stages = 1;
   // The layer boundaries of the pipeline's p·v chunks (p·v + 1 entries, 0 …
   // L), as the chunk balancer (perf/planner.h balance_chunks) chose them;
@@ -43,9 +51,8 @@ struct Layout {
   std::string name() const;
 };
 
-// Layer ranges [first, last) of the pipeline stages (stage_balance
-// "compute": FLOP-balanced with the head on the last stage; "layers": even).
-std::vector<std::pair<int, int>> pipeline_stages(const ModelConfig& c, int pp, const std::string& balance);
+// Layer ranges [first, last) of the pipeline stages (StageBalance).
+std::vector<std::pair<int, int>> pipeline_stages(const ModelConfig& c, int pp, StageBalance balance);
 // The shard of stage `stage`, TP rank 0.
 ModelShard stage_shard(const ModelConfig& c, const Layout& lay, int stage);
 // The stage's schedule and the activation slots it keeps (its peak number

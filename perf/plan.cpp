@@ -44,7 +44,7 @@ nlohmann::json to_json(const Prediction& p) {
           {"tp", p.layout.tp}, {"pp", p.layout.pp}, {"dp", p.layout.dp},
           {"micro_batch", p.layout.micro_batch}, {"micro_batches", p.layout.micro_batches},
           {"zero", p.layout.zero_active()}, {"recompute", p.layout.recompute},
-          {"schedule", p.layout.schedule}, {"virtual_stages", p.layout.virtual_stages},
+          {"schedule", to_string(p.layout.schedule)}, {"virtual_stages", p.layout.virtual_stages},
           {"schedule_why", p.schedule_why},
           {"fits", p.fits}, {"why_not", p.why_not},
           {"step_s", p.step_s}, {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu},
@@ -69,8 +69,10 @@ void print_table(const std::vector<Prediction>& ps, int top) {
     const Prediction& p = ps[i];
     const Layout& l = p.layout;
     char lay[64];
-    const std::string sched = l.schedule == "1f1b" ? "" : l.schedule == "zb-h1" ? " zb" : l.schedule == "zb-v" ? " zv"
-                              : l.schedule == "interleaved" ? " i" + std::to_string(l.virtual_stages) : " " + l.schedule;
+    const std::string sched = l.schedule == dist::Schedule::OneFOneB ? "" : l.schedule == dist::Schedule::ZbH1 ? " zb"
+                              : l.schedule == dist::Schedule::ZbV ? " zv"
+                              : l.schedule == dist::Schedule::Interleaved ? " i" + std::to_string(l.virtual_stages)
+                                                                          : " " + std::string(to_string(l.schedule));
     std::snprintf(lay, sizeof lay, "%d %d %d, %dx%d%s%s%s", l.tp, l.pp, l.dp, l.micro_batch, l.micro_batches,
                   l.zero_active() ? " z" : "", l.recompute ? " rc" : "", sched.c_str());
     std::printf("  %-4zu %-22s %8.3fs %12.0f %5.1f%% %9.2f %7.1f%% %7.1f%% %6.1f%%  %s\n", i + 1, lay, p.step_s,
@@ -193,14 +195,16 @@ void print_schedule(const Prediction& best, const Cluster& cl) {
                                           [](const Prediction::ScheduleOption& o) { return !o.runnable; });
   if (!best.schedule_why.empty())
     std::printf("    schedule: %s, the fastest that fits of those wiola train runs%s\n      %s\n",
-                best.layout.schedule.c_str(),
+                to_string(best.layout.schedule).data(),
                 predicted_only ? " (interleaved, zb-v: not picked on GPUs, where their pipeline messages go through "
                                  "host memory; their chunks cut by the chunk balancer)" : "",
                 best.schedule_why.c_str());
   else if (best.layout.pp > 1)
-    std::printf("    schedule: %s%s (given)%s\n", best.layout.schedule.c_str(),
-                best.layout.schedule == "interleaved" ? (" v" + std::to_string(best.layout.virtual_stages)).c_str() : "",
-                (best.layout.schedule == "interleaved" || best.layout.schedule == "zb-v") && cl.device != "cpu"
+    std::printf("    schedule: %s%s (given)%s\n", to_string(best.layout.schedule).data(),
+                best.layout.schedule == dist::Schedule::Interleaved
+                    ? (" v" + std::to_string(best.layout.virtual_stages)).c_str()
+                    : "",
+                dist::chunked(best.layout.schedule) && cl.device != "cpu"
                     ? ": on GPUs wiola train sends its pipeline messages through host memory (not in this prediction)"
                     : "");
 }

@@ -74,10 +74,11 @@ Workload wiola_workload(const ModelConfig& c, const Layout& lay, const Precision
     w.stages.push_back(sw);
   }
   if (const int v = chunks_per_rank(lay); v > 1) {  // interleaved, zb-v
-    WIOLA_CHECK(lay.pp * v <= c.L, lay.schedule, " schedule: pp x v = ", lay.pp * v, " chunks for ", c.L, " layers");
+    WIOLA_CHECK(lay.pp * v <= c.L, to_string(lay.schedule), " schedule: pp x v = ", lay.pp * v, " chunks for ", c.L,
+                " layers");
     Layout lc = lay;
     lc.pp = lay.pp * v;
-    lc.schedule = "1f1b";
+    lc.schedule = dist::Schedule::OneFOneB;
     lc.virtual_stages = 1;
     w.chunks = wiola_workload(c, lc, prec).stages;
   }
@@ -262,15 +263,15 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
   const int v = chunks_per_rank(lay);
   const dist::ChunkPlacement placement = chunk_placement(lay);
   const auto rank_of = [&](int g) { return size_t(dist::chunk_rank(pp, g, placement)); };
-  WIOLA_CHECK(v == 1 || int(w.chunks.size()) == pp * v, "plan: a ", lay.schedule, " layout needs its workload's ",
-              pp * v, " chunks (Wiola workloads only)");
+  WIOLA_CHECK(v == 1 || int(w.chunks.size()) == pp * v, "plan: a ", to_string(lay.schedule),
+              " layout needs its workload's ", pp * v, " chunks (Wiola workloads only)");
   Workload chunked;
   if (v > 1) {
     chunked = w;
     chunked.stages = w.chunks;
     chunked.chunks.clear();
     chunked.layout.pp = pp * v;
-    chunked.layout.schedule = "1f1b";
+    chunked.layout.schedule = dist::Schedule::OneFOneB;
     chunked.layout.virtual_stages = 1;
     chunked.alone_share.clear();
     for (int g = 0; g < pp * v && !w.alone_share.empty(); ++g)
@@ -362,9 +363,9 @@ Layout balance_chunks(const ModelConfig& c, const Layout& lay, const Cluster& cl
   // Start from the better of the even split and the FLOP balance, then move
   // one layer across one boundary at a time while the step shrinks (the
   // largest gain first): never worse than either start.
-  std::vector<int> best = cuts_of(pipeline_stages(c, n, "layers"));
+  std::vector<int> best = cuts_of(pipeline_stages(c, n, StageBalance::Layers));
   double best_s = step(best);
-  if (const std::vector<int> flops = cuts_of(pipeline_stages(c, n, "compute")); flops != best)
+  if (const std::vector<int> flops = cuts_of(pipeline_stages(c, n, StageBalance::Compute)); flops != best)
     if (const double s = step(flops); s < best_s) {
       best = flops;
       best_s = s;
@@ -395,7 +396,7 @@ Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Clus
                              const Precision& prec, bool interleaved, bool balance) {
   if (lay.pp <= 1) return predict(wiola_workload(c, lay, prec), cl, cm);
   std::vector<Layout> tries;
-  for (const char* name : {"1f1b", "zb-h1"}) {
+  for (const dist::Schedule name : {dist::Schedule::OneFOneB, dist::Schedule::ZbH1}) {
     Layout l = lay;
     l.schedule = name;
     l.virtual_stages = 1;
@@ -405,13 +406,13 @@ Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Clus
     for (int v : {2, 4})
       if (lay.pp * v <= c.L) {
         Layout l = lay;
-        l.schedule = "interleaved";
+        l.schedule = dist::Schedule::Interleaved;
         l.virtual_stages = v;
         tries.push_back(l);
       }
   if (interleaved && lay.micro_batches >= lay.pp && 2 * lay.pp <= c.L) {
     Layout l = lay;
-    l.schedule = "zb-v";
+    l.schedule = dist::Schedule::ZbV;
     l.virtual_stages = 1;
     tries.push_back(l);
   }
@@ -421,7 +422,7 @@ Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Clus
   // prediction does not time, so there they are listed, cut by the chunk
   // balancer (what they could do), and not picked.
   const auto runnable = [&](const Layout& l) {
-    return cl.device == "cpu" || (l.schedule != "interleaved" && l.schedule != "zb-v");
+    return cl.device == "cpu" || !dist::chunked(l.schedule);
   };
   std::vector<Prediction> ps;
   for (Layout l : tries) {
@@ -429,7 +430,8 @@ Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Clus
     ps.push_back(predict(wiola_workload(c, l, prec), cl, cm));
   }
   const auto label = [](const Layout& l) {
-    return l.schedule == "interleaved" ? "interleaved v" + std::to_string(l.virtual_stages) : l.schedule;
+    return l.schedule == dist::Schedule::Interleaved ? "interleaved v" + std::to_string(l.virtual_stages)
+                                                      : std::string(to_string(l.schedule));
   };
   // The pick: fits first, then the step time, among the runnable ones.
   size_t pick = 0;
@@ -555,7 +557,7 @@ std::vector<Prediction> search_wiola(const ModelConfig& c, const Cluster& cl, Co
   if (sp.try_schedules && sp.try_interleaved && !sp.balance_chunks_everywhere && !out.empty() &&
       out.front().layout.pp > 1) {
     Layout l = out.front().layout;
-    l.schedule = "1f1b";
+    l.schedule = dist::Schedule::OneFOneB;
     out.front() = predict_schedules(c, l, cl, cm, prec, true, true);
   }
   return out;

@@ -33,16 +33,17 @@ std::string ranks_sharing_a_gpu(Ops<float>& ops, dist::Comm& world) {
   return "";
 }
 
-DataPlane choose_data_plane(Ops<float>& ops, const std::string& mode, int world_size,
+DataPlane choose_data_plane(Ops<float>& ops, DataPlaneMode mode, int world_size,
                             const std::string& shared_gpu, bool pp_staged) {
 #ifdef WIOLA_HAVE_CUDA
   if (void* stream = ops.device_stream()) {
-    WIOLA_CHECK(mode != "nccl" || shared_gpu.empty(), "parallel.data_plane = \"nccl\": ", shared_gpu,
+    WIOLA_CHECK(mode != DataPlaneMode::Nccl || shared_gpu.empty(), "parallel.data_plane = \"nccl\": ", shared_gpu,
                 ", and NCCL needs a GPU per rank; set parallel.data_plane = \"staged\" (or \"auto\", which "
                 "chooses it there) to pass tensors through host memory");
     // One rank alone moves nothing: NCCL would only cost its start-up.
     const bool want =
-        mode == "nccl" || (mode == "auto" && world_size > 1 && shared_gpu.empty() && dist::nccl_available());
+        mode == DataPlaneMode::Nccl ||
+        (mode == DataPlaneMode::Auto && world_size > 1 && shared_gpu.empty() && dist::nccl_available());
     if (want) {
       dist::require_nccl();  // "nccl" without the library: the loader's error
       dist::DataPlaneFactory nccl =
@@ -55,11 +56,11 @@ DataPlane choose_data_plane(Ops<float>& ops, const std::string& mode, int world_
               "nccl (pipeline: mpi-staged)"};
     }
   } else {
-    WIOLA_CHECK(mode != "nccl", "parallel.data_plane = \"nccl\" needs a CUDA backend (train.backend "
+    WIOLA_CHECK(mode != DataPlaneMode::Nccl, "parallel.data_plane = \"nccl\" needs a CUDA backend (train.backend "
                 "\"cuda\" or \"cuda-fp32\")");
   }
 #else
-  WIOLA_CHECK(mode != "nccl", "parallel.data_plane = \"nccl\": this build has no CUDA backend "
+  WIOLA_CHECK(mode != DataPlaneMode::Nccl, "parallel.data_plane = \"nccl\": this build has no CUDA backend "
               "(configure with -DWIOLA_CUDA=ON)");
   (void)world_size;
   (void)shared_gpu;

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "config/run_config_keys.h"
 #include "dist/comm.h"
 #include "kernels/ops.h"
 
@@ -21,7 +22,7 @@ struct DataPlane {
 // own or the backend is not CUDA. Collective over `world`.
 std::string ranks_sharing_a_gpu(Ops<float>& ops, dist::Comm& world);
 
-// mode: "auto", "nccl" or "staged"; world_size: ranks in the job; shared_gpu:
+// mode: parallel.data_plane (DataPlaneMode); world_size: ranks in the job; shared_gpu:
 // ranks_sharing_a_gpu's finding ("auto" then stages through host memory).
 // "nccl" without a CUDA backend, without libnccl.so.2, or on ranks that share
 // a GPU, is an error naming why. pp_staged: the pipeline group's messages
@@ -29,7 +30,7 @@ std::string ranks_sharing_a_gpu(Ops<float>& ops, dist::Comm& world);
 // other groups: the chunked schedules send both ways on a link and from the
 // last stage back to the first, which NCCL's two in-order pipeline lanes do
 // not carry (dist/nccl/nccl_comm.h).
-DataPlane choose_data_plane(Ops<float>& ops, const std::string& mode, int world_size,
+DataPlane choose_data_plane(Ops<float>& ops, DataPlaneMode mode, int world_size,
                             const std::string& shared_gpu = "", bool pp_staged = false);
 
 }  // namespace wiola

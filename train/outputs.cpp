@@ -152,13 +152,13 @@ void Outputs::banner(bool checkpoints) {
   if (s.world.size() > 1)
     std::printf("  layout: %d ranks = tp %d x pp %d x dp %d; ZeRO %s; schedule %s%s with %d micro-batches, "
                 "predicted bubble %.3f; DP overlap %s; data plane %s\n",
-                s.world.size(), par.tp, par.pp, par.dp, optimizer_.zero ? "on" : "off", par.schedule.c_str(),
-                par.schedule == "interleaved" ? (" v=" + std::to_string(schedule_.v)).c_str() : "", s.m,
+                s.world.size(), par.tp, par.pp, par.dp, optimizer_.zero ? "on" : "off", to_string(par.schedule).data(),
+                par.schedule == dist::Schedule::Interleaved ? (" v=" + std::to_string(schedule_.v)).c_str() : "", s.m,
                 perf::bubble_formula(rc.layout()),
                 optimizer_.overlap ? "on" : "off", comms_.data_plane.c_str());
   const Model<float>::Memory mem = model_.memory();
   if (par.pp > 1) {
-    std::printf("  pipeline stages (%s balance):", par.stage_balance.c_str());
+    std::printf("  pipeline stages (%s balance):", to_string(par.stage_balance).data());
     for (const LayerRanges& st : layers_.stages) {
       std::printf(" ");
       for (size_t c = 0; c < st.size(); ++c) std::printf("%s[%d,%d)", c ? "+" : "", st[c].first, st[c].second);

@@ -23,10 +23,10 @@ void RankComms::open(const RunSettings& run) {
   // ways on one link, which the NCCL plane's in-order pipeline lanes do not
   // carry: their pipeline messages go through host memory (tags match
   // them), the other groups stay on NCCL.
-  const bool chunked = par.pp > 1 && (par.schedule == "interleaved" || par.schedule == "zb-v");
+  const bool chunked = par.pp > 1 && dist::chunked(par.schedule);
   DataPlane plane = choose_data_plane(ops, par.data_plane, run.world.size(), shared_gpu, chunked);
   data_plane = plane.name;
-  if (run.root() && !shared_gpu.empty() && par.data_plane == "auto")
+  if (run.root() && !shared_gpu.empty() && par.data_plane == DataPlaneMode::Auto)
     std::fprintf(stderr, "wiola train: %s: tensors between ranks go through host memory (NCCL needs a GPU "
                  "per rank)\n", shared_gpu.c_str());
   grid = std::make_unique<dist::Grid>(dist::GridConfig{par.tp, par.pp, par.dp}, run.world, plane.factory);

@@ -14,7 +14,7 @@ void RankModel::build(const RunSettings& run, const StageLayers& layers, const S
   ModelOptions mo;
   mo.micro_batch = run.B;
   mo.recompute = rc.train.recompute;
-  mo.split_backward = rc.parallel.schedule == "zb-h1" || rc.parallel.schedule == "zb-v";  // B and W as separate actions
+  mo.split_backward = dist::split_backward(rc.parallel.schedule);  // B and W as separate actions
   mo.param_align = run.opt.param_align;
   if (layers.v > 1) make_store(run, layers.chunk_layers);
   for (int c = 0; c < layers.v; ++c) {

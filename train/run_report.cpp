@@ -227,7 +227,7 @@ void write_run_report(const RunSettings& run, const RankComms& comms, const Rank
   // (what the planner's bubble_analytic says).
   const dist::PipelineSim bubble = perf::schedule_bubble(rc.model, rc.layout());
   const double formula = perf::bubble_formula(rc.layout());
-  const std::string bubble_for = par.schedule + ", simulated on the stages' FLOPs";
+  const std::string bubble_for = std::string(to_string(par.schedule)) + ", simulated on the stages' FLOPs";
   nlohmann::json report;
   if (root) {
     std::printf("done: %lld steps, loss %.4f -> %.4f", (long long)sum.steps, sum.first_loss, sum.last_loss);
@@ -238,7 +238,7 @@ void write_run_report(const RunSettings& run, const RankComms& comms, const Rank
       std::printf("  ATM layer %d (last batch): mu = %.4f, visible attention pairs %.2f%% of causal\n",
                   s.layer, s.mu, 100.0 * s.visible_fraction);
     report = {{"world", world.size()}, {"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp},
-              {"zero", optimizer.zero}, {"schedule", par.schedule}, {"micro_batches", rc.train.grad_accum},
+              {"zero", optimizer.zero}, {"schedule", to_string(par.schedule)}, {"micro_batches", rc.train.grad_accum},
               {"data_plane", comms.data_plane}, {"overlap", optimizer.overlap}, {"steps", sum.steps},
               {"tokens_per_s", sum.tokens_per_s},
               {"bubble_predicted", bubble.bubble_fraction}, {"bubble_predicted_schedule", bubble_for},

@@ -4,7 +4,7 @@
 
 namespace wiola {
 
-StageSchedule make_stage_schedule(const std::string& name, int pp, int stage, int m, int v,
+StageSchedule make_stage_schedule(dist::Schedule name, int pp, int stage, int m, int v,
                                   dist::ChunkPlacement placement) {
   StageSchedule s;
   s.pp = pp;
@@ -12,11 +12,12 @@ StageSchedule make_stage_schedule(const std::string& name, int pp, int stage, in
   s.m = m;
   s.v = v;
   s.placement = placement;
-  s.actions = name == "gpipe"         ? dist::schedule_gpipe(pp, stage, m)
-              : name == "zb-h1"       ? dist::schedule_zb_h1(pp, stage, m)
-              : name == "interleaved" ? dist::schedule_interleaved(pp, stage, m, v)
-              : name == "zb-v"        ? dist::schedule_zb_v(pp, stage, m)
-                                      : dist::schedule_1f1b(pp, stage, m);
+  using dist::Schedule;
+  s.actions = name == Schedule::GPipe         ? dist::schedule_gpipe(pp, stage, m)
+              : name == Schedule::ZbH1        ? dist::schedule_zb_h1(pp, stage, m)
+              : name == Schedule::Interleaved ? dist::schedule_interleaved(pp, stage, m, v)
+              : name == Schedule::ZbV         ? dist::schedule_zb_v(pp, stage, m)
+                                              : dist::schedule_1f1b(pp, stage, m);
   // Each chunk's micro-batches go through it in order, so the ones alive
   // (forward to backward) and those waiting between B and W are windows of
   // consecutive micro-batches: slot micro % slots is free when it is reused.

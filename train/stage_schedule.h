@@ -31,11 +31,10 @@ struct StageSchedule {
   int n_global_chunks() const { return pp * v; }
 };
 
-// The schedule `name` (parallel.schedule: "1f1b", "gpipe", "zb-h1",
-// "interleaved", "zb-v") of stage `stage` of pp with m micro-batches and v
+// The schedule `name` (parallel.schedule, dist::Schedule) of stage `stage` of pp with m micro-batches and v
 // chunks per rank placed by `placement` (perf::chunks_per_rank and
 // perf::chunk_placement of the run's layout).
-StageSchedule make_stage_schedule(const std::string& name, int pp, int stage, int m, int v,
+StageSchedule make_stage_schedule(dist::Schedule name, int pp, int stage, int m, int v,
                                   dist::ChunkPlacement placement);
 
 }  // namespace wiola

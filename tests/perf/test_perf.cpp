@@ -70,10 +70,10 @@ TEST(CostModel, StagesSlotsAndBoundaries) {
   Layout l;
   l.pp = 3;
   l.micro_batches = 4;
-  l.stage_balance = "layers";
+  l.stage_balance = StageBalance::Layers;
   EXPECT_EQ(stage_slots(l, 0), 3);  // 1F1B: pp - stage
   EXPECT_EQ(stage_slots(l, 2), 1);
-  l.schedule = "gpipe";
+  l.schedule = dist::Schedule::GPipe;
   EXPECT_EQ(stage_slots(l, 1), 4);
   const ModelShard s1 = stage_shard(c, l, 1);
   EXPECT_EQ(s1.layer_begin, 2);
@@ -132,8 +132,8 @@ Prediction pp8_on_h100s(const std::string& model, const std::string& balance, co
   const auto cm = gpu_compute_model(cl, GpuComputeChoice{});
   Layout l;
   l.pp = 8; l.dp = 8; l.micro_batches = 32;
-  l.stage_balance = balance;
-  l.schedule = schedule;
+  l.stage_balance = *parse_enum<StageBalance>(balance);
+  l.schedule = *parse_enum<dist::Schedule>(schedule);
   l.virtual_stages = v;
   return predict(wiola_workload(c, l, Precision{DType::BF16, DType::F32, DType::BF16, true}), cl, *cm);
 }
@@ -229,18 +229,16 @@ TEST(Planner, InterleavedAndZeroBubbleSchedules) {
   const ModelConfig c = tiny();
   Layout l;
   l.pp = 2; l.micro_batches = 3;
-  l.schedule = "interleaved";
+  l.schedule = dist::Schedule::Interleaved;
   l.virtual_stages = 2;
   EXPECT_THROW(stage_schedule(l, 0), Error);
   l.micro_batches = 4;
   l.virtual_stages = 4;
   EXPECT_THROW(wiola_workload(c, l, Precision{DType::F32, DType::F32, DType::F32, false}), Error);
-  l.schedule = "zb-x";
-  EXPECT_THROW(stage_schedule(l, 0), Error);
-  l.schedule = "zb-h1";
+  l.schedule = dist::Schedule::ZbH1;
   EXPECT_EQ(stage_slots(l, 1), 2);  // W's deferred: 1F1B's peak on every stage
   EXPECT_NE(l.name().find(", zb-h1"), std::string::npos);
-  l.schedule = "interleaved";
+  l.schedule = dist::Schedule::Interleaved;
   l.virtual_stages = 3;
   EXPECT_NE(l.name().find(", interleaved v3"), std::string::npos);
   EXPECT_EQ(wiola_workload(c, l, Precision{DType::F32, DType::F32, DType::F32, false}).chunks.size(), 6u);
@@ -268,7 +266,7 @@ TEST(Planner, ZeroBubbleVSchedule) {
   const ModelConfig c = tiny();
   const Precision f32{DType::F32, DType::F32, DType::F32, false};
   Layout l;
-  l.pp = 2; l.micro_batches = 3; l.schedule = "zb-v";
+  l.pp = 2; l.micro_batches = 3; l.schedule = dist::Schedule::ZbV;
   const Workload w = wiola_workload(c, l, f32);
   ASSERT_EQ(w.chunks.size(), 4u);
   EXPECT_DOUBLE_EQ(w.stages[0].traffic.pp, w.chunks[0].traffic.pp + w.chunks[3].traffic.pp);
@@ -299,7 +297,7 @@ TEST(Planner, ChunkBalancerAgainstTheSimulator) {
     const ModelConfig c = model_preset(model);
     Layout l;
     l.pp = pp; l.dp = 64 / pp; l.micro_batches = 4 * pp;
-    l.schedule = schedule;
+    l.schedule = *parse_enum<dist::Schedule>(schedule);
     l.virtual_stages = v;
     const int n = pp * chunks_per_rank(l);
     Layout even_l = l;  // the same rank-level stages, the chunks cut evenly
@@ -353,14 +351,14 @@ TEST(Planner, ChoosesTheScheduleByStepTimeAndMemoryAndSaysWhy) {
   EXPECT_GT(p.schedule_options[2].pp_bytes, 1.5 * p.schedule_options[0].pp_bytes);  // twice the boundaries
   // Each option is predict()'s figure for that schedule.
   Layout zl = l;
-  zl.schedule = "zb-h1";
+  zl.schedule = dist::Schedule::ZbH1;
   const Prediction zb = predict(wiola_workload(c, zl, bf16), cl, *cm);
   EXPECT_DOUBLE_EQ(p.schedule_options[1].step_s, zb.step_s);
   EXPECT_DOUBLE_EQ(p.schedule_options[1].bubble_sim, zb.bubble_sim);
   EXPECT_DOUBLE_EQ(p.schedule_options[1].activation_bytes, zb.memory.activations);
   // Everything fits on an H100: ZB-H1 is faster than 1F1B and is picked.
   EXPECT_LT(p.schedule_options[1].step_s, p.schedule_options[0].step_s);
-  EXPECT_EQ(p.layout.schedule, "zb-h1");
+  EXPECT_EQ(p.layout.schedule, dist::Schedule::ZbH1);
   EXPECT_DOUBLE_EQ(p.step_s, zb.step_s);
   EXPECT_EQ(p.schedule_why.rfind("zb-h1: step", 0), 0u) << p.schedule_why;
   EXPECT_NE(p.schedule_why.find("interleaved v2: step"), std::string::npos) << p.schedule_why;
@@ -369,7 +367,7 @@ TEST(Planner, ChoosesTheScheduleByStepTimeAndMemoryAndSaysWhy) {
   // Even where interleaved would be fastest, the pick stays runnable.
   for (const char* model : {"wiola-1.5b", "wiola-360m"}) {
     const Prediction q = predict_schedules(model_preset(model), l, cl, *cm, bf16, true, false);
-    EXPECT_NE(q.layout.schedule, "interleaved") << model;
+    EXPECT_NE(q.layout.schedule, dist::Schedule::Interleaved) << model;
     for (const auto& o : q.schedule_options) {
       if (o.runnable && o.fits) {
         EXPECT_LE(q.step_s, o.step_s) << model << " " << o.name;
@@ -385,7 +383,7 @@ TEST(Planner, ChoosesTheScheduleByStepTimeAndMemoryAndSaysWhy) {
   tight.memory_bytes = (one.memory.total() + zb.memory.total()) / 2 / 0.92;
   const Prediction m = predict_schedules(c, l, tight, *cm, bf16, true, false);
   EXPECT_TRUE(m.fits);
-  EXPECT_EQ(m.layout.schedule, "1f1b");
+  EXPECT_EQ(m.layout.schedule, dist::Schedule::OneFOneB);
   EXPECT_NE(m.schedule_why.find("zb-h1: does not fit"), std::string::npos) << m.schedule_why;
   // m not a multiple of pp: no interleaved (zb-v: m ≥ p); m < p: neither;
   // the chunked ones off: neither.
@@ -409,13 +407,13 @@ TEST(Planner, ChoosesTheScheduleByStepTimeAndMemoryAndSaysWhy) {
   sp.try_recompute = sp.try_no_zero = false;
   bool saw_zb = false;
   for (const Prediction& x : search_wiola(c, cl, *cm, sp, bf16)) {
-    EXPECT_NE(x.layout.schedule, "interleaved");
+    EXPECT_NE(x.layout.schedule, dist::Schedule::Interleaved);
     EXPECT_EQ(x.schedule_why.empty(), x.layout.pp == 1) << x.layout.name();
-    saw_zb = saw_zb || x.layout.schedule == "zb-h1";
+    saw_zb = saw_zb || x.layout.schedule == dist::Schedule::ZbH1;
   }
   EXPECT_TRUE(saw_zb);
   sp.try_schedules = false;
-  for (const Prediction& x : search_wiola(c, cl, *cm, sp, bf16)) EXPECT_EQ(x.layout.schedule, "1f1b");
+  for (const Prediction& x : search_wiola(c, cl, *cm, sp, bf16)) EXPECT_EQ(x.layout.schedule, dist::Schedule::OneFOneB);
 }
 
 // The run report's predicted bubble (perf::schedule_bubble): the run's own
@@ -426,19 +424,19 @@ TEST(Planner, ScheduleBubbleOfTheRunsOwnSchedule) {
   Layout l;
   l.pp = 4; l.micro_batches = 8;
   for (const char* s : {"1f1b", "gpipe"}) {
-    l.schedule = s;
+    l.schedule = *parse_enum<dist::Schedule>(s);
     const dist::PipelineSim b = schedule_bubble(c, l);
     EXPECT_NEAR(b.bubble_fill_drain, dist::bubble_fraction_predicted(4, 8), 1e-12) << s;
     EXPECT_GT(b.bubble_imbalance, 0.0) << s;  // the head on the last stage
     EXPECT_NEAR(b.bubble_fraction, b.bubble_fill_drain + b.bubble_imbalance, 1e-12) << s;
   }
-  l.schedule = "1f1b";
+  l.schedule = dist::Schedule::OneFOneB;
   const double one = schedule_bubble(c, l).bubble_fraction;
-  l.schedule = "zb-h1";
+  l.schedule = dist::Schedule::ZbH1;
   const dist::PipelineSim zb = schedule_bubble(c, l);
   EXPECT_LT(zb.bubble_fill_drain, dist::bubble_fraction_predicted(4, 8) - 0.05);
   EXPECT_LT(zb.bubble_fraction, one);
-  l.schedule = "interleaved";
+  l.schedule = dist::Schedule::Interleaved;
   l.virtual_stages = 2;
   EXPECT_LT(schedule_bubble(c, l).bubble_fill_drain, dist::bubble_fraction_predicted(4, 8) - 0.05);
   Layout flat;

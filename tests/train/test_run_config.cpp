@@ -70,7 +70,7 @@ TEST_F(RunConfigTest, EmptyPathGivesDefaults) {
   EXPECT_EQ(rc.train.run_dir, "runs/default");
   EXPECT_TRUE(rc.data.shuffle);
   EXPECT_EQ(rc.data.seed, -1);
-  EXPECT_EQ(rc.parallel.schedule, "1f1b");
+  EXPECT_EQ(rc.parallel.schedule, dist::Schedule::OneFOneB);
   EXPECT_TRUE(rc.parallel.zero);
   EXPECT_EQ(rc.checkpoint.keep, 2);
   EXPECT_EQ(rc.global_batch(), 8);
@@ -122,7 +122,7 @@ schedule = "gpipe"
   EXPECT_DOUBLE_EQ(rc.train.lr_max, 6e-4);
   EXPECT_EQ(rc.train.seed, 99u);
   EXPECT_EQ(rc.train.run_dir, "runs/x");
-  EXPECT_EQ(rc.parallel.schedule, "gpipe");
+  EXPECT_EQ(rc.parallel.schedule, dist::Schedule::GPipe);
   EXPECT_EQ(rc.global_batch(), 4 * 3 * 2);
 }
 
@@ -147,7 +147,7 @@ path = "from/file"
   EXPECT_EQ(rc.data.path, "runs/shards/manifest.json");  // bare string
   EXPECT_EQ(rc.train.run_dir, "2024");  // text kept for a string key
   EXPECT_FALSE(rc.data.shuffle);
-  EXPECT_EQ(rc.parallel.schedule, "gpipe");
+  EXPECT_EQ(rc.parallel.schedule, dist::Schedule::GPipe);
   EXPECT_TRUE(rc.train.recompute);
   EXPECT_EQ(rc.model.T, 64);
   // A later --set wins over an earlier one.
@@ -255,20 +255,21 @@ TEST_F(RunConfigTest, WrongTypes) {
 // parallel.data_plane: three names; "nccl" needs a CUDA backend, and a
 // CPU backend says so when the trainer chooses (train/data_plane.cpp).
 TEST_F(RunConfigTest, DataPlane) {
-  EXPECT_EQ(load_run_config("", {}).parallel.data_plane, "auto");
-  EXPECT_EQ(load_run_config("", {"parallel.data_plane=staged"}).parallel.data_plane, "staged");
+  EXPECT_EQ(load_run_config("", {}).parallel.data_plane, DataPlaneMode::Auto);
+  EXPECT_EQ(load_run_config("", {"parallel.data_plane=staged"}).parallel.data_plane, DataPlaneMode::Staged);
   const std::string m = load_error("", {"parallel.data_plane=gloo"});
   EXPECT_CONTAINS(m, "parallel.data_plane");
   EXPECT_CONTAINS(m, "\"gloo\"");
   auto cpu = make_backend<float>("cpu");
-  EXPECT_EQ(choose_data_plane(*cpu, "auto", 4).name, "mpi");
-  EXPECT_EQ(choose_data_plane(*cpu, "staged", 4).name, "mpi");
+  EXPECT_EQ(choose_data_plane(*cpu, DataPlaneMode::Auto, 4).name, "mpi");
+  EXPECT_EQ(choose_data_plane(*cpu, DataPlaneMode::Staged, 4).name, "mpi");
   auto opaque = make_backend<float>("cpu-opaque");
-  EXPECT_EQ(choose_data_plane(*opaque, "auto", 4).name, "mpi-staged");
-  EXPECT_CONTAINS(error_of([&] { choose_data_plane(*cpu, "nccl", 2); }), "parallel.data_plane = \"nccl\"");
+  EXPECT_EQ(choose_data_plane(*opaque, DataPlaneMode::Auto, 4).name, "mpi-staged");
+  EXPECT_CONTAINS(error_of([&] { choose_data_plane(*cpu, DataPlaneMode::Nccl, 2); }), "parallel.data_plane = \"nccl\"");
   // Not a CUDA backend: a shared GPU changes nothing (the emulator's
   // emu.layout_shared_* tests cover the CUDA backend's choice).
-  EXPECT_EQ(choose_data_plane(*opaque, "auto", 4, "ranks 0 and 1 share GPU h/0000:00:00").name, "mpi-staged");
+  EXPECT_EQ(choose_data_plane(*opaque, DataPlaneMode::Auto, 4, "ranks 0 and 1 share GPU h/0000:00:00").name,
+            "mpi-staged");
 }
 
 TEST_F(RunConfigTest, HeadsNotDivisibleByKvHeads) {

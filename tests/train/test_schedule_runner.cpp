@@ -234,7 +234,7 @@ std::vector<std::unique_ptr<Stage>> run_pipeline(const Case& c, bool report_grad
   for (size_t k = 0; k < tokens.size(); ++k) tokens[k] = int32_t(k / kMbTokens);
   for (int s = 0; s < c.pp; ++s) {
     auto st = std::make_unique<Stage>();
-    st->schedule = make_stage_schedule(c.schedule, c.pp, s, c.m, c.v, c.placement);
+    st->schedule = make_stage_schedule(*parse_enum<dist::Schedule>(c.schedule), c.pp, s, c.m, c.v, c.placement);
     std::vector<StageChunk*> chunks;
     for (int k = 0; k < c.v; ++k) {
       st->chunks.push_back(std::make_unique<TestChunk>(st->schedule.global_chunk(k), c.pp * c.v,
@@ -380,7 +380,7 @@ TEST(ScheduleRunner, NoGradReadyReportsWhenTheStepDoesNotAskForThem) {
 // with the link's error, not a hang.
 TEST(ScheduleRunner, AMissingMessageEndsTheStepWithAnError) {
   InProcessLinks hub;
-  StageSchedule s = make_stage_schedule("1f1b", 2, 1, 2, 1, dist::ChunkPlacement::Interleaved);
+  StageSchedule s = make_stage_schedule(dist::Schedule::OneFOneB, 2, 1, 2, 1, dist::ChunkPlacement::Interleaved);
   TestChunk chunk(1, 2, s.chunk_slots[0], s.chunk_weight_slots[0]);
   InProcessLinks::Link link(hub, 1);
   ScheduleRunner runner(s, {&chunk}, link, kMbTokens, kLossScale);
