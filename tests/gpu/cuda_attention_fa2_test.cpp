@@ -54,7 +54,7 @@ using namespace cuda_test;
 //   tile with no key hidden from the block's first query (no mask) and a
 //   masked diagonal one, a partial query block and key tile. dK/dV at 64 key
 //   rows: items of two heads (the next item's copies in flight), a query tile
-//   past the block (no mask); with ATM (one pair merged in four: 50 keys) a
+//   past the block (no mask); with ATM (one pair merged in four: 50 or 51 keys) a
 //   key block that no query sees (past the merged keys: no item). At 128
 //   rows or keys a block T = 67 is one block and one tile, all masked.
 // - T = 130 on the emulator (at d_h = 64; 200 on the GPU, every head dim):
