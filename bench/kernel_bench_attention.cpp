@@ -204,12 +204,15 @@ bool is_refusal(const std::string& msg) {
 
 }  // namespace
 
-void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
+namespace {
+
+// Every variant the section times, in its order.
+std::vector<AttnVariant> attention_variants() {
   // The fa2 forward at each tile shape with one head a block, then with
   // heads of one KV group packed (attention_heads_per_block 2, 4: the tile's
   // query rows split among them; refused, so skipped, where the count does
   // not divide H / Hkv).
-  const std::vector<AttnVariant> variants = {
+  return {
       {"fwd tc", false, "tc", "v1", "", "", ""},
       {"fwd fa2", false, "fa2", "v1", "64x64", "", "1"},
       {"fwd fa2 64x128", false, "fa2", "v1", "64x128", "", "1"},
@@ -232,6 +235,12 @@ void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& re
       {"bwd fa2 128x128", true, "tc", "fa2", "", "128x128", ""},
       {"bwd rows", true, "rows", "v1", "", "", ""},
   };
+}
+
+}  // namespace
+
+void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
+  const std::vector<AttnVariant> variants = attention_variants();
   const wiola::BackendOptions& base = o.backend;
   for (bool atm : {false, true}) {
     const char* layer = atm ? "atm" : "causal";
