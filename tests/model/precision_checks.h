@@ -1,5 +1,5 @@
 // Model-level checks of a backend's precision mode, shared by the cuda
-// backend's tests (tests/gpu/test_cuda_ops.cpp, on a GPU) and the cpu-bf16
+// backend's tests (tests/gpu/cuda_model_test.cpp, on a GPU) and the cpu-bf16
 // debug backend's (tests/model/test_bf16_storage.cpp, in CI): a short
 // training run's losses, cached decoding against the full forward, and ATM's
 // decisions after one step. Header-only: the GPU tests link neither MPI nor
@@ -39,8 +39,8 @@ inline std::vector<double> training_losses(const MakeOps& make, const ModelConfi
   auto ops = make();
   Model<float> m(*ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
   m.init(1);
-  dist::DistAdamW adam(*ops, m.params(), m.grads(), m.n_params(), segments(m.layout()), dist::AdamWConfig{},
-                       nullptr, nullptr);
+  dist::DistAdamW adam(*ops, m.params(), m.grads(), m.n_params(), segments(m.layout()), dist::AdamWConfig{}, nullptr,
+                       nullptr);
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s) {
     m.zero_grads();

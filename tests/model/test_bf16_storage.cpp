@@ -1,7 +1,7 @@
 // The model in the GPU's bf16 precision mode, on the cpu-bf16 debug backend
 // (kernels/cpu/bf16_storage_ops.h): bf16 activations and weight copies, fp32
 // residual stream and master weights. The checks the GPU suite makes of the
-// cuda backend (tests/gpu/test_cuda_ops.cpp, CudaModel.*; shared code in
+// cuda backend (tests/gpu/cuda_model_test.cpp, CudaModel.*; shared code in
 // precision_checks.h), here in CI: a short bf16 training run tracks the fp32
 // one, cached decoding in bf16 equals the full bf16 forward, and ATM's
 // decisions flip only near tau.
@@ -27,7 +27,10 @@ namespace {
 // cpu-bf16's shadows make every op a few times slower than on cpu).
 ModelConfig tiny_config() {
   ModelConfig c = model_preset("wiola-tiny");
-  c.d = 128; c.dA = 128; c.dB = 512; c.T = 64;
+  c.d = 128;
+  c.dA = 128;
+  c.dB = 512;
+  c.T = 64;
   return c;
 }
 
@@ -46,7 +49,7 @@ checks::MakeOps backend(const char* name) {
 // another backend (WIOLA_TEST_BACKEND=cpu-opaque) has nothing to add.
 #define ONLY_ON_THE_DEFAULT_PASS()                                                       \
   do {                                                                                   \
-    const char* b = std::getenv("WIOLA_TEST_BACKEND");                                  \
+    const char* b = std::getenv("WIOLA_TEST_BACKEND");                                   \
     if (b && *b && std::string(b) != "cpu") GTEST_SKIP() << "runs on the cpu pass only"; \
   } while (0)
 
@@ -72,8 +75,8 @@ TEST(Bf16Storage, TrainingTracksFp32) {
   const auto h = checks::training_losses(backend("cpu-bf16"), c, B, steps, tok);
   double worst = 0;
   for (int s = 0; s < steps; ++s) worst = std::max(worst, std::abs(f[s] - h[s]) / f[s]);
-  std::printf("  loss fp32 %.4f -> %.4f, bf16 %.4f -> %.4f; worst step rel diff %.2e\n", f.front(), f.back(),
-              h.front(), h.back(), worst);
+  std::printf("  loss fp32 %.4f -> %.4f, bf16 %.4f -> %.4f; worst step rel diff %.2e\n", f.front(), f.back(), h.front(),
+              h.back(), worst);
   EXPECT_LT(f.back(), 0.9 * f.front());
   EXPECT_LT(h.back(), 0.9 * h.front());
   EXPECT_LT(worst, 0.05);
@@ -103,8 +106,8 @@ TEST(Bf16Storage, AtmFlipRate) {
   const auto tok = tokens(size_t(B) * (c.T + 1), 11);
   const checks::Flips r = checks::count_flips(checks::atm_decisions(backend("cpu"), c, B, tok),
                                               checks::atm_decisions(backend("cpu-bf16"), c, B, tok));
-  std::printf("  ATM decisions bf16 vs fp32: %zu of %zu flipped (%.3f %%); fp32 opened %zu merges\n", r.flips,
-              r.total, r.total ? 100.0 * double(r.flips) / double(r.total) : 0.0, r.merges);
+  std::printf("  ATM decisions bf16 vs fp32: %zu of %zu flipped (%.3f %%); fp32 opened %zu merges\n", r.flips, r.total,
+              r.total ? 100.0 * double(r.flips) / double(r.total) : 0.0, r.merges);
   ASSERT_TRUE(r.same_shape);
   EXPECT_GT(r.merges, 0u);
   EXPECT_LT(double(r.flips), 0.1 * double(r.total));

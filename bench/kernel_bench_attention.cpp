@@ -1,0 +1,318 @@
+// wiola_kernel_bench's attention section: every forward and backward variant
+// (backend options attention, attention_bwd, their tiles and head packing),
+// checked against the CPU on a small problem, then timed at the step's shape.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/kernel_bench_attention.h"
+#include "kernels/atm_plan.h"
+
+namespace kernel_bench {
+
+double attn_fwd_flops(const AttnShape& s) { return 2.0 * 2.0 * s.B * s.H * double(s.Tq) * s.Tq * s.dh / 2.0; }
+
+namespace {
+
+// The ATM merge plan as model/layer.cpp's atm_decide makes it: cosine of
+// neighbouring rows of X-tilde (fp32, [B, T, d]) and Algorithm 1, on the
+// backend. X is random, so tau is chosen from the similarities themselves:
+// the smallest that merges at most 25 % of the adjacent pairs (Algorithm 1's
+// greedy pass run on the host to pick it, then on the backend for the plan).
+void atm_plan_for(Ops<float>& g, AttnProblem& p, int d, uint64_t seed) {
+  const int B = p.s.B, T = p.s.Tq;
+  Buffer<float> x(g, size_t(B) * T * d);
+  const Vec hx = randn(x.size(), seed);
+  g.upload(x.data(), hx.data(), x.bytes());
+  Buffer<float, double> rho(g, size_t(B) * (T - 1));
+  g.atm_similarity(x.data(), B, T, d, rho.data());
+  const std::vector<double> hr = download_vec(g, rho.data(), rho.size());
+  auto merged = [&](double tau) {
+    std::vector<uint8_t> open(static_cast<size_t>(T));
+    size_t n = 0;
+    for (int b = 0; b < B; ++b) {
+      wiola::atm_greedy_row(hr.data() + size_t(b) * (T - 1), T, tau, open.data());
+      for (uint8_t o : open) n += o;
+    }
+    return double(n) / (double(B) * (T - 1));
+  };
+  std::vector<double> sorted = hr;
+  std::sort(sorted.begin(), sorted.end());
+  size_t lo = 0, hi = sorted.size() - 1;  // merged(sorted[hi]) == 0 <= 0.25
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (merged(sorted[mid]) <= 0.25) hi = mid;
+    else lo = mid + 1;
+  }
+  p.tau = sorted[lo];
+  p.merged_pairs = merged(p.tau);
+  const size_t bt = size_t(B) * T;
+  p.open = Buffer<float, uint8_t>(g, bt);
+  p.group_first = Buffer<float, int32_t>(g, bt);
+  p.key_end = Buffer<float, int32_t>(g, bt);
+  p.n_groups = Buffer<float, int32_t>(g, size_t(B));
+  g.atm_plan(rho.data(), B, T, p.tau, p.open.data(), p.group_first.data(), p.key_end.data(), p.n_groups.data());
+  const int w = p.s.Hkv * p.s.dh;
+  g.atm_merge_rows(p.k.data(), B, T, w, p.group_first.data(), p.key_end.data(), p.n_groups.data(), p.mk.data());
+  g.atm_merge_rows(p.v.data(), B, T, w, p.group_first.data(), p.key_end.data(), p.n_groups.data(), p.mv.data());
+  const std::vector<int32_t> ng = download_vec(g, p.n_groups.data(), size_t(B));
+  double keys = 0;
+  for (int32_t n : ng) keys += n;
+  p.keys_frac = keys / double(bt);
+}
+
+}  // namespace
+
+std::unique_ptr<AttnProblem> make_attn(Ops<float>& g, const Shapes& sh, int B, int T, bool atm, uint64_t seed) {
+  auto p = std::make_unique<AttnProblem>();
+  AttnShape& s = p->s;
+  s.B = B;
+  s.Tq = s.Tk = T;
+  s.H = sh.cfg.H;
+  s.Hkv = sh.cfg.Hkv;
+  s.dh = sh.dh();
+  p->atm = atm;
+  p->nq = size_t(B) * T * s.H * s.dh;
+  p->nk = size_t(B) * T * s.Hkv * s.dh;
+  p->nl = size_t(B) * s.H * T;
+  auto bf = [&](size_t n) { return DynBuffer<float>(g, DType::BF16, n); };
+  p->q = bf(p->nq);
+  p->k = bf(p->nk);
+  p->v = bf(p->nk);
+  p->dout = bf(p->nq);
+  p->o = bf(p->nq);
+  p->dq = bf(p->nq);
+  p->dk = bf(p->nk);
+  p->dv = bf(p->nk);
+  p->lse = Buffer<float>(g, p->nl);
+  p->hq = upload_bf16(g, randn(p->nq, seed + 1), p->q);
+  p->hk = upload_bf16(g, randn(p->nk, seed + 2), p->k);
+  p->hv = upload_bf16(g, randn(p->nk, seed + 3), p->v);
+  p->hdout = upload_bf16(g, randn(p->nq, seed + 4), p->dout);
+  if (atm) {
+    p->mk = bf(p->nk);
+    p->mv = bf(p->nk);
+    p->drk = bf(p->nk);
+    p->drv = bf(p->nk);
+    atm_plan_for(g, *p, sh.cfg.d, seed + 5);
+  }
+  g.synchronize();
+  return p;
+}
+
+std::vector<Vec> cpu_reference(Ops<float>& g, const AttnProblem& p) {
+  auto cpu = wiola::make_cpu_ops<float>();
+  const Vec mk = p.atm ? download_bf16(g, p.mk.data(), p.nk) : p.hk;
+  const Vec mv = p.atm ? download_bf16(g, p.mv.data(), p.nk) : p.hv;
+  std::vector<Buffer<float>> bufs;
+  auto in = [&](const Vec& h) {
+    bufs.emplace_back(*cpu, h.size());
+    cpu->upload(bufs.back().data(), h.data(), h.size() * sizeof(float));
+    return bufs.back().data();
+  };
+  float *q = in(p.hq), *k = in(mk), *v = in(mv), *rk = in(p.hk), *rv = in(p.hv), *dout = in(p.hdout);
+  float *o = in(Vec(p.nq)), *lse = in(Vec(p.nl)), *dq = in(Vec(p.nq)), *dk = in(Vec(p.nk)), *dv = in(Vec(p.nk));
+  float *drk = in(Vec(p.nk)), *drv = in(Vec(p.nk));
+  const size_t bt = size_t(p.s.B) * p.s.Tq;
+  Buffer<float, int32_t> ke(*cpu, bt), ng(*cpu, size_t(p.s.B));
+  Buffer<float, uint8_t> so(*cpu, bt);
+  AttnKeys keys{};
+  if (p.atm) {
+    cpu->upload(ke.data(), download_vec(g, p.key_end.data(), bt).data(), ke.bytes());
+    cpu->upload(ng.data(), download_vec(g, p.n_groups.data(), size_t(p.s.B)).data(), ng.bytes());
+    cpu->upload(so.data(), download_vec(g, p.open.data(), bt).data(), so.bytes());
+    keys = AttnKeys{ke.data(), ng.data(), so.data()};
+  }
+  cpu->attention_fwd(p.s, keys, q, k, v, p.atm ? rk : nullptr, p.atm ? rv : nullptr, o, lse);
+  cpu->attention_bwd(p.s, keys, q, k, v, p.atm ? rk : nullptr, p.atm ? rv : nullptr, o, lse, dout, dq, dk, dv,
+                     p.atm ? drk : nullptr, p.atm ? drv : nullptr);
+  auto out = [&](const float* x, size_t n) { return download_vec(*cpu, x, n); };
+  std::vector<Vec> r{out(o, p.nq), out(lse, p.nl), out(dq, p.nq), out(dk, p.nk), out(dv, p.nk)};
+  if (p.atm) {
+    r.push_back(out(drk, p.nk));
+    r.push_back(out(drv, p.nk));
+  }
+  return r;
+}
+
+namespace {
+
+struct AttnVariant {
+  std::string name;  // as in the JSON: "fwd tc", "bwd v2", "fwd fa2 128x64", ...
+  bool bwd;
+  std::string attention, attention_bwd;  // its backend options
+  std::string attention_tile;            // the fa2 forward's tile; empty: the bench's own
+  std::string attention_bwd_tile;        // the fa2 backward's tile; empty: the bench's own
+  std::string heads_per_block;           // the fa2 forward's heads a block; empty: the bench's own
+  // The options of its forward (a backward variant reads the o and lse of
+  // the default tensor-core forward).
+  wiola::BackendOptions fwd(const wiola::BackendOptions& base) const {
+    wiola::BackendOptions o = base;
+    o.attention = bwd ? "tc" : attention;
+    if (!attention_tile.empty()) o.attention_tile = attention_tile;
+    if (!heads_per_block.empty()) o.attention_heads_per_block = heads_per_block;
+    return o;
+  }
+  wiola::BackendOptions all(const wiola::BackendOptions& base) const {
+    wiola::BackendOptions o = fwd(base);
+    o.attention = attention;
+    o.attention_bwd = attention_bwd;
+    if (!attention_bwd_tile.empty()) o.attention_bwd_tile = attention_bwd_tile;
+    return o;
+  }
+};
+
+// The check: the variant's outputs on the small problem against the CPU.
+// (A backward variant's forward is the default tensor-core one: the
+// backward reads its o and lse.) Returns the max relative error per output.
+json check_variant(Ops<float>& g, const wiola::BackendOptions& base, AttnProblem& p, const std::vector<Vec>& ref,
+                   const AttnVariant& var, bool& ok) {
+  std::vector<Vec> got;
+  {
+    OptionsScope fwd_opt(g, base, var.fwd(base));
+    p.fwd(g);
+  }
+  got.push_back(download_bf16(g, p.o.data(), p.nq));
+  got.push_back(download_vec(g, p.lse.data(), p.nl));
+  if (var.bwd) {
+    OptionsScope bwd_opt(g, base, var.all(base));
+    p.bwd(g);
+    got.push_back(download_bf16(g, p.dq.data(), p.nq));
+    got.push_back(download_bf16(g, p.dk.data(), p.nk));
+    got.push_back(download_bf16(g, p.dv.data(), p.nk));
+    if (p.atm) {
+      got.push_back(download_bf16(g, p.drk.data(), p.nk));
+      got.push_back(download_bf16(g, p.drv.data(), p.nk));
+    }
+  }
+  json err = json::object(), tol = json::object();
+  ok = true;
+  // A backward variant is judged on its gradients (its o and lse are tc's).
+  for (size_t t = var.bwd ? 2 : 0; t < got.size(); ++t) {
+    const double e = rel(ref[t], got[t]);
+    err[kAttnNames[t]] = e;
+    tol[kAttnNames[t]] = kAttnTols[t];
+    if (!(e < kAttnTols[t])) ok = false;
+  }
+  return json{{"B", p.s.B}, {"T", p.s.Tq}, {"max_rel", err}, {"tol", tol}};
+}
+
+bool is_refusal(const std::string& msg) {
+  return msg.rfind("train.cuda_attention", 0) == 0 && msg.find("must be") != std::string::npos;
+}
+
+}  // namespace
+
+namespace {
+
+// Every variant the section times, in its order.
+std::vector<AttnVariant> attention_variants() {
+  // The fa2 forward at each tile shape with one head a block, then with
+  // heads of one KV group packed (attention_heads_per_block 2, 4: the tile's
+  // query rows split among them; refused, so skipped, where the count does
+  // not divide H / Hkv).
+  return {
+      {"fwd tc", false, "tc", "v1", "", "", ""},
+      {"fwd fa2", false, "fa2", "v1", "64x64", "", "1"},
+      {"fwd fa2 64x128", false, "fa2", "v1", "64x128", "", "1"},
+      {"fwd fa2 128x64", false, "fa2", "v1", "128x64", "", "1"},
+      {"fwd fa2 128x128", false, "fa2", "v1", "128x128", "", "1"},
+      {"fwd fa2 hp2", false, "fa2", "v1", "64x64", "", "2"},
+      {"fwd fa2 hp4", false, "fa2", "v1", "64x64", "", "4"},
+      {"fwd fa2 64x128 hp2", false, "fa2", "v1", "64x128", "", "2"},
+      {"fwd fa2 64x128 hp4", false, "fa2", "v1", "64x128", "", "4"},
+      {"fwd fa2 128x64 hp2", false, "fa2", "v1", "128x64", "", "2"},
+      {"fwd fa2 128x64 hp4", false, "fa2", "v1", "128x64", "", "4"},
+      {"fwd fa2 128x128 hp2", false, "fa2", "v1", "128x128", "", "2"},
+      {"fwd fa2 128x128 hp4", false, "fa2", "v1", "128x128", "", "4"},
+      {"fwd rows", false, "rows", "v1", "", "", ""},
+      {"bwd v1", true, "tc", "v1", "", "", ""},
+      {"bwd v2", true, "tc", "v2", "", "", ""},
+      {"bwd fa2", true, "tc", "fa2", "", "64x64", ""},
+      {"bwd fa2 64x128", true, "tc", "fa2", "", "64x128", ""},
+      {"bwd fa2 128x64", true, "tc", "fa2", "", "128x64", ""},
+      {"bwd fa2 128x128", true, "tc", "fa2", "", "128x128", ""},
+      {"bwd rows", true, "rows", "v1", "", "", ""},
+  };
+}
+
+}  // namespace
+
+void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) {
+  const std::vector<AttnVariant> variants = attention_variants();
+  const wiola::BackendOptions& base = o.backend;
+  for (bool atm : {false, true}) {
+    const char* layer = atm ? "atm" : "causal";
+    auto small = make_attn(g, sh, sh.check_B, sh.check_T, atm, atm ? 200 : 100);
+    const std::vector<Vec> ref = cpu_reference(g, *small);
+    auto big = make_attn(g, sh, sh.B, sh.T, atm, atm ? 400 : 300);
+    const double f_fwd = attn_fwd_flops(big->s);
+    for (const AttnVariant& var : variants) {
+      json j{{"section", "attention"},
+             {"name", "attention " + var.name + " " + layer},
+             {"dir", var.bwd ? "bwd" : "fwd"},
+             {"variant", var.name.substr(4)},
+             {"layer", layer},
+             {"options",
+              {{"attention", var.attention},
+               {"attention_bwd", var.attention_bwd},
+               {"attention_tile", var.all(base).attention_tile},
+               {"attention_bwd_tile", var.all(base).attention_bwd_tile},
+               {"attention_heads_per_block", var.all(base).attention_heads_per_block}}},
+             {"B", big->s.B},
+             {"T", big->s.Tq},
+             {"H", big->s.H},
+             {"Hkv", big->s.Hkv},
+             {"dh", big->s.dh},
+             {"flop_rule", kAttnFlopRule}};
+      if (atm)
+        j["atm"] = {{"tau", big->tau},
+                    {"merged_pair_frac", big->merged_pairs},
+                    {"keys_frac", big->keys_frac},
+                    {"check_merged_pair_frac", small->merged_pairs}};
+      std::string line;
+      try {
+        bool ok = false;
+        j["check"] = check_variant(g, base, *small, ref, var, ok);
+        j["ok"] = ok;
+        if (ok) {
+          // Its forward once (a backward reads o and lse), then the timed op.
+          {
+            OptionsScope e(g, base, var.fwd(base));
+            big->fwd(g);
+          }
+          OptionsScope e(g, base, var.all(base));
+          const Timing t = time_op(g, o, [&] { var.bwd ? big->bwd(g) : big->fwd(g); });
+          put_timing(j, t);
+          const double flops = var.bwd ? 2.5 * f_fwd : f_fwd;
+          j["flops"] = flops;
+          j["tflops"] = flops / (t.ms * 1e-3) / 1e12;
+          char buf[256];
+          std::snprintf(buf, sizeof buf, "%8.3f ms  %7.1f TFLOP/s", t.ms, j["tflops"].get<double>());
+          line = buf;
+        } else {
+          line = "FAILED its check (not timed): " + j["check"]["max_rel"].dump();
+        }
+      } catch (const std::exception& e) {
+        const std::string msg = e.what();
+        g.synchronize();
+        if (is_refusal(msg)) {
+          j["skipped"] = true;
+          j["ok"] = false;
+          j["message"] = msg;
+          line = "skipped: " + msg;
+        } else {
+          j["ok"] = false;
+          j["error"] = msg;
+          line = "ERROR: " + msg;
+        }
+      }
+      rep.emit(j);
+      std::printf("attention %-19s %-6s B=%d T=%d H=%d Hkv=%d dh=%d: %s\n", var.name.c_str(), layer, big->s.B,
+                  big->s.Tq, big->s.H, big->s.Hkv, big->s.dh, line.c_str());
+    }
+  }
+}
+
+}  // namespace kernel_bench
