@@ -129,18 +129,18 @@ ShapeTotals shape_totals(const std::vector<ShapeRate>& shapes) {
 void print_sgemm_rates(double gflops, double sgemm, const std::string& kernels,
                        const std::optional<OtherKernels>& other, const std::vector<ShapeRate>& shapes,
                        double step_flops) {
-  std::printf("  sgemm 1024^3    %.1f GFLOP/s on the %s kernels  -> step at %.1f %% of sgemm\n", sgemm,
-              kernels.c_str(), 100.0 * gflops / sgemm);
+  std::printf("  sgemm 1024^3    %.1f GFLOP/s on the %s kernels  -> step at %.1f %% of sgemm\n", sgemm, kernels.c_str(),
+              100.0 * gflops / sgemm);
   if (other)
     std::printf("  sgemm 1024^3    %.1f GFLOP/s on the %s kernels (%s)  -> %s / %s = %.2fx\n", other->gflops,
                 other->kernels.c_str(), other->why.c_str(), kernels.c_str(), other->kernels.c_str(),
                 sgemm / other->gflops);
   const ShapeTotals tot = shape_totals(shapes);
   if (tot.gflops() <= 0) return;
-  std::printf("  sgemm on the step's shapes %.1f GFLOP/s (%zu shapes, %.1f %% of the step's FLOPs, %.0f ms "
-              "of its time)  -> step at %.1f %% of it\n",
-              tot.gflops(), shapes.size(), 100.0 * tot.flops / step_flops, tot.seconds * 1e3,
-              100.0 * gflops / tot.gflops());
+  std::printf(
+      "  sgemm on the step's shapes %.1f GFLOP/s (%zu shapes, %.1f %% of the step's FLOPs, %.0f ms "
+      "of its time)  -> step at %.1f %% of it\n",
+      tot.gflops(), shapes.size(), 100.0 * tot.flops / step_flops, tot.seconds * 1e3, 100.0 * gflops / tot.gflops());
   for (size_t i = 0; i < std::min<size_t>(shapes.size(), 6); ++i) {
     const auto& r = shapes[i];
     std::printf("    %c%c m=%-6d n=%-6d k=%-6d x%-3d %6.1f GFLOP/s %7.1f ms\n", r.shape.ta == Trans::N ? 'N' : 'T',
@@ -160,9 +160,9 @@ void compare_with_torch(const CpuStepOptions& o, const ModelConfig& cfg, const s
       "OPENBLAS_CORETYPE=" + kernels);
   if (tj.is_null()) return;
   const double ttps = tj.at("tokens_per_s").get<double>();
-  std::printf("  PyTorch         %.0f tokens/s (%.1f ms/step, torch %s, %d threads, OpenBLAS's %s kernels)\n",
-              ttps, tj.at("step_ms").get<double>(), tj.at("torch").get<std::string>().c_str(),
-              tj.at("threads").get<int>(), kernels.c_str());
+  std::printf("  PyTorch         %.0f tokens/s (%.1f ms/step, torch %s, %d threads, OpenBLAS's %s kernels)\n", ttps,
+              tj.at("step_ms").get<double>(), tj.at("torch").get<std::string>().c_str(), tj.at("threads").get<int>(),
+              kernels.c_str());
   std::printf("  ratio           wiola / PyTorch = %.2fx\n", tps / ttps);
   out["torch_tokens_per_s"] = ttps;
   out["ratio_vs_torch"] = tps / ttps;
@@ -181,11 +181,12 @@ nlohmann::json run_cpu_step_bench(const CpuStepOptions& o) {
   auto backend = make_backend<float>(o.backend);
   ProfiledOps<float> ops(*backend);
 
-  std::printf("wiola bench step: %s (d=%d L=%d H=%d H_kv=%d d_A=%d d_B=%d V=%d T=%d), %d sequences, "
-              "%d threads, ATM %s%s, backend %s\n  CPU %s, SIMD %s\n  BLAS %s\n", o.preset.c_str(), cfg.d, cfg.L,
-              cfg.H, cfg.Hkv, cfg.dA, cfg.dB, cfg.V, cfg.T, o.batch, o.threads, cfg.atm ? "on" : "off",
-              o.recompute ? ", recompute" : "", ops.name(), cpu::cpu_model_name().c_str(), cpu::simd_target_name(),
-              cpu::blas_state().summary().c_str());
+  std::printf(
+      "wiola bench step: %s (d=%d L=%d H=%d H_kv=%d d_A=%d d_B=%d V=%d T=%d), %d sequences, "
+      "%d threads, ATM %s%s, backend %s\n  CPU %s, SIMD %s\n  BLAS %s\n",
+      o.preset.c_str(), cfg.d, cfg.L, cfg.H, cfg.Hkv, cfg.dA, cfg.dB, cfg.V, cfg.T, o.batch, o.threads,
+      cfg.atm ? "on" : "off", o.recompute ? ", recompute" : "", ops.name(), cpu::cpu_model_name().c_str(),
+      cpu::simd_target_name(), cpu::blas_state().summary().c_str());
   double sgemm = openblas_sgemm_gflops(1024, 10);
 
   StepBench step(ops, cfg, o.batch, o.recompute);
@@ -215,19 +216,27 @@ nlohmann::json run_cpu_step_bench(const CpuStepOptions& o) {
               1e3 * t.profile.class_seconds("attention"), 100.0 * attn_share, 100.0 * attn_flop_share,
               attn_share / attn_flop_share);
   std::printf("  activations     %.1f MiB, params+grads %.1f MiB, peak RSS %.1f MiB\n",
-              double(step.model().activation_bytes()) / 1048576.0, double(step.model().param_bytes()) / 1048576.0,
-              rss);
+              double(step.model().activation_bytes()) / 1048576.0, double(step.model().param_bytes()) / 1048576.0, rss);
   for (const auto& st : step.model().atm_stats())
     std::printf("  ATM layer %d     mu = %.4f, visible pairs %.2f %% of causal\n", st.layer, st.mu,
                 100.0 * st.visible_fraction);
-  nlohmann::json out = {{"preset", o.preset}, {"T", cfg.T}, {"batch", o.batch}, {"threads", o.threads},
-                        {"step_ms", step_s * 1e3}, {"tokens_per_s", tps}, {"gflops", gflops},
-                        {"sgemm_gflops", sgemm}, {"sgemm_fraction", gflops / sgemm},
+  nlohmann::json out = {{"preset", o.preset},
+                        {"T", cfg.T},
+                        {"batch", o.batch},
+                        {"threads", o.threads},
+                        {"step_ms", step_s * 1e3},
+                        {"tokens_per_s", tps},
+                        {"gflops", gflops},
+                        {"sgemm_gflops", sgemm},
+                        {"sgemm_fraction", gflops / sgemm},
                         {"sgemm_step_shapes_gflops", shape_gflops},
-                        {"attention_time_share", attn_share}, {"attention_flop_share", attn_flop_share},
+                        {"attention_time_share", attn_share},
+                        {"attention_flop_share", attn_flop_share},
                         {"step_shapes_fraction", shape_gflops > 0 ? gflops / shape_gflops : 0.0},
-                        {"peak_rss_mib", rss}, {"activation_mib", double(step.model().activation_bytes()) / 1048576.0},
-                        {"cpu", cpu::cpu_model_name()}, {"simd", cpu::simd_target_name()},
+                        {"peak_rss_mib", rss},
+                        {"activation_mib", double(step.model().activation_bytes()) / 1048576.0},
+                        {"cpu", cpu::cpu_model_name()},
+                        {"simd", cpu::simd_target_name()},
                         {"blas", cpu_blas_json()},
                         {"op_class_ms_per_step", op_classes_json(t.profile)}};
   if (other) out["sgemm_other"] = {{"kernels", other->kernels}, {"why", other->why}, {"gflops", other->gflops}};

@@ -33,7 +33,7 @@ struct Result {
   double step_ms = 0, tokens_per_s = 0, tflops = 0, mfu = 0, loss = 0, peak_gib = 0;
   wiola::OpProfile profile;  // one more step, each op between two events
   double profiled_step_s = 0;
-  nlohmann::json gemm_tuning;  // gemm = auto: the choices used
+  nlohmann::json gemm_tuning;    // gemm = auto: the choices used
   wiola::CudaGraphStats graphs;  // cuda_graphs = layers: what was recorded and replayed
 };
 
@@ -85,8 +85,13 @@ nlohmann::json wiola::run_gpu_step_bench(const GpuStepOptions& o) {
               o.preset.c_str(), (long long)cfg.param_count(), cfg.T, o.batch, o.precision.c_str(),
               o.recompute ? ", recompute" : "", cfg.atm ? "" : ", ATM off", o.backend.attention.c_str(),
               o.backend.attention_bwd.c_str(), o.backend.gemm.c_str(), cuda_status());
-  nlohmann::json out = {{"preset", o.preset}, {"T", cfg.T}, {"batch", o.batch}, {"recompute", o.recompute}, {"atm", cfg.atm},
-                        {"device", cuda_status()}, {"peak_tflops", o.peak_tflops},
+  nlohmann::json out = {{"preset", o.preset},
+                        {"T", cfg.T},
+                        {"batch", o.batch},
+                        {"recompute", o.recompute},
+                        {"atm", cfg.atm},
+                        {"device", cuda_status()},
+                        {"peak_tflops", o.peak_tflops},
                         {"flops_per_step", train_step_flops(cfg, o.batch)}};
   out["backend_options"] = backend_option_fields(o.backend);
   std::fflush(stdout);
@@ -101,19 +106,21 @@ nlohmann::json wiola::run_gpu_step_bench(const GpuStepOptions& o) {
     nlohmann::json classes = nlohmann::json::object(), top = nlohmann::json::array();
     for (const auto& c : r.profile.classes) classes[c.name] = 1e3 * c.seconds;
     for (size_t i = 0; i < std::min<size_t>(r.profile.ops.size(), 12); ++i)
-      top.push_back({{"op", r.profile.ops[i].name}, {"ms", 1e3 * r.profile.ops[i].seconds},
-                     {"calls", r.profile.ops[i].calls}});
-    out[name] = {{"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"tflops", r.tflops},
-                 {"mfu", r.mfu},         {"setup_s", r.setup_s},         {"peak_gib", r.peak_gib},         {"loss", r.loss},
-                 {"profiled_step_ms", 1e3 * r.profiled_step_s}, {"op_class_ms", classes}, {"top_ops", top}};
+      top.push_back(
+          {{"op", r.profile.ops[i].name}, {"ms", 1e3 * r.profile.ops[i].seconds}, {"calls", r.profile.ops[i].calls}});
+    out[name] = {{"step_ms", r.step_ms},   {"tokens_per_s", r.tokens_per_s},
+                 {"tflops", r.tflops},     {"mfu", r.mfu},
+                 {"setup_s", r.setup_s},   {"peak_gib", r.peak_gib},
+                 {"loss", r.loss},         {"profiled_step_ms", 1e3 * r.profiled_step_s},
+                 {"op_class_ms", classes}, {"top_ops", top}};
     if (!r.gemm_tuning.is_null()) out[name]["gemm_tuning"] = r.gemm_tuning;
     if (o.backend.cuda_graphs != "off") {
       // The first step runs op by op, the second records; the profiled step
       // after the timed ones runs op by op again (kernels/profiled_ops.h).
-      std::printf("    CUDA Graphs: %ld recorded (%ld nodes), %ld graph launches\n", r.graphs.captures,
-                  r.graphs.nodes, r.graphs.launches);
-      out[name]["cuda_graphs"] = {{"recorded", r.graphs.captures}, {"nodes", r.graphs.nodes},
-                                  {"launches", r.graphs.launches}};
+      std::printf("    CUDA Graphs: %ld recorded (%ld nodes), %ld graph launches\n", r.graphs.captures, r.graphs.nodes,
+                  r.graphs.launches);
+      out[name]["cuda_graphs"] = {
+          {"recorded", r.graphs.captures}, {"nodes", r.graphs.nodes}, {"launches", r.graphs.launches}};
     }
   }
   return out;

@@ -34,8 +34,8 @@ constexpr double kGiB = 1073741824.0;
 const Precision kBf16{DType::BF16, DType::F32, DType::BF16, true};  // as `wiola plan` on a GPU
 
 void print_header() {
-  std::printf("  %-26s %-14s %-8s %9s %8s %10s %10s %9s %9s  %s\n", "layout (tp pp dp, mb x m)", "schedule",
-              "balance", "step s", "bubble", "fill/drn", "imbalance", "act GiB", "live mb", "");
+  std::printf("  %-26s %-14s %-8s %9s %8s %10s %10s %9s %9s  %s\n", "layout (tp pp dp, mb x m)", "schedule", "balance",
+              "step s", "bubble", "fill/drn", "imbalance", "act GiB", "live mb", "");
 }
 
 void print_row(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, Layout lay, dist::Schedule schedule,
@@ -67,9 +67,9 @@ void print_row(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, Layout
       note += std::to_string(lay.cuts[k] - lay.cuts[k - 1]);
     }
   }
-  std::printf("  %-26s %-14s %-8s %9.3f %7.1f%% %9.1f%% %9.1f%% %9.2f %9s  %s\n", name, sched.c_str(),
-              balance.c_str(), p.step_s, 100 * p.bubble_sim, 100 * p.bubble_fill_drain, 100 * p.bubble_imbalance,
-              act / kGiB, live, note.c_str());
+  std::printf("  %-26s %-14s %-8s %9.3f %7.1f%% %9.1f%% %9.1f%% %9.2f %9s  %s\n", name, sched.c_str(), balance.c_str(),
+              p.step_s, 100 * p.bubble_sim, 100 * p.bubble_fill_drain, 100 * p.bubble_imbalance, act / kGiB, live,
+              note.c_str());
 }
 
 // The layout with tp 1 and `pp` stages over the 64 GPUs at micro-batch mb,
@@ -100,9 +100,8 @@ void report(const std::string& model) {
     l.schedule = dist::Schedule::ZbH1;
     const Prediction p = predict(wiola_workload(c, l, kBf16), cl, *cm);
     for (size_t s : {size_t(0), p.stage_fwd_s.size() - 1})
-      std::printf("  pp8 stage %zu, one micro-batch: F %.2f ms, B %.2f ms, W %.2f ms\n", s,
-                  1e3 * p.stage_fwd_s[s], 1e3 * (p.stage_bwd_s[s] - p.stage_bwd_weight_s[s]),
-                  1e3 * p.stage_bwd_weight_s[s]);
+      std::printf("  pp8 stage %zu, one micro-batch: F %.2f ms, B %.2f ms, W %.2f ms\n", s, 1e3 * p.stage_fwd_s[s],
+                  1e3 * (p.stage_bwd_s[s] - p.stage_bwd_weight_s[s]), 1e3 * p.stage_bwd_weight_s[s]);
   }
   {  // What `wiola plan` says of the schedules for tp1 pp8, micro-batch 1 (the chunked ones balanced).
     const Prediction p = predict_schedules(c, with_pp(best, global_batch, 8, 1), cl, *cm, kBf16);
@@ -116,7 +115,7 @@ void report(const std::string& model) {
       if ((global_batch / (kGpus / pp)) % mb == 0) layouts.push_back(with_pp(best, global_batch, pp, mb));
   for (const Layout& l : layouts) {
     print_row(c, cl, *cm, l, dist::Schedule::OneFOneB, "compute");
-    if (l.pp == 1) continue;  // no pipeline: nothing to split or schedule
+    if (l.pp == 1) continue;                                       // no pipeline: nothing to split or schedule
     print_row(c, cl, *cm, l, dist::Schedule::OneFOneB, "layers");  // the even split, against the FLOP-balanced one
     print_row(c, cl, *cm, l, dist::Schedule::GPipe, "compute");
     for (int v : {2, 4})
@@ -126,17 +125,17 @@ void report(const std::string& model) {
     print_row(c, cl, *cm, l, dist::Schedule::ZbH1, "compute");
     if (l.micro_batches >= l.pp && 2 * l.pp <= c.L)
       for (const char* balance : {"compute", "chunks"}) print_row(c, cl, *cm, l, dist::Schedule::ZbV, balance);
-    else
-      std::printf("  %-26s %-14s needs m >= p = %d micro-batches\n", "", "zb-v", l.pp);
+    else std::printf("  %-26s %-14s needs m >= p = %d micro-batches\n", "", "zb-v", l.pp);
   }
 }
 
 }  // namespace
 
 int main() {
-  std::printf("wiola_pipeline_bubbles: simulated bubble = fill/drain (every stage at the mean stage cost) + "
-              "imbalance (the rest); act GiB: peak activation memory of the fullest rank; live mb: live "
-              "activations at the peak, in micro-batches of the rank's layers, first rank/last rank\n");
+  std::printf(
+      "wiola_pipeline_bubbles: simulated bubble = fill/drain (every stage at the mean stage cost) + "
+      "imbalance (the rest); act GiB: peak activation memory of the fullest rank; live mb: live "
+      "activations at the peak, in micro-batches of the rank's layers, first rank/last rank\n");
   for (const char* m : {"wiola-1.5b", "wiola-360m"}) report(m);
   return 0;
 }

@@ -139,8 +139,7 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   for (size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
     for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1,
-                         prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
     std::swap(prev, cur);
   }
   return prev[b.size()];
@@ -150,8 +149,7 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 std::string suggest_key(const SectionDef* sec, std::string_view key) {
   // Same key name in another section (e.g. [train] path -> data.path).
   for (const auto& s : schema())
-    if (&s != sec && find_key(s, key))
-      return detail::concat(" (did you mean '", s.name, ".", key, "'?)");
+    if (&s != sec && find_key(s, key)) return detail::concat(" (did you mean '", s.name, ".", key, "'?)");
   if (sec) {
     const KeyDef* best = nullptr;
     size_t best_d = 3;
@@ -225,8 +223,8 @@ std::string toml_double(double v) {
 std::string toml_blend(const std::vector<BlendSource>& blend) {
   std::string o = "[";
   for (size_t i = 0; i < blend.size(); ++i)
-    o += detail::concat(i ? ", " : "", "{ path = ", toml_string(blend[i].path), ", weight = ",
-                        toml_double(blend[i].weight), " }");
+    o += detail::concat(i ? ", " : "", "{ path = ", toml_string(blend[i].path),
+                        ", weight = ", toml_double(blend[i].weight), " }");
   return o + "]";
 }
 
@@ -294,8 +292,7 @@ struct Entry {
 
 using Entries = std::map<std::string, std::map<std::string, Entry>>;  // section -> key
 
-[[noreturn]] void key_error(const Entry& e, std::string_view sec, std::string_view key,
-                            const std::string& problem) {
+[[noreturn]] void key_error(const Entry& e, std::string_view sec, std::string_view key, const std::string& problem) {
   fail(e.origin, ": ", sec, ".", key, ": ", problem);
 }
 
@@ -304,15 +301,15 @@ using Entries = std::map<std::string, std::map<std::string, Entry>>;  // section
 std::vector<BlendSource> read_blend(const toml::node& n, const Entry& e, std::string_view sec, const char* key) {
   const auto* arr = n.as_array();
   if (!arr)
-    key_error(e, sec, key, detail::concat("expected an array of {path = \"...\", weight = w} tables, got ",
-                                          describe(n)));
+    key_error(e, sec, key,
+              detail::concat("expected an array of {path = \"...\", weight = w} tables, got ", describe(n)));
   std::vector<BlendSource> out;
   for (size_t i = 0; i < arr->size(); ++i) {
     const std::string item = detail::concat("source ", i + 1, " of ", arr->size());
     const auto* t = (*arr)[i].as_table();
     if (!t)
-      key_error(e, sec, key, detail::concat(item, ": expected a table {path = \"...\", weight = w}, got ",
-                                            describe((*arr)[i])));
+      key_error(e, sec, key,
+                detail::concat(item, ": expected a table {path = \"...\", weight = w}, got ", describe((*arr)[i])));
     BlendSource b;
     bool has_path = false, has_weight = false;
     for (const auto& [name, v] : *t) {
@@ -326,16 +323,15 @@ std::vector<BlendSource> read_blend(const toml::node& n, const Entry& e, std::st
         else if (auto fv = v.as_floating_point()) b.weight = fv->get();
         else key_error(e, sec, key, detail::concat(item, ": weight must be a number, got ", describe(v)));
         if (!std::isfinite(b.weight) || b.weight <= 0)
-          key_error(e, sec, key, detail::concat(item, ": weight must be positive and finite (got ",
-                                                toml_double(b.weight), ")"));
+          key_error(e, sec, key,
+                    detail::concat(item, ": weight must be positive and finite (got ", toml_double(b.weight), ")"));
         has_weight = true;
       } else {
-        key_error(e, sec, key, detail::concat(item, ": unknown field '", name.str(),
-                                              "' (a source has path and weight)"));
+        key_error(e, sec, key,
+                  detail::concat(item, ": unknown field '", name.str(), "' (a source has path and weight)"));
       }
     }
-    if (!has_path || !has_weight)
-      key_error(e, sec, key, detail::concat(item, ": needs both path and weight"));
+    if (!has_path || !has_weight) key_error(e, sec, key, detail::concat(item, ": needs both path and weight"));
     out.push_back(std::move(b));
   }
   return out;
@@ -363,8 +359,8 @@ std::vector<StepWindow> read_windows(const toml::node& n, const Entry& e, std::s
   for (size_t i = 0; i < arr->size(); ++i) {
     const auto* p = (*arr)[i].as_array();
     if (!p || p->size() != 2 || !(*p)[0].is_integer() || !(*p)[1].is_integer())
-      key_error(e, sec, key, detail::concat("window ", i + 1, " of ", arr->size(),
-                                            ": expected [from, to], two integers"));
+      key_error(e, sec, key,
+                detail::concat("window ", i + 1, " of ", arr->size(), ": expected [from, to], two integers"));
     out.push_back({(*p)[0].as_integer()->get(), (*p)[1].as_integer()->get()});
   }
   return out;
@@ -381,8 +377,8 @@ void assign(RunConfig& rc, const KeyDef& k, std::string_view sec, const Entry& e
         if constexpr (std::is_same_v<T, EnumRef>) {
           if (!n.is_string()) want("a string");
           if (!p.set(p.field, n.as_string()->get()))
-            key_error(e, sec, k.name, detail::concat("must be ", p.choices(), " (got ",
-                                                     toml_string(n.as_string()->get()), ")"));
+            key_error(e, sec, k.name,
+                      detail::concat("must be ", p.choices(), " (got ", toml_string(n.as_string()->get()), ")"));
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!n.is_string()) want("a string");
           *p = n.as_string()->get();
@@ -407,12 +403,11 @@ void assign(RunConfig& rc, const KeyDef& k, std::string_view sec, const Entry& e
           const int64_t v = n.as_integer()->get();
           if constexpr (std::is_same_v<T, int>) {
             if (v < INT_MIN || v > INT_MAX)
-              key_error(e, sec, k.name, detail::concat("integer ", v, " is out of range (",
-                                                       INT_MIN, " .. ", INT_MAX, ")"));
+              key_error(e, sec, k.name,
+                        detail::concat("integer ", v, " is out of range (", INT_MIN, " .. ", INT_MAX, ")"));
             *p = static_cast<int>(v);
           } else if constexpr (std::is_same_v<T, uint64_t>) {
-            if (v < 0)
-              key_error(e, sec, k.name, detail::concat("must be non-negative (got ", v, ")"));
+            if (v < 0) key_error(e, sec, k.name, detail::concat("must be non-negative (got ", v, ")"));
             *p = static_cast<uint64_t>(v);
           } else {
             *p = v;
@@ -430,8 +425,7 @@ std::string position(const toml::source_region& r, const std::string& file) {
 
 std::string read_file(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    fail("cannot read config file '", path, "': is a directory");
+  if (std::filesystem::is_directory(path, ec)) fail("cannot read config file '", path, "': is a directory");
   errno = 0;
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot read config file '", path, "': ", std::strerror(errno ? errno : ENOENT));
@@ -455,8 +449,7 @@ void collect_file(const toml::table& root, const std::string& path, Entries& out
     for (const auto& [kkey, knode] : *snode.as_table()) {
       const std::string kname(kkey.str());
       if (!find_key(*sec, kname))
-        fail(position(kkey.source(), path), ": unknown key '", sname, ".", kname, "'",
-             suggest_key(sec, kname));
+        fail(position(kkey.source(), path), ": unknown key '", sname, ".", kname, "'", suggest_key(sec, kname));
       out[sname][kname] = Entry{&knode, position(knode.source(), path)};
     }
   }
@@ -470,12 +463,10 @@ std::string_view trim(std::string_view s) {
 }
 
 // "section.key=value": value in TOML syntax, or else taken as a bare string.
-void collect_override(const std::string& ov, std::vector<std::unique_ptr<toml::table>>& store,
-                      Entries& out) {
+void collect_override(const std::string& ov, std::vector<std::unique_ptr<toml::table>>& store, Entries& out) {
   const std::string origin = "<--set> '" + ov + "'";
   const size_t eq = ov.find('=');
-  if (eq == std::string::npos)
-    fail(origin, ": malformed override, expected section.key=value (no '=')");
+  if (eq == std::string::npos) fail(origin, ": malformed override, expected section.key=value (no '=')");
   const std::string_view lhs = trim(std::string_view(ov).substr(0, eq));
   const std::string_view rhs = trim(std::string_view(ov).substr(eq + 1));
   const size_t dot = lhs.find('.');
@@ -554,8 +545,8 @@ void check_train(const RunConfig& rc) {
     const StepWindow& w = t.skip_batches[i];
     WIOLA_CHECK(w.from >= 1 && w.to >= w.from, "train.skip_batches: window ", i + 1, " [", w.from, ", ", w.to,
                 "] must have 1 <= from <= to");
-    WIOLA_CHECK(i == 0 || w.from > t.skip_batches[i - 1].to, "train.skip_batches: window ", i + 1, " [", w.from,
-                ", ", w.to, "] must start after window ", i, " ends (sorted, disjoint)");
+    WIOLA_CHECK(i == 0 || w.from > t.skip_batches[i - 1].to, "train.skip_batches: window ", i + 1, " [", w.from, ", ",
+                w.to, "] must start after window ", i, " ends (sorted, disjoint)");
   }
   WIOLA_CHECK(t.seed <= uint64_t(INT64_MAX), "train.seed must be <= ", INT64_MAX, " (got ", t.seed, ")");
   WIOLA_CHECK(t.lr_max > 0, "train.lr_max must be positive (got ", t.lr_max, ")");
@@ -568,7 +559,8 @@ void check_train(const RunConfig& rc) {
 }
 
 void check_data(const RunConfig& rc) {
-  WIOLA_CHECK(rc.data.path.empty() || rc.data.blend.empty(), "data.path and data.blend are both set; a run reads "
+  WIOLA_CHECK(rc.data.path.empty() || rc.data.blend.empty(),
+              "data.path and data.blend are both set; a run reads "
               "one source (data.path) or a blend of several (data.blend), not both (to override the file's "
               "data.path, add --set 'data.path=\"\"')");
   at_least(rc.data.seed, -1, "data.seed");
@@ -584,8 +576,8 @@ void check_parallel(const RunConfig& rc) {
   at_least(p.dp, 1, "parallel.dp");
   at_least(p.virtual_stages, 1, "parallel.virtual_stages");
   WIOLA_CHECK(p.comm_timeout_s > 0, "parallel.comm_timeout_s must be > 0 (got ", p.comm_timeout_s, ")");
-  WIOLA_CHECK(p.pp <= rc.model.L, "parallel.pp (", p.pp, ") must not exceed model.n_layers (",
-              rc.model.L, "): every pipeline stage needs a layer");
+  WIOLA_CHECK(p.pp <= rc.model.L, "parallel.pp (", p.pp, ") must not exceed model.n_layers (", rc.model.L,
+              "): every pipeline stage needs a layer");
   // The chunked schedules (dist/schedule.h): p·v chunks of at least a layer each.
   const int chunks = perf::chunks_per_rank(rc.layout());
   WIOLA_CHECK(p.pp * chunks <= rc.model.L, "parallel.schedule \"", to_string(p.schedule), "\" cuts the model into ",
@@ -603,8 +595,10 @@ void check_parallel(const RunConfig& rc) {
   WIOLA_CHECK(p.schedule != dist::Schedule::Interleaved || chunks == 1 || rc.train.grad_accum % p.pp == 0,
               "parallel.schedule \"interleaved\" needs train.grad_accum (", rc.train.grad_accum,
               ") to be a multiple of parallel.pp (", p.pp, "): micro-batches go through the chunks in groups of pp");
-  WIOLA_CHECK(p.schedule != dist::Schedule::ZbV || rc.train.grad_accum >= p.pp, "parallel.schedule \"zb-v\" needs "
-              "train.grad_accum (", rc.train.grad_accum, ") of at least parallel.pp (", p.pp, ")");
+  WIOLA_CHECK(p.schedule != dist::Schedule::ZbV || rc.train.grad_accum >= p.pp,
+              "parallel.schedule \"zb-v\" needs "
+              "train.grad_accum (",
+              rc.train.grad_accum, ") of at least parallel.pp (", p.pp, ")");
   auto divides = [&](int v, const char* key) {
     WIOLA_CHECK(v % p.tp == 0, "parallel.tp (", p.tp, ") must divide ", key, " (", v, ")");
   };
@@ -641,8 +635,10 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   // The environment variable that set the timeout before it was a key: a
   // script that still sets it would otherwise lose its timeout silently.
   if (const std::string v = env_text("WIOLA_COMM_TIMEOUT_S"); !v.empty())
-    fail("WIOLA_COMM_TIMEOUT_S=", v, " is no longer read: the communication timeout is the run-config key "
-         "parallel.comm_timeout_s (wiola train --set parallel.comm_timeout_s=", v, "); unset WIOLA_COMM_TIMEOUT_S");
+    fail("WIOLA_COMM_TIMEOUT_S=", v,
+         " is no longer read: the communication timeout is the run-config key "
+         "parallel.comm_timeout_s (wiola train --set parallel.comm_timeout_s=",
+         v, "); unset WIOLA_COMM_TIMEOUT_S");
   return run_config_from_toml_text(path.empty() ? std::string() : read_file(path), path, overrides);
 }
 

@@ -52,8 +52,8 @@ struct CheckpointSection {
 #undef WIOLA_RUN_CONFIG_FIELD
 
 struct RunConfig {
-  std::string source;         // file the config came from (for messages)
-  std::string preset;         // model.preset ("" = custom)
+  std::string source;  // file the config came from (for messages)
+  std::string preset;  // model.preset ("" = custom)
   ModelConfig model;
   TrainSection train;
   DataSection data;
@@ -64,16 +64,19 @@ struct RunConfig {
   std::vector<BlendSource> data_sources() const {
     return data.blend.empty() ? std::vector<BlendSource>{{data.path, 1.0}} : data.blend;
   }
-  int global_batch() const {
-    return train.micro_batch * train.grad_accum * parallel.dp;
-  }
+  int global_batch() const { return train.micro_batch * train.grad_accum * parallel.dp; }
   // The layout the cost model and planner speak of (perf/cost_model.h).
   perf::Layout layout() const {
     perf::Layout l;
-    l.tp = parallel.tp; l.pp = parallel.pp; l.dp = parallel.dp;
-    l.micro_batch = train.micro_batch; l.micro_batches = train.grad_accum;
-    l.zero = parallel.zero; l.recompute = train.recompute;
-    l.schedule = parallel.schedule; l.stage_balance = parallel.stage_balance;
+    l.tp = parallel.tp;
+    l.pp = parallel.pp;
+    l.dp = parallel.dp;
+    l.micro_batch = train.micro_batch;
+    l.micro_batches = train.grad_accum;
+    l.zero = parallel.zero;
+    l.recompute = train.recompute;
+    l.schedule = parallel.schedule;
+    l.stage_balance = parallel.stage_balance;
     l.virtual_stages = parallel.schedule == dist::Schedule::Interleaved ? parallel.virtual_stages : 1;
     l.cuts = parallel.layer_cuts;
     return l;
@@ -84,8 +87,7 @@ struct RunConfig {
 // TOML syntax or a bare string), then validate (model included). `path` may
 // be empty: defaults plus overrides. Throws wiola::Error naming the file,
 // section.key and the problem.
-RunConfig load_run_config(const std::string& path,
-                          const std::vector<std::string>& overrides);
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
 
 // The same from TOML text already in memory (the effective config a
 // checkpoint manifest records); `source` names it in messages.
@@ -102,10 +104,10 @@ std::string run_config_to_toml(const RunConfig& rc);
 // One key of the schema as docs/config.md's tables show it.
 struct ConfigKeyDoc {
   std::string section, key;
-  std::string type;           // as docs/config.md's "Types" table names it: "int", "float", ...
-  std::string default_value;  // as run_config_to_toml writes it for a default RunConfig
+  std::string type;                 // as docs/config.md's "Types" table names it: "int", "float", ...
+  std::string default_value;        // as run_config_to_toml writes it for a default RunConfig
   std::vector<std::string> values;  // the values an enum key takes (empty: any of its type)
-  std::string doc;            // the meaning (Markdown, one line)
+  std::string doc;                  // the meaning (Markdown, one line)
 };
 
 // Every key in schema order (the order of the effective config):

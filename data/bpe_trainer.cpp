@@ -43,10 +43,8 @@ void count_words(std::string_view text, const PreTokenizer& pre, int threads, Wo
       pre.split(part.substr(pos, e - pos), pieces, scratch);
       for (std::string_view p : pieces) {
         auto it = local[t].find(p);
-        if (it == local[t].end())
-          local[t].emplace(std::string(p), 1);
-        else
-          ++it->second;
+        if (it == local[t].end()) local[t].emplace(std::string(p), 1);
+        else ++it->second;
       }
       pos = e;
     }
@@ -70,7 +68,8 @@ WordCounts count_file_words(const std::vector<std::string>& files, int threads, 
     count_words(text, pre, threads, counts);
   }
   WIOLA_CHECK(!counts.empty(), "tokenizer train: the input files hold no text");
-  if (progress) std::fprintf(stderr, "train: %llu bytes, %zu distinct words\n", (unsigned long long)bytes, counts.size());
+  if (progress)
+    std::fprintf(stderr, "train: %llu bytes, %zu distinct words\n", (unsigned long long)bytes, counts.size());
   return counts;
 }
 
@@ -196,7 +195,7 @@ class PairCounts {
   std::priority_queue<Entry> heap_;
   std::vector<uint32_t> stamp_;  // the round that last visited each word
   uint32_t round_ = 0;
-  std::vector<int32_t> fresh_;   // a word being rewritten
+  std::vector<int32_t> fresh_;  // a word being rewritten
 };
 
 // Merges the most frequent pair until the vocabulary is full or the best
@@ -228,22 +227,34 @@ std::string tokenizer_json(const std::vector<std::string>& special_tokens, const
   j["padding"] = nullptr;
   ojson added = ojson::array();
   for (size_t i = 0; i < special_tokens.size(); ++i)
-    added.push_back({{"id", i}, {"content", special_tokens[i]}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+    added.push_back({{"id", i},
+                     {"content", special_tokens[i]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   j["added_tokens"] = added;
   j["normalizer"] = nullptr;
-  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-  j["post_processor"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}};
+  j["pre_tokenizer"] = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  j["post_processor"] = {
+      {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}};
   j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
   ojson v = ojson::object();
   for (size_t i = 0; i < id_to_tok.size(); ++i) v[id_to_tok[i]] = i;
   ojson mj = ojson::array();
   for (auto [a, b] : merges) mj.push_back(ojson::array({id_to_tok[a], id_to_tok[b]}));
-  j["model"] = {{"type", "BPE"},          {"dropout", nullptr},
-                {"unk_token", nullptr},   {"continuing_subword_prefix", nullptr},
-                {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
-                {"byte_fallback", false}, {"ignore_merges", false},
-                {"vocab", v},             {"merges", mj}};
+  j["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", false},
+                {"vocab", v},
+                {"merges", mj}};
   return j.dump(2);
 }
 

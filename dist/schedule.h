@@ -155,8 +155,8 @@ int max_pending_weight(const std::vector<Action>& s);
 // the stuck stages on deadlock, and on an action repeated or a backward
 // both whole and split.
 struct PipelineSim {
-  double makespan = 0;        // time of the last action's end (W's included)
-  double bubble_fraction = 0; // 1 − busy/(pp·makespan)
+  double makespan = 0;         // time of the last action's end (W's included)
+  double bubble_fraction = 0;  // 1 − busy/(pp·makespan)
   // The bubble split (docs/distributed.md §4): bubble_fill_drain is the
   // bubble fraction of the same schedules with every stage at the mean
   // stage cost (same total work, same link); bubble_imbalance is the rest,
@@ -166,12 +166,10 @@ struct PipelineSim {
   std::vector<std::vector<double>> end;    // end[s][k]: its end
   std::vector<int> peak_live;              // per rank, as max_in_flight
 };
-PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& schedules,
-                              double t_fwd, double t_bwd);
+PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& schedules, double t_fwd, double t_bwd);
 // B and W timed apart: Bwd takes t_bwd_input + t_bwd_weight.
-PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& schedules,
-                              double t_fwd, double t_bwd_input, double t_bwd_weight,
-                              ChunkPlacement placement = ChunkPlacement::Interleaved);
+PipelineSim simulate_pipeline(const std::vector<std::vector<Action>>& schedules, double t_fwd, double t_bwd_input,
+                              double t_bwd_weight, ChunkPlacement placement = ChunkPlacement::Interleaved);
 // The same with a forward and a backward cost per global chunk (per stage
 // when v = 1; uneven stages: the last one runs the head), the weight-gradient
 // part of each backward (bwd_weight; empty: none, B = the whole backward)

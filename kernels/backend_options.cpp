@@ -57,7 +57,8 @@ void check_attention_heads_per_block(const BackendOptions& o, int H, int Hkv) {
   const int hp = o.attention_heads_per_block == "2" ? 2 : o.attention_heads_per_block == "4" ? 4 : 1;
   WIOLA_CHECK(hp == 1 || (Hkv > 0 && H % Hkv == 0 && H / Hkv % hp == 0),
               "train.cuda_attention_heads_per_block (--attention-heads-per-block) must be 1 or divide the query "
-              "heads of a KV group, model.n_heads / model.n_kv_heads = ", H, " / ", Hkv, " (got ", hp, ")");
+              "heads of a KV group, model.n_heads / model.n_kv_heads = ",
+              H, " / ", Hkv, " (got ", hp, ")");
 }
 
 void refuse_backend_env() {
@@ -65,8 +66,8 @@ void refuse_backend_env() {
     const std::optional<std::string> set = s.old_env ? env_value(s.old_env) : std::nullopt;
     if (!set) continue;
     const char* v = set->c_str();
-    fail(s.old_env, "=", v, " is no longer read: the switch is the backend option ", s.key,
-         " (wiola train --set ", s.key, "=", *v ? v : s.values[0].c_str(), "; ", s.flag,
+    fail(s.old_env, "=", v, " is no longer read: the switch is the backend option ", s.key, " (wiola train --set ",
+         s.key, "=", *v ? v : s.values[0].c_str(), "; ", s.flag,
          " of wiola_gpu_bench and wiola_kernel_bench), recorded in the run report and the checkpoint manifest; "
          "unset ",
          s.old_env);

@@ -63,13 +63,11 @@ constexpr std::array<std::string_view, 5> enum_names(BackendKind) {
     "or a split backward). Same bits either way; not yet measured on a GPU. " \
     "[gpu.md](gpu.md#cuda-graphs)")
 
-
 // The default of a switch: the first of its '|'-separated values.
 constexpr std::string_view first_value(std::string_view values) { return values.substr(0, values.find('|')); }
 
 struct BackendOptions {
-#define WIOLA_BACKEND_OPTION_FIELD(field, key, flag, old_env, values, doc) \
-  std::string field{first_value(values)};
+#define WIOLA_BACKEND_OPTION_FIELD(field, key, flag, old_env, values, doc) std::string field{first_value(values)};
   WIOLA_BACKEND_OPTIONS(WIOLA_BACKEND_OPTION_FIELD)
 #undef WIOLA_BACKEND_OPTION_FIELD
 };

@@ -5,10 +5,10 @@
 
 namespace wiola {
 
-#define WIOLA_OP(name, cls, params, args)      \
-  template <class T>                           \
-  void ForwardingOps<T>::name params {         \
-    const Call c(*this, OpId::name);           \
+#define WIOLA_OP(name, cls, params, args) \
+  template <class T> \
+  void ForwardingOps<T>::name params { \
+    const Call c(*this, OpId::name); \
     forward(&Ops<T>::name, WIOLA_OP_ARGS args); \
   }
 #include "kernels/op_list.h"

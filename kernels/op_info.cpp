@@ -44,8 +44,8 @@ constexpr bool args_name_params(std::string_view params, std::string_view args) 
   }
 }
 
-#define WIOLA_OP(name, cls, params, args)                                                   \
-  static_assert(args_name_params(#params, #args),                                         \
+#define WIOLA_OP(name, cls, params, args) \
+  static_assert(args_name_params(#params, #args), \
                 "kernels/op_list.h: the arguments of " #name " are not its parameters' names, in order");
 #include "kernels/op_list.h"
 

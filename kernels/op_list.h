@@ -48,8 +48,8 @@ WIOLA_BACKEND_OP(gemm, gemm,
                  (ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc))
 // The same for `batch` independent problems at fixed strides (elements).
 WIOLA_BACKEND_OP(gemm_strided_batched, gemm,
-                 (Trans ta, Trans tb, int m, int n, int k, T alpha, CPtr A, int lda, long sA, CPtr B, int ldb,
-                  long sB, T beta, Ptr C, int ldc, long sC, int batch),
+                 (Trans ta, Trans tb, int m, int n, int k, T alpha, CPtr A, int lda, long sA, CPtr B, int ldb, long sB,
+                  T beta, Ptr C, int ldc, long sC, int batch),
                  (ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch))
 
 // ---- elementwise and reductions --------------------------------------------
@@ -92,8 +92,7 @@ WIOLA_OP(add_rmsnorm_fwd, norm,
 // (dres may be dx itself: accumulate; or null: dx = dz); dgamma, ddelta
 // accumulate.
 WIOLA_OP(rmsnorm_bwd, norm,
-         (CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres, Ptr dx, Ptr dgamma,
-          Ptr ddelta),
+         (CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres, Ptr dx, Ptr dgamma, Ptr ddelta),
          (x, gamma, delta, rstd, dy, N, d, dres, dx, dgamma, ddelta))
 
 // ---- SRPE: rotate-half pairs of each head, in place ------------------------
@@ -129,8 +128,8 @@ WIOLA_OP(attention_fwd, attention,
 // Overwrites dq[B,Tq,H,dh], dk,dv[B,Tk,Hkv,dh], draw_k,draw_v[B,Tq,Hkv,dh]
 // (zero where not self_open; may be null when self_open is nullptr).
 WIOLA_OP(attention_bwd, attention,
-         (const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v, CPtr o,
-          CPtr lse, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v),
+         (const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v, CPtr o, CPtr lse,
+          CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v),
          (s, keys, q, k, v, raw_k, raw_v, o, lse, dout, dq, dk, dv, draw_k, draw_v))
 
 // ---- ATM (docs/model.md §2): similarity, merge plan, merged keys/values ----
@@ -146,13 +145,13 @@ WIOLA_OP(atm_plan, atm,
 // Merge rows of x[B,Tn,w] into out[B,Tn,w] (rows >= n_groups[b] zero):
 // out[b,j] = mean of x[b, group_first[b,j] .. key_end[b,j]].
 WIOLA_OP(atm_merge_rows, atm,
-         (CPtr x, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end,
-          const int32_t* n_groups, Ptr out),
+         (CPtr x, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end, const int32_t* n_groups,
+          Ptr out),
          (x, B, Tn, w, group_first, key_end, n_groups, out))
 // dx[b,t] += dout[b,j] / |group j| for every member t of group j.
 WIOLA_OP(atm_merge_rows_bwd, atm,
-         (CPtr dout, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end,
-          const int32_t* n_groups, Ptr dx),
+         (CPtr dout, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end, const int32_t* n_groups,
+          Ptr dx),
          (dout, B, Tn, w, group_first, key_end, n_groups, dx))
 
 // ---- GCLA pieces --------------------------------------------------------------
@@ -207,8 +206,8 @@ WIOLA_OP(blend_gate_fwd, elementwise, (CPtr o_self, CPtr o_ctx, CPtr phi, CPtr p
 // dL/do (rounded to the storage type of d_self, never stored), then
 // blend_bwd of dL/do into d_self, d_ctx and dphi[0]: the bits of the two.
 WIOLA_OP(blend_gate_bwd, elementwise,
-         (CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, CPtr dog, size_t n, Ptr dpre, Ptr d_self,
-          Ptr d_ctx, double* dphi),
+         (CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, CPtr dog, size_t n, Ptr dpre, Ptr d_self, Ptr d_ctx,
+          double* dphi),
          (o_self, o_ctx, phi, pre, o, dog, n, dpre, d_self, d_ctx, dphi))
 
 // ---- DSFF pieces -------------------------------------------------------------

@@ -128,9 +128,7 @@ class Ops {
   // Most bytes this backend has held allocated at once (0: not tracked; the
   // CPU backends live in the process's resident set instead).
   virtual size_t peak_bytes() const { return 0; }
-  virtual Precision precision() const {
-    return {dtype_of<T>(), dtype_of<T>(), dtype_of<T>(), false};
-  }
+  virtual Precision precision() const { return {dtype_of<T>(), dtype_of<T>(), dtype_of<T>(), false}; }
   // Marks for profiling this backend's ops (see OpTimeline).
   virtual std::unique_ptr<OpTimeline> make_timeline() { return make_host_timeline(); }
   // The per-shape GEMM choices of a backend that tunes its matrix products
@@ -180,8 +178,11 @@ class Buffer {
   Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) {
       release();
-      ops_ = o.ops_; p_ = o.p_; n_ = o.n_;
-      o.p_ = nullptr; o.n_ = 0;
+      ops_ = o.ops_;
+      p_ = o.p_;
+      n_ = o.n_;
+      o.p_ = nullptr;
+      o.n_ = 0;
     }
     return *this;
   }
@@ -202,15 +203,13 @@ class Buffer {
   size_t n_ = 0;
 };
 
-
 // Owning buffer whose element type is chosen at run time (activations, in the
 // storage type the backend's precision() names).
 template <class T>
 class DynBuffer {
  public:
   DynBuffer() = default;
-  DynBuffer(Ops<T>& ops, DType t, size_t n)
-      : bytes_(Buffer<T, unsigned char>(ops, n * dtype_bytes(t))), t_(t), n_(n) {}
+  DynBuffer(Ops<T>& ops, DType t, size_t n) : bytes_(Buffer<T, unsigned char>(ops, n * dtype_bytes(t))), t_(t), n_(n) {}
   Ptr data() { return Ptr(bytes_.data(), t_); }
   CPtr data() const { return CPtr(bytes_.data(), t_); }
   size_t size() const { return n_; }

@@ -86,7 +86,8 @@ OpProfile ProfiledOps<T>::profile() {
   for (const Span& s : spans_) {
     const double t = timeline_->seconds(s.from, s.to);
     const OpInfo& op = op_info(s.op);
-    for (auto [map, key] : {std::pair{&ops, std::string(op.name)}, std::pair{&classes, std::string(op_class_name(op.cls))}}) {
+    for (auto [map, key] :
+         {std::pair{&ops, std::string(op.name)}, std::pair{&classes, std::string(op_class_name(op.cls))}}) {
       OpTime& e = (*map)[key];
       e.name = key;
       e.seconds += t;

@@ -29,9 +29,9 @@ struct OpTime {
 };
 
 struct OpProfile {
-  std::vector<OpTime> ops;      // by op, costliest first
-  std::vector<OpTime> classes;  // by op class (gemm, attention, ...), costliest first
-  double seconds = 0;           // inside ops, all together
+  std::vector<OpTime> ops;                             // by op, costliest first
+  std::vector<OpTime> classes;                         // by op class (gemm, attention, ...), costliest first
+  double seconds = 0;                                  // inside ops, all together
   double class_seconds(const std::string& cls) const;  // 0 if absent
 };
 

@@ -134,7 +134,6 @@ int calibrate_link(int argc, char** argv, const std::string& out) {
   });
 }
 
-
 // The command line: what becomes the plan's request, and what says where the
 // model, its layout and the devices come from.
 struct PlanArgs {
@@ -154,11 +153,13 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
   app.add_option("--inter", r.inter, "inter-node link: ib-ndr (default for H100/H200) or ib-hdr");
   app.add_option("--global-batch", a.global_batch, "sequences per optimizer step (default: ~0.5M tokens)");
   app.add_option("--seq-len", a.seq_len, "override the model's T");
-  app.add_option("--layout", a.layout, "predict this layout only: tp=,pp=,dp=,mb=,m=,zero=on|off,recompute=on|off,"
+  app.add_option("--layout", a.layout,
+                 "predict this layout only: tp=,pp=,dp=,mb=,m=,zero=on|off,recompute=on|off,"
                  "schedule=1f1b|gpipe|zb-h1|zb-v|interleaved,v= (interleaved chunks per rank)");
   app.add_option("--top", r.top, "layouts listed")->capture_default_str();
   app.add_option("--efficiency", a.efficiency,
-                 "GPU: share of the dense BF16 peak the GEMMs reach (implies --datasheet)")->capture_default_str();
+                 "GPU: share of the dense BF16 peak the GEMMs reach (implies --datasheet)")
+      ->capture_default_str();
   app.add_option("--profile", r.gpu_model.profile_file, "GPU: time stages with this device profile (JSON)");
   app.add_flag("--datasheet", r.gpu_model.datasheet,
                "GPU: datasheet peak x --efficiency, not the card's committed device profile (perf/profiles)");
@@ -174,8 +175,7 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
   app.add_option("--ranks", a.ranks, "--cpu: processes on this machine")->capture_default_str();
   app.add_option("--threads", r.threads, "--cpu: threads per rank (default: cores / ranks)");
   app.add_option("--reps", r.reps, "--cpu: timed repeats per stage (median)")->capture_default_str();
-  app.add_option("--link", a.link,
-                 "--cpu: the transport measured by --calibrate-link (default: memcpy-based guess)");
+  app.add_option("--link", a.link, "--cpu: the transport measured by --calibrate-link (default: memcpy-based guess)");
   app.add_option("--calibrate-link", a.calibrate_out, "under mpirun: measure the CPU transport into this JSON file");
   app.add_option("--json", r.json_out, "also write the predictions as JSON here");
   app.add_option("--config", a.config, "take the model and layout of this run config (as wiola train)");
@@ -220,9 +220,10 @@ MeasuredLink read_link(const std::string& file) {
 }  // namespace
 
 int wiola_cmd_plan(int argc, char** argv) {
-  CLI::App app{"Predict step time, throughput, MFU and memory per device for a layout, or search the best "
-               "layout that fits, and the wall clock and GPU-hours of the model's Chinchilla run",
-               "wiola plan"};
+  CLI::App app{
+      "Predict step time, throughput, MFU and memory per device for a layout, or search the best "
+      "layout that fits, and the wall clock and GPU-hours of the model's Chinchilla run",
+      "wiola plan"};
   PlanArgs a;
   add_plan_options(app, a);
   if (const int rc = cli::parse(app, argc, argv, "plan"); rc >= 0) return rc;

@@ -73,8 +73,12 @@ int wiola_cmd_train(int argc, char** argv) {
   if (print_schema) {
     nlohmann::json keys = nlohmann::json::array();
     for (const wiola::ConfigKeyDoc& k : wiola::run_config_schema())
-      keys.push_back({{"section", k.section}, {"key", k.key}, {"type", k.type}, {"default", k.default_value},
-                      {"values", k.values}, {"doc", k.doc}});
+      keys.push_back({{"section", k.section},
+                      {"key", k.key},
+                      {"type", k.type},
+                      {"default", k.default_value},
+                      {"values", k.values},
+                      {"doc", k.doc}});
     std::printf("%s\n", keys.dump(1).c_str());
     return 0;
   }
@@ -84,8 +88,8 @@ int wiola_cmd_train(int argc, char** argv) {
   opt.trace_schedule = trace_schedule_from_env();
   for (const std::string& s : dump_specs) {
     const auto colon = s.find(':');
-    WIOLA_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < s.size(),
-                "--dump-step '", s, "': expected N:PATH");
+    WIOLA_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < s.size(), "--dump-step '", s,
+                "': expected N:PATH");
     int64_t step = 0;
     try {
       size_t used = 0;

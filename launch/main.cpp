@@ -61,14 +61,13 @@ int version() {
   namespace c = wiola::cpu;
   const bool env = !wiola::env_text("WIOLA_SIMD").empty();
   const std::string target = c::simd_target_name();  // applies WIOLA_SIMD: may throw
-  const c::BlasState& blas = c::blas_state();         // selects the BLAS kernels: may throw
+  const c::BlasState& blas = c::blas_state();        // selects the BLAS kernels: may throw
   std::printf("wiola %s\n", WIOLA_VERSION);
   std::printf("  build baseline  -march=%s\n", c::simd_build_march());
   std::printf("  SIMD compiled   %s\n", joined(c::simd_compiled_targets()).c_str());
   std::printf("  SIMD supported  %s\n", joined(c::simd_supported_targets()).c_str());
   std::printf("  CPU             %s\n", c::cpu_model_name().c_str());
-  std::printf("  SIMD target     %s (%s)\n", target.c_str(),
-              env ? "WIOLA_SIMD" : "best supported");
+  std::printf("  SIMD target     %s (%s)\n", target.c_str(), env ? "WIOLA_SIMD" : "best supported");
   std::printf("  BLAS            %s\n", blas.summary().c_str());
   return 0;
 }

@@ -11,8 +11,8 @@ namespace {
 // Ids come from files; a bad one is an input error, not a crash.
 void check_ids(const int32_t* ids, int n, int V, const char* what) {
   for (int i = 0; i < n; ++i)
-    WIOLA_CHECK(ids[i] >= 0 && ids[i] < V, what, " id ", ids[i], " at position ", i,
-                " is outside the vocabulary [0, ", V, ")");
+    WIOLA_CHECK(ids[i] >= 0 && ids[i] < V, what, " id ", ids[i], " at position ", i, " is outside the vocabulary [0, ",
+                V, ")");
 }
 // Context pointers live in fixed arrays of this size.
 constexpr int kMaxLambda = 16;
@@ -49,9 +49,9 @@ enum LayerPass : int64_t { kGraphForward = 1, kGraphBackward = 2, kGraphRecomput
 // What one micro-batch keeps from its forward to its backward.
 template <class T>
 struct Model<T>::Slot {
-  Buffer<T, int32_t> ids;          // [N] (first stage)
-  std::vector<DynBuffer<T>> X;     // nl+1 residual streams [N, d]
-  std::vector<DynBuffer<T>> S;     // summaries held by the stage [N, d]
+  Buffer<T, int32_t> ids;       // [N] (first stage)
+  std::vector<DynBuffer<T>> X;  // nl+1 residual streams [N, d]
+  std::vector<DynBuffer<T>> S;  // summaries held by the stage [N, d]
   // Their context-projection GEMM operands [N, d] in the activation type where
   // that is narrower than the residual type (empty otherwise): written with
   // each summary (or converted once from a received one), read by every
@@ -65,23 +65,23 @@ struct Model<T>::Slot {
 template <class T>
 struct Model<T>::Impl {
   int B = 0, T_ = 0, N = 0, l0 = 0, l1 = 0, nl = 0;
-  Buffer<T> srpe;                   // [T, dh/2, 2] positions 0..T-1
-  Buffer<T> srpe_dec;               // [T, dh/2, 2] for a decoding chunk
-  Buffer<T, int32_t> targets;       // [N]
+  Buffer<T> srpe;              // [T, dh/2, 2] positions 0..T-1
+  Buffer<T> srpe_dec;          // [T, dh/2, 2] for a decoding chunk
+  Buffer<T, int32_t> targets;  // [N]
   std::vector<Slot> slots;
-  LayerActs<T> scratch;             // recompute: one layer's activations
+  LayerActs<T> scratch;  // recompute: one layer's activations
   // Split backward: per weight slot, per layer, B's operands for W.
   std::vector<std::vector<LayerWeightInputs<T>>> wk;
   LayerWork<T> work;
-  DynBuffer<T> xtmp;                // recompute: discarded layer output
-  std::vector<DynBuffer<T>> dS;     // summary gradients [N, d]
-  DynBuffer<T> dcur, dprev;         // residual-stream gradients [N, d]
+  DynBuffer<T> xtmp;             // recompute: discarded layer output
+  std::vector<DynBuffer<T>> dS;  // summary gradients [N, d]
+  DynBuffer<T> dcur, dprev;      // residual-stream gradients [N, d]
   // head (last stage), shared: consumed inside the forward
-  DynBuffer<T> xf, logits, dxf;     // [N, d], [N, V_local], [N, d]
+  DynBuffer<T> xf, logits, dxf;          // [N, d], [N, V_local], [N, d]
   Buffer<T> row_max, sumexp, tgt, loss;  // [N] statistics
-  Buffer<T, double> loss_sum;       // [1] CE sum since take_loss_sum()
-  LayerCtx<T> ctx(Ops<T>& ops, const ModelConfig& cfg, const LocalDims& ld, TpCollectives* tp,
-                  int n, CPtr table, const Precision& prec) const {
+  Buffer<T, double> loss_sum;            // [1] CE sum since take_loss_sum()
+  LayerCtx<T> ctx(Ops<T>& ops, const ModelConfig& cfg, const LocalDims& ld, TpCollectives* tp, int n, CPtr table,
+                  const Precision& prec) const {
     return LayerCtx<T>{ops, cfg, ld, tp, B, n, table, prec, work.proj};
   }
 
@@ -91,8 +91,12 @@ struct Model<T>::Impl {
   // inputs, the backward's gradients and work, the head (last stage).
   void allocate(Ops<T>& ops, const ModelConfig& cfg, const LocalDims& ld, TpCollectives* tp, const Precision& prec,
                 const ModelOptions& opt, int layer_begin, int layer_end, int summaries, bool last) {
-    B = opt.micro_batch; T_ = cfg.T; N = B * T_;
-    l0 = layer_begin; l1 = layer_end; nl = l1 - l0;
+    B = opt.micro_batch;
+    T_ = cfg.T;
+    N = B * T_;
+    l0 = layer_begin;
+    l1 = layer_end;
+    nl = l1 - l0;
     const auto table = srpe_table<T>(cfg, 0, cfg.T);
     srpe = Buffer<T>(ops, table.size());
     ops.upload(srpe.data(), table.data(), table.size() * sizeof(T));
@@ -189,17 +193,23 @@ std::vector<std::pair<size_t, size_t>> layer_ranges(const ParamLayout& layout, i
 }  // namespace
 
 template <class T>
-Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
-                TpCollectives* tp, const ModelOptions& opt, const ParamStore<T>* store)
-    : ops_(ops), cfg_(cfg), shard_(shard), tp_(tp), opt_(opt), prec_(ops.precision()),
-      layout_(store ? store->layout : ParamLayout((cfg.validate(), cfg), shard, opt.param_align)), ld_(cfg, shard),
+Model<T>::Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard, TpCollectives* tp,
+                const ModelOptions& opt, const ParamStore<T>* store)
+    : ops_(ops),
+      cfg_(cfg),
+      shard_(shard),
+      tp_(tp),
+      opt_(opt),
+      prec_(ops.precision()),
+      layout_(store ? store->layout : ParamLayout((cfg.validate(), cfg), shard, opt.param_align)),
+      ld_(cfg, shard),
       impl_(std::make_unique<Impl>()) {
   WIOLA_CHECK(cfg.Lambda <= kMaxLambda, "model.lookback (", cfg.Lambda, ") must be at most ", kMaxLambda);
   WIOLA_CHECK(opt.micro_batch >= 1, "micro-batch must be at least 1 (got ", opt.micro_batch, ")");
   WIOLA_CHECK(opt.slots >= 1, "activation slots must be at least 1 (got ", opt.slots, ")");
   const int l1 = shard.end(cfg);
-  WIOLA_CHECK(shard.layer_begin >= 0 && shard.layer_begin < l1 && l1 <= cfg.L,
-              "layer range [", shard.layer_begin, ", ", l1, ") is not inside 0..", cfg.L);
+  WIOLA_CHECK(shard.layer_begin >= 0 && shard.layer_begin < l1 && l1 <= cfg.L, "layer range [", shard.layer_begin, ", ",
+              l1, ") is not inside 0..", cfg.L);
   const bool copy = prec_.separate_weights || prec_.weight != dtype_of<T>();
   if (store) {
     cfg.validate();
@@ -241,8 +251,7 @@ Model<T>::~Model() {
 
 template <class T>
 typename Model<T>::Slot& Model<T>::slot(int i) {
-  WIOLA_CHECK(i >= 0 && i < int(impl_->slots.size()), "activation slot ", i, " outside 0..",
-              impl_->slots.size() - 1);
+  WIOLA_CHECK(i >= 0 && i < int(impl_->slots.size()), "activation slot ", i, " outside 0..", impl_->slots.size() - 1);
   return impl_->slots[size_t(i)];
 }
 
@@ -447,16 +456,14 @@ std::vector<CPtr> Model<T>::bwd_out() const {
 // inputs_host [B, n] (first stage); n = T except in cached decoding. Other
 // stages find X(l0) and the summaries below l0 in the slot (fwd_in).
 template <class T>
-void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool training,
-                       KvCache<T>* cache) {
+void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool training, KvCache<T>* cache) {
   Impl& m = *impl_;
   const int B = m.B, d = cfg_.d, N = B * n;
   const size_t nd = size_t(N) * d;
   const int pos0 = cache ? cache->len : 0;
   CPtr srpe = m.srpe.data();
   if (cache) {
-    WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_),
-                "cached decoding needs the whole layer range");
+    WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_), "cached decoding needs the whole layer range");
     const auto table = srpe_table<T>(cfg_, pos0, n);
     ops_.upload(m.srpe_dec.data(), table.data(), table.size() * sizeof(T));
     srpe = m.srpe_dec.data();
@@ -475,10 +482,8 @@ void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool trainin
   auto op_copy = [&](int s) { return sl.S_op.empty() ? Ptr() : sl.S_op[size_t(s - lo)].data(); };
   auto summarize = [&](int s, CPtr x) {
     Ptr out = sl.S[size_t(s - lo)].data();
-    if (cache)
-      ops_.prefix_mean_carry_fwd(x, B, n, d, pos0, cache->carry[size_t(s - lo)].data(), out, op_copy(s));
-    else
-      ops_.prefix_mean_fwd(x, B, n, d, out, op_copy(s));
+    if (cache) ops_.prefix_mean_carry_fwd(x, B, n, d, pos0, cache->carry[size_t(s - lo)].data(), out, op_copy(s));
+    else ops_.prefix_mean_fwd(x, B, n, d, out, op_copy(s));
   };
   // Summaries received from the previous stage (fwd_in, residual type as
   // sent) get their operand copies here, once.
@@ -494,8 +499,8 @@ void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool trainin
     KvSlot kv;
     if (cache) kv = KvSlot{cache->k[size_t(i)].data(), cache->v[size_t(i)].data(), cache->capacity, cache->len};
     auto run = [&] {
-      layer_forward(c, l, w_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc,
-                    training, a, sl.X[size_t(i) + 1].data(), cache ? &kv : nullptr);
+      layer_forward(c, l, w_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, training, a,
+                    sl.X[size_t(i) + 1].data(), cache ? &kv : nullptr);
     };
     // As one CUDA Graph where the backend records them (Ops::graph): not with
     // TP (its sums run on the data plane's streams) nor in cached decoding
@@ -520,10 +525,9 @@ void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool trainin
   if (!shard_.last_stage(cfg_)) return;
 
   // Final norm and tied head: logits[N, V_local] = xf E_local^T.
-  ops_.rmsnorm_fwd(sl.X[size_t(m.nl)].data(), w_.norm_g, w_.norm_d, N, d, cfg_.eps,
-                   m.xf.data(), sl.rstd_f.data(), nullptr);
-  ops_.gemm(Trans::N, Trans::T, N, ld_.V, d, T(1), m.xf.data(), d, w_.embed, d,
-            T(0), m.logits.data(), ld_.V);
+  ops_.rmsnorm_fwd(sl.X[size_t(m.nl)].data(), w_.norm_g, w_.norm_d, N, d, cfg_.eps, m.xf.data(), sl.rstd_f.data(),
+                   nullptr);
+  ops_.gemm(Trans::N, Trans::T, N, ld_.V, d, T(1), m.xf.data(), d, w_.embed, d, T(0), m.logits.data(), ld_.V);
 }
 
 // Vocab-parallel cross-entropy in three phases (max, sum-exp and target
@@ -538,28 +542,26 @@ void Model<T>::head_loss(Slot& sl, const int32_t* targets_host, double loss_scal
   ops_.upload(m.targets.data(), targets_host, size_t(N) * sizeof(int32_t));
   ops_.ce_row_max(m.logits.data(), N, Vl, m.row_max.data());
   tp_max(tp_, m.row_max.data(), size_t(N));
-  ops_.ce_sumexp_target(m.logits.data(), m.targets.data(), N, Vl, ld_.v0,
-                        m.row_max.data(), m.sumexp.data(), m.tgt.data());
+  ops_.ce_sumexp_target(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(), m.sumexp.data(),
+                        m.tgt.data());
   tp_sum(tp_, m.sumexp.data(), size_t(N));
   tp_sum(tp_, m.tgt.data(), size_t(N));
   if (!grad) {
-    ops_.ce_loss(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(),
-                 m.sumexp.data(), m.tgt.data(), m.loss.data());
+    ops_.ce_loss(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(), m.sumexp.data(), m.tgt.data(),
+                 m.loss.data());
     ops_.sum(m.loss.data(), size_t(N), m.loss_sum.data());
     return;
   }
   // logits become loss_scale * dCE/dlogits in place.
-  ops_.ce_loss_grad(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(),
-                    m.sumexp.data(), m.tgt.data(), loss_scale, m.loss.data());
+  ops_.ce_loss_grad(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(), m.sumexp.data(), m.tgt.data(),
+                    loss_scale, m.loss.data());
   ops_.sum(m.loss.data(), size_t(N), m.loss_sum.data());
   // Head: dxf = dlogits E (TP-partial over vocab), dE += dlogits^T xf.
-  ops_.gemm(Trans::N, Trans::N, N, d, Vl, T(1), m.logits.data(), Vl, w_.embed, d,
-            T(0), m.dxf.data(), d);
+  ops_.gemm(Trans::N, Trans::N, N, d, Vl, T(1), m.logits.data(), Vl, w_.embed, d, T(0), m.dxf.data(), d);
   tp_sum(tp_, m.dxf.data(), nd);
-  ops_.gemm(Trans::T, Trans::N, Vl, d, N, T(1), m.logits.data(), Vl, m.xf.data(), d,
-            T(1), g_.embed, d);
-  ops_.rmsnorm_bwd(sl.X[size_t(m.nl)].data(), w_.norm_g, w_.norm_d, sl.rstd_f.data(),
-                   m.dxf.data(), N, d, nullptr, sl.dx_top.data(), g_.norm_g, g_.norm_d);
+  ops_.gemm(Trans::T, Trans::N, Vl, d, N, T(1), m.logits.data(), Vl, m.xf.data(), d, T(1), g_.embed, d);
+  ops_.rmsnorm_bwd(sl.X[size_t(m.nl)].data(), w_.norm_g, w_.norm_d, sl.rstd_f.data(), m.dxf.data(), N, d, nullptr,
+                   sl.dx_top.data(), g_.norm_g, g_.norm_d);
 }
 
 // ---- backward ----------------------------------------------------------------
@@ -601,16 +603,14 @@ void Model<T>::backward(Slot& sl, std::vector<LayerWeightInputs<T>>* wk) {
       LayerGraphKey k(this);
       k << pass << l << (pass == kGraphBackward ? int64_t(a.atm_active) : 0) << nc << B << m.T_
         << sl.X[size_t(i)].data() << &a << a.xn1 << m.srpe.data() << m.work.proj << m.work.dxn << m.xtmp.data()
-        << m.dcur.data() << m.dprev.data()
-        << w_.layers[size_t(i)].ln1_g << w_.layers[size_t(i)].wqkvg << g_.layers[size_t(i)].ln1_g
-        << g_.layers[size_t(i)].wqkvg;
+        << m.dcur.data() << m.dprev.data() << w_.layers[size_t(i)].ln1_g << w_.layers[size_t(i)].wqkvg
+        << g_.layers[size_t(i)].ln1_g << g_.layers[size_t(i)].wqkvg;
       for (int j = 0; j < nc; ++j) k << ctx[j] << dctx[j];
       return k.key;
     };
     if (opt_.recompute) {
       auto run = [&] {
-        layer_forward(c, l, w_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, true,
-                      a, m.xtmp.data());
+        layer_forward(c, l, w_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, true, a, m.xtmp.data());
       };
       if (tp_) {
         run();
@@ -620,14 +620,14 @@ void Model<T>::backward(Slot& sl, std::vector<LayerWeightInputs<T>>* wk) {
       }
     }
     if (wk) {
-      layer_backward_input(c, l, w_.layers[size_t(i)], g_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, a,
-                           m.work, m.dcur.data(), m.dprev.data(), dctx, (*wk)[size_t(i)]);
+      layer_backward_input(c, l, w_.layers[size_t(i)], g_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, a, m.work,
+                           m.dcur.data(), m.dprev.data(), dctx, (*wk)[size_t(i)]);
       std::swap(m.dcur, m.dprev);
       continue;  // the layer's gradients are final after its W
     }
     auto run = [&] {
-      layer_backward(c, l, w_.layers[size_t(i)], g_.layers[size_t(i)], sl.X[size_t(i)].data(),
-                     ctx, nc, a, m.work, m.dcur.data(), m.dprev.data(), dctx);
+      layer_backward(c, l, w_.layers[size_t(i)], g_.layers[size_t(i)], sl.X[size_t(i)].data(), ctx, nc, a, m.work,
+                     m.dcur.data(), m.dprev.data(), dctx);
     };
     if (tp_) run();
     else ops_.graph(graph_key(kGraphBackward), run);
@@ -635,8 +635,7 @@ void Model<T>::backward(Slot& sl, std::vector<LayerWeightInputs<T>>* wk) {
     report_ready(layer_range_[size_t(i)].first, layer_range_[size_t(i)].second - layer_range_[size_t(i)].first);
   }
   summary_bwd(m.l0, m.dcur.data());
-  if (shard_.first_stage())
-    ops_.embedding_bwd(sl.ids.data(), N, m.dcur.data(), ld_.v0, ld_.V, d, g_.embed);
+  if (shard_.first_stage()) ops_.embedding_bwd(sl.ids.data(), N, m.dcur.data(), ld_.v0, ld_.V, d, g_.embed);
 }
 
 template <class T>
@@ -719,8 +718,7 @@ double Model<T>::eval_loss(const int32_t* tokens) {
 
 template <class T>
 std::vector<T> Model<T>::forward_logits(const int32_t* inputs, bool training) {
-  WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_),
-              "forward_logits needs the whole layer range");
+  WIOLA_CHECK(shard_.first_stage() && shard_.last_stage(cfg_), "forward_logits needs the whole layer range");
   forward(slot(0), inputs, cfg_.T, training, nullptr);
   return download_logits(impl_->logits.size());
 }
@@ -743,8 +741,7 @@ std::vector<typename Model<T>::AtmStats> Model<T>::atm_stats() const {
     if (open.empty()) continue;
     const AtmLayout lay = atm_layout(open, B, Tn);
     const double causal = double(B) * Tn * (Tn + 1) / 2.0;
-    out.push_back({l, 1.0 - double(lay.total_groups()) / (double(B) * Tn),
-                   double(lay.visible_pairs()) / causal});
+    out.push_back({l, 1.0 - double(lay.total_groups()) / (double(B) * Tn), double(lay.visible_pairs()) / causal});
   }
   return out;
 }
@@ -771,8 +768,7 @@ KvCache<T> Model<T>::make_cache(int capacity) const {
 template <class T>
 std::vector<T> Model<T>::forward_cached(const int32_t* ids, int n, KvCache<T>& cache) {
   WIOLA_CHECK(n >= 1 && n <= cfg_.T, "decoding chunk of ", n, " tokens: must be 1..", cfg_.T);
-  WIOLA_CHECK(cache.len + n <= cache.capacity, "KV cache full: ", cache.len, " + ", n,
-              " > capacity ", cache.capacity);
+  WIOLA_CHECK(cache.len + n <= cache.capacity, "KV cache full: ", cache.len, " + ", n, " > capacity ", cache.capacity);
   WIOLA_CHECK(cache.B == impl_->B, "KV cache is for ", cache.B, " sequences, model for ", impl_->B);
   forward(slot(0), ids, n, false, &cache);
   cache.len += n;

@@ -24,11 +24,11 @@ namespace wiola {
 
 // Options fixed for the lifetime of a Model.
 struct ModelOptions {
-  int micro_batch = 1;     // B: sequences per micro-step
-  bool recompute = false;  // keep only layer inputs; rerun each layer in backward
-  bool keep_logits = false;  // copy logits to the host in train_micro_step (dump)
-  int slots = 1;           // micro-batches whose activations a stage keeps at once
-                           // (pipeline schedules: 1F1B needs pp - stage)
+  int micro_batch = 1;               // B: sequences per micro-step
+  bool recompute = false;            // keep only layer inputs; rerun each layer in backward
+  bool keep_logits = false;          // copy logits to the host in train_micro_step (dump)
+  int slots = 1;                     // micro-batches whose activations a stage keeps at once
+                                     // (pipeline schedules: 1F1B needs pp - stage)
   size_t param_align = kParamAlign;  // ParamLayout alignment (1: packed, for tests)
   // Split backward (stage_backward_input / stage_backward_weight): each of
   // weight_slots sets (0: one per slot) keeps one micro-batch's layers'
@@ -60,8 +60,8 @@ struct ParamStore {
 template <class T>
 struct KvCache {
   int B = 0, capacity = 0, len = 0;
-  std::vector<DynBuffer<T>> k, v;     // per local layer [B, capacity, Hkv dh]
-  std::vector<DynBuffer<T>> carry;    // per summary index [B, d]
+  std::vector<DynBuffer<T>> k, v;   // per local layer [B, capacity, Hkv dh]
+  std::vector<DynBuffer<T>> carry;  // per summary index [B, d]
 };
 
 template <class T>
@@ -69,8 +69,8 @@ class Model {
  public:
   // store: where the parameters live when the rank holds several chunks
   // (ParamStore; it must outlive the model); null: buffers of its own.
-  Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
-        TpCollectives* tp, const ModelOptions& opt, const ParamStore<T>* store = nullptr);
+  Model(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard, TpCollectives* tp, const ModelOptions& opt,
+        const ParamStore<T>* store = nullptr);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -205,23 +205,22 @@ class Model {
   Memory memory() const;
   // The same figures for a model that is never built (the planner, perf/):
   // sizes only, nothing allocated; `ops` only serves the layer contexts.
-  static Memory plan_memory(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard,
-                            const ModelOptions& opt, const Precision& prec);
+  static Memory plan_memory(Ops<T>& ops, const ModelConfig& cfg, const ModelShard& shard, const ModelOptions& opt,
+                            const Precision& prec);
 
  private:
   struct Impl;
   struct Slot;
-  void forward(Slot& sl, const int32_t* inputs_host, int n, bool training,
-               KvCache<T>* cache);
+  void forward(Slot& sl, const int32_t* inputs_host, int n, bool training, KvCache<T>* cache);
   void head_loss(Slot& sl, const int32_t* targets_host, double loss_scale, bool grad);
   std::vector<T> download_logits(size_t count) const;
   void backward(Slot& sl, std::vector<LayerWeightInputs<T>>* wk);
   void backward_weight(Slot& sl, const std::vector<LayerWeightInputs<T>>& wk);
   std::vector<LayerWeightInputs<T>>& weight_inputs(int wslot);
   Slot& slot(int i);
-  int n_summaries() const;         // summary slots held by this stage
-  int summary_lo() const;          // lowest summary index s held
-  int send_lo() const;             // lowest summary index sent to the next stage
+  int n_summaries() const;  // summary slots held by this stage
+  int summary_lo() const;   // lowest summary index s held
+  int send_lo() const;      // lowest summary index sent to the next stage
   void context(const Slot& sl, int l, CPtr* ctx, Ptr* dctx);
   void report_ready(size_t offset, size_t size);
 
@@ -233,16 +232,16 @@ class Model {
   Precision prec_;
   ParamLayout layout_;
   LocalDims ld_;
-  Buffer<T> params_, grads_;   // master parameters, gradients (empty with a store)
-  DynBuffer<T> weights_;       // the weight copy (empty: GEMMs read params_, or a store)
-  T* pbase_ = nullptr;         // what the model binds in: its own buffers or the store's
+  Buffer<T> params_, grads_;  // master parameters, gradients (empty with a store)
+  DynBuffer<T> weights_;      // the weight copy (empty: GEMMs read params_, or a store)
+  T* pbase_ = nullptr;        // what the model binds in: its own buffers or the store's
   T* gbase_ = nullptr;
-  Ptr wbase_;                  // the weight copy (null: none)
-  ModelParams w_, g_;          // forward view, gradients
+  Ptr wbase_;          // the weight copy (null: none)
+  ModelParams w_, g_;  // forward view, gradients
   std::unique_ptr<Impl> impl_;
   std::vector<T> logits_host_;
-  std::vector<Buffer<T, uint8_t>> atm_open_;  // per layer: decisions of the last training forward
-  std::vector<bool> atm_valid_;               // per layer: ATM acted in the last forward
+  std::vector<Buffer<T, uint8_t>> atm_open_;            // per layer: decisions of the last training forward
+  std::vector<bool> atm_valid_;                         // per layer: ATM acted in the last forward
   std::vector<std::pair<size_t, size_t>> layer_range_;  // flat [begin, end) per local layer
   std::pair<size_t, size_t> norm_range_{0, 0};
   GradReadyFn grad_ready_;

@@ -113,8 +113,8 @@ size_t params_reduced(const ModelConfig& c, const Layout& lay, int stage, size_t
 }
 
 // One chunk's TP bytes (its layers and the embedding's and head's ends it holds).
-static double chunk_tp_bytes(const ModelConfig& c, const Layout& lay, const ModelShard& s, double N, double d,
-                             double m, double f) {
+static double chunk_tp_bytes(const ModelConfig& c, const Layout& lay, const ModelShard& s, double N, double d, double m,
+                             double f) {
   if (lay.tp <= 1) return 0;
   const double nl = s.end(c) - s.layer_begin;
   // Per micro-batch: 3 all-reduces of [N,d] per layer forward (A, a, b),
@@ -129,8 +129,7 @@ static double chunk_tp_bytes(const ModelConfig& c, const Layout& lay, const Mode
   return 2.0 * (lay.tp - 1) / lay.tp * bytes;
 }
 
-Traffic rank_traffic(const ModelConfig& c, const Layout& lay, int stage, double padded_params,
-                     size_t elem_bytes) {
+Traffic rank_traffic(const ModelConfig& c, const Layout& lay, int stage, double padded_params, size_t elem_bytes) {
   const double N = double(lay.micro_batch) * c.T, d = c.d, m = lay.micro_batches, f = double(elem_bytes);
   const int v = chunks_per_rank(lay), n_chunks = lay.pp * v;
   const dist::ChunkPlacement pl = chunk_placement(lay);
@@ -159,8 +158,7 @@ Traffic rank_traffic(const ModelConfig& c, const Layout& lay, int stage, double 
   return t;
 }
 
-Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Precision& prec,
-                   size_t bucket_bytes) {
+Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Precision& prec, size_t bucket_bytes) {
   // Each chunk as the trainer builds it (train/pipeline.cpp): the
   // activation slots its micro-batches need (those alive from F to B or W)
   // and the W operand sets of a split backward (ZB-H1, ZB-V); the
@@ -178,8 +176,8 @@ Memory rank_memory(const ModelConfig& c, const Layout& lay, int stage, const Pre
     mo.slots = std::max(1, dist::max_in_flight(mine));
     mo.split_backward = dist::split_backward(lay.schedule);
     mo.weight_slots = std::max(1, dist::max_pending_weight(mine));
-    const auto mm = Model<float>::plan_memory(*sizing, c, ModelShard{0, lay.tp, chunks[k].first, chunks[k].second},
-                                              mo, prec);
+    const auto mm =
+        Model<float>::plan_memory(*sizing, c, ModelShard{0, lay.tp, chunks[k].first, chunks[k].second}, mo, prec);
     r.activations += double(mm.activations + mm.workspace);
   }
   const size_t n = rank_params(c, lay, stage);
@@ -212,7 +210,7 @@ double stage_flops(const ModelConfig& c, const Layout& lay, int stage) {
 double bubble_formula(const Layout& lay) {
   const int p = lay.pp, m = lay.micro_batches;
   return lay.schedule == dist::Schedule::Interleaved ? dist::bubble_fraction_interleaved(p, m, lay.virtual_stages)
-                                       : dist::bubble_fraction_predicted(p, m);
+                                                     : dist::bubble_fraction_predicted(p, m);
 }
 
 const char* bubble_formula_name(const Layout& lay) {

@@ -28,9 +28,9 @@ constexpr std::array<std::string_view, 2> enum_names(StageBalance) { return {"co
 // parallel.* and train.micro_batch / grad_accum / recompute).
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
-  int micro_batch = 1;      // sequences per micro-batch
-  int micro_batches = 1;    // micro-batches per optimizer step per DP replica
-  bool zero = true;         // ZeRO-1 (only meaningful with dp > 1)
+  int micro_batch = 1;    // sequences per micro-batch
+  int micro_batches = 1;  // micro-batches per optimizer step per DP replica
+  bool zero = true;       // ZeRO-1 (only meaningful with dp > 1)
   bool recompute = false;
   // The pipeline schedule (dist/schedule.h; interleaved: virtual_stages
   // chunks per rank, zb-v: two in a V); the planner simulates all five and
@@ -81,8 +81,7 @@ struct Traffic {
 // padded_params: the flat length DP reduces (params_reduced below). Every
 // chunk of the rank counts (its boundaries with chunks on other ranks; the
 // tied embedding's sum only where its two ends sit on two ranks).
-Traffic rank_traffic(const ModelConfig& c, const Layout& lay, int stage, double padded_params,
-                     size_t elem_bytes = 4);
+Traffic rank_traffic(const ModelConfig& c, const Layout& lay, int stage, double padded_params, size_t elem_bytes = 4);
 // Parameters of one rank (TP rank 0; every chunk, the embedding once), and
 // the length DP reduces for it (ZeRO pads every bucket to a multiple of dp;
 // dist/optimizer.h bucket_spans).
@@ -133,10 +132,10 @@ const char* bubble_formula_name(const Layout& lay);
 // which the profile's FlashAttention-counted rates time as the same work),
 // and memory-bound units (tokens x d x layers).
 struct StageKinds {
-  double gemm_fwd = 0, gemm_bwd = 0;   // backward: with the recomputed forward
-  double gemm_bwd_weight = 0;          // the weight-gradient GEMMs of gemm_bwd (W)
-  double attn_fwd = 0;                 // one forward of the stage's attention
-  bool recompute = false;              // the backward reruns the forward (attention included)
+  double gemm_fwd = 0, gemm_bwd = 0;  // backward: with the recomputed forward
+  double gemm_bwd_weight = 0;         // the weight-gradient GEMMs of gemm_bwd (W)
+  double attn_fwd = 0;                // one forward of the stage's attention
+  bool recompute = false;             // the backward reruns the forward (attention included)
   double units_fwd = 0, units_bwd = 0;
   int dh = 0;
 };

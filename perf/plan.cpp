@@ -33,32 +33,56 @@ std::string human_time(double s) {
 nlohmann::json schedule_options_json(const Prediction& p) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& o : p.schedule_options)
-    a.push_back({{"schedule", o.name}, {"runnable", o.runnable}, {"fits", o.fits}, {"step_s", o.step_s},
-                 {"bubble_sim", o.bubble_sim}, {"activation_bytes", o.activation_bytes}, {"pp_bytes", o.pp_bytes}});
+    a.push_back({{"schedule", o.name},
+                 {"runnable", o.runnable},
+                 {"fits", o.fits},
+                 {"step_s", o.step_s},
+                 {"bubble_sim", o.bubble_sim},
+                 {"activation_bytes", o.activation_bytes},
+                 {"pp_bytes", o.pp_bytes}});
   return a;
 }
 
 nlohmann::json to_json(const Prediction& p) {
   const auto gib = [](double b) { return b / 1073741824.0; };
-  return {{"layout", p.layout.name()},
-          {"tp", p.layout.tp}, {"pp", p.layout.pp}, {"dp", p.layout.dp},
-          {"micro_batch", p.layout.micro_batch}, {"micro_batches", p.layout.micro_batches},
-          {"zero", p.layout.zero_active()}, {"recompute", p.layout.recompute},
-          {"schedule", to_string(p.layout.schedule)}, {"virtual_stages", p.layout.virtual_stages},
-          {"schedule_why", p.schedule_why},
-          {"fits", p.fits}, {"why_not", p.why_not},
-          {"step_s", p.step_s}, {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu},
-          {"pipeline_s", p.pipeline_s}, {"compute_s", p.compute_s}, {"tp_s", p.tp_s}, {"pp_s", p.pp_s},
-          {"dp_exposed_s", p.dp_exposed_s}, {"embed_s", p.embed_s}, {"optimizer_s", p.optimizer_s},
-          {"bubble_analytic", p.bubble_analytic}, {"bubble_sim", p.bubble_sim},
-          {"bubble_fill_drain", p.bubble_fill_drain}, {"bubble_imbalance", p.bubble_imbalance},
-          {"stage_fwd_s", p.stage_fwd_s}, {"stage_bwd_s", p.stage_bwd_s},
-          {"traffic_bytes", {{"tp", p.traffic.tp}, {"pp", p.traffic.pp}, {"dp", p.traffic.dp},
-                             {"embed", p.traffic.embed}}},
-          {"memory_gib", {{"params", gib(p.memory.params)}, {"grads", gib(p.memory.grads)},
-                          {"optimizer", gib(p.memory.optimizer)}, {"activations", gib(p.memory.activations)},
-                          {"total", gib(p.memory.total())}}},
-          {"schedule_options", schedule_options_json(p)}};
+  return {
+      {"layout", p.layout.name()},
+      {"tp", p.layout.tp},
+      {"pp", p.layout.pp},
+      {"dp", p.layout.dp},
+      {"micro_batch", p.layout.micro_batch},
+      {"micro_batches", p.layout.micro_batches},
+      {"zero", p.layout.zero_active()},
+      {"recompute", p.layout.recompute},
+      {"schedule", to_string(p.layout.schedule)},
+      {"virtual_stages", p.layout.virtual_stages},
+      {"schedule_why", p.schedule_why},
+      {"fits", p.fits},
+      {"why_not", p.why_not},
+      {"step_s", p.step_s},
+      {"tokens_per_s", p.tokens_per_s},
+      {"mfu", p.mfu},
+      {"pipeline_s", p.pipeline_s},
+      {"compute_s", p.compute_s},
+      {"tp_s", p.tp_s},
+      {"pp_s", p.pp_s},
+      {"dp_exposed_s", p.dp_exposed_s},
+      {"embed_s", p.embed_s},
+      {"optimizer_s", p.optimizer_s},
+      {"bubble_analytic", p.bubble_analytic},
+      {"bubble_sim", p.bubble_sim},
+      {"bubble_fill_drain", p.bubble_fill_drain},
+      {"bubble_imbalance", p.bubble_imbalance},
+      {"stage_fwd_s", p.stage_fwd_s},
+      {"stage_bwd_s", p.stage_bwd_s},
+      {"traffic_bytes", {{"tp", p.traffic.tp}, {"pp", p.traffic.pp}, {"dp", p.traffic.dp}, {"embed", p.traffic.embed}}},
+      {"memory_gib",
+       {{"params", gib(p.memory.params)},
+        {"grads", gib(p.memory.grads)},
+        {"optimizer", gib(p.memory.optimizer)},
+        {"activations", gib(p.memory.activations)},
+        {"total", gib(p.memory.total())}}},
+      {"schedule_options", schedule_options_json(p)}};
 }
 
 void print_table(const std::vector<Prediction>& ps, int top) {
@@ -69,8 +93,9 @@ void print_table(const std::vector<Prediction>& ps, int top) {
     const Prediction& p = ps[i];
     const Layout& l = p.layout;
     char lay[64];
-    const std::string sched = l.schedule == dist::Schedule::OneFOneB ? "" : l.schedule == dist::Schedule::ZbH1 ? " zb"
-                              : l.schedule == dist::Schedule::ZbV ? " zv"
+    const std::string sched = l.schedule == dist::Schedule::OneFOneB      ? ""
+                              : l.schedule == dist::Schedule::ZbH1        ? " zb"
+                              : l.schedule == dist::Schedule::ZbV         ? " zv"
                               : l.schedule == dist::Schedule::Interleaved ? " i" + std::to_string(l.virtual_stages)
                                                                           : " " + std::string(to_string(l.schedule));
     std::snprintf(lay, sizeof lay, "%d %d %d, %dx%d%s%s%s", l.tp, l.pp, l.dp, l.micro_batch, l.micro_batches,
@@ -127,8 +152,8 @@ PlanMachine cpu_machine(const PlanRequest& r) {
 PlanMachine gpu_machine(const PlanRequest& r) {
   PlanMachine m;
   m.cluster = Cluster::gpu(r.gpu, r.devices, r.inter);
-  m.compute = r.fit.bench.empty() ? gpu_compute_model(m.cluster, r.gpu_model)
-                                  : fit_and_write_profile(m.cluster.device, r.fit);
+  m.compute =
+      r.fit.bench.empty() ? gpu_compute_model(m.cluster, r.gpu_model) : fit_and_write_profile(m.cluster.device, r.fit);
   return m;
 }
 
@@ -148,12 +173,15 @@ void print_machine(const PlanRequest& r, const PlanMachine& m) {
               r.devices > 1 ? "s" : "", r.global_batch, r.global_batch * T);
   std::printf("  compute: %s\n", m.compute->describe().c_str());
   if (!r.cpu)
-    std::printf("  links: %.0f GB/s inside a node of %d, %.0f GB/s between nodes (per GPU per direction, x%.2f "
-                "achievable); peak %.0f TFLOP/s dense BF16 per GPU\n",
-                cl.intra_gbs, cl.per_node, cl.inter_gbs, kLinkEfficiency, cl.peak_flops / 1e12);
+    std::printf(
+        "  links: %.0f GB/s inside a node of %d, %.0f GB/s between nodes (per GPU per direction, x%.2f "
+        "achievable); peak %.0f TFLOP/s dense BF16 per GPU\n",
+        cl.intra_gbs, cl.per_node, cl.inter_gbs, kLinkEfficiency, cl.peak_flops / 1e12);
   else if (!r.link)
-    std::printf("  link: shared memory at %.1f GB/s (half the memcpy rate), 5 us per collective step (assumed; "
-                "--link for a measured one)\n", cl.intra_gbs);
+    std::printf(
+        "  link: shared memory at %.1f GB/s (half the memcpy rate), 5 us per collective step (assumed; "
+        "--link for a measured one)\n",
+        cl.intra_gbs);
   else
     std::printf("  link: %s: %.2f GB/s on the wire, %.1f us per ring step (measured)\n", r.link->file.c_str(),
                 cl.intra_gbs, cl.latency_s * 1e6);
@@ -184,8 +212,8 @@ std::vector<Prediction> predictions(const PlanRequest& r, PlanMachine& m) {
   sp.try_interleaved = !r.cpu;  // on the CPU every chunk shape would be timed here
   std::vector<Prediction> ps = r.is_gpt ? search_gpt(r.gpt, m.cluster, *m.compute, sp)
                                         : search_wiola(r.model, m.cluster, *m.compute, sp, m.prec);
-  WIOLA_CHECK(!ps.empty(), "plan: no layout of ", r.devices, " devices divides the global batch of ",
-              r.global_batch, " sequences (try --global-batch)");
+  WIOLA_CHECK(!ps.empty(), "plan: no layout of ", r.devices, " devices divides the global batch of ", r.global_batch,
+              " sequences (try --global-batch)");
   return ps;
 }
 
@@ -197,7 +225,8 @@ void print_schedule(const Prediction& best, const Cluster& cl) {
     std::printf("    schedule: %s, the fastest that fits of those wiola train runs%s\n      %s\n",
                 to_string(best.layout.schedule).data(),
                 predicted_only ? " (interleaved, zb-v: not picked on GPUs, where their pipeline messages go through "
-                                 "host memory; their chunks cut by the chunk balancer)" : "",
+                                 "host memory; their chunks cut by the chunk balancer)"
+                               : "",
                 best.schedule_why.c_str());
   else if (best.layout.pp > 1)
     std::printf("    schedule: %s%s (given)%s\n", to_string(best.layout.schedule).data(),
@@ -212,40 +241,49 @@ void print_schedule(const Prediction& best, const Cluster& cl) {
 // The best layout: its step, schedule, memory and traffic.
 void print_best(const Prediction& best, const Cluster& cl) {
   std::printf("\n  best: %s%s\n", best.layout.name().c_str(), best.fits ? "" : " (NOTHING FITS)");
-  std::printf("    step %.3f s = pipeline %.3f (compute %.3f, TP %.3f, transfers %.3f; bubble %.1f%% simulated = "
-              "%.1f%% fill/drain + %.1f%% imbalance, %.1f%% for (p-1)/(m+p-1)) + embedding %.3f + DP exposed %.3f "
-              "+ AdamW %.3f\n",
-              best.step_s, best.pipeline_s, best.compute_s, best.tp_s, best.pp_s, 100 * best.bubble_sim,
-              100 * best.bubble_fill_drain, 100 * best.bubble_imbalance,
-              100 * best.bubble_analytic, best.embed_s, best.dp_exposed_s, best.optimizer_s);
+  std::printf(
+      "    step %.3f s = pipeline %.3f (compute %.3f, TP %.3f, transfers %.3f; bubble %.1f%% simulated = "
+      "%.1f%% fill/drain + %.1f%% imbalance, %.1f%% for (p-1)/(m+p-1)) + embedding %.3f + DP exposed %.3f "
+      "+ AdamW %.3f\n",
+      best.step_s, best.pipeline_s, best.compute_s, best.tp_s, best.pp_s, 100 * best.bubble_sim,
+      100 * best.bubble_fill_drain, 100 * best.bubble_imbalance, 100 * best.bubble_analytic, best.embed_s,
+      best.dp_exposed_s, best.optimizer_s);
   print_schedule(best, cl);
   std::printf("    memory per device %.2f GiB: params %.2f, grads %.2f, optimizer %.2f, activations %.2f\n",
-              best.memory.total() / 1073741824.0, best.memory.params / 1073741824.0,
-              best.memory.grads / 1073741824.0, best.memory.optimizer / 1073741824.0,
-              best.memory.activations / 1073741824.0);
+              best.memory.total() / 1073741824.0, best.memory.params / 1073741824.0, best.memory.grads / 1073741824.0,
+              best.memory.optimizer / 1073741824.0, best.memory.activations / 1073741824.0);
   std::printf("    traffic per device per step: TP %.1f MiB, PP %.1f MiB, DP %.1f MiB, embedding %.1f MiB\n",
               best.traffic.tp / 1048576, best.traffic.pp / 1048576, best.traffic.dp / 1048576,
               best.traffic.embed / 1048576);
 }
 
 void print_run(const PlanRequest& r, const RunEstimate& est, double run_tokens) {
-  std::printf("  run: %.3g tokens (%s) = %.0f steps: %s wall clock, %.0f %s-hours; %d checkpoints every %.0f min "
-              "cost %s (%s)\n",
-              run_tokens, r.tokens > 0 ? "--tokens" : "Chinchilla 20 x params", est.steps,
-              human_time(est.wall_s).c_str(), est.device_hours, r.cpu ? "rank" : "GPU", est.checkpoints,
-              r.ckpt_minutes, human_time(est.checkpoint_s).c_str(),
-              r.blocking_ckpt ? "blocking writes" : "background writes");
+  std::printf(
+      "  run: %.3g tokens (%s) = %.0f steps: %s wall clock, %.0f %s-hours; %d checkpoints every %.0f min "
+      "cost %s (%s)\n",
+      run_tokens, r.tokens > 0 ? "--tokens" : "Chinchilla 20 x params", est.steps, human_time(est.wall_s).c_str(),
+      est.device_hours, r.cpu ? "rank" : "GPU", est.checkpoints, r.ckpt_minutes, human_time(est.checkpoint_s).c_str(),
+      r.blocking_ckpt ? "blocking writes" : "background writes");
 }
 
 void write_plan_json(const PlanRequest& r, const PlanMachine& m, const std::vector<Prediction>& ps,
                      const RunEstimate& est, double run_tokens) {
   const Cluster& cl = m.cluster;
-  nlohmann::json j = {{"model", model_name(r)}, {"params", param_count(r)}, {"T", seq_len(r)},
-                      {"devices", r.devices}, {"device", cl.device}, {"global_batch", r.global_batch},
-                      {"compute_model", m.compute->describe()}, {"peak_flops_per_device", cl.peak_flops},
-                      {"run", {{"tokens", run_tokens}, {"steps", est.steps}, {"wall_s", est.wall_s},
-                               {"device_hours", est.device_hours}, {"checkpoints", est.checkpoints},
-                               {"checkpoint_s", est.checkpoint_s}}}};
+  nlohmann::json j = {{"model", model_name(r)},
+                      {"params", param_count(r)},
+                      {"T", seq_len(r)},
+                      {"devices", r.devices},
+                      {"device", cl.device},
+                      {"global_batch", r.global_batch},
+                      {"compute_model", m.compute->describe()},
+                      {"peak_flops_per_device", cl.peak_flops},
+                      {"run",
+                       {{"tokens", run_tokens},
+                        {"steps", est.steps},
+                        {"wall_s", est.wall_s},
+                        {"device_hours", est.device_hours},
+                        {"checkpoints", est.checkpoints},
+                        {"checkpoint_s", est.checkpoint_s}}}};
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& p : ps) arr.push_back(to_json(p));
   j["predictions"] = arr;
@@ -261,8 +299,8 @@ void run_plan(const PlanRequest& r) {
   print_table(ps, r.top);
   const Prediction& best = ps.front();
   const double run_tokens = r.tokens > 0 ? r.tokens : 20.0 * param_count(r);
-  const RunEstimate est = estimate_run(best, workload(r, best.layout, m.prec), m.cluster, run_tokens,
-                                       r.ckpt_minutes, !r.blocking_ckpt);
+  const RunEstimate est =
+      estimate_run(best, workload(r, best.layout, m.prec), m.cluster, run_tokens, r.ckpt_minutes, !r.blocking_ckpt);
   print_best(best, m.cluster);
   print_run(r, est, run_tokens);
   if (!r.json_out.empty()) write_plan_json(r, m, ps, est, run_tokens);

@@ -18,8 +18,8 @@ namespace wiola::perf {
 // (fit_device_profile_files), written to `out` where given and used for the
 // plan.
 struct ProfileFitRequest {
-  std::string bench;    // wiola_gpu_bench's JSON (empty: no fit)
-  std::string kernels;  // wiola_kernel_bench's kernels.jsonl
+  std::string bench;                    // wiola_gpu_bench's JSON (empty: no fit)
+  std::string kernels;                  // wiola_kernel_bench's kernels.jsonl
   std::string build = "unknown", date;  // date empty: today (UTC)
   std::string out;
 };
@@ -46,7 +46,7 @@ struct PlanRequest {
   std::string gpu = "h100", inter;  // GPU: the card and the inter-node link (empty: the card's)
   GpuComputeChoice gpu_model;
   ProfileFitRequest fit;
-  int threads = 0, reps = 7;  // CPU: threads per rank (0: cores / ranks), timed repeats per stage
+  int threads = 0, reps = 7;         // CPU: threads per rank (0: cores / ranks), timed repeats per stage
   std::optional<MeasuredLink> link;  // CPU: the transport measured (none: a memcpy-based guess)
   // The run estimate and the report.
   double tokens = 0;  // training tokens (0: Chinchilla, 20 x params)

@@ -61,8 +61,7 @@ Workload wiola_workload(const ModelConfig& c, const Layout& lay, const Precision
     // The collectives rank_traffic counts: per layer 5 (+3 recomputed) [N,d]
     // sums, one summary gradient and dφ; the embedding output; CE's three
     // statistics and the head input gradient.
-    if (lay.tp > 1)
-      sw.tp_ops = nl * (7 + (lay.recompute ? 3 : 0)) + (first ? 1 : 0) + (last ? 4 : 0);
+    if (lay.tp > 1) sw.tp_ops = nl * (7 + (lay.recompute ? 3 : 0)) + (first ? 1 : 0) + (last ? 4 : 0);
     sw.pp_msg_bytes = double(msg_tensors) * N * d * double(res);  // the largest message it sends
     sw.dp_bytes = sw.traffic.dp;
     const size_t n_local = rank_params(c, lay, s);
@@ -119,7 +118,8 @@ Workload gpt_workload(const GptConfig& g, const Layout& lay) {
     // Distributed optimizer: fp32 gradient reduce-scatter, bf16 parameter
     // all-gather; else an fp32 all-reduce.
     sw.dp_bytes = lay.dp > 1 ? (lay.zero_active() ? (p - 1) / p * local * (4 + 2) : 2 * (p - 1) / p * local * 4) : 0;
-    sw.dp_ops = lay.dp > 1 ? (lay.zero_active() ? 2 : 1) * std::max(1, int(std::ceil(local * 4 / double(kBucketBytes)))) : 0;
+    sw.dp_ops =
+        lay.dp > 1 ? (lay.zero_active() ? 2 : 1) * std::max(1, int(std::ceil(local * 4 / double(kBucketBytes)))) : 0;
     sw.opt_elems = lay.zero_active() ? local / p : local;
     sw.traffic.tp = sw.tp_bytes * m;
     sw.traffic.pp = (first ? 0 : b * s * d * act) * m + sw.pp_msg_bytes * m;
@@ -152,7 +152,8 @@ Cluster Cluster::gpu(const std::string& gpu_key, int devices, const std::string&
   c.per_node = a->gpus_per_node;
   c.memory_bytes = a->memory_gib * 1073741824.0;
   const Interconnect& intra = find_interconnect(a->intra_link);
-  const Interconnect& inter = find_interconnect(inter_key.empty() ? (a->key == "a100" ? "ib-hdr" : "ib-ndr") : inter_key);
+  const Interconnect& inter =
+      find_interconnect(inter_key.empty() ? (a->key == "a100" ? "ib-hdr" : "ib-ndr") : inter_key);
   c.intra_gbs = intra.gbs * kLinkEfficiency;
   c.inter_gbs = inter.gbs * kLinkEfficiency;
   c.latency_s = intra.latency_us * 1e-6;
@@ -274,8 +275,7 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
     chunked.layout.schedule = dist::Schedule::OneFOneB;
     chunked.layout.virtual_stages = 1;
     chunked.alone_share.clear();
-    for (int g = 0; g < pp * v && !w.alone_share.empty(); ++g)
-      chunked.alone_share.push_back(w.alone_share[rank_of(g)]);
+    for (int g = 0; g < pp * v && !w.alone_share.empty(); ++g) chunked.alone_share.push_back(w.alone_share[rank_of(g)]);
   }
   const Workload& units = v > 1 ? chunked : w;
   dist::StageCosts costs;
@@ -421,9 +421,7 @@ Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Clus
   // (the NCCL plane's in-order lanes do not carry them), which the
   // prediction does not time, so there they are listed, cut by the chunk
   // balancer (what they could do), and not picked.
-  const auto runnable = [&](const Layout& l) {
-    return cl.device == "cpu" || !dist::chunked(l.schedule);
-  };
+  const auto runnable = [&](const Layout& l) { return cl.device == "cpu" || !dist::chunked(l.schedule); };
   std::vector<Prediction> ps;
   for (Layout l : tries) {
     if (balance && chunks_per_rank(l) > 1 && !runnable(l)) l = balance_chunks(c, l, cl, cm, prec);
@@ -431,7 +429,7 @@ Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Clus
   }
   const auto label = [](const Layout& l) {
     return l.schedule == dist::Schedule::Interleaved ? "interleaved v" + std::to_string(l.virtual_stages)
-                                                      : std::string(to_string(l.schedule));
+                                                     : std::string(to_string(l.schedule));
   };
   // The pick: fits first, then the step time, among the runnable ones.
   size_t pick = 0;
@@ -443,8 +441,8 @@ Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Clus
   }
   Prediction best = ps[pick];
   for (const Prediction& p : ps)
-    best.schedule_options.push_back({label(p.layout), runnable(p.layout), p.fits, p.step_s, p.bubble_sim,
-                                     p.memory.activations, p.traffic.pp});
+    best.schedule_options.push_back(
+        {label(p.layout), runnable(p.layout), p.fits, p.step_s, p.bubble_sim, p.memory.activations, p.traffic.pp});
   // Why: the pick against the other runnable one, then interleaved.
   const auto pct = [](double x) {
     char buf[32];
@@ -468,12 +466,10 @@ Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Clus
     std::string line = "; " + label(p.layout) + ": ";
     if (!p.fits) line += "does not fit (" + p.why_not + ")";
     else line += "step " + secs(p.step_s) + ", bubble " + pct(p.bubble_sim);
-    if (p.fits && p.memory.activations != best.memory.activations)
-      line += ", activations " + gib(p.memory.activations);
+    if (p.fits && p.memory.activations != best.memory.activations) line += ", activations " + gib(p.memory.activations);
     if (!p.layout.cuts.empty()) {  // the chunk balancer's cut: layers per global chunk
       line += ", chunks of";
-      for (size_t k = 1; k < p.layout.cuts.size(); ++k)
-        {
+      for (size_t k = 1; k < p.layout.cuts.size(); ++k) {
         line += ' ';
         line += std::to_string(p.layout.cuts[k] - p.layout.cuts[k - 1]);
       }
@@ -484,8 +480,9 @@ Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Clus
       std::snprintf(buf, sizeof buf, ", %.1fx the pipeline traffic",
                     best.traffic.pp > 0 ? p.traffic.pp / best.traffic.pp : 0.0);
       line += buf;
-      line += p.fits && p.step_s < best.step_s ? " (faster, but not picked on GPUs: pipeline messages through host memory)"
-                                               : " (not picked on GPUs: pipeline messages through host memory)";
+      line += p.fits && p.step_s < best.step_s
+                  ? " (faster, but not picked on GPUs: pipeline messages through host memory)"
+                  : " (not picked on GPUs: pipeline messages through host memory)";
     }
     why += line;
   }
@@ -523,7 +520,9 @@ std::vector<Prediction> search(const Cluster& cl, const SearchSpace& sp, int n_l
         for (int zero = 1; zero >= (sp.try_no_zero && dp > 1 ? 0 : 1); --zero)
           for (int rc = 0; rc <= (sp.try_recompute ? 1 : 0); ++rc) {
             Layout lay;
-            lay.tp = tp; lay.pp = pp; lay.dp = dp;
+            lay.tp = tp;
+            lay.pp = pp;
+            lay.dp = dp;
             lay.micro_batch = mb;
             lay.micro_batches = sp.global_batch / dp / mb;
             lay.zero = zero == 1;
@@ -542,15 +541,14 @@ std::vector<Prediction> search(const Cluster& cl, const SearchSpace& sp, int n_l
 
 }  // namespace
 
-std::vector<Prediction> search_wiola(const ModelConfig& c, const Cluster& cl, ComputeModel& cm,
-                                     const SearchSpace& sp, const Precision& prec) {
+std::vector<Prediction> search_wiola(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, const SearchSpace& sp,
+                                     const Precision& prec) {
   const auto legal = [&](int tp, int pp) {
     return c.Hkv % tp == 0 && c.dA % tp == 0 && c.dB % tp == 0 && c.V % tp == 0 && pp <= c.L;
   };
   std::vector<Prediction> out = search(cl, sp, c.L, legal, [&](const Layout& l) {
-    return sp.try_schedules
-               ? predict_schedules(c, l, cl, cm, prec, sp.try_interleaved, sp.balance_chunks_everywhere)
-               : predict(wiola_workload(c, l, prec), cl, cm);
+    return sp.try_schedules ? predict_schedules(c, l, cl, cm, prec, sp.try_interleaved, sp.balance_chunks_everywhere)
+                            : predict(wiola_workload(c, l, prec), cl, cm);
   });
   // The best layout's chunked options with balanced chunks (its pick, a
   // runnable schedule, does not change).
@@ -568,8 +566,8 @@ std::vector<Prediction> search_gpt(const GptConfig& g, const Cluster& cl, Comput
   return search(cl, sp, g.L, legal, [&](const Layout& l) { return predict(gpt_workload(g, l), cl, cm); });
 }
 
-RunEstimate estimate_run(const Prediction& p, const Workload& w, const Cluster& cl, double tokens,
-                         double ckpt_minutes, bool async_ckpt) {
+RunEstimate estimate_run(const Prediction& p, const Workload& w, const Cluster& cl, double tokens, double ckpt_minutes,
+                         bool async_ckpt) {
   RunEstimate r;
   r.steps = std::ceil(tokens / (double(w.layout.global_batch()) * w.T));
   const double train_s = r.steps * p.step_s;

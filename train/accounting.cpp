@@ -50,8 +50,8 @@ DevicePeak device_peak(const Ops<float>& ops, const RunConfig& rc) {
     if (const perf::Accelerator* a = perf::find_accelerator(dev)) {
       const bool bf16 = ops.precision().act == DType::BF16;
       p.flops = (bf16 ? a->bf16_tflops : a->fp32_tflops) * 1e12;
-      std::snprintf(buf, sizeof buf, "%s dense %s datasheet peak (%s)", a->name.c_str(),
-                    bf16 ? "BF16" : "FP32", dev.c_str());
+      std::snprintf(buf, sizeof buf, "%s dense %s datasheet peak (%s)", a->name.c_str(), bf16 ? "BF16" : "FP32",
+                    dev.c_str());
       p.source = buf;
       return p;
     }
@@ -76,7 +76,6 @@ AtmSaving atm_saving(const std::vector<Model<float>::AtmStats>& stats, const Mod
   }
   return s;
 }
-
 
 // ---- Accounting ------------------------------------------------------------------
 namespace {
@@ -109,9 +108,11 @@ Accounting::Scope::~Scope() {
   a_.close(p_, seconds_since(t0_), w0_);
 }
 
-Accounting::Accounting(const RunSettings& run, RankComms& comms, const RankModel& model,
-                       const RankOptimizer& optimizer)
-    : run_(run), comms_(comms), model_(model), optimizer_(optimizer),
+Accounting::Accounting(const RunSettings& run, RankComms& comms, const RankModel& model, const RankOptimizer& optimizer)
+    : run_(run),
+      comms_(comms),
+      model_(model),
+      optimizer_(optimizer),
       stragglers_(std::make_unique<StragglerWatch>(run.rc, run.world)) {}
 
 Accounting::~Accounting() = default;
@@ -161,8 +162,7 @@ void Accounting::close(Phase p, double seconds, const WaitClock& w0) {
       // ATM's figures of this step (before any evaluation, which runs with
       // ATM off); TP ranks share the decisions, so tp rank 0 speaks for them.
       SelfTimer self(self_s_);
-      step_atm_ = run_.me.tp == 0 ? atm_saving(model_.atm_stats(), run_.rc.model, run_.B, run_.m)
-                                   : AtmSaving{};
+      step_atm_ = run_.me.tp == 0 ? atm_saving(model_.atm_stats(), run_.rc.model, run_.B, run_.m) : AtmSaving{};
       break;
     }
     case Phase::Optimizer: {

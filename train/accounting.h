@@ -27,20 +27,20 @@ namespace wiola {
 // Where one step's wall time went on this rank, seconds. The parts add up
 // to `total` (other: what no part claims: loss bookkeeping, dumps, timers).
 struct StepTimes {
-  double compute = 0;     // forward/backward on this rank (its waits inside TP collectives taken out)
-  double comm = 0;        // exposed communication: blocked in TP, DP, embedding, norm and loss collectives
-  double comm_hidden = 0; // transfers that progressed behind compute: NCCL's stream time that no
-                          // wait exposed; 0 over MPI (Open MPI on the CPU only progresses inside
-                          // MPI calls)
-  double bubble = 0;      // pipeline schedule time outside forward/backward: waiting for a
-                          // neighbour's message (the transfer included) and draining sends
-  double data = 0;        // waiting for the loader's next batch
-  double optimizer = 0;   // AdamW (its DP and norm collectives taken out)
-  double checkpoint = 0;  // the loop's part of checkpoint work after the step
+  double compute = 0;      // forward/backward on this rank (its waits inside TP collectives taken out)
+  double comm = 0;         // exposed communication: blocked in TP, DP, embedding, norm and loss collectives
+  double comm_hidden = 0;  // transfers that progressed behind compute: NCCL's stream time that no
+                           // wait exposed; 0 over MPI (Open MPI on the CPU only progresses inside
+                           // MPI calls)
+  double bubble = 0;       // pipeline schedule time outside forward/backward: waiting for a
+                           // neighbour's message (the transfer included) and draining sends
+  double data = 0;         // waiting for the loader's next batch
+  double optimizer = 0;    // AdamW (its DP and norm collectives taken out)
+  double checkpoint = 0;   // the loop's part of checkpoint work after the step
   double other = 0;
   double total = 0;
-  static constexpr std::array<const char*, 8> kNames = {"compute", "comm", "comm_hidden", "bubble",
-                                                        "data", "optimizer", "checkpoint", "other"};
+  static constexpr std::array<const char*, 8> kNames = {"compute", "comm",      "comm_hidden", "bubble",
+                                                        "data",    "optimizer", "checkpoint",  "other"};
   std::array<double, 8> parts() const {
     return {compute, comm, comm_hidden, bubble, data, optimizer, checkpoint, other};
   }
@@ -178,17 +178,17 @@ class Accounting final : public ScheduleObserver {
   const AtmSaving& step_atm() const { return step_atm_; }
   AtmSaving& job_atm() { return atm_; }
 
-  bool breakdown() const;                      // train.accounting
+  bool breakdown() const;                               // train.accounting
   const StepTimes& step_times() const { return cur_; }  // this step, this rank
-  const AtmSaving& atm() const { return atm_; }   // last step, job-wide
+  const AtmSaving& atm() const { return atm_; }         // last step, job-wide
   const DevicePeak& peak() const { return peak_; }
-  double job_peak() const { return job_peak_; }    // FLOP/s, sum over ranks
+  double job_peak() const { return job_peak_; }      // FLOP/s, sum over ranks
   double step_flops() const { return step_flops_; }  // the job's model FLOPs per step
   const StepTimes& accounted_times() const { return acc_times_; }
   int64_t accounted_steps() const { return acc_steps_; }
   double accounted_seconds() const { return acc_step_s_; }  // checkpoint work excluded
-  double self_seconds() const { return self_s_; }  // the accounting's own, whole run
-  double run_seconds() const { return train_s_; }  // all steps' seconds
+  double self_seconds() const { return self_s_; }           // the accounting's own, whole run
+  double run_seconds() const { return train_s_; }           // all steps' seconds
   double ema_step_seconds() const { return ema_step_s_; }
   const RunMeasure& measure() const { return measure_; }
   const std::vector<Model<float>::AtmStats>& atm_stats() const { return atm_stats_; }
@@ -204,19 +204,19 @@ class Accounting final : public ScheduleObserver {
   const RankModel& model_;
   const RankOptimizer& optimizer_;
   std::unique_ptr<StragglerWatch> stragglers_;
-  bool sync_phases_ = false;                 // a device backend: synchronise at phase ends
-  DevicePeak peak_;                          // this rank's MFU denominator
+  bool sync_phases_ = false;  // a device backend: synchronise at phase ends
+  DevicePeak peak_;           // this rank's MFU denominator
   double job_peak_ = 0, step_flops_ = 0;
-  StepTimes cur_, acc_times_;                // this step, this rank; sum over accounted steps
+  StepTimes cur_, acc_times_;  // this step, this rank; sum over accounted steps
   int64_t acc_steps_ = 0;
-  double acc_step_s_ = 0, self_s_ = 0;       // accounted steps' seconds; the accounting's own
-  double busy_ = 0;                          // compute seconds of the schedule in progress
-  bool measured_ = false;                    // the step in progress counts into measure_
-  std::chrono::steady_clock::time_point t0_;  // the step's start
-  std::optional<Scope> compute_;             // the runner's action in progress
+  double acc_step_s_ = 0, self_s_ = 0;                 // accounted steps' seconds; the accounting's own
+  double busy_ = 0;                                    // compute seconds of the schedule in progress
+  bool measured_ = false;                              // the step in progress counts into measure_
+  std::chrono::steady_clock::time_point t0_;           // the step's start
+  std::optional<Scope> compute_;                       // the runner's action in progress
   std::map<std::string, dist::CommTraffic> traffic0_;  // the groups' traffic at the step's start
   RunMeasure measure_;
-  AtmSaving step_atm_, atm_;                 // this rank's last step; job-wide (summed with the loss)
+  AtmSaving step_atm_, atm_;  // this rank's last step; job-wide (summed with the loss)
   double train_s_ = 0, ema_step_s_ = 0;
   std::vector<Model<float>::AtmStats> atm_stats_;  // of the last training step
 };

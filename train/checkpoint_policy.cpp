@@ -23,15 +23,16 @@ namespace {
 // checkpoint's computes other roundings: it continues within float rounding,
 // not bit for bit (docs/cpu.md#determinism). Rank 0's view; informative.
 void note_other_cpu_kernels(const ResumeState& st, const RunSettings& run) {
-  if (!run.ops.device_name().empty() || !st.simd.is_string() || !st.blas.is_object() ||
-      !st.blas.contains("kernels") || !st.blas["kernels"].is_string())
+  if (!run.ops.device_name().empty() || !st.simd.is_string() || !st.blas.is_object() || !st.blas.contains("kernels") ||
+      !st.blas["kernels"].is_string())
     return;
   const std::string simd = st.simd.get<std::string>(), kernels = st.blas["kernels"].get<std::string>();
   const std::string now_simd = cpu_simd_target(), now_kernels = cpu_blas().kernels;
   if (simd == now_simd && kernels == now_kernels) return;
-  std::printf("wiola train: note: the checkpoint was computed on SIMD %s and OpenBLAS's %s kernels, this run computes "
-              "on %s and %s: it continues within float rounding, not bit for bit (docs/cpu.md#determinism)\n",
-              simd.c_str(), kernels.c_str(), now_simd.c_str(), now_kernels.c_str());
+  std::printf(
+      "wiola train: note: the checkpoint was computed on SIMD %s and OpenBLAS's %s kernels, this run computes "
+      "on %s and %s: it continues within float rounding, not bit for bit (docs/cpu.md#determinism)\n",
+      simd.c_str(), kernels.c_str(), now_simd.c_str(), now_kernels.c_str());
 }
 
 nlohmann::json blend_json(const std::vector<BlendSource>& blend) {
@@ -49,19 +50,29 @@ nlohmann::json checkpoint_info(const RunSettings& run, const StageLayers& layers
   for (const auto& [a, b] : layers.chunk_cuts) st.push_back({a, b});
   const auto pr = run.ops.precision();
   return {{"config", run_config_to_toml(rc)},
-          {"layout", {{"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp}, {"zero", zero}, {"stages", st},
-                      {"chunks_per_rank", layers.v},
-                      {"chunk_placement", layers.placement == dist::ChunkPlacement::V ? "v" : "interleaved"}}},
+          {"layout",
+           {{"tp", par.tp},
+            {"pp", par.pp},
+            {"dp", par.dp},
+            {"zero", zero},
+            {"stages", st},
+            {"chunks_per_rank", layers.v},
+            {"chunk_placement", layers.placement == dist::ChunkPlacement::V ? "v" : "interleaved"}}},
           {"backend", run.ops.name()},
           {"backend_options", backend_option_fields(rc.train.backend_options)},
-          {"precision", {{"activations", dist::dtype_name(pr.act)}, {"residual", dist::dtype_name(pr.residual)},
-                         {"weights", dist::dtype_name(pr.weight)}}},
+          {"precision",
+           {{"activations", dist::dtype_name(pr.act)},
+            {"residual", dist::dtype_name(pr.residual)},
+            {"weights", dist::dtype_name(pr.weight)}}},
           {"threads_per_rank", cpu_threads()},
           {"simd", cpu_simd_target()},  // the kernels' run-time target on this rank
           {"cpu", host_cpu_model()},
           {"blas", run.ops.device_name().empty() ? cpu_blas_json() : nlohmann::json()},  // the CPU backend's kernels
-          {"schedule", {{"t_max", run.budget.t_max}, {"warmup", run.budget.warmup}, {"lr_max", rc.train.lr_max},
-                        {"lr_min", rc.train.lr_min}}},
+          {"schedule",
+           {{"t_max", run.budget.t_max},
+            {"warmup", run.budget.warmup},
+            {"lr_max", rc.train.lr_max},
+            {"lr_min", rc.train.lr_min}}},
           {"data_path", rc.data.path},
           {"data_blend", blend_json(rc.data.blend)}};
 }
@@ -140,8 +151,10 @@ std::optional<ResumeState> CheckpointPolicy::setup() {
 void CheckpointPolicy::attach_tokenizer() {
   const DatasetInfo& di = data_.loader->info();
   const auto skip = [&](const std::string& why) {
-    std::fprintf(stderr, "wiola train: warning: checkpoints will not carry the tokenizer (%s); "
-                         "generate and export will need --tokenizer\n", why.c_str());
+    std::fprintf(stderr,
+                 "wiola train: warning: checkpoints will not carry the tokenizer (%s); "
+                 "generate and export will need --tokenizer\n",
+                 why.c_str());
   };
   if (di.tokenizer_file.empty()) return skip("the data source names no tokenizer file");
   std::string text;

@@ -70,7 +70,7 @@ class CheckpointPolicy {
   RankModel& model_;
   RankOptimizer& optimizer_;
   const StageLayers& layers_;
-  std::unique_ptr<Checkpointer> ckpt_;       // checkpoint.dir or init_from set
+  std::unique_ptr<Checkpointer> ckpt_;  // checkpoint.dir or init_from set
   std::chrono::steady_clock::time_point last_save_ = std::chrono::steady_clock::now();
   int64_t resumed_from_ = 0;
   int saves_ = 0;

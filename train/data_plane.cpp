@@ -33,21 +33,19 @@ std::string ranks_sharing_a_gpu(Ops<float>& ops, dist::Comm& world) {
   return "";
 }
 
-DataPlane choose_data_plane(Ops<float>& ops, DataPlaneMode mode, int world_size,
-                            const std::string& shared_gpu, bool pp_staged) {
+DataPlane choose_data_plane(Ops<float>& ops, DataPlaneMode mode, int world_size, const std::string& shared_gpu,
+                            bool pp_staged) {
 #ifdef WIOLA_HAVE_CUDA
   if (void* stream = ops.device_stream()) {
     WIOLA_CHECK(mode != DataPlaneMode::Nccl || shared_gpu.empty(), "parallel.data_plane = \"nccl\": ", shared_gpu,
                 ", and NCCL needs a GPU per rank; set parallel.data_plane = \"staged\" (or \"auto\", which "
                 "chooses it there) to pass tensors through host memory");
     // One rank alone moves nothing: NCCL would only cost its start-up.
-    const bool want =
-        mode == DataPlaneMode::Nccl ||
-        (mode == DataPlaneMode::Auto && world_size > 1 && shared_gpu.empty() && dist::nccl_available());
+    const bool want = mode == DataPlaneMode::Nccl ||
+                      (mode == DataPlaneMode::Auto && world_size > 1 && shared_gpu.empty() && dist::nccl_available());
     if (want) {
       dist::require_nccl();  // "nccl" without the library: the loader's error
-      dist::DataPlaneFactory nccl =
-          dist::nccl_data_plane(stream, [](const std::string& m) { dist::abort_job(m, 3); });
+      dist::DataPlaneFactory nccl = dist::nccl_data_plane(stream, [](const std::string& m) { dist::abort_job(m, 3); });
       if (!pp_staged) return {std::move(nccl), "nccl"};
       dist::DataPlaneFactory staged = dist::data_plane_for(ops);
       return {[nccl = std::move(nccl), staged = std::move(staged)](dist::Comm& ctrl) {
@@ -56,11 +54,13 @@ DataPlane choose_data_plane(Ops<float>& ops, DataPlaneMode mode, int world_size,
               "nccl (pipeline: mpi-staged)"};
     }
   } else {
-    WIOLA_CHECK(mode != DataPlaneMode::Nccl, "parallel.data_plane = \"nccl\" needs a CUDA backend (train.backend "
+    WIOLA_CHECK(mode != DataPlaneMode::Nccl,
+                "parallel.data_plane = \"nccl\" needs a CUDA backend (train.backend "
                 "\"cuda\" or \"cuda-fp32\")");
   }
 #else
-  WIOLA_CHECK(mode != DataPlaneMode::Nccl, "parallel.data_plane = \"nccl\": this build has no CUDA backend "
+  WIOLA_CHECK(mode != DataPlaneMode::Nccl,
+              "parallel.data_plane = \"nccl\": this build has no CUDA backend "
               "(configure with -DWIOLA_CUDA=ON)");
   (void)world_size;
   (void)shared_gpu;

@@ -30,7 +30,7 @@ std::string ranks_sharing_a_gpu(Ops<float>& ops, dist::Comm& world);
 // other groups: the chunked schedules send both ways on a link and from the
 // last stage back to the first, which NCCL's two in-order pipeline lanes do
 // not carry (dist/nccl/nccl_comm.h).
-DataPlane choose_data_plane(Ops<float>& ops, DataPlaneMode mode, int world_size,
-                            const std::string& shared_gpu = "", bool pp_staged = false);
+DataPlane choose_data_plane(Ops<float>& ops, DataPlaneMode mode, int world_size, const std::string& shared_gpu = "",
+                            bool pp_staged = false);
 
 }  // namespace wiola

@@ -14,7 +14,12 @@ namespace wiola {
 DumpRecorder::DumpRecorder(const RunSettings& run, const TrainData& data, RankComms& comms, RankModel& model,
                            RankOptimizer& optimizer, const StageLayers& layers,
                            const std::vector<std::pair<int64_t, std::string>>& dumps)
-    : run_(run), data_(data), comms_(comms), model_(model), optimizer_(optimizer), layers_(layers),
+    : run_(run),
+      data_(data),
+      comms_(comms),
+      model_(model),
+      optimizer_(optimizer),
+      layers_(layers),
       dumps_(dumps.begin(), dumps.end()) {}
 
 std::vector<float> DumpRecorder::gather_backend(const float* buf) {
@@ -86,11 +91,15 @@ void DumpRecorder::finish(int64_t t, const StepOutcome& out) {
   dump_.B = int(p.GB);
   dump_.loss = out.loss;
   dump_.grad_norm = out.grad_norm;
-  dump_.float_attrs = {{"lr", out.lr}, {"lr_max", tr.lr_max}, {"lr_min", tr.lr_min},
-                       {"beta1", tr.beta1}, {"beta2", tr.beta2}, {"adam_eps", tr.adam_eps},
-                       {"weight_decay", tr.weight_decay}, {"clip", tr.clip}};
-  dump_.int_attrs = {{"step", t}, {"adam_step", out.adam_step}, {"t_max", p.budget.t_max},
-                     {"warmup", p.budget.warmup}};
+  dump_.float_attrs = {{"lr", out.lr},
+                       {"lr_max", tr.lr_max},
+                       {"lr_min", tr.lr_min},
+                       {"beta1", tr.beta1},
+                       {"beta2", tr.beta2},
+                       {"adam_eps", tr.adam_eps},
+                       {"weight_decay", tr.weight_decay},
+                       {"clip", tr.clip}};
+  dump_.int_attrs = {{"step", t}, {"adam_step", out.adam_step}, {"t_max", p.budget.t_max}, {"warmup", p.budget.warmup}};
   dist::set_context(p.step_context(t) + " writing the numerics dump");
   write_step_dump(dumps_.at(t), full_layout(p.rc.model, model_.model->layout()), dump_);
 }

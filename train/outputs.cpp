@@ -53,8 +53,14 @@ void print_blend(const TokenLoader& ld, int64_t run_samples) {
 
 Outputs::Outputs(const RunSettings& run, const TrainData& data, const RankComms& comms, const StageLayers& layers,
                  const StageSchedule& schedule, const RankModel& model, const RankOptimizer& optimizer)
-    : run_(run), data_(data), comms_(comms), layers_(layers), schedule_(schedule), model_(model),
-      optimizer_(optimizer), run_dir_(run.rc.train.run_dir),
+    : run_(run),
+      data_(data),
+      comms_(comms),
+      layers_(layers),
+      schedule_(schedule),
+      model_(model),
+      optimizer_(optimizer),
+      run_dir_(run.rc.train.run_dir),
       board_(dist::RankStateBoard::open(run.world, (run_dir_ / "ranks").string())) {}
 
 Outputs::~Outputs() = default;
@@ -131,31 +137,32 @@ void Outputs::banner(bool checkpoints) {
   const auto& par = rc.parallel;
   const auto& di = data_.loader->info();
   const int64_t n_params = cfg.param_count();
-  std::printf("wiola train: %s  %lld parameters (d=%d L=%d H=%d H_kv=%d d_A=%d d_B=%d V=%d T=%d)\n",
-              cfg.name.c_str(), (long long)n_params, cfg.d, cfg.L, cfg.H, cfg.Hkv, cfg.dA, cfg.dB, cfg.V,
-              s.T);
-  std::printf("  data %s: %llu train samples; global batch %lld = %d x %d micro-batches x %d DP "
-              "(%lld tokens/step)\n", rc.data.blend.empty() ? rc.data.path.c_str() : "blend",
-              (unsigned long long)di.num_samples, (long long)s.GB, s.B, s.m, par.dp, (long long)(s.GB * s.T));
+  std::printf("wiola train: %s  %lld parameters (d=%d L=%d H=%d H_kv=%d d_A=%d d_B=%d V=%d T=%d)\n", cfg.name.c_str(),
+              (long long)n_params, cfg.d, cfg.L, cfg.H, cfg.Hkv, cfg.dA, cfg.dB, cfg.V, s.T);
+  std::printf(
+      "  data %s: %llu train samples; global batch %lld = %d x %d micro-batches x %d DP "
+      "(%lld tokens/step)\n",
+      rc.data.blend.empty() ? rc.data.path.c_str() : "blend", (unsigned long long)di.num_samples, (long long)s.GB, s.B,
+      s.m, par.dp, (long long)(s.GB * s.T));
   if (!rc.data.blend.empty()) print_blend(*data_.loader, s.budget.t_max * s.GB);
   std::printf("  Chinchilla budget: D = 20 x %lld = %lld tokens; T_max = ceil(D / (%lld x %d)) = %lld steps\n",
               (long long)n_params, (long long)(20 * n_params), (long long)s.GB, s.T,
               (long long)chinchilla_steps(n_params, s.GB, s.T));
   std::printf("  steps T_max = %lld (from %s), warmup %lld, lr %.3g -> %.3g, backend %s, %d threads per rank\n",
-              (long long)s.budget.t_max, s.budget.source, (long long)s.budget.warmup, rc.train.lr_max,
-              rc.train.lr_min, s.ops.name(), cpu_threads());
+              (long long)s.budget.t_max, s.budget.source, (long long)s.budget.warmup, rc.train.lr_max, rc.train.lr_min,
+              s.ops.name(), cpu_threads());
   std::string compiled;
   for (const auto& n : cpu_simd_compiled_targets()) compiled += (compiled.empty() ? "" : " ") + n;
-  std::printf("  CPU %s, SIMD %s (compiled: %s; -march=%s)\n", host_cpu_model().c_str(),
-              cpu_simd_target(), compiled.c_str(), cpu_build_march());
+  std::printf("  CPU %s, SIMD %s (compiled: %s; -march=%s)\n", host_cpu_model().c_str(), cpu_simd_target(),
+              compiled.c_str(), cpu_build_march());
   if (s.ops.device_name().empty()) std::printf("  BLAS %s\n", cpu_blas().summary.c_str());
   if (s.world.size() > 1)
-    std::printf("  layout: %d ranks = tp %d x pp %d x dp %d; ZeRO %s; schedule %s%s with %d micro-batches, "
-                "predicted bubble %.3f; DP overlap %s; data plane %s\n",
-                s.world.size(), par.tp, par.pp, par.dp, optimizer_.zero ? "on" : "off", to_string(par.schedule).data(),
-                par.schedule == dist::Schedule::Interleaved ? (" v=" + std::to_string(schedule_.v)).c_str() : "", s.m,
-                perf::bubble_formula(rc.layout()),
-                optimizer_.overlap ? "on" : "off", comms_.data_plane.c_str());
+    std::printf(
+        "  layout: %d ranks = tp %d x pp %d x dp %d; ZeRO %s; schedule %s%s with %d micro-batches, "
+        "predicted bubble %.3f; DP overlap %s; data plane %s\n",
+        s.world.size(), par.tp, par.pp, par.dp, optimizer_.zero ? "on" : "off", to_string(par.schedule).data(),
+        par.schedule == dist::Schedule::Interleaved ? (" v=" + std::to_string(schedule_.v)).c_str() : "", s.m,
+        perf::bubble_formula(rc.layout()), optimizer_.overlap ? "on" : "off", comms_.data_plane.c_str());
   const Model<float>::Memory mem = model_.memory();
   if (par.pp > 1) {
     std::printf("  pipeline stages (%s balance):", to_string(par.stage_balance).data());
@@ -165,12 +172,12 @@ void Outputs::banner(bool checkpoints) {
     }
     std::printf("%s\n", layers_.v > 1 ? (" (" + std::to_string(layers_.v) + " chunks per rank)").c_str() : "");
   }
-  std::printf("  memory (rank 0): parameters+gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB "
-              "(%d slot%s)%s\n",
-              double(mem.master + mem.grads + mem.weights) / 1048576.0,
-              double(optimizer_.adam->state_bytes_this_rank()) / 1048576.0, double(mem.activations) / 1048576.0,
-              schedule_.slots, schedule_.slots > 1 ? "s" : "",
-              rc.train.recompute ? " (recompute on)" : "");
+  std::printf(
+      "  memory (rank 0): parameters+gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB "
+      "(%d slot%s)%s\n",
+      double(mem.master + mem.grads + mem.weights) / 1048576.0,
+      double(optimizer_.adam->state_bytes_this_rank()) / 1048576.0, double(mem.activations) / 1048576.0,
+      schedule_.slots, schedule_.slots > 1 ? "s" : "", rc.train.recompute ? " (recompute on)" : "");
   if (checkpoints) {
     const auto& cc = rc.checkpoint;
     std::printf("  checkpoints: %s, %s%s%s, keep %d%s, %s writes\n", cc.dir.c_str(),
@@ -190,8 +197,13 @@ void Outputs::log_step(int64_t t, const StepOutcome& out, bool evaluated, const 
   if (!s.root()) return;
   const bool data_skipped = spikes.skipping(t);  // no tokens trained, no model FLOPs
   const double tps = data_skipped ? 0.0 : double(s.GB * s.T) / out.seconds;
-  nlohmann::json j = {{"step", t}, {"loss", out.loss}, {"lr", out.lr}, {"grad_norm", out.grad_norm},
-                      {"tokens", progress.tokens}, {"tokens_per_s", tps}, {"step_ms", out.seconds * 1e3},
+  nlohmann::json j = {{"step", t},
+                      {"loss", out.loss},
+                      {"lr", out.lr},
+                      {"grad_norm", out.grad_norm},
+                      {"tokens", progress.tokens},
+                      {"tokens_per_s", tps},
+                      {"step_ms", out.seconds * 1e3},
                       {"skipped", progress.skipped}};
   if (data_skipped) j["data_skipped"] = true;
   if (nlohmann::json r = spikes.take_rewind_record(); !r.is_null())  // the first record after a loss-spike rewind
@@ -224,15 +236,15 @@ void Outputs::log_step(int64_t t, const StepOutcome& out, bool evaluated, const 
   if (tb_) tb_->add_metrics(t, j);
   const int64_t last_step = s.budget.last_step;
   if (s.opt.quiet || !(t % s.rc.train.log_every == 0 || t == 1 || t == last_step || evaluated)) return;
-  std::printf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %.0f ms | ETA %s",
-              (long long)t, (long long)last_step, out.loss, out.lr, out.grad_norm, tps, out.seconds * 1e3,
+  std::printf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %.0f ms | ETA %s", (long long)t,
+              (long long)last_step, out.loss, out.lr, out.grad_norm, tps, out.seconds * 1e3,
               human_duration(acct.ema_step_seconds() * double(last_step - t)).c_str());
   if (acct.job_peak() > 0 && !data_skipped) std::printf(" | MFU %.1f%%", 100.0 * mfu);
   if (acct.breakdown() && acct.step_times().total > 0 && !data_skipped) {
     const StepTimes& jt = acct.step_times();
     const double tot = jt.total / 100.0;
-    std::printf(" | compute %.0f%% comm %.0f%% bubble %.0f%% opt %.0f%% data %.0f%%", jt.compute / tot,
-                jt.comm / tot, jt.bubble / tot, jt.optimizer / tot, jt.data / tot);
+    std::printf(" | compute %.0f%% comm %.0f%% bubble %.0f%% opt %.0f%% data %.0f%%", jt.compute / tot, jt.comm / tot,
+                jt.bubble / tot, jt.optimizer / tot, jt.data / tot);
   }
   if (evaluated) std::printf(" | val %.4f", val.last());
   if (evaluated && val.sources() > 1) {
@@ -242,8 +254,7 @@ void Outputs::log_step(int64_t t, const StepOutcome& out, bool evaluated, const 
     std::printf(")");
   }
   if (data_skipped) std::printf(" | DATA SKIPPED (skipped window)");
-  if (out.skipped)
-    std::printf(" | SKIPPED (non-finite grad norm; %lld so far)", (long long)progress.skipped);
+  if (out.skipped) std::printf(" | SKIPPED (non-finite grad norm; %lld so far)", (long long)progress.skipped);
   std::printf("\n");
   std::fflush(stdout);
 }

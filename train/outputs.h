@@ -81,10 +81,10 @@ class Outputs final : public ScheduleObserver {
   const RankOptimizer& optimizer_;
   std::filesystem::path run_dir_;
   std::unique_ptr<dist::RankStateBoard> board_;
-  std::ofstream metrics_;                 // world rank 0
+  std::ofstream metrics_;                  // world rank 0
   std::unique_ptr<TensorBoardWriter> tb_;  // world rank 0, train.tensorboard
-  std::ofstream trace_;                   // this rank's executed actions
-  std::vector<dist::Action> executed_;    // of the step in progress
+  std::ofstream trace_;                    // this rank's executed actions
+  std::vector<dist::Action> executed_;     // of the step in progress
 };
 
 }  // namespace wiola

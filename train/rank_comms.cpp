@@ -27,8 +27,10 @@ void RankComms::open(const RunSettings& run) {
   DataPlane plane = choose_data_plane(ops, par.data_plane, run.world.size(), shared_gpu, chunked);
   data_plane = plane.name;
   if (run.root() && !shared_gpu.empty() && par.data_plane == DataPlaneMode::Auto)
-    std::fprintf(stderr, "wiola train: %s: tensors between ranks go through host memory (NCCL needs a GPU "
-                 "per rank)\n", shared_gpu.c_str());
+    std::fprintf(stderr,
+                 "wiola train: %s: tensors between ranks go through host memory (NCCL needs a GPU "
+                 "per rank)\n",
+                 shared_gpu.c_str());
   grid = std::make_unique<dist::Grid>(dist::GridConfig{par.tp, par.pp, par.dp}, run.world, plane.factory);
   // TP ranks compute the TP-replicated tensors (norm γ/δ, φ, W_f) each on
   // its own; OpenBLAS's results depend on the thread count, so replicas
@@ -41,8 +43,8 @@ void RankComms::open(const RunSettings& run) {
     for (int r = 0; r < par.tp; ++r)
       if (all[size_t(r)] != mine) {
         if (run.me.tp != 0) throw dist::SetupFailed();
-        fail("the TP ranks of stage ", run.me.pp, " (dp ", run.me.dp, ") use different thread counts (", mine,
-             " and ", all[size_t(r)], "); set train.threads (or OMP_NUM_THREADS) the same on every rank of a TP group");
+        fail("the TP ranks of stage ", run.me.pp, " (dp ", run.me.dp, ") use different thread counts (", mine, " and ",
+             all[size_t(r)], "); set train.threads (or OMP_NUM_THREADS) the same on every rank of a TP group");
       }
     tpc = std::make_unique<dist::CommTpCollectives>(grid->data(GroupKind::Tp));
   }

@@ -18,7 +18,7 @@ struct RunSettings;
 
 struct RankComms {
   std::unique_ptr<dist::Grid> grid;
-  std::string data_plane;  // what carries backend tensors: "nccl", "mpi", "mpi-staged"
+  std::string data_plane;                        // what carries backend tensors: "nccl", "mpi", "mpi-staged"
   std::unique_ptr<dist::CommTpCollectives> tpc;  // tp > 1
   std::unique_ptr<StageLink> link;
 

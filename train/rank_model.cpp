@@ -21,8 +21,8 @@ void RankModel::build(const RunSettings& run, const StageLayers& layers, const S
     mo.slots = schedule.chunk_slots[size_t(c)];
     mo.weight_slots = schedule.chunk_weight_slots[size_t(c)];  // micro-batches between B and W
     const auto [a, b] = layers.chunk_layers[size_t(c)];
-    chunks.push_back(std::make_unique<Model<float>>(run.ops, rc.model, ModelShard{run.me.tp, rc.parallel.tp, a, b},
-                                                    tpc, mo, store.get()));
+    chunks.push_back(std::make_unique<Model<float>>(run.ops, rc.model, ModelShard{run.me.tp, rc.parallel.tp, a, b}, tpc,
+                                                    mo, store.get()));
   }
   model = chunks.front().get();
   model->init(rc.train.seed);  // with a store: every chunk's tensors
@@ -55,8 +55,11 @@ Model<float>::Memory RankModel::memory() const {
   Model<float>::Memory r;
   for (const auto& c : chunks) {
     const auto mm = c->memory();
-    r.master += mm.master; r.grads += mm.grads; r.weights += mm.weights;
-    r.activations += mm.activations; r.workspace += mm.workspace;
+    r.master += mm.master;
+    r.grads += mm.grads;
+    r.weights += mm.weights;
+    r.activations += mm.activations;
+    r.workspace += mm.workspace;
   }
   r.master += store_params.bytes();
   r.grads += store_grads.bytes();

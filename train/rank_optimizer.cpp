@@ -12,8 +12,11 @@ void RankOptimizer::build(const RunSettings& run, RankComms& comms, RankModel& m
   Model<float>& m = *model.model;
   dist::Grid& grid = *comms.grid;
   dist::AdamWConfig ac;
-  ac.beta1 = tr.beta1; ac.beta2 = tr.beta2; ac.eps = tr.adam_eps;
-  ac.weight_decay = tr.weight_decay; ac.clip = tr.clip;
+  ac.beta1 = tr.beta1;
+  ac.beta2 = tr.beta2;
+  ac.eps = tr.adam_eps;
+  ac.weight_decay = tr.weight_decay;
+  ac.clip = tr.clip;
   ac.zero = zero = par.zero && par.dp > 1;
   ac.nonfinite_fatal = tr.nonfinite_fatal;
   ac.zero_grads = true;  // each step leaves them zero for the next (the model starts with them zero)

@@ -62,9 +62,9 @@ void report_accounting(const RunSettings& run, const Accounting& acct, nlohmann:
   const auto step_s = gather_values(world, acct.accounted_steps() > 0 ? acct.accounted_times().total / steps : 0.0);
   const auto share = gather_values(world, acct.run_seconds() > 0 ? acct.self_seconds() / acct.run_seconds() : 0.0);
   const auto peaks = gather_values(world, acct.peak().flops);
-  const std::vector<double> mine = {used.params, used.grads, used.optimizer, used.activations,
-                                    used.peak, predicted.params, predicted.grads, predicted.optimizer,
-                                    predicted.activations};
+  const std::vector<double> mine = {used.params,      used.grads,          used.optimizer,
+                                    used.activations, used.peak,           predicted.params,
+                                    predicted.grads,  predicted.optimizer, predicted.activations};
   std::vector<double> mem(mine.size() * size_t(world.size()), 0.0);
   if (world.size() > 1) world.all_gather(mine.data(), mem.data(), mine.size(), DType::F64);
   else mem = mine;
@@ -99,10 +99,8 @@ void report_accounting(const RunSettings& run, const Accounting& acct, nlohmann:
         std::printf(" %s %.1f", StepTimes::kNames[i], mean(per_part[i]) * 1e3);
     }
     const double hidden = mean(per_part[2]);
-    if (hidden > 0)
-      std::printf(" (communication hidden behind compute: %.1f ms)\n", hidden * 1e3);
-    else
-      std::printf(" (hidden communication: none; MPI progresses only inside its calls)\n");
+    if (hidden > 0) std::printf(" (communication hidden behind compute: %.1f ms)\n", hidden * 1e3);
+    else std::printf(" (hidden communication: none; MPI progresses only inside its calls)\n");
     mean_j["total"] = mean(step_s);
     for (int r = 0; r < n; ++r) ranks[size_t(r)]["total"] = step_s[size_t(r)];
     report["time_per_step_s"] = {{"mean", mean_j}, {"per_rank", ranks}};
@@ -116,12 +114,16 @@ void report_accounting(const RunSettings& run, const Accounting& acct, nlohmann:
   std::printf("  memory per rank (MiB; measured / cost model): params, grads, optimizer, activations | peak\n");
   for (int r = 0; r < n; ++r) {
     const double* m = mem.data() + size_t(r) * mine.size();
-    mj.push_back({{"params", mib(m[0])}, {"grads", mib(m[1])}, {"optimizer", mib(m[2])},
-                  {"activations", mib(m[3])}, {"peak", mib(m[4])},
-                  {"predicted", {{"params", mib(m[5])}, {"grads", mib(m[6])}, {"optimizer", mib(m[7])},
-                                 {"activations", mib(m[8])}}}});
-    std::printf("    rank %d: %.1f/%.1f, %.1f/%.1f, %.1f/%.1f, %.1f/%.1f | %.0f\n", r, mib(m[0]), mib(m[5]),
-                mib(m[1]), mib(m[6]), mib(m[2]), mib(m[7]), mib(m[3]), mib(m[8]), mib(m[4]));
+    mj.push_back(
+        {{"params", mib(m[0])},
+         {"grads", mib(m[1])},
+         {"optimizer", mib(m[2])},
+         {"activations", mib(m[3])},
+         {"peak", mib(m[4])},
+         {"predicted",
+          {{"params", mib(m[5])}, {"grads", mib(m[6])}, {"optimizer", mib(m[7])}, {"activations", mib(m[8])}}}});
+    std::printf("    rank %d: %.1f/%.1f, %.1f/%.1f, %.1f/%.1f, %.1f/%.1f | %.0f\n", r, mib(m[0]), mib(m[5]), mib(m[1]),
+                mib(m[6]), mib(m[2]), mib(m[7]), mib(m[3]), mib(m[8]), mib(m[4]));
   }
   report["memory_mib_per_rank"] = mj;
   if (acct.atm().layers > 0) {
@@ -180,8 +182,7 @@ void report_measured_pipeline(const RankFigures& f, int64_t steps, int64_t run_s
                               const dist::PipelineSim& bubble, const perf::Layout& layout, nlohmann::json& report) {
   const int n = int(f.busy.size());
   double idle = 0;
-  for (int r = 0; r < n; ++r)
-    idle += f.sched[size_t(r)] > 0 ? 1.0 - f.busy[size_t(r)] / f.sched[size_t(r)] : 0.0;
+  for (int r = 0; r < n; ++r) idle += f.sched[size_t(r)] > 0 ? 1.0 - f.busy[size_t(r)] / f.sched[size_t(r)] : 0.0;
   idle /= n;
   report["bubble_measured"] = idle;
   // Compute seconds per step of every rank: shows stage imbalance (the
@@ -189,10 +190,11 @@ void report_measured_pipeline(const RankFigures& f, int64_t steps, int64_t run_s
   std::vector<double> busy_per_step;
   for (double b : f.busy) busy_per_step.push_back(b / double(steps));
   report["compute_s_per_step"] = busy_per_step;
-  std::printf("  pipeline: predicted bubble of %s %.3f (%.3f fill/drain + %.3f imbalance; %s = "
-              "%.3f), measured idle share of the schedule %.3f (mean over ranks, steps 2..%lld)\n",
-              bubble_for.c_str(), bubble.bubble_fraction, bubble.bubble_fill_drain, bubble.bubble_imbalance,
-              perf::bubble_formula_name(layout), perf::bubble_formula(layout), idle, (long long)run_steps);
+  std::printf(
+      "  pipeline: predicted bubble of %s %.3f (%.3f fill/drain + %.3f imbalance; %s = "
+      "%.3f), measured idle share of the schedule %.3f (mean over ranks, steps 2..%lld)\n",
+      bubble_for.c_str(), bubble.bubble_fraction, bubble.bubble_fill_drain, bubble.bubble_imbalance,
+      perf::bubble_formula_name(layout), perf::bubble_formula(layout), idle, (long long)run_steps);
   std::printf("  communication per rank per step (steps 2..; wire bytes, measured / analytic, max over ranks):\n");
   nlohmann::json comm = nlohmann::json::object();
   for (size_t i = 0; i < kGroups.size(); ++i) {
@@ -235,13 +237,21 @@ void write_run_report(const RunSettings& run, const RankComms& comms, const Rank
     std::printf(", %.0f tokens/s, %lld skipped steps, peak RSS %.0f MiB (rank 0)\n", sum.tokens_per_s,
                 (long long)sum.skipped, figures.rss);
     for (const auto& s : acct.atm_stats())
-      std::printf("  ATM layer %d (last batch): mu = %.4f, visible attention pairs %.2f%% of causal\n",
-                  s.layer, s.mu, 100.0 * s.visible_fraction);
-    report = {{"world", world.size()}, {"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp},
-              {"zero", optimizer.zero}, {"schedule", to_string(par.schedule)}, {"micro_batches", rc.train.grad_accum},
-              {"data_plane", comms.data_plane}, {"overlap", optimizer.overlap}, {"steps", sum.steps},
+      std::printf("  ATM layer %d (last batch): mu = %.4f, visible attention pairs %.2f%% of causal\n", s.layer, s.mu,
+                  100.0 * s.visible_fraction);
+    report = {{"world", world.size()},
+              {"tp", par.tp},
+              {"pp", par.pp},
+              {"dp", par.dp},
+              {"zero", optimizer.zero},
+              {"schedule", to_string(par.schedule)},
+              {"micro_batches", rc.train.grad_accum},
+              {"data_plane", comms.data_plane},
+              {"overlap", optimizer.overlap},
+              {"steps", sum.steps},
               {"tokens_per_s", sum.tokens_per_s},
-              {"bubble_predicted", bubble.bubble_fraction}, {"bubble_predicted_schedule", bubble_for},
+              {"bubble_predicted", bubble.bubble_fraction},
+              {"bubble_predicted_schedule", bubble_for},
               {"bubble_predicted_fill_drain", bubble.bubble_fill_drain},
               {"bubble_predicted_imbalance", bubble.bubble_imbalance},
               {"bubble_formula", formula}};

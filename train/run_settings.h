@@ -22,19 +22,24 @@ struct RunSettings {
   Ops<float>& ops;
   dist::Comm& world;
   StepBudget budget;
-  int B, T, m;          // micro-batch, sequence length, micro-batches per step
-  int64_t GB;           // global batch (sequences)
-  dist::GridCoord me;   // this rank's (tp, pp, dp)
+  int B, T, m;         // micro-batch, sequence length, micro-batches per step
+  int64_t GB;          // global batch (sequences)
+  dist::GridCoord me;  // this rank's (tp, pp, dp)
 
   RunSettings(const RunConfig& r, const TrainOptions& o, Ops<float>& b, dist::Comm& w)
-      : rc(r), opt(o), ops(b), world(w), budget(StepBudget::of(r)), B(r.train.micro_batch), T(r.model.T),
-        m(r.train.grad_accum), GB(r.global_batch()),
+      : rc(r),
+        opt(o),
+        ops(b),
+        world(w),
+        budget(StepBudget::of(r)),
+        B(r.train.micro_batch),
+        T(r.model.T),
+        m(r.train.grad_accum),
+        GB(r.global_batch()),
         me(dist::grid_coord(dist::GridConfig{r.parallel.tp, r.parallel.pp, r.parallel.dp}, w.rank())) {}
   bool root() const { return world.rank() == 0; }
   size_t mb_tokens() const { return size_t(B) * (T + 1); }
-  std::string step_context(int64_t t) const {
-    return "stage " + std::to_string(me.pp) + " step " + std::to_string(t);
-  }
+  std::string step_context(int64_t t) const { return "stage " + std::to_string(me.pp) + " step " + std::to_string(t); }
 };
 
 }  // namespace wiola

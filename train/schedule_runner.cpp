@@ -31,8 +31,13 @@ void ModelChunk::arm_grad_ready(bool on) { model_.arm_grad_ready(on); }
 // the layers' from the last W): each range once.
 ScheduleRunner::ScheduleRunner(const StageSchedule& schedule, std::vector<StageChunk*> chunks, BoundaryLink& link,
                                size_t mb_tokens, double loss_scale)
-    : s_(schedule), chunks_(std::move(chunks)), link_(link), mb_tokens_(mb_tokens), loss_scale_(loss_scale),
-      last_b_(size_t(schedule.v), schedule.actions.size()), last_w_(size_t(schedule.v), schedule.actions.size()) {
+    : s_(schedule),
+      chunks_(std::move(chunks)),
+      link_(link),
+      mb_tokens_(mb_tokens),
+      loss_scale_(loss_scale),
+      last_b_(size_t(schedule.v), schedule.actions.size()),
+      last_w_(size_t(schedule.v), schedule.actions.size()) {
   for (size_t k = 0; k < s_.actions.size(); ++k) {
     const Action& a = s_.actions[k];
     if (a.op == Op::BwdWeight) last_w_[size_t(a.chunk)] = k;

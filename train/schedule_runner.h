@@ -78,8 +78,8 @@ class ScheduleRunner {
   // chunks[c]: this rank's chunk c (schedule.v of them). Each micro-batch's
   // tokens are `mb_tokens` values; loss_scale: what each forward's CE sum
   // is scaled by (this rank's mean: 1/(B·m·T)).
-  ScheduleRunner(const StageSchedule& schedule, std::vector<StageChunk*> chunks, BoundaryLink& link,
-                 size_t mb_tokens, double loss_scale);
+  ScheduleRunner(const StageSchedule& schedule, std::vector<StageChunk*> chunks, BoundaryLink& link, size_t mb_tokens,
+                 double loss_scale);
 
   // Observers are told in the order they were added.
   void add_observer(ScheduleObserver& o) { observers_.push_back(&o); }

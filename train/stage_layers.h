@@ -19,8 +19,8 @@ struct StageLayers {
   std::vector<std::pair<int, int>> chunk_cuts;  // the layer range of every global chunk
   std::vector<LayerRanges> stages;              // every rank's ranges, by its chunk index
   LayerRanges chunk_layers;                     // this rank's
-  bool first = true, last = true;  // holds the model's first chunk / its last (the head)
-  bool embed_split = false;        // the embedding's two ends on two ranks (summed between them)
+  bool first = true, last = true;               // holds the model's first chunk / its last (the head)
+  bool embed_split = false;                     // the embedding's two ends on two ranks (summed between them)
 };
 
 // The layers of pipeline rank `stage` of the run `rc`.

@@ -20,10 +20,10 @@ struct StageSchedule {
   // `placement`.
   int v = 1;
   dist::ChunkPlacement placement = dist::ChunkPlacement::Interleaved;
-  std::vector<dist::Action> actions;     // this stage's, in order
-  std::vector<int> chunk_slots;          // activation slots each chunk needs
-  std::vector<int> chunk_weight_slots;   // W operand sets each chunk needs (split backward)
-  int slots = 1;                         // the most any chunk needs (reports)
+  std::vector<dist::Action> actions;    // this stage's, in order
+  std::vector<int> chunk_slots;         // activation slots each chunk needs
+  std::vector<int> chunk_weight_slots;  // W operand sets each chunk needs (split backward)
+  int slots = 1;                        // the most any chunk needs (reports)
 
   // Chunk c of this rank: its global index, and the rank of global chunk g.
   int global_chunk(int c) const { return dist::global_chunk(pp, stage, c, placement); }
@@ -34,7 +34,6 @@ struct StageSchedule {
 // The schedule `name` (parallel.schedule, dist::Schedule) of stage `stage` of pp with m micro-batches and v
 // chunks per rank placed by `placement` (perf::chunks_per_rank and
 // perf::chunk_placement of the run's layout).
-StageSchedule make_stage_schedule(dist::Schedule name, int pp, int stage, int m, int v,
-                                  dist::ChunkPlacement placement);
+StageSchedule make_stage_schedule(dist::Schedule name, int pp, int stage, int m, int v, dist::ChunkPlacement placement);
 
 }  // namespace wiola

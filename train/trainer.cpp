@@ -48,8 +48,14 @@ StepBudget StepBudget::of(const RunConfig& rc) {
   StepBudget b;
   b.t_max = tr.steps;
   b.source = "train.steps";
-  if (b.t_max == 0 && tr.tokens > 0) { b.t_max = steps_for_tokens(tr.tokens, GB, int(T)); b.source = "train.tokens"; }
-  if (b.t_max == 0) { b.t_max = chinchilla_steps(rc.model.param_count(), GB, int(T)); b.source = "Chinchilla 20 N"; }
+  if (b.t_max == 0 && tr.tokens > 0) {
+    b.t_max = steps_for_tokens(tr.tokens, GB, int(T));
+    b.source = "train.tokens";
+  }
+  if (b.t_max == 0) {
+    b.t_max = chinchilla_steps(rc.model.param_count(), GB, int(T));
+    b.source = "Chinchilla 20 N";
+  }
   b.warmup = tr.warmup >= 0 ? tr.warmup : default_warmup(b.t_max);
   b.last_step = tr.max_steps > 0 ? std::min(b.t_max, tr.max_steps) : b.t_max;
   return b;
@@ -86,12 +92,15 @@ struct Trainer::Fault {
 // collective), the rank state board, the grid, model and optimizer, the
 // MFU denominator, the resume, the outputs; then the banner.
 Trainer::Trainer(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, Comm& world)
-    : run_(std::make_unique<RunSettings>(rc, opt, ops, world)), data_(std::make_unique<TrainData>()),
-      comms_(std::make_unique<RankComms>()), layers_(std::make_unique<StageLayers>()),
-      schedule_(std::make_unique<StageSchedule>()), model_(std::make_unique<RankModel>()),
+    : run_(std::make_unique<RunSettings>(rc, opt, ops, world)),
+      data_(std::make_unique<TrainData>()),
+      comms_(std::make_unique<RankComms>()),
+      layers_(std::make_unique<StageLayers>()),
+      schedule_(std::make_unique<StageSchedule>()),
+      model_(std::make_unique<RankModel>()),
       optimizer_(std::make_unique<RankOptimizer>()),
-      validator_(std::make_unique<Validator>(*run_, *schedule_, *model_, *comms_, *data_,
-                                             [this] { return world_loss(); })),
+      validator_(
+          std::make_unique<Validator>(*run_, *schedule_, *model_, *comms_, *data_, [this] { return world_loss(); })),
       spikes_(std::make_unique<SpikePolicy>(rc, world)) {
   check_and_open_data();
   outputs_ = std::make_unique<Outputs>(*run_, *data_, *comms_, *layers_, *schedule_, *model_, *optimizer_);
@@ -159,17 +168,18 @@ void Trainer::check_and_open_data() {
   const uint64_t data_seed = rc.data.seed >= 0 ? uint64_t(rc.data.seed) : rc.train.seed;
   dist::agree_on_setup(p.world, "wiola train", [&] {
     validate_run_config(rc);
-    WIOLA_CHECK(!rc.data.path.empty() || !rc.data.blend.empty(), rc.source, ": data.path is not set (a "
+    WIOLA_CHECK(!rc.data.path.empty() || !rc.data.blend.empty(), rc.source,
+                ": data.path is not set (a "
                 "manifest.json from `wiola prep`, its directory, or one .h5 shard), nor data.blend");
-    WIOLA_CHECK(gc.world() == p.world.size(), "parallel.tp x pp x dp = ", par.tp, " x ", par.pp, " x ",
-                par.dp, " = ", gc.world(), " ranks, but the job has ", p.world.size(),
-                " (run with mpirun -np ", gc.world(), ", or change [parallel])");
-    dist::validate_layout(gc, p.world.size(), rc.model.L, rc.model.Hkv, rc.model.H, rc.model.dA,
-                          rc.model.dB, rc.model.V, int(p.GB), p.B, p.m);
+    WIOLA_CHECK(gc.world() == p.world.size(), "parallel.tp x pp x dp = ", par.tp, " x ", par.pp, " x ", par.dp, " = ",
+                gc.world(), " ranks, but the job has ", p.world.size(), " (run with mpirun -np ", gc.world(),
+                ", or change [parallel])");
+    dist::validate_layout(gc, p.world.size(), rc.model.L, rc.model.Hkv, rc.model.H, rc.model.dA, rc.model.dB,
+                          rc.model.V, int(p.GB), p.B, p.m);
     data_->open(p, data_seed);
     for (const auto& [step, path] : p.opt.dumps)
-      WIOLA_CHECK(step >= 1 && step <= p.budget.last_step, "--dump-step ", step, ":", path,
-                  ": step outside 1..", p.budget.last_step);
+      WIOLA_CHECK(step >= 1 && step <= p.budget.last_step, "--dump-step ", step, ":", path, ": step outside 1..",
+                  p.budget.last_step);
     CheckpointPolicy::check_setup(rc, p.world.rank());
     if (rc.train.eval_every > 0) validator_->open(data_seed);
   });
@@ -238,8 +248,7 @@ void Trainer::share_gemm_tuning(bool measured) {
 void Trainer::check_resumed_gemm() {
   const nlohmann::json& resumed = checkpoints_->resumed_gemm();
   if (!run_->root() || resumed.is_null()) return;
-  const std::string diff =
-      gemm_record_difference(resumed, gemm_record(run_->ops, run_->rc.train.backend_options));
+  const std::string diff = gemm_record_difference(resumed, gemm_record(run_->ops, run_->rc.train.backend_options));
   if (diff.empty()) return;
   std::fprintf(stderr,
                "wiola: warning: the resumed checkpoint's GEMMs ran other algorithms than this run will (%s); "
@@ -260,7 +269,7 @@ StepOutcome Trainer::step(int64_t t) {
   forward_backward(t, dumping);
   out.loss = embedding_sum_and_loss(t, dumping);
   out.lr = lr_at(t, run.budget.t_max, run.budget.warmup, run.rc.train.lr_max, run.rc.train.lr_min);
-  dumps_->grads();  // dump steps: the gradient the update is about to use
+  dumps_->grads();                                        // dump steps: the gradient the update is about to use
   out.adam_step = optimizer_->adam->applied_steps() + 1;  // bias correction counts applied updates only
   const dist::StepResult res = update(t, out.lr, out.adam_step);
   // ==== end of the step's maths ===================================================
@@ -301,8 +310,8 @@ double Trainer::embedding_sum_and_loss(int64_t t, bool dumping) {
   float* grads = model_->model->grads();
   const ParamEntry* embed = model_->embed;
   if (embed && layers_->embed_split)
-    comms_->grid->data(GroupKind::Embed).all_reduce(grads + embed->offset, grads + embed->offset, embed->size(),
-                                                    DType::F32, ReduceOp::Sum);
+    comms_->grid->data(GroupKind::Embed)
+        .all_reduce(grads + embed->offset, grads + embed->offset, embed->size(), DType::F32, ReduceOp::Sum);
   // (Its span: the padding after it belongs to no other report.)
   if (embed && optimizer_->overlap && !dumping) optimizer_->adam->grad_ready(embed->offset, embed->span);
   return world_loss() / double(run_->GB * run_->T);
@@ -420,8 +429,10 @@ TrainSummary Trainer::run() {
   const int64_t done = sum.steps > resumed_from ? sum.steps - resumed_from : 0;
   sum.tokens_per_s = acct_->run_seconds() > 0 ? double(done * p.GB * p.T) / acct_->run_seconds() : 0.0;
   if (sum.stopped && p.root())
-    std::printf("wiola train: stopped at step %lld on request, checkpoint written; run again to resume "
-                "(exit status %d)\n", (long long)sum.steps, kExitPreempted);
+    std::printf(
+        "wiola train: stopped at step %lld on request, checkpoint written; run again to resume "
+        "(exit status %d)\n",
+        (long long)sum.steps, kExitPreempted);
   outputs_->report(sum, *acct_);
   // mpirun kills the other ranks as soon as one exits non-zero (75 after a
   // stop): nobody leaves before rank 0 has written the report.

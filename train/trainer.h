@@ -56,7 +56,7 @@ inline constexpr int kExitPreempted = 75;
 
 struct TrainOptions {
   std::vector<std::pair<int64_t, std::string>> dumps;  // (step, path)
-  bool quiet = false;                                 // no progress lines
+  bool quiet = false;                                  // no progress lines
   // Polled once per step on every rank (a signal flag); when any rank says
   // yes, all stop after the same step, write a checkpoint and return.
   std::function<bool()> stop_requested;
@@ -74,10 +74,10 @@ struct TrainOptions {
 struct TrainSummary {
   int64_t steps = 0, t_max = 0, skipped = 0;
   double first_loss = 0, last_loss = 0;
-  double val_loss = -1;       // last validation loss (-1: none)
-  double tokens_per_s = 0;    // whole run, wall clock of the steps
-  int64_t resumed_from = 0;   // checkpoint step this run resumed from (0: a fresh start)
-  bool stopped = false;       // stopped early at a checkpoint (stop_requested)
+  double val_loss = -1;      // last validation loss (-1: none)
+  double tokens_per_s = 0;   // whole run, wall clock of the steps
+  int64_t resumed_from = 0;  // checkpoint step this run resumed from (0: a fresh start)
+  bool stopped = false;      // stopped early at a checkpoint (stop_requested)
 };
 
 // Step budget of a run (docs/model.md §4): T_max from train.steps, else
@@ -101,7 +101,7 @@ struct TrainProgress {
 struct StepOutcome {
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
   double checkpoint_seconds = 0;  // the loop's wait for checkpoint work after the step
-  int64_t adam_step = 0;  // AdamW bias-correction step of this update (applied steps + 1)
+  int64_t adam_step = 0;          // AdamW bias-correction step of this update (applied steps + 1)
   bool skipped = false;
 };
 
@@ -199,7 +199,6 @@ class Trainer {
 };
 
 // Setup + run() on `world` with the backend `ops`.
-TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops,
-                          dist::Comm& world);
+TrainSummary run_training(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, dist::Comm& world);
 
 }  // namespace wiola

@@ -38,7 +38,8 @@ void Validator::open(uint64_t data_seed) {
         std::fprintf(stderr, "wiola train: warning: validation leaves out blend source %zu: %s\n", k + 1, e.what());
     }
   }
-  WIOLA_CHECK(!vals_.empty(), "train.eval_every is set, but no source of data.blend has a usable \"val\" split "
+  WIOLA_CHECK(!vals_.empty(),
+              "train.eval_every is set, but no source of data.blend has a usable \"val\" split "
               "(see the warnings above); set train.eval_every = 0");
 }
 
@@ -55,15 +56,16 @@ double Validator::loss_of(Source& v) {
   const int n = run_.rc.train.eval_batches * run_.m;
   for (int i = 0; i < n; ++i) {
     v.loader->next_batch(vb.data());
-    dist::set_context("evaluation batch " + std::to_string(i) + (vals_.size() > 1 ? " of blend source " +
-                      std::to_string(v.source + 1) : std::string()));
+    dist::set_context("evaluation batch " + std::to_string(i) +
+                      (vals_.size() > 1 ? " of blend source " + std::to_string(v.source + 1) : std::string()));
     // The batch through the global chunks in order, this rank's as they come.
     for (int c = 0; c < s.v; ++c) {
       Model<float>& model = *model_.chunks[size_t(c)];
       const int g = s.global_chunk(c);
       if (g > 0) link.recv(model.fwd_in(0), s.chunk_rank(g - 1), StageLink::tag(g, i, n, false));
       model.stage_forward(0, vb.data(), 0.0, false);
-      if (g + 1 < s.n_global_chunks()) link.send(model.fwd_out(0), s.chunk_rank(g + 1), StageLink::tag(g + 1, i, n, false));
+      if (g + 1 < s.n_global_chunks())
+        link.send(model.fwd_out(0), s.chunk_rank(g + 1), StageLink::tag(g + 1, i, n, false));
     }
   }
   link.flush();

@@ -16,7 +16,9 @@
 namespace wiola {
 
 template <class E>
-concept NamedEnum = std::is_enum_v<E> && requires(E e) { enum_names(e); };
+concept NamedEnum = std::is_enum_v<E> && requires(E e) {
+  enum_names(e);
+};
 
 template <NamedEnum E>
 std::string_view to_string(E e) {

@@ -38,9 +38,7 @@ ncclDataType_t nccl_type(DType t) {
 
 // The launcher's world rank (this library has no MPI): Open MPI, Slurm,
 // MPICH/PMI; -1 when none is set.
-int launcher_rank() {
-  return env_first_int({"OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"});
-}
+int launcher_rank() { return env_first_int({"OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"}); }
 
 // "<error string> (<NCCL's last message>)"; either may be missing.
 std::string nccl_error(ncclResult_t r, ncclComm_t c) {
@@ -62,14 +60,14 @@ struct InFlight {
   const char* op = "";
   size_t count = 0;
   DType dtype = DType::F32;
-  std::string context;                    // the trainer's, at issue
-  cudaEvent_t ready = nullptr;            // compute stream at issue
-  cudaEvent_t begin = nullptr;            // the lane's stream reached the operation
-  cudaEvent_t done = nullptr;             // the operation's end
-  cudaEvent_t waited = nullptr;           // compute stream at wait(), if it waited
-  bool settled = false;                   // the request is finished with
-  bool started = false;                   // the watchdog saw `ready` complete ...
-  Clock::time_point start{};              // ... at this time
+  std::string context;           // the trainer's, at issue
+  cudaEvent_t ready = nullptr;   // compute stream at issue
+  cudaEvent_t begin = nullptr;   // the lane's stream reached the operation
+  cudaEvent_t done = nullptr;    // the operation's end
+  cudaEvent_t waited = nullptr;  // compute stream at wait(), if it waited
+  bool settled = false;          // the request is finished with
+  bool started = false;          // the watchdog saw `ready` complete ...
+  Clock::time_point start{};     // ... at this time
 };
 
 class NcclComm;
@@ -109,7 +107,9 @@ class NcclRequest;
 class NcclComm final : public Comm {
  public:
   NcclComm(Comm& ctrl, NcclOptions opt)
-      : name_(ctrl.name()), rank_(ctrl.rank()), size_(ctrl.size()),
+      : name_(ctrl.name()),
+        rank_(ctrl.rank()),
+        size_(ctrl.size()),
         compute_(static_cast<cudaStream_t>(opt.compute_stream)),
         fatal_(opt.fatal ? std::move(opt.fatal) : std::function<void(const std::string&)>(default_fatal)) {
     WIOLA_CHECK(compute_, "nccl: no compute stream given (group '", name_, "')");
@@ -167,8 +167,7 @@ class NcclComm final : public Comm {
     });
   }
   Request ibroadcast(void* buf, size_t count, DType t, int root) override {
-    WIOLA_CHECK(root >= 0 && root < size_, "nccl broadcast: root ", root, " outside group '", name_,
-                "' of ", size_);
+    WIOLA_CHECK(root >= 0 && root < size_, "nccl broadcast: root ", root, " outside group '", name_, "' of ", size_);
     count_traffic("broadcast", count, t, root);
     return issue("broadcast", count, t, Lane::Coll, [&](ncclComm_t c, cudaStream_t s) {
       return nccl().broadcast(buf, buf, count, nccl_type(t), root, c, s);
@@ -211,8 +210,7 @@ class NcclComm final : public Comm {
       float ms = 0;
       if (e.waited && cudaEventElapsedTime(&ms, e.waited, e.done) == cudaSuccess && ms > 0)
         *wait_clock() += double(ms) * 1e-3;
-      if (cudaEventElapsedTime(&ms, e.begin, e.done) == cudaSuccess && ms > 0)
-        *busy_clock() += double(ms) * 1e-3;
+      if (cudaEventElapsedTime(&ms, e.begin, e.done) == cudaSuccess && ms > 0) *busy_clock() += double(ms) * 1e-3;
       release(e);
       it = inflight_.erase(it);
     }
@@ -249,7 +247,10 @@ class NcclComm final : public Comm {
       if (r != ncclSuccess && r != ncclInProgress) {
         InFlight* first = nullptr;
         for (auto& e : inflight_)
-          if (cudaEventQuery(e->done) != cudaSuccess) { first = e.get(); break; }
+          if (cudaEventQuery(e->done) != cudaSuccess) {
+            first = e.get();
+            break;
+          }
         die(first, "asynchronous NCCL error: " + nccl_error(r, lane.comm));
       }
     }
@@ -307,8 +308,7 @@ class NcclComm final : public Comm {
     cuda(cudaStreamWaitEvent(L.stream, e->ready, 0), "cudaStreamWaitEvent", e.get());
     cuda(cudaEventRecord(e->begin, L.stream), "cudaEventRecord", e.get());
     const ncclResult_t r = call(L.comm, L.stream);
-    if (r != ncclSuccess && r != ncclInProgress)
-      die(e.get(), "NCCL error: " + nccl_error(r, L.comm));
+    if (r != ncclSuccess && r != ncclInProgress) die(e.get(), "NCCL error: " + nccl_error(r, L.comm));
     cuda(cudaEventRecord(e->done, L.stream), "cudaEventRecord", e.get());
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -349,11 +349,11 @@ class NcclComm final : public Comm {
   // One message naming rank, group, operation and context; the NCCL
   // communicators are aborted first so that no kernel keeps the GPU.
   [[noreturn]] void die(const InFlight* e, const std::string& why) {
-    std::string msg = "wiola: " + why + "; world rank " + std::to_string(launcher_rank()) + ", group '" +
-                      name_ + "' (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
+    std::string msg = "wiola: " + why + "; world rank " + std::to_string(launcher_rank()) + ", group '" + name_ +
+                      "' (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
     if (e) {
-      msg += ", operation " + std::string(e->op) + " of " + std::to_string(e->count) + " " +
-             dtype_name(e->dtype) + "; context at issue: " + (e->context.empty() ? "(none)" : e->context);
+      msg += ", operation " + std::string(e->op) + " of " + std::to_string(e->count) + " " + dtype_name(e->dtype) +
+             "; context at issue: " + (e->context.empty() ? "(none)" : e->context);
     }
     for (auto& l : lanes_)
       if (l.comm) nccl().comm_abort(l.comm);

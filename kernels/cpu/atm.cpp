@@ -11,19 +11,16 @@ namespace {
 // Groups of sequence b: n_groups[b] in [0, Tn]; group j covers rows
 // group_first..key_end inside [0, Tn), groups disjoint and in order (so the
 // parallel backward has one writer per row).
-void check_groups(int B, int Tn, const int32_t* group_first,
-                  const int32_t* key_end, const int32_t* n_groups) {
+void check_groups(int B, int Tn, const int32_t* group_first, const int32_t* key_end, const int32_t* n_groups) {
   for (int b = 0; b < B; ++b) {
     const int ng = n_groups[b];
-    WIOLA_CHECK(ng >= 0 && ng <= Tn, "atm_merge_rows: n_groups[", b, "] = ",
-                ng, " outside [0, ", Tn, "]");
+    WIOLA_CHECK(ng >= 0 && ng <= Tn, "atm_merge_rows: n_groups[", b, "] = ", ng, " outside [0, ", Tn, "]");
     int prev_end = -1;
     for (int j = 0; j < ng; ++j) {
       const int f = group_first[size_t(b) * Tn + j];
       const int e = key_end[size_t(b) * Tn + j];
-      WIOLA_CHECK(f > prev_end && f <= e && e < Tn, "atm_merge_rows: group ",
-                  j, " of sequence ", b, " covers rows ", f, "..", e,
-                  " (previous group ends at ", prev_end, ", Tn = ", Tn, ")");
+      WIOLA_CHECK(f > prev_end && f <= e && e < Tn, "atm_merge_rows: group ", j, " of sequence ", b, " covers rows ", f,
+                  "..", e, " (previous group ends at ", prev_end, ", Tn = ", Tn, ")");
       prev_end = e;
     }
   }
@@ -39,8 +36,7 @@ void atm_similarity(const T* x, int B, int Tn, int d, double* rho) {
 #pragma omp parallel for schedule(static) if (par)
   for (long r = 0; r < rows; ++r) {
     const T* a = x + size_t(r) * d;
-    nrm[size_t(r)] = std::sqrt(lane_sum(
-        0, size_t(d), [a](size_t j) { return double(a[j]) * double(a[j]); }));
+    nrm[size_t(r)] = std::sqrt(lane_sum(0, size_t(d), [a](size_t j) { return double(a[j]) * double(a[j]); }));
   }
   if (Tn < 2) return;
 #pragma omp parallel for schedule(static) if (par)
@@ -49,17 +45,14 @@ void atm_similarity(const T* x, int B, int Tn, int d, double* rho) {
     if (t == Tn - 1) continue;
     const T* a = x + size_t(r) * d;
     const T* b = a + d;
-    const double s = lane_sum(
-        0, size_t(d), [a, b](size_t j) { return double(a[j]) * double(b[j]); });
+    const double s = lane_sum(0, size_t(d), [a, b](size_t j) { return double(a[j]) * double(b[j]); });
     const double n0 = nrm[size_t(r)], n1 = nrm[size_t(r) + 1];
-    rho[size_t(r / Tn) * (Tn - 1) + t] =
-        (n0 > 0 && n1 > 0) ? s / (n0 * n1) : 0.0;
+    rho[size_t(r / Tn) * (Tn - 1) + t] = (n0 > 0 && n1 > 0) ? s / (n0 * n1) : 0.0;
   }
 }
 
 template <class T>
-void atm_merge_rows(const T* x, int B, int Tn, int w,
-                    const int32_t* group_first, const int32_t* key_end,
+void atm_merge_rows(const T* x, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end,
                     const int32_t* n_groups, T* out) {
   check_groups(B, Tn, group_first, key_end, n_groups);
   const long rows = long(B) * Tn;
@@ -84,8 +77,7 @@ void atm_merge_rows(const T* x, int B, int Tn, int w,
 }
 
 template <class T>
-void atm_merge_rows_bwd(const T* dout, int B, int Tn, int w,
-                        const int32_t* group_first, const int32_t* key_end,
+void atm_merge_rows_bwd(const T* dout, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end,
                         const int32_t* n_groups, T* dx) {
   check_groups(B, Tn, group_first, key_end, n_groups);
   const long rows = long(B) * Tn;
@@ -113,13 +105,10 @@ void atm_plan(const double* rho, int B, int Tn, double tau, uint8_t* open, int32
   }
 }
 
-#define WIOLA_INST(T)                                                       \
-  template void atm_similarity<T>(const T*, int, int, int, double*);        \
-  template void atm_merge_rows<T>(const T*, int, int, int, const int32_t*,  \
-                                  const int32_t*, const int32_t*, T*);      \
-  template void atm_merge_rows_bwd<T>(const T*, int, int, int,              \
-                                      const int32_t*, const int32_t*,       \
-                                      const int32_t*, T*);
+#define WIOLA_INST(T) \
+  template void atm_similarity<T>(const T*, int, int, int, double*); \
+  template void atm_merge_rows<T>(const T*, int, int, int, const int32_t*, const int32_t*, const int32_t*, T*); \
+  template void atm_merge_rows_bwd<T>(const T*, int, int, int, const int32_t*, const int32_t*, const int32_t*, T*);
 WIOLA_INST(float)
 WIOLA_INST(double)
 #undef WIOLA_INST

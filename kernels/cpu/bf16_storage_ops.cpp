@@ -45,8 +45,8 @@ class Bf16StorageOps final : private OwnedCpu, public ForwardingOps<float> {
     blend_fwd(o_self, o_ctx, phi, n, o);
     sigmoid_gate_fwd(pre, o, n, og);
   }
-  void blend_gate_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, CPtr dog, size_t n, Ptr dpre,
-                      Ptr d_self, Ptr d_ctx, double* dphi) override {
+  void blend_gate_bwd(CPtr o_self, CPtr o_ctx, CPtr phi, CPtr pre, CPtr o, CPtr dog, size_t n, Ptr dpre, Ptr d_self,
+                      Ptr d_ctx, double* dphi) override {
     DynBuffer<float> d_o(*this, d_self.dtype(), n);
     sigmoid_gate_bwd(pre, o, dog, n, dpre, d_o.data());
     blend_bwd(o_self, o_ctx, phi, d_o.data(), n, d_self, d_ctx, dphi);
@@ -69,9 +69,9 @@ class Bf16StorageOps final : private OwnedCpu, public ForwardingOps<float> {
 
  private:
   struct Shadow {
-    uint16_t* bits;                     // the bf16 buffer from the argument's pointer on
-    size_t n;                           // elements up to the end of its allocation
-    std::unique_ptr<float[]> f;         // their widened values: what the op reads and writes
+    uint16_t* bits;                      // the bf16 buffer from the argument's pointer on
+    size_t n;                            // elements up to the end of its allocation
+    std::unique_ptr<float[]> f;          // their widened values: what the op reads and writes
     std::unique_ptr<uint16_t[]> before;  // their bits when the op began (outputs only)
   };
 
@@ -122,7 +122,7 @@ class Bf16StorageOps final : private OwnedCpu, public ForwardingOps<float> {
   static constexpr size_t kParallel = size_t(1) << 16;  // elements worth the threads
 
   std::map<uintptr_t, size_t> allocs_;  // start -> bytes
-  std::vector<Shadow> shadows_;          // of the op in progress
+  std::vector<Shadow> shadows_;         // of the op in progress
 };
 
 }  // namespace

@@ -98,7 +98,7 @@ struct CheckShape {
 };
 // Direct and small-matrix paths (m n k up to 64^3), odd edges, and a k
 // beyond one block of the packed path (OpenBLAS's GEMM_Q is 192-640).
-constexpr CheckShape kCheckShapes[] = {{1, 1, 0}, {1, 1, 1}, {2, 3, 4}, {7, 5, 3}, {16, 16, 16},
+constexpr CheckShape kCheckShapes[] = {{1, 1, 0},    {1, 1, 1},    {2, 3, 4},      {7, 5, 3},    {16, 16, 16},
                                        {33, 17, 45}, {64, 64, 64}, {100, 37, 129}, {40, 24, 700}};
 
 template <class T>
@@ -118,8 +118,7 @@ std::string check_gemm(GemmFn<T> gemm, const char* name) {
         const T alpha = scaled ? T(-0.75) : T(1), beta = scaled ? T(0.5) : T(0);
         const int ar = ta ? s.k : s.m, ac = ta ? s.m : s.k, br = tb ? s.n : s.k, bc = tb ? s.k : s.n;
         const int lda = ac + 3, ldb = bc + 1, ldc = s.n + 2;  // padded: leading dimensions are honoured
-        std::vector<T> A(size_t(std::max(ar, 1)) * lda), B(size_t(std::max(br, 1)) * ldb),
-            C(size_t(s.m) * ldc);
+        std::vector<T> A(size_t(std::max(ar, 1)) * lda), B(size_t(std::max(br, 1)) * ldb), C(size_t(s.m) * ldc);
         for (T& x : A) x = next();
         for (T& x : B) x = next();
         for (T& x : C) x = scaled ? next() : T(0.2667);
@@ -144,10 +143,9 @@ std::string check_gemm(GemmFn<T> gemm, const char* name) {
             const double err = std::fabs(double(C[at]) - ref), bound = 2.0 * (s.k + 2) * u * mag + 1e-30;
             if (!(err <= bound)) {
               std::ostringstream os;
-              os << name << " " << (ta ? 'T' : 'N') << (tb ? 'T' : 'N') << " m=" << s.m << " n=" << s.n
-                 << " k=" << s.k << " alpha=" << double(alpha) << " beta=" << double(beta) << ": C[" << i << ","
-                 << j << "] = " << double(C[at]) << ", expected " << ref << " (error " << err << ", bound "
-                 << bound << ")";
+              os << name << " " << (ta ? 'T' : 'N') << (tb ? 'T' : 'N') << " m=" << s.m << " n=" << s.n << " k=" << s.k
+                 << " alpha=" << double(alpha) << " beta=" << double(beta) << ": C[" << i << "," << j
+                 << "] = " << double(C[at]) << ", expected " << ref << " (error " << err << ", bound " << bound << ")";
               return os.str();
             }
           }
@@ -237,9 +235,8 @@ void warn_fallback(const BlasState& s) {
   std::fprintf(stderr,
                "wiola: warning: %s %s runs its %s kernels (%s) on a CPU that runs %s (%s kernels): %s. Matrix "
                "products run slower than they could.\n",
-               s.library.c_str(), s.version.c_str(), s.kernels.c_str(),
-               isa_level_name(*openblas_core_level(s.kernels)), isa_level_name(s.cpu), s.cpu_kernels.c_str(),
-               s.note.c_str());
+               s.library.c_str(), s.version.c_str(), s.kernels.c_str(), isa_level_name(*openblas_core_level(s.kernels)),
+               isa_level_name(s.cpu), s.cpu_kernels.c_str(), s.note.c_str());
 }
 
 // The process's selection, made on first use: the CPU backend may be made
@@ -293,16 +290,19 @@ std::optional<IsaLevel> openblas_core_level(std::string_view core) {
   };
   // OpenBLAS's x86-64 cores (driver/others/dynamic.c's names) by the widest
   // instructions their kernels use.
-  static const Core kCores[] = {
-      {"Katmai", IsaLevel::Sse},        {"Coppermine", IsaLevel::Sse},   {"Northwood", IsaLevel::Sse},
-      {"Prescott", IsaLevel::Sse},      {"Banias", IsaLevel::Sse},       {"Atom", IsaLevel::Sse},
-      {"Core2", IsaLevel::Sse},         {"Penryn", IsaLevel::Sse},       {"Dunnington", IsaLevel::Sse},
-      {"Nehalem", IsaLevel::Sse},       {"Athlon", IsaLevel::Sse},       {"Opteron", IsaLevel::Sse},
-      {"Opteron_SSE3", IsaLevel::Sse},  {"Barcelona", IsaLevel::Sse},    {"Nano", IsaLevel::Sse},
-      {"Bobcat", IsaLevel::Sse},        {"Sandybridge", IsaLevel::Avx},  {"Bulldozer", IsaLevel::Avx},
-      {"Piledriver", IsaLevel::Avx},    {"Steamroller", IsaLevel::Avx},  {"Excavator", IsaLevel::Avx2},
-      {"Haswell", IsaLevel::Avx2},      {"Zen", IsaLevel::Avx2},         {"SkylakeX", IsaLevel::Avx512},
-      {"Cooperlake", IsaLevel::Avx512}, {"SapphireRapids", IsaLevel::Avx512}};
+  static const Core kCores[] = {{"Katmai", IsaLevel::Sse},        {"Coppermine", IsaLevel::Sse},
+                                {"Northwood", IsaLevel::Sse},     {"Prescott", IsaLevel::Sse},
+                                {"Banias", IsaLevel::Sse},        {"Atom", IsaLevel::Sse},
+                                {"Core2", IsaLevel::Sse},         {"Penryn", IsaLevel::Sse},
+                                {"Dunnington", IsaLevel::Sse},    {"Nehalem", IsaLevel::Sse},
+                                {"Athlon", IsaLevel::Sse},        {"Opteron", IsaLevel::Sse},
+                                {"Opteron_SSE3", IsaLevel::Sse},  {"Barcelona", IsaLevel::Sse},
+                                {"Nano", IsaLevel::Sse},          {"Bobcat", IsaLevel::Sse},
+                                {"Sandybridge", IsaLevel::Avx},   {"Bulldozer", IsaLevel::Avx},
+                                {"Piledriver", IsaLevel::Avx},    {"Steamroller", IsaLevel::Avx},
+                                {"Excavator", IsaLevel::Avx2},    {"Haswell", IsaLevel::Avx2},
+                                {"Zen", IsaLevel::Avx2},          {"SkylakeX", IsaLevel::Avx512},
+                                {"Cooperlake", IsaLevel::Avx512}, {"SapphireRapids", IsaLevel::Avx512}};
   for (const Core& c : kCores)
     if (same_core(core, c.name)) return c.level;
   return std::nullopt;
@@ -320,35 +320,37 @@ std::string openblas_known_bad(std::string_view version, std::string_view core) 
   const auto level = openblas_core_level(core);
   if (!level || *level != IsaLevel::Avx512) return "";
   int major = 0, minor = 0, patch = 0;
-  if (std::sscanf(std::string(version).c_str(), "%d.%d.%d", &major, &minor, &patch) != 3 || major != 0 ||
-      minor != 3)
+  if (std::sscanf(std::string(version).c_str(), "%d.%d.%d", &major, &minor, &patch) != 3 || major != 0 || minor != 3)
     return "";
   struct Bad {
     int first, last;  // 0.3.first .. 0.3.last
     const char* why;
   };
   static const Bad kBad[] = {
-      {4, 6, "OpenBLAS 0.3.4-0.3.6's AVX-512 DGEMM kernels compute wrong results for some inputs (OpenBLAS issues "
-             "1955, 2029, 2168; disabled in 0.3.7)"},
-      {11, 11, "OpenBLAS 0.3.11's AVX-512 small-matrix SGEMM (sgemm_direct) is compiled empty and leaves wrong "
-               "results (OpenBLAS issue 2914; fixed in 0.3.12)"},
-      {14, 14, "OpenBLAS 0.3.14's AVX-512 small-matrix SGEMM (sgemm_direct) is compiled empty and leaves wrong "
-               "results (OpenBLAS issue 3152; fixed in 0.3.15)"},
+      {4, 6,
+       "OpenBLAS 0.3.4-0.3.6's AVX-512 DGEMM kernels compute wrong results for some inputs (OpenBLAS issues "
+       "1955, 2029, 2168; disabled in 0.3.7)"},
+      {11, 11,
+       "OpenBLAS 0.3.11's AVX-512 small-matrix SGEMM (sgemm_direct) is compiled empty and leaves wrong "
+       "results (OpenBLAS issue 2914; fixed in 0.3.12)"},
+      {14, 14,
+       "OpenBLAS 0.3.14's AVX-512 small-matrix SGEMM (sgemm_direct) is compiled empty and leaves wrong "
+       "results (OpenBLAS issue 3152; fixed in 0.3.15)"},
   };
   for (const Bad& b : kBad)
     if (patch >= b.first && patch <= b.last) return b.why;
   return "";
 }
 
-void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* A, int lda,
-                const float* B, int ldb, float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
-              alpha, A, lda, B, ldb, beta, C, ldc);
+void blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* A, int lda, const float* B,
+                int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+              A, lda, B, ldb, beta, C, ldc);
 }
 void blas_dgemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* A, int lda,
                 const double* B, int ldb, double beta, double* C, int ldc) {
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
-              alpha, A, lda, B, ldb, beta, C, ldc);
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+              A, lda, B, ldb, beta, C, ldc);
 }
 
 std::string gemm_self_check(GemmFn<float> sgemm, GemmFn<double> dgemm) {

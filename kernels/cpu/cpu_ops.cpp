@@ -25,22 +25,16 @@
 namespace wiola {
 namespace {
 
-CBLAS_TRANSPOSE cblas_trans(Trans t) {
-  return t == Trans::N ? CblasNoTrans : CblasTrans;
+CBLAS_TRANSPOSE cblas_trans(Trans t) { return t == Trans::N ? CblasNoTrans : CblasTrans; }
+
+void blas_gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* A, int lda, const float* B, int ldb,
+               float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void blas_gemm(Trans ta, Trans tb, int m, int n, int k, float alpha,
-               const float* A, int lda, const float* B, int ldb, float beta,
-               float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), m, n, k, alpha,
-              A, lda, B, ldb, beta, C, ldc);
-}
-
-void blas_gemm(Trans ta, Trans tb, int m, int n, int k, double alpha,
-               const double* A, int lda, const double* B, int ldb, double beta,
-               double* C, int ldc) {
-  cblas_dgemm(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), m, n, k, alpha,
-              A, lda, B, ldb, beta, C, ldc);
+void blas_gemm(Trans ta, Trans tb, int m, int n, int k, double alpha, const double* A, int lda, const double* B,
+               int ldb, double beta, double* C, int ldc) {
+  cblas_dgemm(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // C = op(A) op(B) split into one block of rows (or columns) per OpenMP
@@ -49,8 +43,8 @@ void blas_gemm(Trans ta, Trans tb, int m, int n, int k, double alpha,
 // cores (measured: 15 % of a step in sched_yield). The split only depends on
 // the thread count, so results are deterministic for a fixed count.
 template <class T>
-void parallel_gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A,
-                   int lda, const T* B, int ldb, T beta, T* C, int ldc) {
+void parallel_gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
+                   T* C, int ldc) {
   const int nt = omp_get_max_threads();
   const double work = double(m) * n * std::max(k, 1);
   if (nt <= 1 || work < 64.0 * 64 * 64 || omp_in_parallel()) {
@@ -79,9 +73,13 @@ void parallel_gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A,
 
 // The typed pointers of an op, checked against the backend's compute type.
 template <class T>
-const T* in(CPtr p) { return p.as<T>(); }
+const T* in(CPtr p) {
+  return p.as<T>();
+}
 template <class T>
-T* out(Ptr p) { return p.as<T>(); }
+T* out(Ptr p) {
+  return p.as<T>();
+}
 
 // An op's argument as its CPU kernel takes it: a typed buffer as a host
 // pointer of T (checked against T), every other argument as it is.
@@ -97,7 +95,6 @@ void on_host(Kernel kernel, const A&... a) {
 }
 
 }  // namespace
-
 
 #define OPEN const cpu::OpenGuard open_guard_(opaque())
 #define I(p) in<T>(p)
@@ -176,29 +173,25 @@ template <class T>
 void CpuOps<T>::copy_block(Ptr dst, int ld_dst, CPtr src, int ld_src, int rows, int cols) {
   OPEN;
   if (rows <= 0 || cols <= 0) return;
-  WIOLA_CHECK(ld_dst >= cols && ld_src >= cols, "copy_block: ", cols, " columns in rows of ", ld_dst, " and ",
-              ld_src);
+  WIOLA_CHECK(ld_dst >= cols && ld_src >= cols, "copy_block: ", cols, " columns in rows of ", ld_dst, " and ", ld_src);
   const T* s = I(src);
   T* d = O(dst);
 #pragma omp parallel for schedule(static)
-  for (int r = 0; r < rows; ++r)
-    std::memcpy(d + size_t(r) * ld_dst, s + size_t(r) * ld_src, size_t(cols) * sizeof(T));
+  for (int r = 0; r < rows; ++r) std::memcpy(d + size_t(r) * ld_dst, s + size_t(r) * ld_src, size_t(cols) * sizeof(T));
 }
 
 // ---- BLAS ------------------------------------------------------------------
 template <class T>
-void CpuOps<T>::gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, CPtr A,
-                     int lda, CPtr B, int ldb, T beta, Ptr C, int ldc) {
+void CpuOps<T>::gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, CPtr A, int lda, CPtr B, int ldb, T beta, Ptr C,
+                     int ldc) {
   OPEN;
   if (m <= 0 || n <= 0) return;
   if (gemm_log_) gemm_log_->push_back({ta, tb, m, n, k});
   parallel_gemm(ta, tb, m, n, k, alpha, I(A), lda, I(B), ldb, beta, O(C), ldc);
 }
 template <class T>
-void CpuOps<T>::gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k,
-                                     T alpha, CPtr A, int lda, long sA,
-                                     CPtr B, int ldb, long sB, T beta, Ptr C,
-                                     int ldc, long sC, int batch) {
+void CpuOps<T>::gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k, T alpha, CPtr A, int lda, long sA, CPtr B,
+                                     int ldb, long sB, T beta, Ptr C, int ldc, long sC, int batch) {
   OPEN;
   if (m <= 0 || n <= 0) return;
   const T* a = I(A);
@@ -214,10 +207,10 @@ void CpuOps<T>::gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k,
 // Its CPU kernel of the same name and arguments (kernels/cpu/kernels.h), each
 // typed buffer as a host pointer of T.
 #define WIOLA_BACKEND_OP(name, cls, params, args)
-#define WIOLA_OP(name, cls, params, args)                                       \
-  template <class T>                                                            \
-  void CpuOps<T>::name params {                                                 \
-    OPEN;                                                                       \
+#define WIOLA_OP(name, cls, params, args) \
+  template <class T> \
+  void CpuOps<T>::name params { \
+    OPEN; \
     on_host<T>([](auto... host_args) { cpu::name(host_args...); }, WIOLA_OP_ARGS args); \
   }
 #include "kernels/op_list.h"

@@ -49,7 +49,7 @@ double DotWide(const float* a, const float* b, int n) {
   VD lo = hn::Zero(DD()), hi = hn::Zero(DD());
   ForEach(d, size_t(n), [&](size_t i, auto t) HWY_ATTR {
     const VF va = In(d, a + i, t), vb = In(d, b + i, t);  // padding: 0 * 0
-    lo = hn::MulAdd(PromoteLo(va), PromoteLo(vb), lo);      // exact products
+    lo = hn::MulAdd(PromoteLo(va), PromoteLo(vb), lo);    // exact products
     hi = hn::MulAdd(PromoteHi(va), PromoteHi(vb), hi);
   });
   return SumLanes(hn::Add(lo, hi));
@@ -125,9 +125,7 @@ void simd_softmax_bwd_row_padded(float* p, float* ds, int n, float L, float D) {
   (*WIOLA_DISPATCH(SoftmaxBwdRowPadded))(p, ds, n, L, D);
 }
 
-double simd_dot_wide(const float* a, const float* b, int n) {
-  return (*WIOLA_DISPATCH(DotWide))(a, b, n);
-}
+double simd_dot_wide(const float* a, const float* b, int n) { return (*WIOLA_DISPATCH(DotWide))(a, b, n); }
 
 namespace {
 
@@ -184,14 +182,12 @@ int64_t resolve(const std::string& what, const std::string& name) {
   int64_t bit = 0;
   for (const Named& n : kNames)
     if (low == n.name) bit = n.bit;
-  if (bit == 0)
-    fail(what, ": unknown SIMD target; usable on this CPU: ", usable);
+  if (bit == 0) fail(what, ": unknown SIMD target; usable on this CPU: ", usable);
   if (!(bit & HWY_TARGETS))
-    fail(what, ": target ", name_of(bit), " is not compiled into this build (compiled: ",
-         join(names_of(HWY_TARGETS)), "); usable on this CPU: ", usable);
+    fail(what, ": target ", name_of(bit), " is not compiled into this build (compiled: ", join(names_of(HWY_TARGETS)),
+         "); usable on this CPU: ", usable);
   if (!(bit & runnable()))
-    fail(what, ": this CPU (", cpu_model_name(), ") cannot run ", name_of(bit),
-         "; usable on this CPU: ", usable);
+    fail(what, ": this CPU (", cpu_model_name(), ") cannot run ", name_of(bit), "; usable on this CPU: ", usable);
   return bit;
 }
 

@@ -38,8 +38,7 @@ template <class T>
 }  // namespace
 
 template <class T>
-void srpe_apply(T* x, int B, int Tn, int nh, int dh, const T* table,
-                bool inverse) {
+void srpe_apply(T* x, int B, int Tn, int nh, int dh, const T* table, bool inverse) {
   WIOLA_CHECK(dh % 2 == 0, "srpe_apply: head dim ", dh, " is odd");
   const long rows = long(B) * Tn;
   const size_t w = size_t(nh) * size_t(dh);
@@ -51,8 +50,7 @@ void srpe_apply(T* x, int B, int Tn, int nh, int dh, const T* table,
 }
 
 template <class T>
-void srpe_split_fwd(const T* proj, int B, int Tn, int H, int Hkv, int dh, const T* table, T* q, T* k, T* v,
-                    T* gate) {
+void srpe_split_fwd(const T* proj, int B, int Tn, int H, int Hkv, int dh, const T* table, T* q, T* k, T* v, T* gate) {
   WIOLA_CHECK(dh % 2 == 0, "srpe_split_fwd: head dim ", dh, " is odd");
   const long rows = long(B) * Tn;
   const size_t hd = size_t(H) * size_t(dh), kvd = size_t(Hkv) * size_t(dh), width = 2 * hd + 2 * kvd;
@@ -84,11 +82,10 @@ void srpe_split_bwd(const T* dq, const T* dk, const T* dv, const T* dgate, int B
   }
 }
 
-#define WIOLA_INSTANTIATE_SRPE(T)                                                                            \
-  template void srpe_apply<T>(T*, int, int, int, int, const T*, bool);                                      \
-  template void srpe_split_fwd<T>(const T*, int, int, int, int, int, const T*, T*, T*, T*, T*);             \
-  template void srpe_split_bwd<T>(const T*, const T*, const T*, const T*, int, int, int, int, int, const T*, \
-                                  T*);
+#define WIOLA_INSTANTIATE_SRPE(T) \
+  template void srpe_apply<T>(T*, int, int, int, int, const T*, bool); \
+  template void srpe_split_fwd<T>(const T*, int, int, int, int, int, const T*, T*, T*, T*, T*); \
+  template void srpe_split_bwd<T>(const T*, const T*, const T*, const T*, int, int, int, int, int, const T*, T*);
 WIOLA_INSTANTIATE_SRPE(float)
 WIOLA_INSTANTIATE_SRPE(double)
 

@@ -41,7 +41,7 @@ __global__ void k_atm_plan(const double* rho, int B, int Tn, double tau, uint8_t
 }
 template <class E>
 __global__ void k_atm_merge_rows(const E* x, int B, int Tn, int w, const int32_t* gf, const int32_t* ke,
-                            const int32_t* ng, E* out) {
+                                 const int32_t* ng, E* out) {
   const size_t n = size_t(B) * Tn * w;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const size_t r = i / w;
@@ -58,7 +58,7 @@ __global__ void k_atm_merge_rows(const E* x, int B, int Tn, int w, const int32_t
 }
 template <class E>
 __global__ void k_atm_merge_rows_bwd(const E* dout, int B, int Tn, int w, const int32_t* gf, const int32_t* ke,
-                                const int32_t* ng, E* dx) {
+                                     const int32_t* ng, E* dx) {
   const size_t n = size_t(B) * Tn * w;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const size_t r = i / w;
@@ -93,16 +93,16 @@ void atm_merge_rows(Ctx c, CPtr x, int B, int Tn, int w, const int32_t* group_fi
   dispatch(x.dtype(), "atm_merge_rows", [&](auto e) {
     using E = decltype(e);
     k_atm_merge_rows<E><<<grid_for(size_t(B) * Tn * w), kThreads, 0, c.s>>>(dev<E>(x), B, Tn, w, group_first, key_end,
-                                                                      n_groups, dev<E>(out));
+                                                                            n_groups, dev<E>(out));
   });
   after_launch("atm_merge_rows");
 }
-void atm_merge_rows_bwd(Ctx c, CPtr dout, int B, int Tn, int w, const int32_t* group_first,
-                        const int32_t* key_end, const int32_t* n_groups, Ptr dx) {
+void atm_merge_rows_bwd(Ctx c, CPtr dout, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end,
+                        const int32_t* n_groups, Ptr dx) {
   dispatch(dx.dtype(), "atm_merge_rows_bwd", [&](auto e) {
     using E = decltype(e);
     k_atm_merge_rows_bwd<E><<<grid_for(size_t(B) * Tn * w), kThreads, 0, c.s>>>(dev<E>(dout), B, Tn, w, group_first,
-                                                                          key_end, n_groups, dev<E>(dx));
+                                                                                key_end, n_groups, dev<E>(dx));
   });
   after_launch("atm_merge_rows_bwd");
 }

@@ -56,7 +56,7 @@ __device__ __forceinline__ void load_row(float (&a)[kMaxPerLane], const E* row, 
 // Forward: one warp per (b, h, query i).
 template <class A>
 __global__ void k_attention_fwd(AttnShape s, KeysDev keys, const A* q, const A* k, const A* v, const A* raw_k,
-                           const A* raw_v, A* o, float* lse) {
+                                const A* raw_v, A* o, float* lse) {
   const int warp = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (warp >= s.B * s.H * s.Tq) return;
   const int i = warp % s.Tq, h = (warp / s.Tq) % s.H, b = warp / (s.Tq * s.H);
@@ -116,8 +116,8 @@ __global__ void k_attention_bwd_rowdot(AttnShape s, const A* o, const A* dout, f
 // group g), looping over the group's heads.
 template <class A>
 __global__ void k_attention_bwd_dq(AttnShape s, KeysDev keys, const A* q, const A* k, const A* v, const A* raw_k,
-                          const A* raw_v, const float* lse, const float* D, const A* dout, A* dq, A* draw_k,
-                          A* draw_v) {
+                                   const A* raw_v, const float* lse, const float* D, const A* dout, A* dq, A* draw_k,
+                                   A* draw_v) {
   const int warp = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (warp >= s.B * s.Tq * s.Hkv) return;
   const int g = warp % s.Hkv, i = (warp / s.Hkv) % s.Tq, b = warp / (s.Hkv * s.Tq);
@@ -142,7 +142,6 @@ __global__ void k_attention_bwd_dq(AttnShape s, KeysDev keys, const A* q, const 
       float p, ds;
     };
     auto grad = [&](const A* krow, const A* vrow) {  // adds ds k to dq
-
       const float pj = __expf(dot_row(qr, krow, dh, lane) - L);
       const float ds = pj * (dot_row(dor, vrow, dh, lane) - Dv);
 #pragma unroll
@@ -186,7 +185,7 @@ __global__ void k_attention_bwd_dq(AttnShape s, KeysDev keys, const A* q, const 
 // the row (positions >= its key_end) and the group's heads.
 template <class A>
 __global__ void k_attention_bwd_dkv(AttnShape s, KeysDev keys, const A* q, const A* k, const A* v, const float* lse,
-                           const float* D, const A* dout, A* dk, A* dv) {
+                                    const float* D, const A* dout, A* dk, A* dv) {
   const int warp = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (warp >= s.B * s.Tk * s.Hkv) return;
   const int g = warp % s.Hkv, j = (warp / s.Hkv) % s.Tk, b = warp / (s.Hkv * s.Tk);
@@ -248,8 +247,8 @@ void check_shape(const AttnShape& s, const char* op) {
 
 }  // namespace
 
-void attention_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
-                   CPtr raw_v, Ptr o, Ptr lse) {
+void attention_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                   Ptr o, Ptr lse) {
   check_shape(s, "attention_fwd");
   WIOLA_CHECK(!keys.self_open || (raw_k && raw_v), "attention: self_open given without raw keys/values");
   if (attention_fwd_tc(c, s, keys, q, k, v, raw_k, raw_v, o, lse)) {
@@ -265,8 +264,8 @@ void attention_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr
   after_launch("attention_fwd");
 }
 
-void attention_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
-                   CPtr raw_v, CPtr o, CPtr lse, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
+void attention_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                   CPtr o, CPtr lse, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
   check_shape(s, "attention_bwd");
   WIOLA_CHECK(!keys.self_open || (draw_k && draw_v), "attention_bwd: self_open given without draw_k/draw_v");
   const KeysDev kd{keys.key_end, keys.n_keys, keys.self_open};
@@ -274,8 +273,8 @@ void attention_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr
   const int threads = 32 * kWarpsPerBlock;
   dispatch(q.dtype(), "attention_bwd", [&](auto e) {
     using A = decltype(e);
-    k_attention_bwd_rowdot<A><<<blocks_of_warps(size_t(s.B) * s.H * s.Tq), threads, 0, c.s>>>(s, dev<A>(o), dev<A>(dout),
-                                                                                    D.as<float>());
+    k_attention_bwd_rowdot<A>
+        <<<blocks_of_warps(size_t(s.B) * s.H * s.Tq), threads, 0, c.s>>>(s, dev<A>(o), dev<A>(dout), D.as<float>());
   });
   if (attention_bwd_tc(c, s, keys, q, k, v, raw_k, raw_v, lse, D.as<float>(), dout, dq, dk, dv, draw_k, draw_v)) {
     after_launch("attention_bwd (tensor cores)");
@@ -287,8 +286,7 @@ void attention_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr
         s, kd, dev<A>(q), dev<A>(k), dev<A>(v), dev<A>(raw_k), dev<A>(raw_v), dev<float>(lse), D.as<float>(),
         dev<A>(dout), dev<A>(dq), dev<A>(draw_k), dev<A>(draw_v));
     k_attention_bwd_dkv<A><<<blocks_of_warps(size_t(s.B) * s.Tk * s.Hkv), threads, 0, c.s>>>(
-        s, kd, dev<A>(q), dev<A>(k), dev<A>(v), dev<float>(lse), D.as<float>(), dev<A>(dout), dev<A>(dk),
-        dev<A>(dv));
+        s, kd, dev<A>(q), dev<A>(k), dev<A>(v), dev<float>(lse), D.as<float>(), dev<A>(dout), dev<A>(dk), dev<A>(dv));
   });
   after_launch("attention_bwd");
 }

@@ -36,10 +36,9 @@ bool attention_smem_fits(size_t bytes);
 // dS q and P dO for the row's own raw key; zero where the row does not open
 // a merged pair. D / 32 columns a lane.
 template <int D>
-__device__ inline void raw_key_grad_row(const AttnShape& s, const uint8_t* self_open, int b, int i, int g,
-                                        int lane, const bf16_t* q, const bf16_t* raw_k, const bf16_t* raw_v,
-                                        const float* lse, const float* Dterm, const bf16_t* dout,
-                                        bf16_t* draw_k, bf16_t* draw_v) {
+__device__ inline void raw_key_grad_row(const AttnShape& s, const uint8_t* self_open, int b, int i, int g, int lane,
+                                        const bf16_t* q, const bf16_t* raw_k, const bf16_t* raw_v, const float* lse,
+                                        const float* Dterm, const bf16_t* dout, bf16_t* draw_k, bf16_t* draw_v) {
   static_assert(D % 32 == 0, "a lane takes D / 32 columns");
   const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D;
   const size_t row = (size_t(b) * s.Tq + i) * kv_ld + size_t(g) * D;

@@ -143,9 +143,9 @@ struct FaDkvIter {
 // Copies of item `it`'s Q and dO tiles into buffer Qs, dOs (cp.async) and its
 // rows' lse (base 2) and D into ls, Ds (plain stores).
 template <int D, int NT = kFaThreads>
-__device__ __forceinline__ void fa_dkv_issue(const AttnShape& s, int b, const FaDkvIter& iter, int it,
-                                             const bf16_t* q, const bf16_t* dout, const float* lse,
-                                             const float* Dterm, bf16_t* Qs, bf16_t* dOs, float* ls, float* Ds) {
+__device__ __forceinline__ void fa_dkv_issue(const AttnShape& s, int b, const FaDkvIter& iter, int it, const bf16_t* q,
+                                             const bf16_t* dout, const float* lse, const float* Dterm, bf16_t* Qs,
+                                             bf16_t* dOs, float* ls, float* Ds) {
   const int h = iter.head(it), i0 = iter.row0(it);
   const size_t q_ld = size_t(s.H) * D, off = size_t(b) * s.Tq * q_ld + size_t(h) * D;
   fa_copy_tile<D, kFaRows, NT>(Qs, q + off, q_ld, i0, s.Tq);
@@ -159,25 +159,25 @@ __device__ __forceinline__ void fa_dkv_issue(const AttnShape& s, int b, const Fa
 }
 
 // KM key rows a block (a warp per 16); query tiles of 64 rows.
-// Longer than 100 lines on purpose: one tile loop whose fragments (S, P, O or
+// long-function: one tile loop whose fragments (S, P, O or
 // dK/dV, m, l) live in registers from the first tile to the last; cut into
 // functions, they would pass through arrays the compiler may put in local
 // memory, and the PTX (registers, spills: ptxas_budget.json) and bits are
 // pinned to this form (docs/gpu.md). Its steps are marked by comments.
 template <int D, int KM>
 __global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
-    k_attention_bwd_dkv_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v, const float* lse,
-                   const float* Dterm, const bf16_t* dout, bf16_t* dk, bf16_t* dv) {
+    k_attention_bwd_dkv_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+                            const float* lse, const float* Dterm, const bf16_t* dout, bf16_t* dk, bf16_t* dv) {
   // KD: 16-wide k steps over d_h; ND: 8-wide column tiles of dK, dV; NQ: of
   // S^T (queries); KQ: 16-wide k steps over queries.
   constexpr int LD = fa_ld(D), KD = D / 16, ND = D / 8, NQ = kFaRows / 8, KQ = kFaRows / 16, NT = 2 * KM;
   static_assert(KM == 64 || KM == 128, "the key rows of attention_bwd_tile");
   constexpr bool kHold = fa_bwd_hold(D);
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16_t* Ks = reinterpret_cast<bf16_t*>(smem);  // [KM][LD]
-  bf16_t* Vs = Ks + KM * LD;                      // [KM][LD]
-  bf16_t* Qs = Vs + KM * LD;                      // [2][64][LD]
-  bf16_t* dOs = Qs + 2 * kFaRows * LD;            // [2][64][LD]
+  bf16_t* Ks = reinterpret_cast<bf16_t*>(smem);                     // [KM][LD]
+  bf16_t* Vs = Ks + KM * LD;                                        // [KM][LD]
+  bf16_t* Qs = Vs + KM * LD;                                        // [2][64][LD]
+  bf16_t* dOs = Qs + 2 * kFaRows * LD;                              // [2][64][LD]
   float* lse_s = reinterpret_cast<float*>(dOs + 2 * kFaRows * LD);  // [2][64]
   float* D_s = lse_s + 2 * kFaRows;                                 // [2][64]
   int* kend = reinterpret_cast<int*>(D_s + 2 * kFaRows);            // [KM]
@@ -222,8 +222,8 @@ __global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
     const int cur = it & 1;
     if (it + 1 < n_it) {  // the next item's copies fly while this one is computed
       const int nxt = cur ^ 1;
-      fa_dkv_issue<D, NT>(s, b, iter, it + 1, q, dout, lse, Dterm, Qs + nxt * kFaRows * LD,
-                          dOs + nxt * kFaRows * LD, lse_s + nxt * kFaRows, D_s + nxt * kFaRows);
+      fa_dkv_issue<D, NT>(s, b, iter, it + 1, q, dout, lse, Dterm, Qs + nxt * kFaRows * LD, dOs + nxt * kFaRows * LD,
+                          lse_s + nxt * kFaRows, D_s + nxt * kFaRows);
       ptx::cp_async_commit();
       ptx::cp_async_wait<1>();
     } else {
@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
         pf[kk][2 * half] = ptx::pack_bf16(p[0], p[1]);
         pf[kk][2 * half + 1] = ptx::pack_bf16(p[2], p[3]);
       }
-    // dV += P^T dO.
+      // dV += P^T dO.
 #pragma unroll
     for (int kk = 0; kk < KQ; ++kk)
 #pragma unroll
@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
         ptx::mma_bf16_16816(acc_dv[n], pf[kk], b0, acc_dv[n]);
         ptx::mma_bf16_16816(acc_dv[n + 1], pf[kk], b1, acc_dv[n + 1]);
       }
-    // dP^T = V dO^T (into acc_s).
+      // dP^T = V dO^T (into acc_s).
 #pragma unroll
     for (int n = 0; n < NQ; ++n) acc_s[n][0] = acc_s[n][1] = acc_s[n][2] = acc_s[n][3] = 0.f;
 #pragma unroll
@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
         pf[kk][2 * half] = ptx::pack_bf16(bf16_lo(r0) * (acc_s[n][0] - d0), bf16_hi(r0) * (acc_s[n][1] - d1));
         pf[kk][2 * half + 1] = ptx::pack_bf16(bf16_lo(r1) * (acc_s[n][2] - d0), bf16_hi(r1) * (acc_s[n][3] - d1));
       }
-    // dK += dS^T Q (the scale at the end).
+      // dK += dS^T Q (the scale at the end).
 #pragma unroll
     for (int kk = 0; kk < KQ; ++kk)
 #pragma unroll
@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
 }
 
 // QM query rows a block (a warp per 16); key tiles of 64 rows.
-// Longer than 100 lines on purpose: one tile loop whose fragments (S, P, O or
+// long-function: one tile loop whose fragments (S, P, O or
 // dK/dV, m, l) live in registers from the first tile to the last; cut into
 // functions, they would pass through arrays the compiler may put in local
 // memory, and the PTX (registers, spills: ptxas_budget.json) and bits are
@@ -344,18 +344,18 @@ __global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
 template <int D, int QM>
 __global__ void __launch_bounds__(2 * QM, fa2_bwd_min_blocks(QM))
     k_attention_bwd_dq_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
-                  const bf16_t* raw_k, const bf16_t* raw_v, const float* lse, const float* Dterm,
-                  const bf16_t* dout, bf16_t* dq) {
+                           const bf16_t* raw_k, const bf16_t* raw_v, const float* lse, const float* Dterm,
+                           const bf16_t* dout, bf16_t* dq) {
   // KD: 16-wide k steps over d_h; ND: 8-wide column tiles of dQ; NS: of S;
   // KS: 16-wide k steps over keys.
   constexpr int LD = fa_ld(D), KD = D / 16, ND = D / 8, NS = kFaRows / 8, KS = kFaRows / 16, NT = 2 * QM;
   static_assert(QM == 64 || QM == 128, "the query rows of attention_bwd_tile");
   constexpr bool kHold = fa_bwd_hold(D);
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);          // [QM][LD]
-  bf16_t* dOs = Qs + QM * LD;                             // [QM][LD]
-  bf16_t* Ks = dOs + QM * LD;                             // [2][64][LD]
-  bf16_t* Vs = Ks + 2 * kFaRows * LD;                     // [2][64][LD]
+  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);               // [QM][LD]
+  bf16_t* dOs = Qs + QM * LD;                                 // [QM][LD]
+  bf16_t* Ks = dOs + QM * LD;                                 // [2][64][LD]
+  bf16_t* Vs = Ks + 2 * kFaRows * LD;                         // [2][64][LD]
   int* kend = reinterpret_cast<int*>(Vs + 2 * kFaRows * LD);  // [2][64]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tq = lane & 3;
@@ -457,7 +457,7 @@ __global__ void __launch_bounds__(2 * QM, fa2_bwd_min_blocks(QM))
         pf[kk][2 * half] = ptx::pack_bf16(p[0], p[1]);
         pf[kk][2 * half + 1] = ptx::pack_bf16(p[2], p[3]);
       }
-    // dP = dO V^T (into acc_s).
+      // dP = dO V^T (into acc_s).
 #pragma unroll
     for (int n = 0; n < NS; ++n) acc_s[n][0] = acc_s[n][1] = acc_s[n][2] = acc_s[n][3] = 0.f;
 #pragma unroll
@@ -484,10 +484,9 @@ __global__ void __launch_bounds__(2 * QM, fa2_bwd_min_blocks(QM))
         const int n = 2 * kk + half;
         const uint32_t r0 = pf[kk][2 * half], r1 = pf[kk][2 * half + 1];
         pf[kk][2 * half] = ptx::pack_bf16(bf16_lo(r0) * (acc_s[n][0] - Dr[0]), bf16_hi(r0) * (acc_s[n][1] - Dr[0]));
-        pf[kk][2 * half + 1] =
-            ptx::pack_bf16(bf16_lo(r1) * (acc_s[n][2] - Dr[1]), bf16_hi(r1) * (acc_s[n][3] - Dr[1]));
+        pf[kk][2 * half + 1] = ptx::pack_bf16(bf16_lo(r1) * (acc_s[n][2] - Dr[1]), bf16_hi(r1) * (acc_s[n][3] - Dr[1]));
       }
-    // dQ += dS K (the scale at the end).
+      // dQ += dS K (the scale at the end).
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
 #pragma unroll
@@ -548,7 +547,7 @@ __global__ void __launch_bounds__(2 * QM, fa2_bwd_min_blocks(QM))
 template <int D>
 __global__ void __launch_bounds__(kFaThreads)
     k_attention_bwd_draw_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* raw_k, const bf16_t* raw_v,
-                    const float* lse, const float* Dterm, const bf16_t* dout, bf16_t* draw_k, bf16_t* draw_v) {
+                             const float* lse, const float* Dterm, const bf16_t* dout, bf16_t* draw_k, bf16_t* draw_v) {
   const int lane = threadIdx.x & 31;
   const size_t w = size_t(blockIdx.x) * kFaWarps + (threadIdx.x >> 5);
   if (w >= size_t(s.B) * s.Tq * s.Hkv) return;  // the whole warp
@@ -563,8 +562,9 @@ void launch_fa2_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPt
   const size_t smem_kv = fa2_dkv_smem_bytes(D, KM), smem_q = fa2_dq_smem_bytes(D, QM);
   static const bool attr_set = [&] {
     const char* what = "attention_bwd (fa2): shared memory size";
-    check(cudaFuncSetAttribute(k_attention_bwd_dkv_fa2<D, KM>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)),
-          what);
+    check(
+        cudaFuncSetAttribute(k_attention_bwd_dkv_fa2<D, KM>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)),
+        what);
     check(cudaFuncSetAttribute(k_attention_bwd_dq_fa2<D, QM>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)),
           what);
     return true;
@@ -572,20 +572,20 @@ void launch_fa2_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPt
   (void)attr_set;
   if (s.Tk > 0) {
     const dim3 grid(unsigned((s.Tk + KM - 1) / KM), unsigned(s.Hkv), unsigned(s.B));
-    k_attention_bwd_dkv_fa2<D, KM><<<grid, 2 * KM, smem_kv, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
-                                                          dev<float>(lse), Dterm, dev<bf16_t>(dout), dev<bf16_t>(dk),
-                                                          dev<bf16_t>(dv));
+    k_attention_bwd_dkv_fa2<D, KM><<<grid, 2 * KM, smem_kv, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k),
+                                                                   dev<bf16_t>(v), dev<float>(lse), Dterm,
+                                                                   dev<bf16_t>(dout), dev<bf16_t>(dk), dev<bf16_t>(dv));
   }
   if (s.Tq > 0) {
     const dim3 grid(unsigned((s.Tq + QM - 1) / QM), unsigned(s.H), unsigned(s.B));
-    k_attention_bwd_dq_fa2<D, QM><<<grid, 2 * QM, smem_q, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
-                                                        dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse), Dterm,
-                                                        dev<bf16_t>(dout), dev<bf16_t>(dq));
+    k_attention_bwd_dq_fa2<D, QM>
+        <<<grid, 2 * QM, smem_q, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v), dev<bf16_t>(raw_k),
+                                        dev<bf16_t>(raw_v), dev<float>(lse), Dterm, dev<bf16_t>(dout), dev<bf16_t>(dq));
     if (draw_k) {
       const size_t rows = size_t(s.B) * s.Tq * s.Hkv;
       k_attention_bwd_draw_fa2<D><<<unsigned((rows + kFaWarps - 1) / kFaWarps), kFaThreads, 0, c.s>>>(
-          s, keys, dev<bf16_t>(q), dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse), Dterm,
-          dev<bf16_t>(dout), dev<bf16_t>(draw_k), dev<bf16_t>(draw_v));
+          s, keys, dev<bf16_t>(q), dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse), Dterm, dev<bf16_t>(dout),
+          dev<bf16_t>(draw_k), dev<bf16_t>(draw_v));
     }
   }
 }
@@ -595,22 +595,28 @@ template <int KM, int QM>
 bool fa2_bwd_dh(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                 CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
   switch (s.dh) {
-    case 32: launch_fa2_bwd<32, KM, QM>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
-    case 64: launch_fa2_bwd<64, KM, QM>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
-    case 96: launch_fa2_bwd<96, KM, QM>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
-    case 128: launch_fa2_bwd<128, KM, QM>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
+    case 32:
+      launch_fa2_bwd<32, KM, QM>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+      return true;
+    case 64:
+      launch_fa2_bwd<64, KM, QM>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+      return true;
+    case 96:
+      launch_fa2_bwd<96, KM, QM>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+      return true;
+    case 128:
+      launch_fa2_bwd<128, KM, QM>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+      return true;
     default: return false;
   }
 }
 
 }  // namespace
 
-bool attention_bwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
-                       CPtr raw_v, CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k,
-                       Ptr draw_v) {
-  if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || v.dtype() != DType::BF16 ||
-      dout.dtype() != DType::BF16 || dq.dtype() != DType::BF16 || dk.dtype() != DType::BF16 ||
-      dv.dtype() != DType::BF16)
+bool attention_bwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                       CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
+  if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || v.dtype() != DType::BF16 || dout.dtype() != DType::BF16 ||
+      dq.dtype() != DType::BF16 || dk.dtype() != DType::BF16 || dv.dtype() != DType::BF16)
     return false;
   // The tile shape (c.attn_bwd_tile): key rows a dK/dV block x query rows a dQ block.
   const AttnTile tile = c.attn_bwd_tile;
@@ -633,8 +639,7 @@ bool attention_bwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, 
       return fa2_bwd_dh<128, 64>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
     case AttnTile::T128x128:
       return fa2_bwd_dh<128, 128>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
-    default:
-      return fa2_bwd_dh<64, 64>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+    default: return fa2_bwd_dh<64, 64>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
   }
 }
 

@@ -85,15 +85,18 @@ constexpr bool fa2_fwd_hold_q(int D, int BN) { return D * BN < 128 * 128; }
 
 // BM query rows of each of HP heads a block (a warp per 16 rows of a head;
 // BM x HP is the tile's query rows, 64 or 128), BN key rows a tile.
-// Longer than 100 lines on purpose: one tile loop whose fragments (S, P, O or
+// long-function: one tile loop whose fragments (S, P, O or
 // dK/dV, m, l) live in registers from the first tile to the last; cut into
 // functions, they would pass through arrays the compiler may put in local
 // memory, and the PTX (registers, spills: ptxas_budget.json) and bits are
 // pinned to this form (docs/gpu.md). Its steps are marked by comments.
+// (clang-format 14 reads a product in __launch_bounds__ as a pointer)
+// clang-format off
 template <int D, int BM, int BN, int HP = 1>
 __global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN))
     k_attention_fwd_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
-                   const bf16_t* raw_k, const bf16_t* raw_v, bf16_t* o, float* lse) {
+                        const bf16_t* raw_k, const bf16_t* raw_v, bf16_t* o, float* lse) {
+  // clang-format on
   // KQ: 16-wide k steps of Q K^T; NO: 8-wide column tiles of O; NS: of S;
   // KP: 16-wide k steps of P V.
   constexpr int LD = fa_ld(D), KQ = D / 16, NO = D / 8, NS = BN / 8, KP = BN / 16, NT = 2 * BM * HP;
@@ -102,8 +105,8 @@ __global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN
   static_assert(HP == 1 || HP == 2 || HP == 4, "heads a block: 1, 2 or 4");
   extern __shared__ __align__(128) unsigned char smem[];
   bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);          // [HP][BM][LD]
-  bf16_t* Ks = Qs + HP * BM * LD;                         // [2][BN][LD]
-  bf16_t* Vs = Ks + 2 * BN * LD;                          // [2][BN][LD]
+  bf16_t* Ks = Qs + HP * BM * LD;                        // [2][BN][LD]
+  bf16_t* Vs = Ks + 2 * BN * LD;                         // [2][BN][LD]
   int* kend = reinterpret_cast<int*>(Vs + 2 * BN * LD);  // [2][BN]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tq = lane & 3;
@@ -241,8 +244,8 @@ __global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN
         pf[kk][2 * half + 1] = ptx::pack_bf16(p2, p3);
       }
 
-    // O += P V: matrix i of an x4 .trans of V is key rows (i & 1) * 8..,
-    // columns (i >> 1) * 8..: the B fragments of column tiles n and n + 1.
+      // O += P V: matrix i of an x4 .trans of V is key rows (i & 1) * 8..,
+      // columns (i >> 1) * 8..: the B fragments of column tiles n and n + 1.
 #pragma unroll
     for (int kk = 0; kk < KP; ++kk)
 #pragma unroll
@@ -319,7 +322,8 @@ __global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN
 #pragma unroll
   for (int idx = lane; idx < 16 * NO; idx += 32) {
     const int r = idx / NO, c = (idx % NO) * 8, i = i0 + wr * 16 + r;
-    if (i < s.Tq) *reinterpret_cast<uint4*>(ob + size_t(i) * q_ld + c) = *reinterpret_cast<const uint4*>(Ow + r * LD + c);
+    if (i < s.Tq)
+      *reinterpret_cast<uint4*>(ob + size_t(i) * q_ld + c) = *reinterpret_cast<const uint4*>(Ow + r * LD + c);
   }
   if (tq == 0) {
 #pragma unroll
@@ -330,7 +334,6 @@ __global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN
     }
   }
 }
-
 
 // BM query rows of each of HP heads a block (BM x HP: the tile's query rows).
 template <int D, int BM, int BN, int HP>
@@ -345,16 +348,16 @@ void launch_fa2_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPt
   }();
   (void)attr_set;
   const dim3 grid(unsigned((s.Tq + BM - 1) / BM), unsigned(s.H / HP), unsigned(s.B));
-  k_attention_fwd_fa2<D, BM, BN, HP><<<grid, 2 * BM * HP, smem, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k),
-                                                                 dev<bf16_t>(v), dev<bf16_t>(raw_k),
-                                                                 dev<bf16_t>(raw_v), dev<bf16_t>(o), dev<float>(lse));
+  k_attention_fwd_fa2<D, BM, BN, HP>
+      <<<grid, 2 * BM * HP, smem, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v), dev<bf16_t>(raw_k),
+                                         dev<bf16_t>(raw_v), dev<bf16_t>(o), dev<float>(lse));
 }
 
 // The forward at tile shape BM x BN (BM / HP rows of HP heads a block) for the
 // head dims it takes; false for another.
 template <int BM, int BN, int HP = 1>
-bool fa2_fwd_dh(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
-                Ptr o, Ptr lse) {
+bool fa2_fwd_dh(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v, Ptr o,
+                Ptr lse) {
   constexpr int R = BM / HP;
   switch (s.dh) {
     case 32: launch_fa2_fwd<32, R, BN, HP>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
@@ -367,8 +370,8 @@ bool fa2_fwd_dh(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k,
 
 // The forward at tile shape BM x BN with c.attn_heads heads a block.
 template <int BM, int BN>
-bool fa2_fwd_hp(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
-                Ptr o, Ptr lse) {
+bool fa2_fwd_hp(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v, Ptr o,
+                Ptr lse) {
   switch (c.attn_heads) {
     case 2: return fa2_fwd_dh<BM, BN, 2>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
     case 4: return fa2_fwd_dh<BM, BN, 4>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
@@ -378,8 +381,8 @@ bool fa2_fwd_hp(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k,
 
 }  // namespace
 
-bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
-                       CPtr raw_v, Ptr o, Ptr lse) {
+bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                       Ptr o, Ptr lse) {
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || v.dtype() != DType::BF16 || o.dtype() != DType::BF16)
     return false;
   const int BM = c.attn_tile == AttnTile::T128x64 || c.attn_tile == AttnTile::T128x128 ? 128 : 64;
@@ -394,7 +397,8 @@ bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, 
   // every TP degree: ranks keep whole groups); refused, not ignored.
   WIOLA_CHECK(c.attn_heads == 1 || (s.Hkv > 0 && s.H % s.Hkv == 0 && s.H / s.Hkv % c.attn_heads == 0),
               "train.cuda_attention_heads_per_block (--attention-heads-per-block) must be 1 or divide the query "
-              "heads of a KV group (H / H_kv = ", s.H, " / ", s.Hkv, "; got ", c.attn_heads, ")");
+              "heads of a KV group (H / H_kv = ",
+              s.H, " / ", s.Hkv, "; got ", c.attn_heads, ")");
   if (s.Tq <= 0 || s.B <= 0 || s.H <= 0) return true;  // nothing to do
   // The tile shape (c.attn_tile), the heads a block, then the head dim: every
   // triple instantiated.

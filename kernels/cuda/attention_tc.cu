@@ -49,14 +49,13 @@ constexpr int ld_o(int D) { return D + 8; }  // O (fp32)
 // Shared memory of one block, in bytes (every part a multiple of 32 bytes,
 // as wmma wants its tile pointers).
 constexpr size_t tc_smem_bytes(int D) {
-  return size_t(3 * kTileQ * D) * 2     // Q, K, V tiles (bf16)
-         + size_t(kTileQ * kLdS) * 2    // P (bf16)
-         + size_t(kTileQ * kLdS) * 4    // S (fp32)
-         + size_t(kTileQ * ld_o(D)) * 4 // O (fp32)
-         + size_t(2 * kTileQ) * 4       // m, l
-         + size_t(kTileK) * 4;          // the key tile's visibility ends
+  return size_t(3 * kTileQ * D) * 2      // Q, K, V tiles (bf16)
+         + size_t(kTileQ * kLdS) * 2     // P (bf16)
+         + size_t(kTileQ * kLdS) * 4     // S (fp32)
+         + size_t(kTileQ * ld_o(D)) * 4  // O (fp32)
+         + size_t(2 * kTileQ) * 4        // m, l
+         + size_t(kTileK) * 4;           // the key tile's visibility ends
 }
-
 
 // The visibility ends of key rows [j0, j0 + 64) into kend[64]: key j is
 // visible to position p iff kend[j - j0] <= p. Rows at or past jmax get
@@ -226,16 +225,16 @@ __device__ void warp_online_softmax(const float* Ss, bf16_t* Ps, float* Os, floa
 }
 
 template <int D>
-__global__ void __launch_bounds__(32 * kWarps) k_attention_fwd_tc(AttnShape s, TcKeys keys, const bf16_t* q,
-                                                              const bf16_t* k, const bf16_t* v, const bf16_t* raw_k,
-                                                              const bf16_t* raw_v, bf16_t* o, float* lse) {
+__global__ void __launch_bounds__(32 * kWarps)
+    k_attention_fwd_tc(AttnShape s, TcKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v, const bf16_t* raw_k,
+                       const bf16_t* raw_v, bf16_t* o, float* lse) {
   using namespace nvcuda;
   constexpr int kLdO = ld_o(D);
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);  // [kTileQ][D]
-  bf16_t* Ks = Qs + kTileQ * D;                  // [kTileK][D]
-  bf16_t* Vs = Ks + kTileK * D;                  // [kTileK][D]
-  bf16_t* Ps = Vs + kTileK * D;                  // [kTileQ][kLdS]
+  bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);              // [kTileQ][D]
+  bf16_t* Ks = Qs + kTileQ * D;                              // [kTileK][D]
+  bf16_t* Vs = Ks + kTileK * D;                              // [kTileK][D]
+  bf16_t* Ps = Vs + kTileK * D;                              // [kTileQ][kLdS]
   float* Ss = reinterpret_cast<float*>(Ps + kTileQ * kLdS);  // [kTileQ][kLdS]
   float* Os = Ss + kTileQ * kLdS;                            // [kTileQ][kLdO]
   float* ms = Os + kTileQ * kLdO;                            // [kTileQ]
@@ -272,14 +271,14 @@ __global__ void __launch_bounds__(32 * kWarps) k_attention_fwd_tc(AttnShape s, T
     }
 
     // S[16 rows of this warp][kTileK] = Q K^T.
-    warp_mma<wmma::row_major, wmma::col_major, D, kTileK>(Ss + warp * 16 * kLdS, kLdS, Qs + warp * 16 * D, D, Ks,
-                                                          D, false);
+    warp_mma<wmma::row_major, wmma::col_major, D, kTileK>(Ss + warp * 16 * kLdS, kLdS, Qs + warp * 16 * D, D, Ks, D,
+                                                          false);
     __syncwarp();
     warp_online_softmax<D>(Ss, Ps, Os, ms, ls, kend, i0, s.Tq, s.q_pos0, scale);
 
     // O[16 rows][D] += P V.
-    warp_mma<wmma::row_major, wmma::row_major, kTileK, D>(Os + warp * 16 * kLdO, kLdO, Ps + warp * 16 * kLdS, kLdS,
-                                                          Vs, D, true);
+    warp_mma<wmma::row_major, wmma::row_major, kTileK, D>(Os + warp * 16 * kLdO, kLdO, Ps + warp * 16 * kLdS, kLdS, Vs,
+                                                          D, true);
     __syncthreads();  // the next tile overwrites K and V
   }
 
@@ -414,8 +413,8 @@ struct KeyBlock {
   size_t kv_ld, kv_off;
 };
 template <int D>
-__device__ KeyBlock load_key_block(const AttnShape& s, const TcKeys& keys, const bf16_t* k, const bf16_t* v,
-                                   bf16_t* Ks, bf16_t* Vs, int* kend) {
+__device__ KeyBlock load_key_block(const AttnShape& s, const TcKeys& keys, const bf16_t* k, const bf16_t* v, bf16_t* Ks,
+                                   bf16_t* Vs, int* kend) {
   KeyBlock kb;
   kb.j0 = blockIdx.x * 64, kb.g = blockIdx.y, kb.b = blockIdx.z;
   kb.kv_ld = size_t(s.Hkv) * D;
@@ -424,18 +423,16 @@ __device__ KeyBlock load_key_block(const AttnShape& s, const TcKeys& keys, const
   load_tile<D>(Ks, k, kb.kv_off, kb.kv_ld, kb.j0, kb.nk);
   load_tile<D>(Vs, v, kb.kv_off, kb.kv_ld, kb.j0, kb.nk);
   load_key_ends(kend, keys, kb.b, s.Tk, kb.j0, kb.nk);
-  kb.i_start = kb.j0 < kb.nk
-                   ? max(0, (keys.key_end ? keys.key_end[size_t(kb.b) * s.Tk + kb.j0] : kb.j0) - s.q_pos0)
-                   : s.Tq;
+  kb.i_start =
+      kb.j0 < kb.nk ? max(0, (keys.key_end ? keys.key_end[size_t(kb.b) * s.Tk + kb.j0] : kb.j0) - s.q_pos0) : s.Tq;
   return kb;
 }
 
 // dK, dV of key rows [j0, j0 + 64) of group g in sequence b.
 template <int D>
-__global__ void __launch_bounds__(32 * kWarps) k_attention_bwd_dkv_tc(AttnShape s, TcKeys keys, const bf16_t* q,
-                                                              const bf16_t* k, const bf16_t* v, const float* lse,
-                                                              const float* Dterm, const bf16_t* dout, bf16_t* dk,
-                                                              bf16_t* dv) {
+__global__ void __launch_bounds__(32 * kWarps)
+    k_attention_bwd_dkv_tc(AttnShape s, TcKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+                           const float* lse, const float* Dterm, const bf16_t* dout, bf16_t* dk, bf16_t* dv) {
   using namespace nvcuda;
   extern __shared__ __align__(128) unsigned char smem[];
   const BwdSmem m = carve_bwd_smem<D>(smem, 2);
@@ -476,11 +473,10 @@ __global__ void __launch_bounds__(32 * kWarps) k_attention_bwd_dkv_tc(AttnShape 
 // (backward v2): each warp's dQ rows stay in registers over the key tiles and
 // go to shared memory once per head, instead of at every tile.
 template <int D, bool kRegAcc = false>
-__global__ void __launch_bounds__(32 * kWarps) k_attention_bwd_dq_tc(AttnShape s, TcKeys keys, const bf16_t* q,
-                                                             const bf16_t* k, const bf16_t* v, const bf16_t* raw_k,
-                                                             const bf16_t* raw_v, const float* lse, const float* Dterm,
-                                                             const bf16_t* dout, bf16_t* dq, bf16_t* draw_k,
-                                                             bf16_t* draw_v) {
+__global__ void __launch_bounds__(32 * kWarps)
+    k_attention_bwd_dq_tc(AttnShape s, TcKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+                          const bf16_t* raw_k, const bf16_t* raw_v, const float* lse, const float* Dterm,
+                          const bf16_t* dout, bf16_t* dq, bf16_t* draw_k, bf16_t* draw_v) {
   using namespace nvcuda;
   extern __shared__ __align__(128) unsigned char smem[];
   const BwdSmem m = carve_bwd_smem<D>(smem, 1);
@@ -575,8 +571,8 @@ __global__ void __launch_bounds__(32 * kWarps) k_attention_bwd_dq_tc(AttnShape s
 // warp S^T or dP^T [16][64] (fp32) and P^T, dS^T [16][64] (bf16); the query
 // tile's lse and D; the key tile's visibility ends.
 constexpr size_t tc_bwd2_smem_bytes(int D) {
-  return size_t(4 * 64 * D) * 2 + size_t(kWarps * 16 * 64) * 4 + size_t(2 * kWarps * 16 * 64) * 2 +
-         size_t(2 * 64) * 4 + size_t(64) * 4;
+  return size_t(4 * 64 * D) * 2 + size_t(kWarps * 16 * 64) * 4 + size_t(2 * kWarps * 16 * 64) * 2 + size_t(2 * 64) * 4 +
+         size_t(64) * 4;
 }
 
 // The warp's 16 key rows (K_w, V_w, their ends kend_w) against the query tile
@@ -629,14 +625,13 @@ __device__ void store_acc_rows(const AccFrag (&acc)[D / 16], float* stage, bf16_
 
 // dK, dV of key rows [j0, j0 + 64) of group g in sequence b (v2).
 template <int D>
-__global__ void __launch_bounds__(32 * kWarps) k_attention_bwd_dkv_tc2(AttnShape s, TcKeys keys, const bf16_t* q,
-                                                               const bf16_t* k, const bf16_t* v, const float* lse,
-                                                               const float* Dterm, const bf16_t* dout, bf16_t* dk,
-                                                               bf16_t* dv) {
+__global__ void __launch_bounds__(32 * kWarps)
+    k_attention_bwd_dkv_tc2(AttnShape s, TcKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+                            const float* lse, const float* Dterm, const bf16_t* dout, bf16_t* dk, bf16_t* dv) {
   extern __shared__ __align__(128) unsigned char smem[];
   bf16_t* Ks = reinterpret_cast<bf16_t*>(smem);  // [64][D] each
   bf16_t *Vs = Ks + 64 * D, *Qs = Vs + 64 * D, *dOs = Qs + 64 * D;
-  float* St = reinterpret_cast<float*>(dOs + 64 * D);            // [warp][16][64]
+  float* St = reinterpret_cast<float*>(dOs + 64 * D);             // [warp][16][64]
   bf16_t* Pt = reinterpret_cast<bf16_t*>(St + kWarps * 16 * 64);  // [warp][16][64]
   bf16_t* dSt = Pt + kWarps * 16 * 64;                            // [warp][16][64]
   float* lse_s = reinterpret_cast<float*>(dSt + kWarps * 16 * 64);
@@ -675,35 +670,38 @@ void launch_tc_bwd(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k
   const size_t smem_kv = tc_bwd_smem_bytes(D, 2), smem_q = tc_bwd_smem_bytes(D, 1), smem_kv2 = tc_bwd2_smem_bytes(D);
   static const bool attr_set = [&] {
     const char* what = "attention_bwd (tensor cores): shared memory size";
-    check(cudaFuncSetAttribute(k_attention_bwd_dkv_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)), what);
-    check(cudaFuncSetAttribute(k_attention_bwd_dq_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)), what);
-    check(cudaFuncSetAttribute(k_attention_bwd_dkv_tc2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv2)), what);
-    check(cudaFuncSetAttribute(k_attention_bwd_dq_tc<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)),
+    check(cudaFuncSetAttribute(k_attention_bwd_dkv_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)),
           what);
+    check(cudaFuncSetAttribute(k_attention_bwd_dq_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)),
+          what);
+    check(cudaFuncSetAttribute(k_attention_bwd_dkv_tc2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv2)),
+          what);
+    check(
+        cudaFuncSetAttribute(k_attention_bwd_dq_tc<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)),
+        what);
     return true;
   }();
   (void)attr_set;
   const bool v2 = c.attn_bwd == AttnBwdKind::V2;
   const dim3 grid_kv(unsigned((s.Tk + 63) / 64), unsigned(s.Hkv), unsigned(s.B));
   if (v2)
-    k_attention_bwd_dkv_tc2<D><<<grid_kv, 32 * kWarps, smem_kv2, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k),
-                                                               dev<bf16_t>(v), dev<float>(lse), Dterm,
-                                                               dev<bf16_t>(dout), dev<bf16_t>(dk), dev<bf16_t>(dv));
+    k_attention_bwd_dkv_tc2<D><<<grid_kv, 32 * kWarps, smem_kv2, c.s>>>(
+        s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v), dev<float>(lse), Dterm, dev<bf16_t>(dout),
+        dev<bf16_t>(dk), dev<bf16_t>(dv));
   else
-    k_attention_bwd_dkv_tc<D><<<grid_kv, 32 * kWarps, smem_kv, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k),
-                                                             dev<bf16_t>(v), dev<float>(lse), Dterm,
-                                                             dev<bf16_t>(dout), dev<bf16_t>(dk), dev<bf16_t>(dv));
+    k_attention_bwd_dkv_tc<D><<<grid_kv, 32 * kWarps, smem_kv, c.s>>>(
+        s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v), dev<float>(lse), Dterm, dev<bf16_t>(dout),
+        dev<bf16_t>(dk), dev<bf16_t>(dv));
   const dim3 grid_q(unsigned((s.Tq + 63) / 64), unsigned(s.Hkv), unsigned(s.B));
   auto dq_kernel = v2 ? k_attention_bwd_dq_tc<D, true> : k_attention_bwd_dq_tc<D, false>;
-  dq_kernel<<<grid_q, 32 * kWarps, smem_q, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
-                                                  dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse), Dterm,
-                                                  dev<bf16_t>(dout), dev<bf16_t>(dq), dev<bf16_t>(draw_k),
-                                                  dev<bf16_t>(draw_v));
+  dq_kernel<<<grid_q, 32 * kWarps, smem_q, c.s>>>(
+      s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v), dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse),
+      Dterm, dev<bf16_t>(dout), dev<bf16_t>(dq), dev<bf16_t>(draw_k), dev<bf16_t>(draw_v));
 }
 
 template <int D>
-void launch_tc(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
-               Ptr o, Ptr lse) {
+void launch_tc(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v, Ptr o,
+               Ptr lse) {
   const size_t smem = tc_smem_bytes(D);
   static const bool attr_set = [&] {
     check(cudaFuncSetAttribute(k_attention_fwd_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
@@ -713,10 +711,9 @@ void launch_tc(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k, CP
   (void)attr_set;
   const dim3 grid(unsigned((s.Tq + kTileQ - 1) / kTileQ), unsigned(s.H), unsigned(s.B));
   k_attention_fwd_tc<D><<<grid, 32 * kWarps, smem, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
-                                                     dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<bf16_t>(o),
-                                                     dev<float>(lse));
+                                                          dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<bf16_t>(o),
+                                                          dev<float>(lse));
 }
-
 
 }  // namespace
 
@@ -730,8 +727,8 @@ bool attention_smem_fits(size_t bytes) {
   return bytes <= size_t(max_optin);
 }
 
-bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
-                      CPtr raw_v, Ptr o, Ptr lse) {
+bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                      Ptr o, Ptr lse) {
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || o.dtype() != DType::BF16 ||
       c.attn_fwd == AttnFwdKind::ROWS)
     return false;
@@ -748,9 +745,8 @@ bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, C
   }
 }
 
-bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
-                      CPtr raw_v, CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k,
-                      Ptr draw_v) {
+bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                      CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || dout.dtype() != DType::BF16 ||
       dq.dtype() != DType::BF16 || c.attn_fwd == AttnFwdKind::ROWS || s.q_pos0 != 0)
     return false;
@@ -763,10 +759,18 @@ bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, C
   if (s.B <= 0 || s.H <= 0 || (s.Tq <= 0 && s.Tk <= 0)) return true;
   const TcKeys tk{keys.key_end, keys.n_keys, keys.self_open};
   switch (s.dh) {
-    case 32: launch_tc_bwd<32>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
-    case 64: launch_tc_bwd<64>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
-    case 96: launch_tc_bwd<96>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
-    case 128: launch_tc_bwd<128>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v); return true;
+    case 32:
+      launch_tc_bwd<32>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+      return true;
+    case 64:
+      launch_tc_bwd<64>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+      return true;
+    case 96:
+      launch_tc_bwd<96>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+      return true;
+    case 128:
+      launch_tc_bwd<128>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+      return true;
     default: return false;
   }
 }

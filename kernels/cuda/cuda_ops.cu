@@ -151,8 +151,8 @@ class CudaOps final : public Ops<float> {
     if (rows <= 0 || cols <= 0) return;
     WIOLA_CHECK(dst.dtype() == src.dtype(), "cuda copy_block: ", dtype_name(src.dtype()), " into ",
                 dtype_name(dst.dtype()));
-    WIOLA_CHECK(ld_dst >= cols && ld_src >= cols, "cuda copy_block: ", cols, " columns in rows of ", ld_dst,
-                " and ", ld_src);
+    WIOLA_CHECK(ld_dst >= cols && ld_src >= cols, "cuda copy_block: ", cols, " columns in rows of ", ld_dst, " and ",
+                ld_src);
     const size_t es = dtype_bytes(src.dtype());
     check(cudaMemcpy2DAsync(dst.raw(), size_t(ld_dst) * es, src.raw(), size_t(ld_src) * es, size_t(cols) * es,
                             size_t(rows), cudaMemcpyDeviceToDevice, stream_),
@@ -160,8 +160,8 @@ class CudaOps final : public Ops<float> {
   }
 
   // ---- BLAS ----
-  void gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, CPtr A, int lda, CPtr B, int ldb, float beta,
-            Ptr C, int ldc) override {
+  void gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, CPtr A, int lda, CPtr B, int ldb, float beta, Ptr C,
+            int ldc) override {
     if (m <= 0 || n <= 0) return;
     // cuBLAS wants A and B of one type: an fp32 operand next to a bf16 one
     // (the fp32 GCLA summaries times a bf16 weight) is rounded to bf16 first.
@@ -232,16 +232,15 @@ class CudaOps final : public Ops<float> {
     s.pool_bytes = mem_.graph_pool_bytes();
     return s;
   }
-  void gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k, float alpha, CPtr A, int lda, long sA,
-                            CPtr B, int ldb, long sB, float beta, Ptr C, int ldc, long sC, int batch) override {
+  void gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k, float alpha, CPtr A, int lda, long sA, CPtr B,
+                            int ldb, long sB, float beta, Ptr C, int ldc, long sC, int batch) override {
     if (m <= 0 || n <= 0 || batch <= 0) return;
     WIOLA_CHECK(A.dtype() == B.dtype(), "cuda gemm_strided_batched: operands of ", dtype_name(A.dtype()), " and ",
                 dtype_name(B.dtype()));
-    check_blas(cuda::cublas().gemm_strided_batched_ex(blas_, blas_op(tb), blas_op(ta), n, m, k, &alpha, B.raw(),
-                                          blas_type(B.dtype(), "gemm"), ldb, sB, A.raw(),
-                                          blas_type(A.dtype(), "gemm"), lda, sA, &beta, C.raw(),
-                                          blas_type(C.dtype(), "gemm"), ldc, sC, batch, CUBLAS_COMPUTE_32F,
-                                          CUBLAS_GEMM_DEFAULT),
+    check_blas(cuda::cublas().gemm_strided_batched_ex(
+                   blas_, blas_op(tb), blas_op(ta), n, m, k, &alpha, B.raw(), blas_type(B.dtype(), "gemm"), ldb, sB,
+                   A.raw(), blas_type(A.dtype(), "gemm"), lda, sA, &beta, C.raw(), blas_type(C.dtype(), "gemm"), ldc,
+                   sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "gemm_strided_batched");
   }
 
@@ -258,7 +257,9 @@ class CudaOps final : public Ops<float> {
     check_backend_options(o);
     using cuda::AttnBwdKind, cuda::AttnFwdKind;
     attn_fwd_ = o.attention == "fa2" ? AttnFwdKind::FA2 : o.attention == "rows" ? AttnFwdKind::ROWS : AttnFwdKind::TC;
-    attn_bwd_ = o.attention_bwd == "v2" ? AttnBwdKind::V2 : o.attention_bwd == "fa2" ? AttnBwdKind::FA2 : AttnBwdKind::V1;
+    attn_bwd_ = o.attention_bwd == "v2"    ? AttnBwdKind::V2
+                : o.attention_bwd == "fa2" ? AttnBwdKind::FA2
+                                           : AttnBwdKind::V1;
     attn_tile_ = tile_of(o.attention_tile);
     attn_bwd_tile_ = tile_of(o.attention_bwd_tile);
     attn_heads_ = std::stoi(o.attention_heads_per_block);  // checked: 1, 2 or 4
@@ -272,12 +273,14 @@ class CudaOps final : public Ops<float> {
   // or 128x128) as the kernels' tile shape.
   static cuda::AttnTile tile_of(const std::string& t) {
     using cuda::AttnTile;
-    return t == "64x128" ? AttnTile::T64x128 : t == "128x64" ? AttnTile::T128x64
-           : t == "128x128" ? AttnTile::T128x128 : AttnTile::T64x64;
+    return t == "64x128"    ? AttnTile::T64x128
+           : t == "128x64"  ? AttnTile::T128x64
+           : t == "128x128" ? AttnTile::T128x128
+                            : AttnTile::T64x64;
   }
   struct Graph {
-    int calls = 0;                     // before its recording
-    cudaGraphExec_t exec = nullptr;    // the recording, once made
+    int calls = 0;                   // before its recording
+    cudaGraphExec_t exec = nullptr;  // the recording, once made
   };
   void capture(Graph& g, const std::function<void()>& body) {
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
@@ -330,7 +333,7 @@ class CudaOps final : public Ops<float> {
   int attn_heads_ = 1;  // the fa2 forward's heads a block
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
-  std::unique_ptr<cuda::GemmTuner> tuner_;  // the GEMMs' algorithms (options_.gemm)
+  std::unique_ptr<cuda::GemmTuner> tuner_;         // the GEMMs' algorithms (options_.gemm)
   std::map<std::vector<uint64_t>, Graph> graphs_;  // by owner and key words
   bool capturing_ = false;
   CudaGraphStats graph_stats_;

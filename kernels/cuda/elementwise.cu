@@ -13,23 +13,28 @@ namespace {
 
 template <class E>
 __global__ void k_add(const E* a, const E* b, E* out, size_t n) {
-  vec_map(n, [](float a, float b, float& o) { o = a + b; }, MapIn{a}, MapIn{b}, MapOut{out});
+  vec_map(
+      n, [](float a, float b, float& o) { o = a + b; }, MapIn{a}, MapIn{b}, MapOut{out});
 }
 template <class E>
 __global__ void k_axpy(float alpha, const E* x, E* y, size_t n) {
-  vec_map(n, [alpha](float x, float& y) { y = y + alpha * x; }, MapIn{x}, MapInOut{y});
+  vec_map(
+      n, [alpha](float x, float& y) { y = y + alpha * x; }, MapIn{x}, MapInOut{y});
 }
 template <class E>
 __global__ void k_scale(E* x, float s, size_t n) {
-  vec_map(n, [s](float& x) { x = x * s; }, MapInOut{x});
+  vec_map(
+      n, [s](float& x) { x = x * s; }, MapInOut{x});
 }
 template <class S, class D>
 __global__ void k_convert(const S* s, D* d, size_t n) {
-  vec_map(n, [](float s, float& d) { d = s; }, MapIn{s}, MapOut{d});
+  vec_map(
+      n, [](float s, float& d) { d = s; }, MapIn{s}, MapOut{d});
 }
 template <class E>
 __global__ void k_accumulate(const double* x, E* y, size_t n) {
-  vec_map(n, [](double x, float& y) { y = float(double(y) + x); }, MapIn{x}, MapInOut{y});
+  vec_map(
+      n, [](double x, float& y) { y = float(double(y) + x); }, MapIn{x}, MapInOut{y});
 }
 
 // Reductions: a fixed grid of blocks, each summing a fixed strided subset in

@@ -56,9 +56,12 @@ __device__ double scan_offset(double (*sums)[kScanCols], const ScanChunk& ch, do
 
 // out_op (may be null): out again in storage O, as convert(out, out_op)
 // would round it (the context projections' GEMM operand).
+// (clang-format 14 reads a product in __launch_bounds__ as a pointer)
+// clang-format off
 template <class R, class O>
-__global__ void __launch_bounds__(kScanCols* kScanChunks)
+__global__ void __launch_bounds__(kScanCols * kScanChunks)
     k_prefix_mean_fwd(const R* x, int B, int Tn, int d, int pos0, R* carry, R* out, O* out_op) {
+  // clang-format on
   __shared__ double sums[kScanChunks][kScanCols];
   const ScanChunk ch(Tn, d);
   const R* xc = x + size_t(ch.b) * Tn * d + ch.j;
@@ -74,8 +77,12 @@ __global__ void __launch_bounds__(kScanCols* kScanChunks)
   }
   if (carry && threadIdx.y == kScanChunks - 1) st(carry + size_t(ch.b) * d + ch.j, float(acc));
 }
+// (clang-format 14 reads a product in __launch_bounds__ as a pointer)
+// clang-format off
 template <class R>
-__global__ void __launch_bounds__(kScanCols* kScanChunks) k_prefix_mean_bwd(const R* dout, int B, int Tn, int d, R* dx) {
+__global__ void __launch_bounds__(kScanCols * kScanChunks)
+    k_prefix_mean_bwd(const R* dout, int B, int Tn, int d, R* dx) {
+  // clang-format on
   __shared__ double sums[kScanChunks][kScanCols];
   const ScanChunk ch(Tn, d);
   const R* gc = dout + size_t(ch.b) * Tn * d + ch.j;
@@ -97,8 +104,8 @@ constexpr int kMaxCtx = 16;
 // One warp per (token n, head h). Context row (n, i) of kc and vc (and of
 // dkc, dvc) starts at (n nc + i) ldkv.
 template <class A>
-__global__ void k_ctx_attention_fwd(const A* q, const A* kc, const A* vc, int N, int nc, int H, int Hkv, int dh, int ldkv,
-                          A* out, float* probs) {
+__global__ void k_ctx_attention_fwd(const A* q, const A* kc, const A* vc, int N, int nc, int H, int Hkv, int dh,
+                                    int ldkv, A* out, float* probs) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
   if (warp >= N * H) return;
   const int n = warp / H, h = warp % H, g = h % Hkv;
@@ -132,8 +139,8 @@ __global__ void k_ctx_attention_fwd(const A* q, const A* kc, const A* vc, int N,
 // One warp per (token n, KV group g): loops over the heads of the group, so
 // dkc/dvc rows have one writer and sum the heads in a fixed order.
 template <class A>
-__global__ void k_ctx_attention_bwd(const A* q, const A* kc, const A* vc, const float* probs, const A* dout, int N, int nc,
-                          int H, int Hkv, int dh, int ldkv, A* dq, A* dkc, A* dvc) {
+__global__ void k_ctx_attention_bwd(const A* q, const A* kc, const A* vc, const float* probs, const A* dout, int N,
+                                    int nc, int H, int Hkv, int dh, int ldkv, A* dq, A* dkc, A* dvc) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
   if (warp >= N * Hkv) return;
   const int n = warp / Hkv, g = warp % Hkv;
@@ -187,8 +194,7 @@ __device__ __forceinline__ float blend_beta(const float* phi) { return float(ref
 __device__ __forceinline__ float blend(float beta, float s, float c) { return (1.f - beta) * s + beta * c; }
 // d_self, d_ctx of element i from its dout d; returns its term of the dL/dφ sum.
 template <class E>
-__device__ __forceinline__ double blend_bwd_at(float beta, float d, const E* os, const E* oc, size_t i, E* ds,
-                                               E* dc) {
+__device__ __forceinline__ double blend_bwd_at(float beta, float d, const E* os, const E* oc, size_t i, E* ds, E* dc) {
   st(ds + i, (1.f - beta) * d);
   st(dc + i, beta * d);
   return double(d) * (double(ld(oc + i)) - double(ld(os + i)));
@@ -196,7 +202,8 @@ __device__ __forceinline__ double blend_bwd_at(float beta, float d, const E* os,
 
 template <class E>
 __global__ void k_sigmoid_gate_fwd(const E* pre, const E* x, size_t n, E* out) {
-  vec_map(n, [](float p, float x, float& o) { o = gate_fwd(p, x); }, MapIn{pre}, MapIn{x}, MapOut{out});
+  vec_map(
+      n, [](float p, float x, float& o) { o = gate_fwd(p, x); }, MapIn{pre}, MapIn{x}, MapOut{out});
 }
 template <class E>
 __global__ void k_sigmoid_gate_bwd(const E* pre, const E* x, const E* dout, size_t n, E* dpre, E* dx) {
@@ -207,12 +214,13 @@ __global__ void k_sigmoid_gate_bwd(const E* pre, const E* x, const E* dout, size
 template <class E>
 __global__ void k_blend_fwd(const E* os, const E* oc, const float* phi, size_t n, E* out) {
   const float beta = blend_beta(phi);
-  vec_map(n, [beta](float s, float c, float& o) { o = blend(beta, s, c); }, MapIn{os}, MapIn{oc}, MapOut{out});
+  vec_map(
+      n, [beta](float s, float c, float& o) { o = blend(beta, s, c); }, MapIn{os}, MapIn{oc}, MapOut{out});
 }
 // d_self, d_ctx, and per-block partial sums of dout (o_ctx - o_self).
 template <class E>
-__global__ void k_blend_bwd(const E* os, const E* oc, const float* phi, const E* dout, size_t n, E* ds,
-                            E* dc, double* part) {
+__global__ void k_blend_bwd(const E* os, const E* oc, const float* phi, const E* dout, size_t n, E* ds, E* dc,
+                            double* part) {
   const float beta = blend_beta(phi);
   double s = 0;
   GRID_LOOP(i, n) s += blend_bwd_at(beta, ld(dout + i), os, oc, i, ds, dc);
@@ -221,8 +229,7 @@ __global__ void k_blend_bwd(const E* os, const E* oc, const float* phi, const E*
 }
 // The blend, then the gate on o as stored (its one rounding), in one pass.
 template <class E>
-__global__ void k_blend_gate_fwd(const E* os, const E* oc, const float* phi, const E* pre, size_t n, E* o,
-                                 E* og) {
+__global__ void k_blend_gate_fwd(const E* os, const E* oc, const float* phi, const E* pre, size_t n, E* o, E* og) {
   const float beta = blend_beta(phi);
   vec_map(
       n,
@@ -235,8 +242,8 @@ __global__ void k_blend_gate_fwd(const E* os, const E* oc, const float* phi, con
 // The gate's backward, then the blend's on dL/do as d_o would store it, in
 // k_blend_bwd's order (its grid and loop: the same partial sums of dL/dφ).
 template <class E>
-__global__ void k_blend_gate_bwd(const E* os, const E* oc, const float* phi, const E* pre, const E* o,
-                                 const E* dog, size_t n, E* dpre, E* ds, E* dc, double* part) {
+__global__ void k_blend_gate_bwd(const E* os, const E* oc, const float* phi, const E* pre, const E* o, const E* dog,
+                                 size_t n, E* dpre, E* ds, E* dc, double* part) {
   const float beta = blend_beta(phi);
   double s = 0;
   GRID_LOOP(i, n) {
@@ -278,51 +285,55 @@ void prefix_mean_carry_fwd(Ctx c, CPtr x, int B, int Tn, int d, int pos0, Ptr ca
       using R = decltype(e);
       using O = decltype(eo);
       k_prefix_mean_fwd<R, O><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(x), B, Tn, d, pos0, dev<R>(carry),
-                                                                     dev<R>(out), dev<O>(out_op));
+                                                                         dev<R>(out), dev<O>(out_op));
     });
   });
   after_launch(op);
 }
 
-void ctx_attention_fwd(Ctx c, CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, int ldkv,
-                       Ptr out, Ptr probs) {
-  WIOLA_CHECK(nc <= kMaxCtx && dh <= 32 * kMaxDhPerLane, "cuda ctx_attention: nc ", nc, " > ", kMaxCtx,
-              " or head dim ", dh, " > ", 32 * kMaxDhPerLane);
+void ctx_attention_fwd(Ctx c, CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, int ldkv, Ptr out,
+                       Ptr probs) {
+  WIOLA_CHECK(nc <= kMaxCtx && dh <= 32 * kMaxDhPerLane, "cuda ctx_attention: nc ", nc, " > ", kMaxCtx, " or head dim ",
+              dh, " > ", 32 * kMaxDhPerLane);
   WIOLA_CHECK(ldkv >= Hkv * dh, "cuda ctx_attention: row stride ", ldkv, " < Hkv dh = ", Hkv * dh);
   dispatch(q.dtype(), "ctx_attention_fwd", [&](auto e) {
     using A = decltype(e);
     const size_t threads = size_t(N) * H * 32;
-    k_ctx_attention_fwd<A><<<grid_for(threads), kThreads, 0, c.s>>>(dev<A>(q), dev<A>(kc), dev<A>(vc), N, nc, H, Hkv, dh,
-                                                         ldkv, dev<A>(out), dev<float>(probs));
+    k_ctx_attention_fwd<A><<<grid_for(threads), kThreads, 0, c.s>>>(dev<A>(q), dev<A>(kc), dev<A>(vc), N, nc, H, Hkv,
+                                                                    dh, ldkv, dev<A>(out), dev<float>(probs));
   });
   after_launch("ctx_attention_fwd");
 }
-void ctx_attention_bwd(Ctx c, CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H, int Hkv,
-                       int dh, int ldkv, Ptr dq, Ptr dkc, Ptr dvc) {
-  WIOLA_CHECK(nc <= kMaxCtx && dh <= 32 * kMaxDhPerLane, "cuda ctx_attention: nc ", nc, " > ", kMaxCtx,
-              " or head dim ", dh, " > ", 32 * kMaxDhPerLane);
+void ctx_attention_bwd(Ctx c, CPtr q, CPtr kc, CPtr vc, CPtr probs, CPtr dout, int N, int nc, int H, int Hkv, int dh,
+                       int ldkv, Ptr dq, Ptr dkc, Ptr dvc) {
+  WIOLA_CHECK(nc <= kMaxCtx && dh <= 32 * kMaxDhPerLane, "cuda ctx_attention: nc ", nc, " > ", kMaxCtx, " or head dim ",
+              dh, " > ", 32 * kMaxDhPerLane);
   WIOLA_CHECK(ldkv >= Hkv * dh, "cuda ctx_attention: row stride ", ldkv, " < Hkv dh = ", Hkv * dh);
   dispatch(q.dtype(), "ctx_attention_bwd", [&](auto e) {
     using A = decltype(e);
     const size_t threads = size_t(N) * Hkv * 32;
-    k_ctx_attention_bwd<A><<<grid_for(threads), kThreads, 0, c.s>>>(dev<A>(q), dev<A>(kc), dev<A>(vc), dev<float>(probs),
-                                                         dev<A>(dout), N, nc, H, Hkv, dh, ldkv, dev<A>(dq),
-                                                         dev<A>(dkc), dev<A>(dvc));
+    k_ctx_attention_bwd<A><<<grid_for(threads), kThreads, 0, c.s>>>(dev<A>(q), dev<A>(kc), dev<A>(vc),
+                                                                    dev<float>(probs), dev<A>(dout), N, nc, H, Hkv, dh,
+                                                                    ldkv, dev<A>(dq), dev<A>(dkc), dev<A>(dvc));
   });
   after_launch("ctx_attention_bwd");
 }
 
 void sigmoid_gate_fwd(Ctx c, CPtr pre, CPtr x, size_t n, Ptr out) {
-  WIOLA_UNARY_A("sigmoid_gate_fwd", out, (k_sigmoid_gate_fwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(pre), dev<E>(x), n, dev<E>(out))));
+  WIOLA_UNARY_A("sigmoid_gate_fwd", out,
+                (k_sigmoid_gate_fwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(pre), dev<E>(x), n, dev<E>(out))));
 }
 void sigmoid_gate_bwd(Ctx c, CPtr pre, CPtr x, CPtr dout, size_t n, Ptr dpre, Ptr dx) {
-  WIOLA_UNARY_A("sigmoid_gate_bwd", dx, (k_sigmoid_gate_bwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(pre), dev<E>(x), dev<E>(dout), n, dev<E>(dpre), dev<E>(dx))));
+  WIOLA_UNARY_A("sigmoid_gate_bwd", dx,
+                (k_sigmoid_gate_bwd<E>
+                 <<<grid, kThreads, 0, c.s>>>(dev<E>(pre), dev<E>(x), dev<E>(dout), n, dev<E>(dpre), dev<E>(dx))));
 }
 void blend_fwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, size_t n, Ptr out) {
-  WIOLA_UNARY_A("blend_fwd", out, (k_blend_fwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(o_self), dev<E>(o_ctx), dev<float>(phi), n, dev<E>(out))));
+  WIOLA_UNARY_A(
+      "blend_fwd", out,
+      (k_blend_fwd<E><<<grid, kThreads, 0, c.s>>>(dev<E>(o_self), dev<E>(o_ctx), dev<float>(phi), n, dev<E>(out))));
 }
-void blend_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout, size_t n, Ptr d_self, Ptr d_ctx,
-               double* dphi) {
+void blend_bwd(Ctx c, CPtr o_self, CPtr o_ctx, CPtr phi, CPtr dout, size_t n, Ptr d_self, Ptr d_ctx, double* dphi) {
   DeviceTemp part(c.mem, kRedBlocks * sizeof(double), "blend_bwd");
   const int nb = red_blocks(n);
   dispatch(dout.dtype(), "blend_bwd", [&](auto e) {

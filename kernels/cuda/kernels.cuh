@@ -73,8 +73,8 @@ void convert(Ctx c, CPtr src, Ptr dst, size_t n);
 // tile shape c.attn_tile with c.attn_heads query heads a block (throws
 // wiola::Error where that does not divide H / H_kv); false, launching
 // nothing, where it does not apply.
-bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
-                       CPtr raw_v, Ptr o, Ptr lse);
+bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                       Ptr o, Ptr lse);
 // c.attn_bwd == V2 selects the second form of the tensor-core backward
 // (attention_tc.cu), FA2 attention_fa2_bwd.cu's; V1, the default, is the one
 // measured on a GPU.
@@ -83,15 +83,13 @@ bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, 
 // dK/dV kernel and a dQ kernel, deterministic, at the tile shape
 // c.attn_bwd_tile (the same bits at each); false, launching nothing, where it
 // does not apply.
-bool attention_bwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
-                       CPtr raw_v, CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k,
-                       Ptr draw_v);
-bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
-                      CPtr raw_v, Ptr o, Ptr lse);
+bool attention_bwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                       CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v);
+bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                      Ptr o, Ptr lse);
 // The backward's dq, dk, dv and raw-key gradients from D = rowsum(dO * O)
 // (float [B, H, Tq], device memory); false where it does not apply.
-bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k,
-                      CPtr raw_v, CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k,
-                      Ptr draw_v);
+bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                      CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v);
 
 }  // namespace wiola::cuda

@@ -80,9 +80,9 @@ void* CachingAllocator::alloc(size_t bytes, const char* what) {
     cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    fail("CUDA out of memory allocating ", mib(size), " MiB for ", what, " (", cudaGetErrorString(e),
-         "); wiola holds ", mib(in_use_), " MiB in use and ", mib(cached_), " MiB cached; the device has ",
-         mib(free_b), " of ", mib(total_b), " MiB free");
+    fail("CUDA out of memory allocating ", mib(size), " MiB for ", what, " (", cudaGetErrorString(e), "); wiola holds ",
+         mib(in_use_), " MiB in use and ", mib(cached_), " MiB cached; the device has ", mib(free_b), " of ",
+         mib(total_b), " MiB free");
   }
   ++mallocs_;
   live_[p] = size;
@@ -154,8 +154,8 @@ struct DeviceProbe {
     } else {
       cudaDeviceProp p{};
       cudaGetDeviceProperties(&p, 0);
-      status = std::to_string(count) + " CUDA device(s); device 0: " + p.name + " (sm_" +
-               std::to_string(p.major) + std::to_string(p.minor) + ")";
+      status = std::to_string(count) + " CUDA device(s); device 0: " + p.name + " (sm_" + std::to_string(p.major) +
+               std::to_string(p.minor) + ")";
     }
   }
 };

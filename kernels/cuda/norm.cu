@@ -13,8 +13,8 @@ namespace {
 // out as the add op would, and the norm of what was written. y_op (may be
 // null): y again in storage O, as convert(y, y_op) would round it.
 template <class R, class A, class O>
-__global__ void k_rmsnorm_fwd(const R* x, const R* b, R* sum, const float* gamma, const float* delta, int d,
-                          double eps, A* y, float* rstd, O* y_op) {
+__global__ void k_rmsnorm_fwd(const R* x, const R* b, R* sum, const float* gamma, const float* delta, int d, double eps,
+                              A* y, float* rstd, O* y_op) {
   const size_t row = blockIdx.x;
   const R* xr = x + row * d;
   if (b) {
@@ -39,8 +39,8 @@ __global__ void k_rmsnorm_fwd(const R* x, const R* b, R* sum, const float* gamma
 // dz_j = r γ_j dy_j - c z_j with c = (r³/d) Σ_k γ_k dy_k z_k; dx = dres + dz
 // (dres may be dx, or null: dx = dz). The row constant c goes to crow for the column reduction.
 template <class R, class A>
-__global__ void k_rmsnorm_bwd_dx(const R* x, const float* gamma, const float* delta, const float* rstd,
-                             const A* dy, int d, const R* dres, R* dx, float* crow) {
+__global__ void k_rmsnorm_bwd_dx(const R* x, const float* gamma, const float* delta, const float* rstd, const A* dy,
+                                 int d, const R* dres, R* dx, float* crow) {
   const size_t row = blockIdx.x;
   const double r = rstd[row];
   double s = 0;
@@ -60,8 +60,8 @@ __global__ void k_rmsnorm_bwd_dx(const R* x, const float* gamma, const float* de
 // Partial column sums over a chunk of rows: dgamma (dy z r) and ddelta (dz).
 constexpr int kRowChunk = 256;
 template <class R, class A>
-__global__ void k_rmsnorm_bwd_cols(const R* x, const float* gamma, const float* delta, const float* rstd,
-                               const A* dy, const float* crow, int N, int d, float* pg, float* pd) {
+__global__ void k_rmsnorm_bwd_cols(const R* x, const float* gamma, const float* delta, const float* rstd, const A* dy,
+                                   const float* crow, int N, int d, float* pg, float* pd) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   const int chunk = blockIdx.y;
   if (j >= d) return;
@@ -78,7 +78,7 @@ __global__ void k_rmsnorm_bwd_cols(const R* x, const float* gamma, const float* 
   pd[size_t(chunk) * d + j] = float(sd);
 }
 __global__ void k_rmsnorm_bwd_finish(const float* pg, const float* pd, int chunks, int d, float* dgamma,
-                                 float* ddelta) {
+                                     float* ddelta) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= d) return;
   double sg = 0, sd = 0;
@@ -94,8 +94,8 @@ __global__ void k_rmsnorm_bwd_finish(const float* pg, const float* pd, int chunk
 
 // s = a + b, then the norm of s (b null: the norm of a, s unused); y_op (may
 // be null) gets y's GEMM operand copy.
-void add_rmsnorm_fwd(Ctx c, CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y,
-                     Ptr rstd, Ptr y_op) {
+void add_rmsnorm_fwd(Ctx c, CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N, int d, double eps, Ptr y, Ptr rstd,
+                     Ptr y_op) {
   if (N <= 0) return;
   const char* op = b ? "add_rmsnorm_fwd" : "rmsnorm_fwd";
   dispatch(a.dtype(), op, [&](auto er) {
@@ -105,8 +105,8 @@ void add_rmsnorm_fwd(Ctx c, CPtr a, CPtr b, Ptr s, CPtr gamma, CPtr delta, int N
         using A = decltype(ea);
         using O = decltype(eo);
         k_rmsnorm_fwd<R, A, O><<<N, kThreads, 0, c.s>>>(dev<R>(a), dev<R>(b), dev<R>(s), dev<float>(gamma),
-                                                    dev<float>(delta), d, eps, dev<A>(y), dev<float>(rstd),
-                                                    dev<O>(y_op));
+                                                        dev<float>(delta), d, eps, dev<A>(y), dev<float>(rstd),
+                                                        dev<O>(y_op));
       });
     });
   });
@@ -117,8 +117,8 @@ void rmsnorm_fwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, int N, int d, double eps
   add_rmsnorm_fwd(c, x, nullptr, nullptr, gamma, delta, N, d, eps, y, rstd, y_op);
 }
 
-void rmsnorm_bwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres, Ptr dx,
-                 Ptr dgamma, Ptr ddelta) {
+void rmsnorm_bwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int N, int d, CPtr dres, Ptr dx, Ptr dgamma,
+                 Ptr ddelta) {
   if (N <= 0) return;
   const int chunks = (N + kRowChunk - 1) / kRowChunk;
   DeviceTemp crow(c.mem, size_t(N) * sizeof(float), "rmsnorm_bwd row constants");
@@ -128,17 +128,16 @@ void rmsnorm_bwd(Ctx c, CPtr x, CPtr gamma, CPtr delta, CPtr rstd, CPtr dy, int 
     dispatch(dy.dtype(), "rmsnorm_bwd", [&](auto ea) {
       using R = decltype(er);
       using A = decltype(ea);
-      k_rmsnorm_bwd_dx<R, A><<<N, kThreads, 0, c.s>>>(dev<R>(x), dev<float>(gamma), dev<float>(delta),
-                                                  dev<float>(rstd), dev<A>(dy), d, dev<R>(dres), dev<R>(dx),
-                                                  crow.as<float>());
+      k_rmsnorm_bwd_dx<R, A><<<N, kThreads, 0, c.s>>>(dev<R>(x), dev<float>(gamma), dev<float>(delta), dev<float>(rstd),
+                                                      dev<A>(dy), d, dev<R>(dres), dev<R>(dx), crow.as<float>());
       const dim3 grid((d + 127) / 128, chunks);
-      k_rmsnorm_bwd_cols<R, A><<<grid, 128, 0, c.s>>>(dev<R>(x), dev<float>(gamma), dev<float>(delta),
-                                                  dev<float>(rstd), dev<A>(dy), crow.as<float>(), N, d,
-                                                  pg.as<float>(), pd.as<float>());
+      k_rmsnorm_bwd_cols<R, A><<<grid, 128, 0, c.s>>>(dev<R>(x), dev<float>(gamma), dev<float>(delta), dev<float>(rstd),
+                                                      dev<A>(dy), crow.as<float>(), N, d, pg.as<float>(),
+                                                      pd.as<float>());
     });
   });
-  k_rmsnorm_bwd_finish<<<(d + 127) / 128, 128, 0, c.s>>>(pg.as<float>(), pd.as<float>(), chunks, d,
-                                                     dev<float>(dgamma), dev<float>(ddelta));
+  k_rmsnorm_bwd_finish<<<(d + 127) / 128, 128, 0, c.s>>>(pg.as<float>(), pd.as<float>(), chunks, d, dev<float>(dgamma),
+                                                         dev<float>(ddelta));
   after_launch("rmsnorm_bwd");
 }
 

@@ -31,7 +31,7 @@ __global__ void k_srpe_apply(E* x, int B, int Tn, int nh, int dh, const float* t
   const size_t n = size_t(B) * Tn * nh * half;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const int j = int(i % half);
-    const size_t rh = i / half;         // (b, t, h)
+    const size_t rh = i / half;  // (b, t, h)
     const int t = int((rh / nh) % Tn);
     E* v = x + rh * dh;
     const float c = table[(size_t(t) * half + j) * 2], s = table[(size_t(t) * half + j) * 2 + 1];
@@ -139,7 +139,7 @@ void srpe_apply(Ctx c, Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool in
   dispatch(x.dtype(), "srpe_apply", [&](auto e) {
     using E = decltype(e);
     k_srpe_apply<E><<<grid_for(size_t(B) * Tn * nh * (dh / 2)), kThreads, 0, c.s>>>(dev<E>(x), B, Tn, nh, dh,
-                                                                             dev<float>(table), inverse);
+                                                                                    dev<float>(table), inverse);
   });
   after_launch("srpe_apply");
 }
@@ -148,8 +148,8 @@ namespace {
 // k_srpe_split over B Tn rows, 16 bytes a thread where every pointer and
 // head start allows it.
 template <bool kJoin>
-void srpe_split(Ctx c, const char* op, DType t, void* fused, int B, int Tn, int H, int Hkv, int dh, CPtr table,
-                void* q, void* k, void* v, void* g) {
+void srpe_split(Ctx c, const char* op, DType t, void* fused, int B, int Tn, int H, int Hkv, int dh, CPtr table, void* q,
+                void* k, void* v, void* g) {
   dispatch(t, op, [&](auto e) {
     using E = decltype(e);
     constexpr int W = int(16 / sizeof(E));
@@ -177,8 +177,8 @@ void srpe_split_fwd(Ctx c, CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPt
   const DType t = proj.dtype();
   WIOLA_CHECK(q.dtype() == t && k.dtype() == t && v.dtype() == t && gate.dtype() == t,
               "cuda srpe_split_fwd: q, k, v, gate not all ", dtype_name(t));
-  srpe_split<false>(c, "srpe_split_fwd", t, const_cast<void*>(proj.raw()), B, Tn, H, Hkv, dh, table, q.raw(),
-                    k.raw(), v.raw(), gate.raw());
+  srpe_split<false>(c, "srpe_split_fwd", t, const_cast<void*>(proj.raw()), B, Tn, H, Hkv, dh, table, q.raw(), k.raw(),
+                    v.raw(), gate.raw());
 }
 void srpe_split_bwd(Ctx c, CPtr dq, CPtr dk, CPtr dv, CPtr dgate, int B, int Tn, int H, int Hkv, int dh, CPtr table,
                     Ptr dproj) {

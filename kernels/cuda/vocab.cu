@@ -29,7 +29,7 @@ __global__ void k_embedding_bwd_iota(int32_t* v, int n) {
 // rows of dout are summed in token order (the sort is stable) and added once.
 template <class R>
 __global__ void k_embedding_bwd_runs(const int32_t* sid, const int32_t* sidx, int N, const R* dout, int v0, int V,
-                                 int d, float* dE) {
+                                     int d, float* dE) {
   const int i = blockIdx.x;
   if (i > 0 && sid[i] == sid[i - 1]) return;
   const int id = sid[i] - v0;
@@ -54,7 +54,7 @@ __global__ void k_ce_row_max(const A* logits, int V, float* row_max) {
 }
 template <class A>
 __global__ void k_ce_sumexp_target(const A* logits, const int32_t* targets, int V, int v0, const float* row_max,
-                            float* sumexp, float* tgt) {
+                                   float* sumexp, float* tgt) {
   const size_t row = blockIdx.x;
   const float m = row_max[row];
   float s = 0.f;
@@ -67,8 +67,8 @@ __global__ void k_ce_sumexp_target(const A* logits, const int32_t* targets, int 
   }
 }
 template <class A, bool Grad>
-__global__ void k_ce_loss(A* logits, const int32_t* targets, int V, int v0, const float* row_max,
-                          const float* sumexp, const float* tgt, float scale, float* loss) {
+__global__ void k_ce_loss(A* logits, const int32_t* targets, int V, int v0, const float* row_max, const float* sumexp,
+                          const float* tgt, float scale, float* loss) {
   const size_t row = blockIdx.x;
   const float m = row_max[row], se = sumexp[row];
   if (threadIdx.x == 0) loss[row] = logf(se) + m - tgt[row];
@@ -89,8 +89,8 @@ void embedding_fwd(Ctx c, const int32_t* ids, int N, CPtr E, int v0, int V_local
     dispatch(out.dtype(), "embedding_fwd", [&](auto er) {
       using W = decltype(ew);
       using R = decltype(er);
-      k_embedding_fwd<W, R><<<grid_for(size_t(N) * d), kThreads, 0, c.s>>>(ids, N, dev<W>(E), v0, V_local, d,
-                                                                       dev<R>(out));
+      k_embedding_fwd<W, R>
+          <<<grid_for(size_t(N) * d), kThreads, 0, c.s>>>(ids, N, dev<W>(E), v0, V_local, d, dev<R>(out));
     });
   });
   after_launch("embedding_fwd");
@@ -113,7 +113,7 @@ void embedding_bwd(Ctx c, const int32_t* ids, int N, CPtr dout, int v0, int V_lo
   dispatch(dout.dtype(), "embedding_bwd", [&](auto er) {
     using R = decltype(er);
     k_embedding_bwd_runs<R><<<N, kThreads, 0, c.s>>>(sid.as<int32_t>(), sidx.as<int32_t>(), N, dev<R>(dout), v0,
-                                                  V_local, d, dev<float>(dE));
+                                                     V_local, d, dev<float>(dE));
   });
   after_launch("embedding_bwd");
 }
@@ -126,35 +126,34 @@ void ce_row_max(Ctx c, CPtr logits, int N, int V_local, Ptr row_max) {
   });
   after_launch("ce_row_max");
 }
-void ce_sumexp_target(Ctx c, CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max,
-                      Ptr sumexp, Ptr tgt) {
+void ce_sumexp_target(Ctx c, CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, Ptr sumexp,
+                      Ptr tgt) {
   if (N <= 0) return;
   dispatch(logits.dtype(), "ce_sumexp_target", [&](auto e) {
     using A = decltype(e);
     k_ce_sumexp_target<A><<<N, kThreads, 0, c.s>>>(dev<A>(logits), targets, V_local, v0, dev<float>(row_max),
-                                            dev<float>(sumexp), dev<float>(tgt));
+                                                   dev<float>(sumexp), dev<float>(tgt));
   });
   after_launch("ce_sumexp_target");
 }
-void ce_loss_grad(Ctx c, Ptr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max,
-                  CPtr sumexp, CPtr tgt, double scale, Ptr loss) {
+void ce_loss_grad(Ctx c, Ptr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp,
+                  CPtr tgt, double scale, Ptr loss) {
   if (N <= 0) return;
   dispatch(logits.dtype(), "ce_loss_grad", [&](auto e) {
     using A = decltype(e);
     k_ce_loss<A, true><<<N, kThreads, 0, c.s>>>(dev<A>(logits), targets, V_local, v0, dev<float>(row_max),
-                                                dev<float>(sumexp), dev<float>(tgt), float(scale),
-                                                dev<float>(loss));
+                                                dev<float>(sumexp), dev<float>(tgt), float(scale), dev<float>(loss));
   });
   after_launch("ce_loss_grad");
 }
-void ce_loss(Ctx c, CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max,
-             CPtr sumexp, CPtr tgt, Ptr loss) {
+void ce_loss(Ctx c, CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp,
+             CPtr tgt, Ptr loss) {
   if (N <= 0) return;
   dispatch(logits.dtype(), "ce_loss", [&](auto e) {
     using A = decltype(e);
     k_ce_loss<A, false><<<N, kThreads, 0, c.s>>>(const_cast<A*>(dev<A>(logits)), targets, V_local, v0,
-                                                 dev<float>(row_max), dev<float>(sumexp), dev<float>(tgt),
-                                                 0.f, dev<float>(loss));
+                                                 dev<float>(row_max), dev<float>(sumexp), dev<float>(tgt), 0.f,
+                                                 dev<float>(loss));
   });
   after_launch("ce_loss");
 }

@@ -18,8 +18,8 @@
 #include "kernels/ops.h"
 #include "model/atm.h"
 
-#define REQUIRE_GPU()                                            \
-  do {                                                           \
+#define REQUIRE_GPU() \
+  do { \
     if (cuda_device_count() == 0) GTEST_SKIP() << cuda_status(); \
   } while (0)
 

@@ -47,9 +47,9 @@ checks::MakeOps backend(const char* name) {
 
 // These tests choose their backends; ctest's second pass of the suite on
 // another backend (WIOLA_TEST_BACKEND=cpu-opaque) has nothing to add.
-#define ONLY_ON_THE_DEFAULT_PASS()                                                       \
-  do {                                                                                   \
-    const char* b = std::getenv("WIOLA_TEST_BACKEND");                                   \
+#define ONLY_ON_THE_DEFAULT_PASS() \
+  do { \
+    const char* b = std::getenv("WIOLA_TEST_BACKEND"); \
     if (b && *b && std::string(b) != "cpu") GTEST_SKIP() << "runs on the cpu pass only"; \
   } while (0)
 

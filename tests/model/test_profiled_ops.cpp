@@ -17,8 +17,16 @@ namespace {
 
 ModelConfig small_config() {
   ModelConfig c;
-  c.V = 64; c.d = 32; c.L = 4; c.H = 4; c.Hkv = 2; c.dA = 32; c.dB = 64; c.T = 24;
-  c.Lambda = 2; c.tau = 0.2;
+  c.V = 64;
+  c.d = 32;
+  c.L = 4;
+  c.H = 4;
+  c.Hkv = 2;
+  c.dA = 32;
+  c.dB = 64;
+  c.T = 24;
+  c.Lambda = 2;
+  c.tau = 0.2;
   return c;
 }
 
@@ -55,8 +63,8 @@ TEST(ProfiledOps, StepIsExactAndEveryOpIsCounted) {
   EXPECT_EQ(download_vec(*bare, a.grads(), a.n_params()), download_vec(prof, b.grads(), b.n_params()));
 
   const OpProfile p = prof.profile();
-  for (const char* cls : {"gemm", "attention", "context attention", "norm", "cross-entropy", "embedding",
-                          "elementwise", "copies", "ATM"})
+  for (const char* cls :
+       {"gemm", "attention", "context attention", "norm", "cross-entropy", "embedding", "elementwise", "copies", "ATM"})
     EXPECT_GT(p.class_seconds(cls), 0.0) << cls;
   double sum = 0;
   long gemm_calls = 0;

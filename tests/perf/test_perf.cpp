@@ -131,7 +131,9 @@ Prediction pp8_on_h100s(const std::string& model, const std::string& balance, co
   const Cluster cl = Cluster::gpu("h100", 64);
   const auto cm = gpu_compute_model(cl, GpuComputeChoice{});
   Layout l;
-  l.pp = 8; l.dp = 8; l.micro_batches = 32;
+  l.pp = 8;
+  l.dp = 8;
+  l.micro_batches = 32;
   l.stage_balance = *parse_enum<StageBalance>(balance);
   l.schedule = *parse_enum<dist::Schedule>(schedule);
   l.virtual_stages = v;
@@ -169,7 +171,10 @@ TEST(CostModel, BackwardSplitsIntoInputAndWeightGradients) {
   const ModelConfig c = tiny();
   for (bool rc : {false, true}) {
     Layout l;
-    l.pp = 3; l.tp = 2; l.micro_batch = 2; l.recompute = rc;
+    l.pp = 3;
+    l.tp = 2;
+    l.micro_batch = 2;
+    l.recompute = rc;
     double w = 0;
     for (int s = 0; s < l.pp; ++s) {
       const StageFlops f = stage_flops_split(c, l, s);
@@ -228,7 +233,8 @@ TEST(Planner, InterleavedAndZeroBubbleSchedules) {
   // Not legal: m not a multiple of pp, more chunks than layers, unknown names.
   const ModelConfig c = tiny();
   Layout l;
-  l.pp = 2; l.micro_batches = 3;
+  l.pp = 2;
+  l.micro_batches = 3;
   l.schedule = dist::Schedule::Interleaved;
   l.virtual_stages = 2;
   EXPECT_THROW(stage_schedule(l, 0), Error);
@@ -266,7 +272,9 @@ TEST(Planner, ZeroBubbleVSchedule) {
   const ModelConfig c = tiny();
   const Precision f32{DType::F32, DType::F32, DType::F32, false};
   Layout l;
-  l.pp = 2; l.micro_batches = 3; l.schedule = dist::Schedule::ZbV;
+  l.pp = 2;
+  l.micro_batches = 3;
+  l.schedule = dist::Schedule::ZbV;
   const Workload w = wiola_workload(c, l, f32);
   ASSERT_EQ(w.chunks.size(), 4u);
   EXPECT_DOUBLE_EQ(w.stages[0].traffic.pp, w.chunks[0].traffic.pp + w.chunks[3].traffic.pp);
@@ -288,15 +296,19 @@ TEST(Planner, ChunkBalancerAgainstTheSimulator) {
   // outweighs one of its layers.
   const auto datasheet = flops_compute_model(cl.peak_flops, kGpuGemmEfficiency, 2000);
   const Precision bf16{DType::BF16, DType::F32, DType::BF16, true};
-  for (auto [model, schedule, v, pp, by_flops] :
-       {std::tuple{"wiola-1.5b", "zb-v", 1, 4, false}, {"wiola-1.5b", "interleaved", 2, 4, false},
-        {"wiola-360m", "zb-v", 1, 4, false}, {"wiola-360m", "zb-v", 1, 4, true},
-        {"wiola-360m", "interleaved", 2, 4, true}, {"wiola-1.5b", "1f1b", 1, 8, false}}) {
+  for (auto [model, schedule, v, pp, by_flops] : {std::tuple{"wiola-1.5b", "zb-v", 1, 4, false},
+                                                  {"wiola-1.5b", "interleaved", 2, 4, false},
+                                                  {"wiola-360m", "zb-v", 1, 4, false},
+                                                  {"wiola-360m", "zb-v", 1, 4, true},
+                                                  {"wiola-360m", "interleaved", 2, 4, true},
+                                                  {"wiola-1.5b", "1f1b", 1, 8, false}}) {
     SCOPED_TRACE(testing::Message() << model << " " << schedule << " pp" << pp << (by_flops ? " datasheet" : ""));
     ComputeModel& cm = by_flops ? *datasheet : *profile;
     const ModelConfig c = model_preset(model);
     Layout l;
-    l.pp = pp; l.dp = 64 / pp; l.micro_batches = 4 * pp;
+    l.pp = pp;
+    l.dp = 64 / pp;
+    l.micro_batches = 4 * pp;
     l.schedule = *parse_enum<dist::Schedule>(schedule);
     l.virtual_stages = v;
     const int n = pp * chunks_per_rank(l);
@@ -317,7 +329,8 @@ TEST(Planner, ChunkBalancerAgainstTheSimulator) {
     const dist::StageCosts cost{bal.stage_fwd_s, bal.stage_bwd_s, 0.0, bal.stage_bwd_weight_s};
     EXPECT_LE(dist::simulate_pipeline(sched, cost, chunk_placement(b)).makespan, bal.pipeline_s + 1e-12);
     EXPECT_GT(dist::simulate_pipeline(sched, cost, chunk_placement(b)).makespan, 0.95 * bal.pipeline_s);
-    const int last = b.cuts[size_t(n)] - b.cuts[size_t(n) - 1], last_even = even_l.cuts[size_t(n)] - even_l.cuts[size_t(n) - 1];
+    const int last = b.cuts[size_t(n)] - b.cuts[size_t(n) - 1],
+              last_even = even_l.cuts[size_t(n)] - even_l.cuts[size_t(n) - 1];
     EXPECT_LE(last, last_even + 1);
     if (by_flops) {
       EXPECT_LT(last, last_even);  // the head-heavy case: layers off the last chunk
@@ -337,7 +350,9 @@ TEST(Planner, ChoosesTheScheduleByStepTimeAndMemoryAndSaysWhy) {
   const auto cm = gpu_compute_model(cl, GpuComputeChoice{});
   const Precision bf16{DType::BF16, DType::F32, DType::BF16, true};
   Layout l;
-  l.pp = 8; l.dp = 8; l.micro_batches = 32;
+  l.pp = 8;
+  l.dp = 8;
+  l.micro_batches = 32;
   const Prediction p = predict_schedules(c, l, cl, *cm, bf16);
   // 1f1b, zb-h1, interleaved v2 (v4: 32 chunks for 28 layers, left out), zb-v.
   ASSERT_EQ(p.schedule_options.size(), 4u);
@@ -362,7 +377,8 @@ TEST(Planner, ChoosesTheScheduleByStepTimeAndMemoryAndSaysWhy) {
   EXPECT_DOUBLE_EQ(p.step_s, zb.step_s);
   EXPECT_EQ(p.schedule_why.rfind("zb-h1: step", 0), 0u) << p.schedule_why;
   EXPECT_NE(p.schedule_why.find("interleaved v2: step"), std::string::npos) << p.schedule_why;
-  EXPECT_NE(p.schedule_why.find("not picked on GPUs: pipeline messages through host memory"), std::string::npos) << p.schedule_why;
+  EXPECT_NE(p.schedule_why.find("not picked on GPUs: pipeline messages through host memory"), std::string::npos)
+      << p.schedule_why;
   EXPECT_NE(p.schedule_why.find("2.0x the pipeline traffic"), std::string::npos) << p.schedule_why;
   // Even where interleaved would be fastest, the pick stays runnable.
   for (const char* model : {"wiola-1.5b", "wiola-360m"}) {
@@ -422,7 +438,8 @@ TEST(Planner, ChoosesTheScheduleByStepTimeAndMemoryAndSaysWhy) {
 TEST(Planner, ScheduleBubbleOfTheRunsOwnSchedule) {
   const ModelConfig c = model_preset("wiola-360m");
   Layout l;
-  l.pp = 4; l.micro_batches = 8;
+  l.pp = 4;
+  l.micro_batches = 8;
   for (const char* s : {"1f1b", "gpipe"}) {
     l.schedule = *parse_enum<dist::Schedule>(s);
     const dist::PipelineSim b = schedule_bubble(c, l);
@@ -458,9 +475,15 @@ TEST(Hardware, TableLookups) {
 
 TEST(Planner, GptFlopsFollowMegatronsFormula) {
   GptConfig g;
-  g.d = 2048; g.L = 24; g.H = 16; g.V = 51200; g.T = 2048;
+  g.d = 2048;
+  g.L = 24;
+  g.H = 16;
+  g.V = 51200;
+  g.T = 2048;
   Layout l;
-  l.micro_batch = 4; l.micro_batches = 8; l.dp = 4;
+  l.micro_batch = 4;
+  l.micro_batches = 8;
+  l.dp = 4;
   const Workload w = gpt_workload(g, l);
   const double B = l.global_batch(), s = g.T, h = g.d;
   // Narayanan et al. 2021: 72 B s L h^2 (1 + s/(6h) + V/(12 h L)).
@@ -470,11 +493,16 @@ TEST(Planner, GptFlopsFollowMegatronsFormula) {
 
 TEST(Planner, OneDeviceIsComputePlusOptimizer) {
   GptConfig g;
-  g.d = 1024; g.L = 8; g.H = 16; g.V = 32768; g.T = 1024;
+  g.d = 1024;
+  g.L = 8;
+  g.H = 16;
+  g.V = 32768;
+  g.T = 1024;
   Cluster cl = Cluster::gpu("h100", 1);
   auto cm = flops_compute_model(cl.peak_flops, 0.5, 2000);
   Layout l;
-  l.micro_batch = 2; l.micro_batches = 3;
+  l.micro_batch = 2;
+  l.micro_batches = 3;
   const Workload w = gpt_workload(g, l);
   const Prediction p = predict(w, cl, *cm);
   const double compute = (w.stages[0].fwd_flops + w.stages[0].bwd_flops) * 3 / (cl.peak_flops * 0.5);
@@ -533,7 +561,7 @@ TEST(Planner, RunEstimateCountsStepsAndCheckpoints) {
   cl.host_copy_gbs = 10;
   const RunEstimate r = estimate_run(p, w, cl, 2e6, 1.0, true);
   EXPECT_EQ(r.steps, 100);
-  EXPECT_EQ(r.checkpoints, 1 + 3);  // 200 s of steps, every minute, plus the last
+  EXPECT_EQ(r.checkpoints, 1 + 3);              // 200 s of steps, every minute, plus the last
   EXPECT_NEAR(r.checkpoint_s, 4 * 1.0, 1e-12);  // 10 GB at 10 GB/s each
   EXPECT_NEAR(r.device_hours, (200 + 4) * 2 / 3600.0, 1e-12);
 }

@@ -27,8 +27,7 @@ class RunConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::random_device rd;
-    dir_ = fs::temp_directory_path() /
-           ("wiola-run-config-" + std::to_string(rd()) + "-" + std::to_string(rd()));
+    dir_ = fs::temp_directory_path() / ("wiola-run-config-" + std::to_string(rd()) + "-" + std::to_string(rd()));
     fs::create_directories(dir_);
   }
   void TearDown() override {
@@ -49,8 +48,7 @@ std::string load_error(const std::string& path, const std::vector<std::string>& 
   return error_of([&] { load_run_config(path, ov); });
 }
 
-#define EXPECT_CONTAINS(msg, part) \
-  EXPECT_NE(std::string(msg).find(part), std::string::npos) << "message: " << (msg)
+#define EXPECT_CONTAINS(msg, part) EXPECT_NE(std::string(msg).find(part), std::string::npos) << "message: " << (msg)
 
 TEST_F(RunConfigTest, EmptyPathGivesDefaults) {
   const RunConfig rc = load_run_config("", {});
@@ -139,13 +137,12 @@ run_dir = "runs/file"
 path = "from/file"
 )");
   const RunConfig rc = load_run_config(
-      p, {"train.steps=20", "train.lr_max = 1e-3", "data.path=runs/shards/manifest.json",
-          "train.run_dir=2024", "data.shuffle=false", "parallel.schedule=gpipe",
-          "train.recompute=true"});
+      p, {"train.steps=20", "train.lr_max = 1e-3", "data.path=runs/shards/manifest.json", "train.run_dir=2024",
+          "data.shuffle=false", "parallel.schedule=gpipe", "train.recompute=true"});
   EXPECT_EQ(rc.train.steps, 20);
   EXPECT_DOUBLE_EQ(rc.train.lr_max, 1e-3);
   EXPECT_EQ(rc.data.path, "runs/shards/manifest.json");  // bare string
-  EXPECT_EQ(rc.train.run_dir, "2024");  // text kept for a string key
+  EXPECT_EQ(rc.train.run_dir, "2024");                   // text kept for a string key
   EXPECT_FALSE(rc.data.shuffle);
   EXPECT_EQ(rc.parallel.schedule, dist::Schedule::GPipe);
   EXPECT_TRUE(rc.train.recompute);
@@ -160,10 +157,10 @@ TEST_F(RunConfigTest, PresetOverrideReappliesExplicitModelKeys) {
   const std::string p = write("a.toml", "[model]\npreset = \"wiola-tiny\"\nseq_len = 64\n");
   const RunConfig rc = load_run_config(p, {"model.preset=wiola-small", "model.n_layers=3"});
   EXPECT_EQ(rc.preset, "wiola-small");
-  EXPECT_EQ(rc.model.d, 128);     // from the new preset
-  EXPECT_EQ(rc.model.V, 32000);   // from the new preset
-  EXPECT_EQ(rc.model.T, 64);      // file key re-applied on top
-  EXPECT_EQ(rc.model.L, 3);       // override on top
+  EXPECT_EQ(rc.model.d, 128);    // from the new preset
+  EXPECT_EQ(rc.model.V, 32000);  // from the new preset
+  EXPECT_EQ(rc.model.T, 64);     // file key re-applied on top
+  EXPECT_EQ(rc.model.L, 3);      // override on top
   // Overrides alone, no file.
   const RunConfig r2 = load_run_config("", {"model.preset=\"wiola-bench\""});
   EXPECT_EQ(r2.model.d, 256);
@@ -212,9 +209,7 @@ TEST_F(RunConfigTest, UnknownSection) {
 }
 
 TEST_F(RunConfigTest, WrongTypes) {
-  auto err = [&](const std::string& body) {
-    return load_error(write("t.toml", body));
-  };
+  auto err = [&](const std::string& body) { return load_error(write("t.toml", body)); };
   std::string m = err("[train]\nmicro_batch = \"eight\"\n");
   EXPECT_CONTAINS(m, "train.micro_batch");
   EXPECT_CONTAINS(m, "expected an integer");
@@ -520,9 +515,9 @@ keep = 5
   const RunConfig d = load_run_config(write("c.toml", ctext), {});
   expect_same(c, d);
   // Every key of every section is written.
-  for (const char* k : {"[model]", "[train]", "[data]", "[parallel]", "[checkpoint]", "d =",
-                        "srpe_spiral_divisor =", "lookback =", "init_std =", "max_steps =",
-                        "nonfinite_fatal =", "prefetch =", "schedule =", "keep ="})
+  for (const char* k :
+       {"[model]", "[train]", "[data]", "[parallel]", "[checkpoint]", "d =", "srpe_spiral_divisor =", "lookback =",
+        "init_std =", "max_steps =", "nonfinite_fatal =", "prefetch =", "schedule =", "keep ="})
     EXPECT_NE(ctext.find(k), std::string::npos) << k;
 }
 
@@ -532,7 +527,8 @@ TEST_F(RunConfigTest, DataBlend) {
   const RunConfig a = load_run_config(write("a.toml", R"(
 [data]
 blend = [{ path = "runs/web", weight = 0.7 }, { path = "runs/b\"ooks", weight = 3 }]
-)"), {});
+)"),
+                                      {});
   ASSERT_EQ(a.data.blend.size(), 2u);
   EXPECT_EQ(a.data.blend[0], (BlendSource{"runs/web", 0.7}));
   EXPECT_EQ(a.data.blend[1], (BlendSource{"runs/b\"ooks", 3.0}));
@@ -545,7 +541,8 @@ weight = 0.7
 [[data.blend]]
 weight = 3
 path = "runs/b\"ooks"
-)"), {});
+)"),
+                                             {});
   EXPECT_EQ(sections.data.blend, a.data.blend);
   // The canonical form reads back exactly; without a blend it is empty and
   // data_sources() is data.path with weight 1.
@@ -557,7 +554,8 @@ path = "runs/b\"ooks"
   EXPECT_EQ(plain.data_sources(), (std::vector<BlendSource>{{"x/manifest.json", 1.0}}));
   // --set, and clearing the file's data.path for it.
   const std::string with_path = write("p.toml", "[data]\npath = \"runs/one\"\n");
-  const RunConfig set = load_run_config(with_path, {"data.path=\"\"", R"(data.blend=[{path="a", weight=1}, {path="b", weight=2}])"});
+  const RunConfig set =
+      load_run_config(with_path, {"data.path=\"\"", R"(data.blend=[{path="a", weight=1}, {path="b", weight=2}])"});
   EXPECT_EQ(set.data.blend, (std::vector<BlendSource>{{"a", 1.0}, {"b", 2.0}}));
   EXPECT_CONTAINS(load_error(with_path, {R"(data.blend=[{path="a", weight=1}])"}),
                   "data.path and data.blend are both set");
@@ -591,8 +589,7 @@ TEST_F(RunConfigTest, FromTomlTextMatchesTheFile) {
   const RunConfig b = run_config_from_toml_text(run_config_to_toml(a), "ckpt/manifest.json (config)");
   expect_same(a, b);
   EXPECT_EQ(b.source, "ckpt/manifest.json (config)");
-  EXPECT_CONTAINS(error_of([] { run_config_from_toml_text("[model]\nd = = 1\n", "mf (config)"); }),
-                  "mf (config):2:");
+  EXPECT_CONTAINS(error_of([] { run_config_from_toml_text("[model]\nd = = 1\n", "mf (config)"); }), "mf (config):2:");
   EXPECT_CONTAINS(error_of([] { run_config_from_toml_text("[model]\nn_heads = 3\n", "mf (config)"); }),
                   "mf (config): ");
 }
@@ -608,16 +605,14 @@ TEST_F(RunConfigTest, ShippedConfigsLoad) {
     RunConfig rc;
     ASSERT_NO_THROW(rc = load_run_config(e.path().string(), {}));
     EXPECT_FALSE(rc.preset.empty());
-    EXPECT_EQ(rc.preset, e.path().stem().string() == "brown-small" ? "wiola-small"
-                                                                  : e.path().stem().string());
+    EXPECT_EQ(rc.preset, e.path().stem().string() == "brown-small" ? "wiola-small" : e.path().stem().string());
     expect_same(rc, load_run_config(write("rt.toml", run_config_to_toml(rc)), {}));
   }
   EXPECT_GE(n, 6);
 }
 
 TEST_F(RunConfigTest, BrownSmallIsTheCpuDemo) {
-  const RunConfig rc =
-      load_run_config((fs::path(WIOLA_SOURCE_DIR) / "configs" / "brown-small.toml").string(), {});
+  const RunConfig rc = load_run_config((fs::path(WIOLA_SOURCE_DIR) / "configs" / "brown-small.toml").string(), {});
   EXPECT_EQ(rc.model.d, 128);
   EXPECT_EQ(rc.model.L, 6);
   EXPECT_EQ(rc.model.H, 4);

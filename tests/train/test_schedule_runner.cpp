@@ -55,7 +55,8 @@ class InProcessLinks {
       for (const CPtr& t : ts) msg.emplace_back(t.as<float>(), t.as<float>() + kElems);
       std::lock_guard<std::mutex> lock(hub_.mu_);
       auto& q = hub_.queued_[{rank_, peer, tag}];
-      WIOLA_CHECK(q.empty(), "a second message from ", rank_, " to ", peer, " with tag ", tag, " before the first was received");
+      WIOLA_CHECK(q.empty(), "a second message from ", rank_, " to ", peer, " with tag ", tag,
+                  " before the first was received");
       q.push_back(std::move(msg));
       ++hub_.sent_;
       hub_.cv_.notify_all();
@@ -63,12 +64,11 @@ class InProcessLinks {
     void recv(const std::vector<Ptr>& ts, int peer, int tag) override {
       std::unique_lock<std::mutex> lock(hub_.mu_);
       auto& q = hub_.queued_[{peer, rank_, tag}];
-      WIOLA_CHECK(hub_.cv_.wait_for(lock, std::chrono::seconds(2), [&] { return !q.empty() || hub_.failed_; }) &&
-                      !hub_.failed_,
-                  "rank ", rank_, " waits for tag ", tag, " from ", peer, ": deadlock or an earlier failure");
+      WIOLA_CHECK(
+          hub_.cv_.wait_for(lock, std::chrono::seconds(2), [&] { return !q.empty() || hub_.failed_; }) && !hub_.failed_,
+          "rank ", rank_, " waits for tag ", tag, " from ", peer, ": deadlock or an earlier failure");
       WIOLA_CHECK(q.front().size() == ts.size(), "tag ", tag, ": ", q.front().size(), " tensors, expected ", ts.size());
-      for (size_t i = 0; i < ts.size(); ++i)
-        std::copy(q.front()[i].begin(), q.front()[i].end(), ts[i].as<float>());
+      for (size_t i = 0; i < ts.size(); ++i) std::copy(q.front()[i].begin(), q.front()[i].end(), ts[i].as<float>());
       q.pop_front();
     }
     void flush() override { ++flushes; }
@@ -116,7 +116,11 @@ struct ChunkEvent {
 class TestChunk final : public StageChunk {
  public:
   TestChunk(int g, int n_global, int slots, int wslots)
-      : g_(g), n_(n_global), in_(size_t(slots)), out_(size_t(slots)), slot_micro_(size_t(slots), -1),
+      : g_(g),
+        n_(n_global),
+        in_(size_t(slots)),
+        out_(size_t(slots)),
+        slot_micro_(size_t(slots), -1),
         wslot_micro_(size_t(wslots), -1) {
     for (int s = 0; s < slots; ++s) {
       in_[size_t(s)].assign(kTensors, std::vector<float>(kElems, -1.f));
@@ -314,7 +318,8 @@ void check_grad_ready(const Stage& st, bool report_grads) {
     const auto& events = st.chunks[size_t(c)]->events;
     ASSERT_EQ(events.size(), kSteps * mine.size());
     for (size_t k = 0; k < events.size(); ++k)
-      EXPECT_EQ(events[k].armed, want[k % mine.size()]) << "chunk " << c << " " << dist::to_string(mine[k % mine.size()]);
+      EXPECT_EQ(events[k].armed, want[k % mine.size()])
+          << "chunk " << c << " " << dist::to_string(mine[k % mine.size()]);
   }
 }
 
@@ -330,8 +335,8 @@ void check_observers(const Stage& st) {
 }
 
 void check_case(const Case& c, bool report_grads) {
-  SCOPED_TRACE(c.schedule + " pp " + std::to_string(c.pp) + " m " + std::to_string(c.m) + " v " +
-               std::to_string(c.v) + (report_grads ? " reporting gradients" : ""));
+  SCOPED_TRACE(c.schedule + " pp " + std::to_string(c.pp) + " m " + std::to_string(c.m) + " v " + std::to_string(c.v) +
+               (report_grads ? " reporting gradients" : ""));
   InProcessLinks hub;
   const auto stages = run_pipeline(c, report_grads, hub);
   int messages = 0;
@@ -361,8 +366,8 @@ std::vector<Case> every_schedule() {
     cs.push_back({"zb-h1", pp, m, 1, P::Interleaved, [=](int s) { return dist::schedule_zb_h1(pp, s, m); }});
   }
   for (const auto& [pp, m, v] : std::vector<std::tuple<int, int, int>>{{1, 2, 2}, {2, 4, 2}, {4, 8, 2}, {2, 4, 4}})
-    cs.push_back({"interleaved", pp, m, v, P::Interleaved,
-                  [=](int s) { return dist::schedule_interleaved(pp, s, m, v); }});
+    cs.push_back(
+        {"interleaved", pp, m, v, P::Interleaved, [=](int s) { return dist::schedule_interleaved(pp, s, m, v); }});
   for (const auto& [pp, m] : std::vector<std::pair<int, int>>{{1, 2}, {2, 2}, {2, 4}, {4, 8}})
     cs.push_back({"zb-v", pp, m, 2, P::V, [=](int s) { return dist::schedule_zb_v(pp, s, m); }});
   return cs;
