@@ -236,7 +236,9 @@ TEST(CudaModel, Bf16TrainingTracksFp32) {
   c.dB = 512;
   c.T = 96;
 #ifdef WIOLA_CUDA_EMU
-  const int B = 2, steps = 6;
+  // Three steps reach every kernel of a step as thirty do (the emulator's
+  // loss falls 6.23 -> 5.5 in them); the GPU runs the longer curve.
+  const int B = 2, steps = 3;
 #else
   const int B = 4, steps = 30;
 #endif

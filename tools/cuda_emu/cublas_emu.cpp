@@ -98,6 +98,15 @@ cublasStatus_t gemm_one(cublasOperation_t ta, cublasOperation_t tb, int m, int n
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "C (" + std::to_string(m) + " x " + std::to_string(n) + ", ld " +
                                                    std::to_string(ldc) + ") is not inside one device allocation");
   std::vector<float> ab(size_t(m) * size_t(n), 0.f);  // row-major m x n
+  // One OpenBLAS thread, as in the CPU backend: the emulator runs on one core,
+  // and OpenBLAS's idle workers spin in sched_yield between calls, taking the
+  // core of whatever runs beside it (measured: a quarter of an emulated
+  // training test's CPU time, in the kernel's sched_yield).
+  static const bool one_thread = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)one_thread;
   if (k > 0) {
     const std::vector<float> a = widen(A, at, ta, m, k, lda), b = widen(B, bt, tb, k, n, ldb);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.f, a.data(), k, b.data(), n, 0.f, ab.data(), n);
