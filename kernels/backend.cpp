@@ -8,10 +8,10 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/bf16_storage_ops.h"
 #include "kernels/ops.h"
+#include "util/env.h"
 #include "util/error.h"
 #ifdef WIOLA_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
-#include "util/env.h"
 #endif
 
 namespace wiola {

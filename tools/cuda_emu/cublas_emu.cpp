@@ -90,10 +90,12 @@ cublasStatus_t gemm_one(cublasOperation_t ta, cublasOperation_t tb, int m, int n
   const int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
   if (k > 0 && !wiola_emu::in_device_memory(A, span_bytes(a_rows, a_cols, lda, at)))
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "A (" + std::to_string(a_rows) + " x " + std::to_string(a_cols) +
-                                                   ", ld " + std::to_string(lda) + ") is not inside one device allocation");
+                                                   ", ld " + std::to_string(lda) +
+                                                   ") is not inside one device allocation");
   if (k > 0 && !wiola_emu::in_device_memory(B, span_bytes(b_rows, b_cols, ldb, bt)))
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "B (" + std::to_string(b_rows) + " x " + std::to_string(b_cols) +
-                                                   ", ld " + std::to_string(ldb) + ") is not inside one device allocation");
+                                                   ", ld " + std::to_string(ldb) +
+                                                   ") is not inside one device allocation");
   if (!wiola_emu::in_device_memory(C, span_bytes(m, n, ldc, ct)))
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "C (" + std::to_string(m) + " x " + std::to_string(n) + ", ld " +
                                                    std::to_string(ldc) + ") is not inside one device allocation");
@@ -150,8 +152,8 @@ cublasStatus_t check_args(cublasHandle_t h, cublasOperation_t ta, cublasOperatio
 
 }  // namespace
 
-cublasStatus_t check_shape(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, cudaDataType at,
-                           int lda, cudaDataType bt, int ldb, cudaDataType ct, int ldc, cublasComputeType_t compute,
+cublasStatus_t check_shape(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, cudaDataType at, int lda,
+                           cudaDataType bt, int ldb, cudaDataType ct, int ldc, cublasComputeType_t compute,
                            const char* who) {
   auto refuse = [who](cublasStatus_t s, const std::string& why) { return ::wiola::cuda::refuse(s, why, who); };
   if (m < 0 || n < 0 || k < 0) return refuse(CUBLAS_STATUS_INVALID_VALUE, "negative size");
@@ -179,26 +181,25 @@ cublasStatus_t gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t
     return st;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);  // host scalars: now
-  return run_on(h, "cublasGemmEx", [=] { return gemm_one(ta, tb, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc,
-                                                         "cublasGemmEx"); });
+  return run_on(h, "cublasGemmEx",
+                [=] { return gemm_one(ta, tb, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc, "cublasGemmEx"); });
 }
 
 cublasStatus_t gemm_strided_batched_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                                       int k, const void* alpha, const void* A, cudaDataType at, int lda,
-                                       long long sA, const void* B, cudaDataType bt, int ldb, long long sB,
-                                       const void* beta, void* C, cudaDataType ct, int ldc, long long sC, int batch,
-                                       cublasComputeType_t compute, cublasGemmAlgo_t) {
+                                       int k, const void* alpha, const void* A, cudaDataType at, int lda, long long sA,
+                                       const void* B, cudaDataType bt, int ldb, long long sB, const void* beta, void* C,
+                                       cudaDataType ct, int ldc, long long sC, int batch, cublasComputeType_t compute,
+                                       cublasGemmAlgo_t) {
   if (const auto st = check_args(h, ta, tb, m, n, k, at, lda, bt, ldb, ct, ldc, compute); st != CUBLAS_STATUS_SUCCESS)
     return st;
   if (batch < 0) return refuse(CUBLAS_STATUS_INVALID_VALUE, "negative batch", "cublasGemmStridedBatchedEx");
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   return run_on(h, "cublasGemmStridedBatchedEx", [=] {
     for (int i = 0; i < batch; ++i) {
-      const auto st = gemm_one(ta, tb, m, n, k, al,
-                               static_cast<const char*>(A) + size_t(i) * size_t(sA) * type_bytes(at), at, lda,
-                               static_cast<const char*>(B) + size_t(i) * size_t(sB) * type_bytes(bt), bt, ldb, be,
-                               static_cast<char*>(C) + size_t(i) * size_t(sC) * type_bytes(ct), ct, ldc,
-                               "cublasGemmStridedBatchedEx");
+      const auto st = gemm_one(
+          ta, tb, m, n, k, al, static_cast<const char*>(A) + size_t(i) * size_t(sA) * type_bytes(at), at, lda,
+          static_cast<const char*>(B) + size_t(i) * size_t(sB) * type_bytes(bt), bt, ldb, be,
+          static_cast<char*>(C) + size_t(i) * size_t(sC) * type_bytes(ct), ct, ldc, "cublasGemmStridedBatchedEx");
       if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
     return CUBLAS_STATUS_SUCCESS;
