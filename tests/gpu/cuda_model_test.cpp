@@ -197,21 +197,35 @@ TEST(CudaModel, CachedDecodingMatchesFullForward) {
   EXPECT_LT(d, 1e-4);
 }
 
-// ATM's merge decisions in bf16 against fp32 from the same parameters and
-// tokens (docs/gpu.md: they may flip for neighbours near tau, so the rate is
-// reported; the bound only catches a broken bf16 path).
-TEST(CudaModel, Bf16AtmFlipRate) {
-  REQUIRE_GPU();
+// wiola-tiny at d = 128 (head dim 32) and T = 96: the bf16 runs take the
+// tensor-core attention over a full and a partial 64-row tile (the fp32 runs,
+// the row kernels).
+ModelConfig head_dim_32_model() {
   ModelConfig c = model_preset("wiola-tiny");
   c.d = 128;
   c.dA = 128;
   c.dB = 512;
   c.T = 96;
+  return c;
+}
+
+// n tokens below 64: a small vocabulary is learnable in 30 steps.
+std::vector<int32_t> small_vocab_tokens(size_t n, uint64_t seed) {
+  std::mt19937_64 rg(seed);
+  std::vector<int32_t> tok(n);
+  for (auto& t : tok) t = int32_t(rg() % 64);
+  return tok;
+}
+
+// ATM's merge decisions in bf16 against fp32 from the same parameters and
+// tokens (docs/gpu.md: they may flip for neighbours near tau, so the rate is
+// reported; the bound only catches a broken bf16 path).
+TEST(CudaModel, Bf16AtmFlipRate) {
+  REQUIRE_GPU();
+  ModelConfig c = head_dim_32_model();
   c.tau = 0.5;  // merges in the ATM layers
   const int B = 4;
-  std::mt19937_64 rg(11);
-  std::vector<int32_t> tok(size_t(B) * (c.T + 1));
-  for (auto& t : tok) t = int32_t(rg() % 64);
+  const std::vector<int32_t> tok = small_vocab_tokens(size_t(B) * (c.T + 1), 11);
   const checks::Flips r =
       checks::count_flips(checks::atm_decisions([] { return make_cuda_ops(CudaPrecision::FP32); }, c, B, tok),
                           checks::atm_decisions([] { return make_cuda_ops(CudaPrecision::BF16); }, c, B, tok));
@@ -223,18 +237,12 @@ TEST(CudaModel, Bf16AtmFlipRate) {
   EXPECT_LT(double(r.flips), 0.1 * double(r.total));
 }
 
-// A short bf16 run tracks the fp32 one: same data, same init, 30 steps (6
+// A short bf16 run tracks the fp32 one: same data, same init, 30 steps (3
 // steps of 2 sequences under the CPU emulator, tests/cuda_emu, which runs
 // every GPU thread on one core).
 TEST(CudaModel, Bf16TrainingTracksFp32) {
   REQUIRE_GPU();
-  ModelConfig c = model_preset("wiola-tiny");
-  // Head dim 32 and T = 96: the bf16 run takes the tensor-core attention over
-  // a full and a partial 64-row tile (the fp32 run, the row kernels).
-  c.d = 128;
-  c.dA = 128;
-  c.dB = 512;
-  c.T = 96;
+  const ModelConfig c = head_dim_32_model();
 #ifdef WIOLA_CUDA_EMU
   // Three steps reach every kernel of a step as thirty do (the emulator's
   // loss falls 6.23 -> 5.5 in them); the GPU runs the longer curve.
@@ -242,9 +250,7 @@ TEST(CudaModel, Bf16TrainingTracksFp32) {
 #else
   const int B = 4, steps = 30;
 #endif
-  std::mt19937_64 rg(9);
-  std::vector<int32_t> tok(size_t(B) * (c.T + 1) * steps);
-  for (auto& t : tok) t = int32_t(rg() % 64);  // a small vocabulary is learnable in 30 steps
+  const std::vector<int32_t> tok = small_vocab_tokens(size_t(B) * (c.T + 1) * steps, 9);
   const auto f = checks::training_losses([] { return make_cuda_ops(CudaPrecision::FP32); }, c, B, steps, tok);
   const auto h = checks::training_losses([] { return make_cuda_ops(CudaPrecision::BF16); }, c, B, steps, tok);
   double worst = 0;
