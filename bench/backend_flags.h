@@ -1,38 +1,35 @@
 // The CUDA backend's options (kernels/backend_options.h) as command-line
 // flags of the GPU kit's programs (wiola_gpu_bench, wiola_kernel_bench):
 // --attention, --attention-bwd, --gemm, --attention-tile, --attention-bwd-tile,
-// --attention-heads-per-block. The backend checks the values.
+// --attention-heads-per-block, --cuda-graphs, each taking its enum's names
+// (a name it does not know is refused by CLI11 with the list).
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "kernels/backend_options.h"
 
 namespace wiola {
 
+// --flag NAME for an enum field: its names, the key that documents it.
+template <NamedEnum E>
+void add_enum_flag(CLI::App& app, const char* flag, E& field, const char* key) {
+  std::vector<std::string> names;
+  for (const std::string_view n : enum_names(E{})) names.emplace_back(n);
+  app.add_option_function<std::string>(
+         flag, [&field](const std::string& name) { field = *parse_enum<E>(name); },
+         enum_choices<E>() + " (train." + key + ", docs/config.md)")
+      ->check(CLI::IsMember(names))
+      ->default_str(std::string(wiola::to_string(field)));
+}
+
 inline void add_backend_flags(CLI::App& app, BackendOptions& o) {
-  app.add_option("--attention", o.attention, "self-attention forward in bf16: tc, fa2 or rows (train.cuda_attention)")
-      ->capture_default_str();
-  app.add_option("--attention-bwd", o.attention_bwd, "its backward: v1, v2 or fa2 (train.cuda_attention_bwd)")
-      ->capture_default_str();
-  app.add_option("--gemm", o.gemm, "matrix products: cublas, cublaslt or auto (train.cuda_gemm)")
-      ->capture_default_str();
-  app.add_option("--attention-tile", o.attention_tile,
-                 "the fa2 forward's tile, query rows x key rows: 64x64, 64x128, 128x64 or 128x128 "
-                 "(train.cuda_attention_tile)")
-      ->capture_default_str();
-  app.add_option("--attention-bwd-tile", o.attention_bwd_tile,
-                 "the fa2 backward's tile, key rows a dK/dV block x query rows a dQ block: 64x64, 64x128, 128x64 "
-                 "or 128x128 (train.cuda_attention_bwd_tile)")
-      ->capture_default_str();
-  app.add_option("--attention-heads-per-block", o.attention_heads_per_block,
-                 "the fa2 forward's query heads a block, of one KV group sharing its K/V tiles: 1, 2 or 4 "
-                 "(train.cuda_attention_heads_per_block)")
-      ->capture_default_str();
-  app.add_option("--cuda-graphs", o.cuda_graphs,
-                 "CUDA Graphs: off, or layers (each layer's forward and backward replayed as one graph; "
-                 "train.cuda_graphs)")
-      ->capture_default_str();
+#define WIOLA_BACKEND_OPTION_FLAG(field, type, key, flag, old_env, doc) add_enum_flag(app, flag, o.field, key);
+  WIOLA_BACKEND_OPTIONS(WIOLA_BACKEND_OPTION_FLAG)
+#undef WIOLA_BACKEND_OPTION_FLAG
 }
 
 }  // namespace wiola

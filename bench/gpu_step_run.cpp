@@ -83,8 +83,8 @@ nlohmann::json wiola::run_gpu_step_bench(const GpuStepOptions& o) {
   cfg.validate();
   std::printf("GPU step benchmark: %s (%lld parameters, T=%d), batch %d, %s%s%s, attention %s/%s, gemm %s\n  %s\n",
               o.preset.c_str(), (long long)cfg.param_count(), cfg.T, o.batch, o.precision.c_str(),
-              o.recompute ? ", recompute" : "", cfg.atm ? "" : ", ATM off", o.backend.attention.c_str(),
-              o.backend.attention_bwd.c_str(), o.backend.gemm.c_str(), cuda_status());
+              o.recompute ? ", recompute" : "", cfg.atm ? "" : ", ATM off", to_string(o.backend.attention).data(),
+              to_string(o.backend.attention_bwd).data(), to_string(o.backend.gemm).data(), cuda_status());
   nlohmann::json out = {{"preset", o.preset},
                         {"T", cfg.T},
                         {"batch", o.batch},
@@ -114,7 +114,7 @@ nlohmann::json wiola::run_gpu_step_bench(const GpuStepOptions& o) {
                  {"loss", r.loss},         {"profiled_step_ms", 1e3 * r.profiled_step_s},
                  {"op_class_ms", classes}, {"top_ops", top}};
     if (!r.gemm_tuning.is_null()) out[name]["gemm_tuning"] = r.gemm_tuning;
-    if (o.backend.cuda_graphs != "off") {
+    if (o.backend.cuda_graphs != CudaGraphs::Off) {
       // The first step runs op by op, the second records; the profiled step
       // after the timed ones runs op by op again (kernels/profiled_ops.h).
       std::printf("    CUDA Graphs: %ld recorded (%ld nodes), %ld graph launches\n", r.graphs.captures, r.graphs.nodes,

@@ -3,6 +3,7 @@
 // checked against the CPU on a small problem, then timed at the step's shape.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -141,24 +142,25 @@ namespace {
 struct AttnVariant {
   std::string name;  // as in the JSON: "fwd tc", "bwd v2", "fwd fa2 128x64", ...
   bool bwd;
-  std::string attention, attention_bwd;  // its backend options
-  std::string attention_tile;            // the fa2 forward's tile; empty: the bench's own
-  std::string attention_bwd_tile;        // the fa2 backward's tile; empty: the bench's own
-  std::string heads_per_block;           // the fa2 forward's heads a block; empty: the bench's own
+  wiola::AttentionFwd attention;  // its backend options
+  wiola::AttentionBwd attention_bwd;
+  std::optional<wiola::AttentionTile> attention_tile;      // the fa2 forward's tile; none: the bench's own
+  std::optional<wiola::AttentionTile> attention_bwd_tile;  // the fa2 backward's tile; none: the bench's own
+  std::optional<wiola::HeadsPerBlock> heads_per_block;     // the fa2 forward's heads a block; none: the bench's own
   // The options of its forward (a backward variant reads the o and lse of
   // the default tensor-core forward).
   wiola::BackendOptions fwd(const wiola::BackendOptions& base) const {
     wiola::BackendOptions o = base;
-    o.attention = bwd ? "tc" : attention;
-    if (!attention_tile.empty()) o.attention_tile = attention_tile;
-    if (!heads_per_block.empty()) o.attention_heads_per_block = heads_per_block;
+    o.attention = bwd ? wiola::AttentionFwd::Tc : attention;
+    o.attention_tile = attention_tile.value_or(o.attention_tile);
+    o.attention_heads_per_block = heads_per_block.value_or(o.attention_heads_per_block);
     return o;
   }
   wiola::BackendOptions all(const wiola::BackendOptions& base) const {
     wiola::BackendOptions o = fwd(base);
     o.attention = attention;
     o.attention_bwd = attention_bwd;
-    if (!attention_bwd_tile.empty()) o.attention_bwd_tile = attention_bwd_tile;
+    o.attention_bwd_tile = attention_bwd_tile.value_or(o.attention_bwd_tile);
     return o;
   }
 };
@@ -212,28 +214,34 @@ std::vector<AttnVariant> attention_variants() {
   // heads of one KV group packed (attention_heads_per_block 2, 4: the tile's
   // query rows split among them; refused, so skipped, where the count does
   // not divide H / Hkv).
+  using wiola::AttentionBwd, wiola::AttentionFwd, wiola::AttentionTile, wiola::HeadsPerBlock;
+  constexpr AttentionFwd tc = AttentionFwd::Tc, fa2 = AttentionFwd::Fa2, rows = AttentionFwd::Rows;
+  constexpr AttentionBwd v1 = AttentionBwd::V1, v2 = AttentionBwd::V2, bwd_fa2 = AttentionBwd::Fa2;
+  constexpr AttentionTile t64x64 = AttentionTile::T64x64, t64x128 = AttentionTile::T64x128,
+                          t128x64 = AttentionTile::T128x64, t128x128 = AttentionTile::T128x128;
+  constexpr HeadsPerBlock hp1 = HeadsPerBlock::One, hp2 = HeadsPerBlock::Two, hp4 = HeadsPerBlock::Four;
   return {
-      {"fwd tc", false, "tc", "v1", "", "", ""},
-      {"fwd fa2", false, "fa2", "v1", "64x64", "", "1"},
-      {"fwd fa2 64x128", false, "fa2", "v1", "64x128", "", "1"},
-      {"fwd fa2 128x64", false, "fa2", "v1", "128x64", "", "1"},
-      {"fwd fa2 128x128", false, "fa2", "v1", "128x128", "", "1"},
-      {"fwd fa2 hp2", false, "fa2", "v1", "64x64", "", "2"},
-      {"fwd fa2 hp4", false, "fa2", "v1", "64x64", "", "4"},
-      {"fwd fa2 64x128 hp2", false, "fa2", "v1", "64x128", "", "2"},
-      {"fwd fa2 64x128 hp4", false, "fa2", "v1", "64x128", "", "4"},
-      {"fwd fa2 128x64 hp2", false, "fa2", "v1", "128x64", "", "2"},
-      {"fwd fa2 128x64 hp4", false, "fa2", "v1", "128x64", "", "4"},
-      {"fwd fa2 128x128 hp2", false, "fa2", "v1", "128x128", "", "2"},
-      {"fwd fa2 128x128 hp4", false, "fa2", "v1", "128x128", "", "4"},
-      {"fwd rows", false, "rows", "v1", "", "", ""},
-      {"bwd v1", true, "tc", "v1", "", "", ""},
-      {"bwd v2", true, "tc", "v2", "", "", ""},
-      {"bwd fa2", true, "tc", "fa2", "", "64x64", ""},
-      {"bwd fa2 64x128", true, "tc", "fa2", "", "64x128", ""},
-      {"bwd fa2 128x64", true, "tc", "fa2", "", "128x64", ""},
-      {"bwd fa2 128x128", true, "tc", "fa2", "", "128x128", ""},
-      {"bwd rows", true, "rows", "v1", "", "", ""},
+      {"fwd tc", false, tc, v1, {}, {}, {}},
+      {"fwd fa2", false, fa2, v1, t64x64, {}, hp1},
+      {"fwd fa2 64x128", false, fa2, v1, t64x128, {}, hp1},
+      {"fwd fa2 128x64", false, fa2, v1, t128x64, {}, hp1},
+      {"fwd fa2 128x128", false, fa2, v1, t128x128, {}, hp1},
+      {"fwd fa2 hp2", false, fa2, v1, t64x64, {}, hp2},
+      {"fwd fa2 hp4", false, fa2, v1, t64x64, {}, hp4},
+      {"fwd fa2 64x128 hp2", false, fa2, v1, t64x128, {}, hp2},
+      {"fwd fa2 64x128 hp4", false, fa2, v1, t64x128, {}, hp4},
+      {"fwd fa2 128x64 hp2", false, fa2, v1, t128x64, {}, hp2},
+      {"fwd fa2 128x64 hp4", false, fa2, v1, t128x64, {}, hp4},
+      {"fwd fa2 128x128 hp2", false, fa2, v1, t128x128, {}, hp2},
+      {"fwd fa2 128x128 hp4", false, fa2, v1, t128x128, {}, hp4},
+      {"fwd rows", false, rows, v1, {}, {}, {}},
+      {"bwd v1", true, tc, v1, {}, {}, {}},
+      {"bwd v2", true, tc, v2, {}, {}, {}},
+      {"bwd fa2", true, tc, bwd_fa2, {}, t64x64, {}},
+      {"bwd fa2 64x128", true, tc, bwd_fa2, {}, t64x128, {}},
+      {"bwd fa2 128x64", true, tc, bwd_fa2, {}, t128x64, {}},
+      {"bwd fa2 128x128", true, tc, bwd_fa2, {}, t128x128, {}},
+      {"bwd rows", true, rows, v1, {}, {}, {}},
   };
 }
 
@@ -254,12 +262,7 @@ void run_attention(Ops<float>& g, const Shapes& sh, const Options& o, Report& re
              {"dir", var.bwd ? "bwd" : "fwd"},
              {"variant", var.name.substr(4)},
              {"layer", layer},
-             {"options",
-              {{"attention", var.attention},
-               {"attention_bwd", var.attention_bwd},
-               {"attention_tile", var.all(base).attention_tile},
-               {"attention_bwd_tile", var.all(base).attention_bwd_tile},
-               {"attention_heads_per_block", var.all(base).attention_heads_per_block}}},
+             {"options", wiola::backend_option_fields(var.all(base))},
              {"B", big->s.B},
              {"T", big->s.Tq},
              {"H", big->s.H},

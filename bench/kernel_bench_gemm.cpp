@@ -95,7 +95,7 @@ struct Distinct {
 void tune_gemms(Ops<float>& g, const Options& o, Report& rep, const std::vector<Distinct>& gemms, CPtr a, CPtr b,
                 Ptr c32) {
   wiola::BackendOptions tuning = o.backend;
-  tuning.gemm = "auto";
+  tuning.gemm = wiola::GemmMode::Auto;
   OptionsScope scope(g, o.backend, tuning);
   const std::string device = json::parse(g.gemm_tuning())["tables"][0]["device"].get<std::string>();
   g.adopt_gemm_tuning(wiola::gemm_tuning_json(wiola::GemmTable{device, {}}));  // sweep every GEMM

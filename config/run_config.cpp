@@ -74,8 +74,7 @@ FieldPtr bind(T* field) {
 struct KeyDef {
   const char* name;
   FieldPtr (*field)(RunConfig&);
-  const char* doc;          // the meaning column of docs/config.md (Markdown, one line)
-  const char* values = "";  // a backend option's values, '|'-separated (kernels/backend_options.h)
+  const char* doc;  // the meaning column of docs/config.md (Markdown, one line)
 };
 
 struct SectionDef {
@@ -83,15 +82,13 @@ struct SectionDef {
   std::vector<KeyDef> keys;
 };
 
-#define WIOLA_KEY(member, key, doc, ...) \
-  KeyDef{key, [](RunConfig& r) -> FieldPtr { return bind(&r.member); }, doc __VA_OPT__(, ) __VA_ARGS__},
+#define WIOLA_KEY(member, key, doc) KeyDef{key, [](RunConfig& r) -> FieldPtr { return bind(&r.member); }, doc},
 #define WIOLA_MODEL_KEY(key, member, doc) WIOLA_KEY(member, #key, doc)
 #define WIOLA_TRAIN_KEY(type, key, default_value, doc) WIOLA_KEY(train.key, #key, doc)
 #define WIOLA_DATA_KEY(type, key, default_value, doc) WIOLA_KEY(data.key, #key, doc)
 #define WIOLA_PARALLEL_KEY(type, key, default_value, doc) WIOLA_KEY(parallel.key, #key, doc)
 #define WIOLA_CHECKPOINT_KEY(type, key, default_value, doc) WIOLA_KEY(checkpoint.key, #key, doc)
-#define WIOLA_OPTION_KEY(field, key, flag, old_env, values, doc) \
-  WIOLA_KEY(train.backend_options.field, key, doc, values)
+#define WIOLA_OPTION_KEY(field, type, key, flag, old_env, doc) WIOLA_KEY(train.backend_options.field, key, doc)
 #define WIOLA_OPTION_KEYS(member) WIOLA_BACKEND_OPTIONS(WIOLA_OPTION_KEY)
 
 const std::vector<SectionDef>& schema() {
@@ -525,7 +522,6 @@ void check_train(const RunConfig& rc) {
     WIOLA_CHECK(std::find(known.begin(), known.end(), backend) != known.end(), "train.backend \"", backend,
                 "\" is not a backend of this build (known: ", list, ")");
   }
-  check_backend_options(t.backend_options);
   check_attention_heads_per_block(t.backend_options, rc.model.H, rc.model.Hkv);
   at_least(t.log_every, 1, "train.log_every");
   at_least(t.eval_every, 0, "train.eval_every");
@@ -719,9 +715,8 @@ std::vector<ConfigKeyDoc> run_config_schema() {
   for (const auto& sec : schema())
     for (const auto& k : sec.keys) {
       const FieldPtr f = k.field(defaults);
-      std::vector<std::string> values = backend_option_values(k.values);
+      std::vector<std::string> values;
       if (const auto* e = std::get_if<EnumRef>(&f)) values = e->names();
-      if (values == std::vector<std::string>{""}) values.clear();
       out.push_back({sec.name, k.name, doc_type(f), toml_value(f), std::move(values), k.doc});
     }
   return out;

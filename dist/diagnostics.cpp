@@ -8,9 +8,15 @@ namespace wiola::dist {
 
 Diagnostics::Diagnostics() = default;
 
+std::string Diagnostics::context() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return context_;
+}
+
 void Diagnostics::set_context(std::string c) {
+  publish_rank_context(c);
+  std::lock_guard<std::mutex> lock(mu_);
   context_ = std::move(c);
-  publish_rank_context(context_);
 }
 
 Diagnostics& Diagnostics::instance() {

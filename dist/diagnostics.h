@@ -3,6 +3,7 @@
 // microbatch 3"), and abort_job, which ends every rank of the job.
 #pragma once
 
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -19,22 +20,21 @@ class Diagnostics {
 
   // What this rank is doing now; printed with every timeout or abort, and
   // published to the rank state board when one is open (dist/rank_states.h).
-  const std::string& context() const { return context_; }
+  // Thread-safe: the NCCL watchdog reads it beside the trainer's thread, and
+  // the schedule runner's tests run every stage's runner in one process.
+  std::string context() const;
   void set_context(std::string c);
 
  private:
   Diagnostics();
   double timeout_s_ = 300.0;
+  mutable std::mutex mu_;  // guards context_
   std::string context_;
 };
 
 // Shorthands.
-inline void set_context(std::string c) {
-  Diagnostics::instance().set_context(std::move(c));
-}
-inline void set_comm_timeout(double seconds) {
-  Diagnostics::instance().set_timeout_s(seconds);
-}
+inline void set_context(std::string c) { Diagnostics::instance().set_context(std::move(c)); }
+inline void set_comm_timeout(double seconds) { Diagnostics::instance().set_timeout_s(seconds); }
 
 // Prints "rank R: msg" (R = world rank; plus the context when set) to stderr,
 // then every rank's last published state when a rank state board is open

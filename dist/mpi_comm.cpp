@@ -104,10 +104,14 @@ int to_int_count(size_t count, const char* op) {
 // buffers) with an optional completion step (in-place fix-ups).
 class MpiRequest final : public RequestImpl {
  public:
-  MpiRequest(std::string group, int group_rank, int group_size, const char* op,
-             size_t count, DType t, double* wait_clock)
-      : group_(std::move(group)), group_rank_(group_rank),
-        group_size_(group_size), op_(op), count_(count), dtype_(t),
+  MpiRequest(std::string group, int group_rank, int group_size, const char* op, size_t count, DType t,
+             double* wait_clock)
+      : group_(std::move(group)),
+        group_rank_(group_rank),
+        group_size_(group_size),
+        op_(op),
+        count_(count),
+        dtype_(t),
         wait_clock_(wait_clock) {}
 
   std::vector<MPI_Request> reqs;
@@ -116,9 +120,8 @@ class MpiRequest final : public RequestImpl {
   bool test() override {
     if (done_) return true;
     int flag = 0;
-    check_mpi(MPI_Testall(int(reqs.size()), reqs.data(), &flag,
-                          MPI_STATUSES_IGNORE),
-              op_, group_, group_rank_, group_size_);
+    check_mpi(MPI_Testall(int(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE), op_, group_, group_rank_,
+              group_size_);
     if (flag) finish();
     return done_;
   }
@@ -131,9 +134,7 @@ class MpiRequest final : public RequestImpl {
     const auto start = std::chrono::steady_clock::now();
     for (long it = 0;; ++it) {
       const bool done = test();
-      const double waited = std::chrono::duration<double>(
-                                std::chrono::steady_clock::now() - start)
-                                .count();
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (done) {
         *wait_clock_ += waited;
         if (published) publish_rank_wait_done();
@@ -145,10 +146,8 @@ class MpiRequest final : public RequestImpl {
       }
       if (waited > limit) timeout(waited);
       // Back off: spin, then yield, then sleep (ranks may share cores).
-      if (it > 2000)
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      else if (it > 200)
-        std::this_thread::yield();
+      if (it > 2000) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      else if (it > 200) std::this_thread::yield();
     }
   }
 
@@ -161,18 +160,18 @@ class MpiRequest final : public RequestImpl {
   // "all_reduce on group 'tp' (rank 1 of 2), count 5 float32"
   std::string describe() const {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "%s on group '%s' (rank %d of %d), count %zu %s", op_, group_.c_str(),
-                  group_rank_, group_size_, count_, dtype_name(dtype_));
+    std::snprintf(buf, sizeof buf, "%s on group '%s' (rank %d of %d), count %zu %s", op_, group_.c_str(), group_rank_,
+                  group_size_, count_, dtype_name(dtype_));
     return buf;
   }
 
   [[noreturn]] void timeout(double waited) {
-    const std::string& ctx = Diagnostics::instance().context();
+    const std::string ctx = Diagnostics::instance().context();
     std::fprintf(stderr,
                  "wiola: communication timeout: world rank %d waited %.1f s "
                  "(limit %.1f s) in %s; context: %s\n",
-                 world_rank(), waited, Diagnostics::instance().timeout_s(),
-                 describe().c_str(), ctx.empty() ? "(none)" : ctx.c_str());
+                 world_rank(), waited, Diagnostics::instance().timeout_s(), describe().c_str(),
+                 ctx.empty() ? "(none)" : ctx.c_str());
     // The other ranks cannot be asked (one of them may be stuck): what each
     // last published (dist/rank_states.h), when the trainer opened a board.
     std::fputs(rank_states_report().c_str(), stderr);
@@ -192,8 +191,7 @@ class MpiRequest final : public RequestImpl {
 
 class MpiComm final : public Comm {
  public:
-  MpiComm(MPI_Comm c, std::string name, bool owned)
-      : comm_(c), name_(std::move(name)), owned_(owned) {
+  MpiComm(MPI_Comm c, std::string name, bool owned) : comm_(c), name_(std::move(name)), owned_(owned) {
     check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", name_);
     check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank", name_);
     check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size", name_);
@@ -206,27 +204,21 @@ class MpiComm final : public Comm {
   int size() const override { return size_; }
   const std::string& name() const override { return name_; }
 
-  Request iall_reduce(const void* send, void* recv, size_t count, DType t,
-                      ReduceOp op) override {
+  Request iall_reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op) override {
     auto r = make("all_reduce", count, t);
     const size_t eb = dtype_bytes(t);
-    for (size_t off = 0; off < count || (count == 0 && off == 0);
-         off += kMaxChunk) {
+    for (size_t off = 0; off < count || (count == 0 && off == 0); off += kMaxChunk) {
       const size_t c = std::min(kMaxChunk, count - off);
       char* rb = static_cast<char*>(recv) + off * eb;
-      const void* sb = send == recv ? MPI_IN_PLACE
-                                    : static_cast<const char*>(send) + off * eb;
+      const void* sb = send == recv ? MPI_IN_PLACE : static_cast<const char*>(send) + off * eb;
       r->reqs.emplace_back();
-      check(MPI_Iallreduce(sb, rb, int(c), mpi_type(t), mpi_op(op, t), comm_,
-                               &r->reqs.back()),
-                "MPI_Iallreduce");
+      check(MPI_Iallreduce(sb, rb, int(c), mpi_type(t), mpi_op(op, t), comm_, &r->reqs.back()), "MPI_Iallreduce");
       if (count == 0) break;
     }
     return Request(std::move(r));
   }
 
-  Request ireduce_scatter_sum(const void* send, void* recv, size_t recv_count,
-                              DType t) override {
+  Request ireduce_scatter_sum(const void* send, void* recv, size_t recv_count, DType t) override {
     const int c = to_int_count(recv_count, "reduce_scatter");
     auto r = make("reduce_scatter_sum", recv_count, t);
     const size_t eb = dtype_bytes(t);
@@ -237,47 +229,40 @@ class MpiComm final : public Comm {
       // NCCL-style in place: MPI leaves the result at the start of the
       // buffer; move it to this rank's chunk when done.
       char* base = const_cast<char*>(s);
-      check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, base, c, mpi_type(t),
-                                          mpi_op(ReduceOp::Sum, t), comm_, &r->reqs.back()),
-                "MPI_Ireduce_scatter_block");
-      if (rank_ != 0)
-        r->on_done = [base, d, n = recv_count * eb] { std::memmove(d, base, n); };
+      check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, base, c, mpi_type(t), mpi_op(ReduceOp::Sum, t), comm_,
+                                      &r->reqs.back()),
+            "MPI_Ireduce_scatter_block");
+      if (rank_ != 0) r->on_done = [base, d, n = recv_count * eb] { std::memmove(d, base, n); };
     } else {
-      check(MPI_Ireduce_scatter_block(s, d, c, mpi_type(t), mpi_op(ReduceOp::Sum, t), comm_,
-                                          &r->reqs.back()),
-                "MPI_Ireduce_scatter_block");
+      check(MPI_Ireduce_scatter_block(s, d, c, mpi_type(t), mpi_op(ReduceOp::Sum, t), comm_, &r->reqs.back()),
+            "MPI_Ireduce_scatter_block");
     }
     return Request(std::move(r));
   }
 
-  Request iall_gather(const void* send, void* recv, size_t send_count,
-                      DType t) override {
+  Request iall_gather(const void* send, void* recv, size_t send_count, DType t) override {
     const int c = to_int_count(send_count, "all_gather");
     auto r = make("all_gather", send_count, t);
     const size_t eb = dtype_bytes(t);
     char* d = static_cast<char*>(recv);
-    const void* s = send == d + size_t(rank_) * send_count * eb ? MPI_IN_PLACE
-                                                                : send;
+    const void* s = send == d + size_t(rank_) * send_count * eb ? MPI_IN_PLACE : send;
     r->reqs.emplace_back();
-    check(MPI_Iallgather(s, s == MPI_IN_PLACE ? 0 : c,
-                             s == MPI_IN_PLACE ? MPI_DATATYPE_NULL : mpi_type(t),
-                             d, c, mpi_type(t), comm_, &r->reqs.back()),
-              "MPI_Iallgather");
+    check(MPI_Iallgather(s, s == MPI_IN_PLACE ? 0 : c, s == MPI_IN_PLACE ? MPI_DATATYPE_NULL : mpi_type(t), d, c,
+                         mpi_type(t), comm_, &r->reqs.back()),
+          "MPI_Iallgather");
     return Request(std::move(r));
   }
 
   Request ibroadcast(void* buf, size_t count, DType t, int root) override {
-    WIOLA_CHECK(root >= 0 && root < size_, "dist: broadcast root ", root,
-                " outside group '", name_, "' of size ", size_);
+    WIOLA_CHECK(root >= 0 && root < size_, "dist: broadcast root ", root, " outside group '", name_, "' of size ",
+                size_);
     auto r = make("broadcast", count, t, root);
     const size_t eb = dtype_bytes(t);
-    for (size_t off = 0; off < count || (count == 0 && off == 0);
-         off += kMaxChunk) {
+    for (size_t off = 0; off < count || (count == 0 && off == 0); off += kMaxChunk) {
       const size_t c = std::min(kMaxChunk, count - off);
       r->reqs.emplace_back();
-      check(MPI_Ibcast(static_cast<char*>(buf) + off * eb, int(c),
-                           mpi_type(t), root, comm_, &r->reqs.back()),
-                "MPI_Ibcast");
+      check(MPI_Ibcast(static_cast<char*>(buf) + off * eb, int(c), mpi_type(t), root, comm_, &r->reqs.back()),
+            "MPI_Ibcast");
       if (count == 0) break;
     }
     return Request(std::move(r));
@@ -290,18 +275,15 @@ class MpiComm final : public Comm {
     return Request(std::move(r));
   }
 
-  Request isend(const void* buf, size_t count, DType t, int peer,
-                int tag) override {
+  Request isend(const void* buf, size_t count, DType t, int peer, int tag) override {
     check_peer(peer, "isend");
     auto r = make("isend", count, t);
     const size_t eb = dtype_bytes(t);
-    for (size_t off = 0; off < count || (count == 0 && off == 0);
-         off += kMaxChunk) {
+    for (size_t off = 0; off < count || (count == 0 && off == 0); off += kMaxChunk) {
       const size_t c = std::min(kMaxChunk, count - off);
       r->reqs.emplace_back();
-      check(MPI_Isend(static_cast<const char*>(buf) + off * eb, int(c),
-                          mpi_type(t), peer, tag, comm_, &r->reqs.back()),
-                "MPI_Isend");
+      check(MPI_Isend(static_cast<const char*>(buf) + off * eb, int(c), mpi_type(t), peer, tag, comm_, &r->reqs.back()),
+            "MPI_Isend");
       if (count == 0) break;
     }
     return Request(std::move(r));
@@ -311,20 +293,17 @@ class MpiComm final : public Comm {
     check_peer(peer, "irecv");
     auto r = make("irecv", count, t);
     const size_t eb = dtype_bytes(t);
-    for (size_t off = 0; off < count || (count == 0 && off == 0);
-         off += kMaxChunk) {
+    for (size_t off = 0; off < count || (count == 0 && off == 0); off += kMaxChunk) {
       const size_t c = std::min(kMaxChunk, count - off);
       r->reqs.emplace_back();
-      check(MPI_Irecv(static_cast<char*>(buf) + off * eb, int(c),
-                          mpi_type(t), peer, tag, comm_, &r->reqs.back()),
-                "MPI_Irecv");
+      check(MPI_Irecv(static_cast<char*>(buf) + off * eb, int(c), mpi_type(t), peer, tag, comm_, &r->reqs.back()),
+            "MPI_Irecv");
       if (count == 0) break;
     }
     return Request(std::move(r));
   }
 
-  std::unique_ptr<Comm> split(int color, int key,
-                              const std::string& name) override {
+  std::unique_ptr<Comm> split(int color, int key, const std::string& name) override {
     WIOLA_CHECK(color >= 0, "dist: split color must be >= 0, got ", color);
     // MPI_Comm_split blocks; a bounded barrier first turns a rank that never
     // arrives into a timeout diagnostic instead of a hang.
@@ -341,8 +320,8 @@ class MpiComm final : public Comm {
     return std::make_unique<MpiRequest>(name_, rank_, size_, op, count, t, wait_clock());
   }
   void check_peer(int peer, const char* op) const {
-    WIOLA_CHECK(peer >= 0 && peer < size_, "dist: ", op, " peer ", peer,
-                " outside group '", name_, "' of size ", size_);
+    WIOLA_CHECK(peer >= 0 && peer < size_, "dist: ", op, " peer ", peer, " outside group '", name_, "' of size ",
+                size_);
   }
 
   MPI_Comm comm_;
@@ -365,10 +344,9 @@ int world_rank() {
 }
 
 void abort_job(const std::string& msg, int code) {
-  const std::string& ctx = Diagnostics::instance().context();
+  const std::string ctx = Diagnostics::instance().context();
   std::fprintf(stderr, "rank %d: %s%s%s\n", world_rank(), msg.c_str(),
-               ctx.empty() ? "" : " [context: ",
-               ctx.empty() ? "" : (ctx + "]").c_str());
+               ctx.empty() ? "" : " [context: ", ctx.empty() ? "" : (ctx + "]").c_str());
   std::fputs(rank_states_report().c_str(), stderr);  // where every rank was ("" without a board)
   std::fflush(stderr);
   if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, code);
@@ -382,11 +360,9 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_Initialized(&init);
   if (!init) {
     int provided = 0;
-    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided),
-              "MPI_Init_thread");
+    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     owns_ = true;
-    if (provided < MPI_THREAD_FUNNELED)
-      abort_job("MPI does not provide MPI_THREAD_FUNNELED", 3);
+    if (provided < MPI_THREAD_FUNNELED) abort_job("MPI does not provide MPI_THREAD_FUNNELED", 3);
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);

@@ -8,8 +8,7 @@
 #
 #   scripts/sanitize.sh                 # on 2 cores: ~5 min to build, ~20 min of tests
 #   scripts/sanitize.sh -L data
-#   scripts/sanitize.sh --ci            # CI's subset (scripts/test.sh): ~3 min on 2 cores
-#   scripts/sanitize.sh --ci-build      # only build it (scripts/test.sh, beside ctest)
+#   scripts/sanitize.sh --ci            # CI's subset (scripts/test.sh): ~4 min on 2 cores
 #
 # --ci builds only what its subset needs, in build-asan/ (CUDA emulator and
 # Parquet off): every fuzz target replaying its corpus (each file format a
@@ -21,12 +20,11 @@ cd "$(dirname "$0")/.."
 source scripts/sanitizer_build.sh
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export OMP_WAIT_POLICY=passive
-if [ "${1:-}" = --ci ] || [ "${1:-}" = --ci-build ]; then
+if [ "${1:-}" = --ci ]; then
   sanitizer_configure build-asan -DWIOLA_CUDA_EMU=OFF -DWIOLA_PARQUET=OFF
   targets=(test_ops test_blas test_bf16_storage test_attention train_tests checkpoint_tests spike_detector_tests)
   for f in tests/fuzz/corpus/*/; do targets+=("fuzz_$(basename "$f")"); done
   cmake --build build-asan -j"$(nproc)" --target "${targets[@]}"
-  [ "$1" = --ci ] || exit 0
   # Only the built programs' tests are discovered; the shell tests of these
   # labels (and config_docs, which asks the wiola program for its schema)
   # need programs the subset does not build.

@@ -24,27 +24,6 @@ scripts/setup.sh
 export WIOLA_CUDA_ARCHS=${WIOLA_CUDA_ARCHS:-"90a-real;80-virtual"}
 scripts/build.sh
 
-# The whole suite (no ctest arguments, as in CI) also builds a subset with
-# clang under AddressSanitizer and UndefinedBehaviorSanitizer and runs it
-# (scripts/sanitize.sh --ci: the fuzz corpus, the CPU op tests, the run-config
-# and checkpoint unit tests), so that the sanitizer build cannot rot. Its
-# build (3 min of two cores, its tests 10 s) runs beside ctest at the idle
-# scheduling class: it gets only the CPU time ctest leaves (a quarter of
-# ctest's two cores: tests waiting on mpirun, sleeps, timeouts and the slower
-# rank), and ctest's tests keep their cores.
-sanitizer=0
-if [ $# -eq 0 ] && [ "${WIOLA_SKIP_SANITIZER:-0}" != 1 ]; then
-  sanitizer=1
-  asan_log=build/sanitizer-subset-build.log
-  asan_build_start=$SECONDS
-  idle=(chrt --idle 0)
-  "${idle[@]}" true 2>/dev/null || idle=(nice -n 19)
-  # Its own session, so that an early exit stops the whole build with it.
-  setsid "${idle[@]}" scripts/sanitize.sh --ci-build >"$asan_log" 2>&1 &
-  asan_build_pid=$!
-  trap 'kill -- -"$asan_build_pid" 2>/dev/null || true' EXIT
-fi
-
 # ctest runs two tests at once on a 2-core machine, and several use two
 # threads: OpenMP threads that spin at their barriers would take the
 # neighbour's core (measured: infer_cli beside one busy core, 44 s spinning,
@@ -52,19 +31,15 @@ fi
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 rc=0
 ctest --test-dir build --output-on-failure -j2 --timeout 900 "$@" || rc=$?
+# The whole suite (no ctest arguments, as in CI) also builds a subset with
+# clang under AddressSanitizer and UndefinedBehaviorSanitizer and runs it
+# (scripts/sanitize.sh --ci: the fuzz corpus, the CPU op tests, the run-config
+# and checkpoint unit tests), so that the sanitizer build cannot rot.
 asan_rc=0
-if [ "$sanitizer" = 1 ]; then
+if [ $# -eq 0 ] && [ "${WIOLA_SKIP_SANITIZER:-0}" != 1 ]; then
   asan_start=$SECONDS
-  wait "$asan_build_pid" || asan_rc=$?
-  trap - EXIT
-  printf 'test.sh: sanitizer subset built in %ds beside ctest (%ds after it)\n' $((SECONDS - asan_build_start)) \
-    $((SECONDS - asan_start))
-  if [ "$asan_rc" -ne 0 ]; then
-    cat "$asan_log"
-  else
-    scripts/sanitize.sh --ci || asan_rc=$?
-  fi
-  printf 'test.sh: sanitizer subset %s in %ds after ctest\n' "$([ "$asan_rc" -eq 0 ] && echo passed || echo FAILED)" \
+  scripts/sanitize.sh --ci || asan_rc=$?
+  printf 'test.sh: sanitizer subset %s in %ds\n' "$([ "$asan_rc" -eq 0 ] && echo passed || echo FAILED)" \
     $((SECONDS - asan_start))
 fi
 elapsed=$((SECONDS - start))

@@ -23,13 +23,9 @@ std::string default_algorithm(const std::string& mode) {
 }  // namespace
 
 nlohmann::json gemm_record(const Ops<float>& ops, const BackendOptions& options) {
-  const std::string mode = tunes(ops) ? options.gemm : "none";
-  nlohmann::json r = {{"mode", mode},
-                      {"device", ops.device_name()},
-                      {"default", default_algorithm(mode)},
-                      {"table_device", ""},
-                      {"choices", nlohmann::json::object()},
-                      {"tuning", nullptr}};
+  const std::string mode = tunes(ops) ? std::string(to_string(options.gemm)) : "none";
+  nlohmann::json r = {{"mode", mode},       {"device", ops.device_name()},         {"default", default_algorithm(mode)},
+                      {"table_device", ""}, {"choices", nlohmann::json::object()}, {"tuning", nullptr}};
   const std::string text = ops.gemm_tuning();
   if (text.empty()) return r;
   const nlohmann::json tuning = nlohmann::json::parse(text);
@@ -76,8 +72,7 @@ std::string gemm_record_difference(const nlohmann::json& saved, const nlohmann::
   for (const auto& [key, c] : b.choices)
     if (!a.choices.count(key) && n++ < 3) first += (first.empty() ? "" : "; ") + key;
   if (n == 0) return "";
-  m << n << " GEMM shape(s) with another algorithm or none recorded then (" << first << (n > 3 ? "; ..." : "")
-    << ")";
+  m << n << " GEMM shape(s) with another algorithm or none recorded then (" << first << (n > 3 ? "; ..." : "") << ")";
   return m.str();
 }
 

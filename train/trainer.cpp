@@ -215,7 +215,7 @@ void Trainer::share_gemm_tuning(bool measured) {
   Ops<float>& ops = run_->ops;
   Comm& world = run_->world;
   const bool root = world.rank() == 0;
-  if (rc.train.backend_options.gemm != "auto") return;
+  if (rc.train.backend_options.gemm != GemmMode::Auto) return;
   const auto cache = std::filesystem::path(rc.train.run_dir) / "gemm_tuning.json";
   std::string text;
   if (root) {

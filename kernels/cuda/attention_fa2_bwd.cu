@@ -619,9 +619,9 @@ bool attention_bwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, 
       dq.dtype() != DType::BF16 || dk.dtype() != DType::BF16 || dv.dtype() != DType::BF16)
     return false;
   // The tile shape (c.attn_bwd_tile): key rows a dK/dV block x query rows a dQ block.
-  const AttnTile tile = c.attn_bwd_tile;
-  const int KM = tile == AttnTile::T128x64 || tile == AttnTile::T128x128 ? 128 : 64;
-  const int QM = tile == AttnTile::T64x128 || tile == AttnTile::T128x128 ? 128 : 64;
+  const AttentionTile tile = c.attn_bwd_tile;
+  const int KM = tile == AttentionTile::T128x64 || tile == AttentionTile::T128x128 ? 128 : 64;
+  const int QM = tile == AttentionTile::T64x128 || tile == AttentionTile::T128x128 ? 128 : 64;
   if (s.dh % 32 != 0 || s.dh > 128 || !attention_smem_fits(fa2_dkv_smem_bytes(s.dh, KM)) ||
       !attention_smem_fits(fa2_dq_smem_bytes(s.dh, QM)))
     return false;
@@ -633,11 +633,11 @@ bool attention_bwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, 
     return false;
   if (s.B <= 0 || s.H <= 0 || (s.Tq <= 0 && s.Tk <= 0)) return true;  // nothing to do
   switch (tile) {
-    case AttnTile::T64x128:
+    case AttentionTile::T64x128:
       return fa2_bwd_dh<64, 128>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
-    case AttnTile::T128x64:
+    case AttentionTile::T128x64:
       return fa2_bwd_dh<128, 64>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
-    case AttnTile::T128x128:
+    case AttentionTile::T128x128:
       return fa2_bwd_dh<128, 128>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
     default: return fa2_bwd_dh<64, 64>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
   }

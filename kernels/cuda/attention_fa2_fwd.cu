@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN
   // KP: 16-wide k steps of P V.
   constexpr int LD = fa_ld(D), KQ = D / 16, NO = D / 8, NS = BN / 8, KP = BN / 16, NT = 2 * BM * HP;
   static_assert((BM * HP == 64 || BM * HP == 128) && BM % 16 == 0 && (BN == 64 || BN == 128),
-                "the tile shapes of AttnTile");
+                "the tile shapes of AttentionTile");
   static_assert(HP == 1 || HP == 2 || HP == 4, "heads a block: 1, 2 or 4");
   extern __shared__ __align__(128) unsigned char smem[];
   bf16_t* Qs = reinterpret_cast<bf16_t*>(smem);          // [HP][BM][LD]
@@ -385,8 +385,8 @@ bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, 
                        Ptr o, Ptr lse) {
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || v.dtype() != DType::BF16 || o.dtype() != DType::BF16)
     return false;
-  const int BM = c.attn_tile == AttnTile::T128x64 || c.attn_tile == AttnTile::T128x128 ? 128 : 64;
-  const int BN = c.attn_tile == AttnTile::T64x128 || c.attn_tile == AttnTile::T128x128 ? 128 : 64;
+  const int BM = c.attn_tile == AttentionTile::T128x64 || c.attn_tile == AttentionTile::T128x128 ? 128 : 64;
+  const int BN = c.attn_tile == AttentionTile::T64x128 || c.attn_tile == AttentionTile::T128x128 ? 128 : 64;
   if (s.dh % 32 != 0 || s.dh > 128 || !attention_smem_fits(fa2_fwd_smem_bytes(s.dh, BM, BN))) return false;
   // cp.async and the 16-byte stores of o need 16-byte aligned rows (rows are
   // multiples of 64 bytes: the bases decide); the raw rows are read in pairs.
@@ -403,9 +403,9 @@ bool attention_fwd_fa2(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, 
   // The tile shape (c.attn_tile), the heads a block, then the head dim: every
   // triple instantiated.
   switch (c.attn_tile) {
-    case AttnTile::T64x128: return fa2_fwd_hp<64, 128>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
-    case AttnTile::T128x64: return fa2_fwd_hp<128, 64>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
-    case AttnTile::T128x128: return fa2_fwd_hp<128, 128>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+    case AttentionTile::T64x128: return fa2_fwd_hp<64, 128>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+    case AttentionTile::T128x64: return fa2_fwd_hp<128, 64>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+    case AttentionTile::T128x128: return fa2_fwd_hp<128, 128>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
     default: return fa2_fwd_hp<64, 64>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
   }
 }

@@ -682,7 +682,7 @@ void launch_tc_bwd(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k
     return true;
   }();
   (void)attr_set;
-  const bool v2 = c.attn_bwd == AttnBwdKind::V2;
+  const bool v2 = c.attn_bwd == AttentionBwd::V2;
   const dim3 grid_kv(unsigned((s.Tk + 63) / 64), unsigned(s.Hkv), unsigned(s.B));
   if (v2)
     k_attention_bwd_dkv_tc2<D><<<grid_kv, 32 * kWarps, smem_kv2, c.s>>>(
@@ -730,9 +730,9 @@ bool attention_smem_fits(size_t bytes) {
 bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                       Ptr o, Ptr lse) {
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || o.dtype() != DType::BF16 ||
-      c.attn_fwd == AttnFwdKind::ROWS)
+      c.attn_fwd == AttentionFwd::Rows)
     return false;
-  if (c.attn_fwd == AttnFwdKind::FA2 && attention_fwd_fa2(c, s, keys, q, k, v, raw_k, raw_v, o, lse)) return true;
+  if (c.attn_fwd == AttentionFwd::Fa2 && attention_fwd_fa2(c, s, keys, q, k, v, raw_k, raw_v, o, lse)) return true;
   if (s.dh % 32 != 0 || s.dh > 128 || !attention_smem_fits(tc_smem_bytes(s.dh))) return false;
   if (s.Tq <= 0 || s.B <= 0 || s.H <= 0) return true;  // nothing to do
   const TcKeys tk{keys.key_end, keys.n_keys, keys.self_open};
@@ -748,9 +748,9 @@ bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, C
 bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                       CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
   if (q.dtype() != DType::BF16 || k.dtype() != DType::BF16 || dout.dtype() != DType::BF16 ||
-      dq.dtype() != DType::BF16 || c.attn_fwd == AttnFwdKind::ROWS || s.q_pos0 != 0)
+      dq.dtype() != DType::BF16 || c.attn_fwd == AttentionFwd::Rows || s.q_pos0 != 0)
     return false;
-  if (c.attn_bwd == AttnBwdKind::FA2 &&
+  if (c.attn_bwd == AttentionBwd::Fa2 &&
       attention_bwd_fa2(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v))
     return true;
   if (s.dh % 32 != 0 || s.dh > 128 ||

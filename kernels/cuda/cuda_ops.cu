@@ -185,7 +185,7 @@ class CudaOps final : public Ops<float> {
   std::string gemm_tuning() const override { return tuner_->table(); }
   void adopt_gemm_tuning(const std::string& table_json) override {
     tuner_->adopt(table_json, "the tuning table adopted");
-    if (options_.gemm == "auto") drop_graphs();  // recordings name the algorithms chosen before
+    if (options_.gemm == GemmMode::Auto) drop_graphs();  // recordings name the algorithms chosen before
   }
 
   // ---- CUDA Graphs (Ops::graph; the option cuda_graphs; docs/gpu.md) ----
@@ -196,7 +196,7 @@ class CudaOps final : public Ops<float> {
   // into the graphs' pool), instantiates it and launches it; later calls
   // launch it. While recording, a nested call is part of the recording.
   void graph(const GraphKey& key, const std::function<void()>& body) override {
-    if (options_.cuda_graphs == "off" || capturing_) {
+    if (options_.cuda_graphs == CudaGraphs::Off || capturing_) {
       body();
       return;
     }
@@ -250,34 +250,16 @@ class CudaOps final : public Ops<float> {
   void name params override { cuda::name(ctx(), WIOLA_OP_ARGS args); }
 #include "kernels/op_list.h"
 
-  // Checks and takes the options (kernels/backend_options.h); refuses the
+  // Takes the options (kernels/backend_options.h); refuses the
   // environment variables they replaced.
   void set_options(const BackendOptions& o) {
     refuse_backend_env();
-    check_backend_options(o);
-    using cuda::AttnBwdKind, cuda::AttnFwdKind;
-    attn_fwd_ = o.attention == "fa2" ? AttnFwdKind::FA2 : o.attention == "rows" ? AttnFwdKind::ROWS : AttnFwdKind::TC;
-    attn_bwd_ = o.attention_bwd == "v2"    ? AttnBwdKind::V2
-                : o.attention_bwd == "fa2" ? AttnBwdKind::FA2
-                                           : AttnBwdKind::V1;
-    attn_tile_ = tile_of(o.attention_tile);
-    attn_bwd_tile_ = tile_of(o.attention_bwd_tile);
-    attn_heads_ = std::stoi(o.attention_heads_per_block);  // checked: 1, 2 or 4
     if (tuner_) tuner_->set_mode(o.gemm);
     drop_graphs();  // recordings name the kernels the options chose
     options_ = o;
   }
 
  private:
-  // A tile option's value (checked in BackendOptions: 64x64, 64x128, 128x64
-  // or 128x128) as the kernels' tile shape.
-  static cuda::AttnTile tile_of(const std::string& t) {
-    using cuda::AttnTile;
-    return t == "64x128"    ? AttnTile::T64x128
-           : t == "128x64"  ? AttnTile::T128x64
-           : t == "128x128" ? AttnTile::T128x128
-                            : AttnTile::T64x64;
-  }
   struct Graph {
     int calls = 0;                   // before its recording
     cudaGraphExec_t exec = nullptr;  // the recording, once made
@@ -321,16 +303,20 @@ class CudaOps final : public Ops<float> {
     mem_.release_graph_pool();
   }
 
-  cuda::Ctx ctx() { return cuda::Ctx{stream_, mem_, attn_fwd_, attn_bwd_, attn_tile_, attn_bwd_tile_, attn_heads_}; }
+  cuda::Ctx ctx() {
+    const BackendOptions& o = options_;
+    return cuda::Ctx{stream_,
+                     mem_,
+                     o.attention,
+                     o.attention_bwd,
+                     o.attention_tile,
+                     o.attention_bwd_tile,
+                     heads_per_block(o.attention_heads_per_block)};
+  }
 
   CudaPrecision prec_;
   int device_;
   BackendOptions options_;
-  cuda::AttnFwdKind attn_fwd_ = cuda::AttnFwdKind::TC;
-  cuda::AttnBwdKind attn_bwd_ = cuda::AttnBwdKind::V1;
-  cuda::AttnTile attn_tile_ = cuda::AttnTile::T64x64;
-  cuda::AttnTile attn_bwd_tile_ = cuda::AttnTile::T64x64;
-  int attn_heads_ = 1;  // the fa2 forward's heads a block
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<cuda::GemmTuner> tuner_;         // the GEMMs' algorithms (options_.gemm)

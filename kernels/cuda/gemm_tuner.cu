@@ -82,16 +82,15 @@ GemmLt& GemmTuner::lt() {
   return *lt_;
 }
 
-void GemmTuner::set_mode(const std::string& mode) {
+void GemmTuner::set_mode(GemmMode mode) {
   if (mode == mode_) return;
   mode_ = mode;
-  if (mode_ == "cublas") return;
+  if (mode_ == GemmMode::Cublas) return;
   // The table's key: the device and cuBLASLt's version (loads cuBLASLt).
-  if (device_.find("cuBLASLt") == std::string::npos)
-    device_ += ", cuBLASLt " + std::to_string(GemmLt::version());
+  if (device_.find("cuBLASLt") == std::string::npos) device_ += ", cuBLASLt " + std::to_string(GemmLt::version());
   in_use_ = GemmTable{device_, {}};
   measured_ = GemmTable{device_, {}};
-  if (mode_ == "auto") adopt(committed_gemm_tuning(), "kernels/cuda/gemm_tuning.json (built in)");
+  if (mode_ == GemmMode::Auto) adopt(committed_gemm_tuning(), "kernels/cuda/gemm_tuning.json (built in)");
 }
 
 void GemmTuner::run_default(const BlasGemm& g) {
@@ -102,19 +101,19 @@ void GemmTuner::run_default(const BlasGemm& g) {
 
 cublasStatus_t GemmTuner::run(const BlasGemm& g, const GemmChoice& c) {
   if (c.algo == "cublaslt") return lt().run(g, algo_of(c));
-  return cublas().gemm_ex(blas_, g.ta, g.tb, g.m, g.n, g.k, &g.alpha, g.A, g.at, g.lda, g.B, g.bt, g.ldb, &g.beta,
-                          g.C, g.ct, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  return cublas().gemm_ex(blas_, g.ta, g.tb, g.m, g.n, g.k, &g.alpha, g.A, g.at, g.lda, g.B, g.bt, g.ldb, &g.beta, g.C,
+                          g.ct, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 void GemmTuner::gemm(const BlasGemm& g, GemmKey key) {
-  if (mode_ == "cublas") return run_default(g);
+  if (mode_ == GemmMode::Cublas) return run_default(g);
   for (const void* p : {g.A, g.B, static_cast<const void*>(g.C)}) {
     int a = 256;
     while (a > 1 && reinterpret_cast<uintptr_t>(p) % uintptr_t(a) != 0) a /= 2;
     key.align = std::min(key.align, a);
   }
   const std::string k = key.str();
-  if (mode_ == "cublaslt") {
+  if (mode_ == GemmMode::Cublaslt) {
     auto it = heuristic_.find(k);
     if (it == heuristic_.end()) {
       const auto c = lt().candidates(g, key.align, 1, 0);
@@ -209,14 +208,14 @@ GemmChoice GemmTuner::sweep(const BlasGemm& g, const GemmKey& key) {
 }
 
 std::string GemmTuner::table() const {
-  if (mode_ != "auto") return "";
+  if (mode_ != GemmMode::Auto) return "";
   GemmTable t = in_use_;
   for (const auto& [k, c] : measured_.choices) t.choices.emplace(k, c);
   return gemm_tuning_json(t);
 }
 
 void GemmTuner::adopt(const std::string& text, const std::string& origin) {
-  if (mode_ != "auto") return;
+  if (mode_ != GemmMode::Auto) return;
   std::string why;
   GemmTable t = gemm_table_for(text, device_, origin, &why);
   if (!why.empty()) {  // no table for this device and library

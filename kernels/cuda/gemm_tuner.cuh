@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/backend_options.h"
 #include "kernels/cuda/gemm_lt.cuh"
 #include "kernels/gemm_tuning.h"
 
@@ -36,8 +37,8 @@ class GemmTuner {
   GemmTuner(CachingAllocator& mem, cudaStream_t stream, cublasHandle_t blas, int device);
   ~GemmTuner();
 
-  // "cublas", "cublaslt" or "auto" (checked by the backend's options).
-  void set_mode(const std::string& mode);
+  // The backend option train.cuda_gemm: cublas, cublaslt or auto.
+  void set_mode(GemmMode mode);
   // Runs g the way the mode says; key: g as Ops::gemm was called.
   void gemm(const BlasGemm& g, GemmKey key);
 
@@ -64,11 +65,12 @@ class GemmTuner {
   cudaStream_t stream_;
   cublasHandle_t blas_;
   int sms_ = 0;
-  std::string mode_ = "cublas", device_;
+  GemmMode mode_ = GemmMode::Cublas;
+  std::string device_;
   std::unique_ptr<GemmLt> lt_;
   GemmTable in_use_, measured_;
-  std::map<std::string, bool> checked_;                     // auto: choices in use that passed their check
-  std::map<std::string, LtAlgo> heuristic_;   // cublaslt: the first candidate per GEMM
+  std::map<std::string, bool> checked_;      // auto: choices in use that passed their check
+  std::map<std::string, LtAlgo> heuristic_;  // cublaslt: the first candidate per GEMM
 };
 
 }  // namespace wiola::cuda

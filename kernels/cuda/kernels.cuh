@@ -14,31 +14,27 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/backend_options.h"
 #include "kernels/cuda/memory.cuh"
 #include "kernels/op_info.h"
 #include "kernels/ops.h"
 
 namespace wiola::cuda {
 
-// The attention kernels the backend's options select (BackendOptions
-// attention and attention_bwd, kernels/backend_options.h).
-enum class AttnFwdKind { TC, FA2, ROWS };
-enum class AttnBwdKind { V1, V2, FA2 };
-// The fa2 forward's tile shape (BackendOptions attention_tile): query rows a
-// block x key rows a tile. The fa2 backward's (attention_bwd_tile, Ctx
-// attn_bwd_tile): key rows a dK/dV block x query rows a dQ block.
-enum class AttnTile { T64x64, T64x128, T128x64, T128x128 };
-
 struct Ctx {
   cudaStream_t s;
   CachingAllocator& mem;
-  AttnFwdKind attn_fwd = AttnFwdKind::TC;
-  AttnBwdKind attn_bwd = AttnBwdKind::V1;
-  AttnTile attn_tile = AttnTile::T64x64;
-  AttnTile attn_bwd_tile = AttnTile::T64x64;
-  // The fa2 forward's query heads a block (BackendOptions
-  // attention_heads_per_block): 1, or 2 or 4 heads of one KV group sharing
-  // each K/V tile, the tile's query rows split among them.
+  // The attention kernels the backend's options select
+  // (kernels/backend_options.h): the forward and backward, the fa2 forward's
+  // tile (query rows a block x key rows a tile) and the fa2 backward's (key
+  // rows a dK/dV block x query rows a dQ block).
+  AttentionFwd attn_fwd{};
+  AttentionBwd attn_bwd{};
+  AttentionTile attn_tile{};
+  AttentionTile attn_bwd_tile{};
+  // The fa2 forward's query heads a block (attention_heads_per_block): 1, or
+  // 2 or 4 heads of one KV group sharing each K/V tile, the tile's query rows
+  // split among them.
   int attn_heads = 1;
 };
 

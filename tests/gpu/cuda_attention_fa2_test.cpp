@@ -123,20 +123,21 @@ TEST(CudaOps, AttentionFa2Bf16) {
           }
           return out;
         };
-        set_cuda_backend_options(*gpu, {.attention = "fa2"});
+        set_cuda_backend_options(*gpu, {.attention = AttentionFwd::Fa2});
         const auto fa2 = run_gpu(!decoding);
         // The forward at the other tile shapes: 64x128, 128x64, 128x128.
         const char* const tile_names[] = {"64x128", "128x64", "128x128"};
+        const AttentionTile other_tiles[] = {AttentionTile::T64x128, AttentionTile::T128x64, AttentionTile::T128x128};
         std::vector<Vec> tiles[3];
         for (int t = 0; t < 3; ++t) {
-          set_cuda_backend_options(*gpu, {.attention = "fa2", .attention_tile = tile_names[t]});
+          set_cuda_backend_options(*gpu, {.attention = AttentionFwd::Fa2, .attention_tile = other_tiles[t]});
           tiles[t] = run_gpu(false);
         }
         // The fa2 backward (attention_bwd = fa2) on the same o and lse,
         // twice: the two runs must agree bit for bit.
         std::vector<Vec> fa2b, fa2b_again;
         if (!decoding) {
-          set_cuda_backend_options(*gpu, {.attention = "fa2", .attention_bwd = "fa2"});
+          set_cuda_backend_options(*gpu, {.attention = AttentionFwd::Fa2, .attention_bwd = AttentionBwd::Fa2});
           fa2b = run_gpu(true);
           fa2b_again = run_gpu(true);
         }
@@ -153,8 +154,9 @@ TEST(CudaOps, AttentionFa2Bf16) {
             // dQ of 64x128 and 128x128) runs at every head dim.
             if (t != bwd_case % 3) continue;
 #endif
-            set_cuda_backend_options(
-                *gpu, {.attention = "fa2", .attention_bwd = "fa2", .attention_bwd_tile = bwd_tile_names[t]});
+            set_cuda_backend_options(*gpu, {.attention = AttentionFwd::Fa2,
+                                            .attention_bwd = AttentionBwd::Fa2,
+                                            .attention_bwd_tile = other_tiles[t]});
             bwd_tiles[t] = run_gpu(true, false);
           }
         if (!decoding) ++bwd_case;
@@ -265,7 +267,8 @@ TEST(CudaOps, AttentionFa2HeadPacking) {
   struct Heads {
     int H, Hkv;
   };
-  const char* const tile_names[] = {"64x64", "64x128", "128x64", "128x128"};
+  const AttentionTile tiles[] = {AttentionTile::T64x64, AttentionTile::T64x128, AttentionTile::T128x64,
+                                 AttentionTile::T128x128};
   int n_case = 0, packed_runs = 0;
   for (int dh : {32, 64, 96, 128})
     for (const Heads hk : {Heads{8, 2}, Heads{4, 2}}) {
@@ -286,8 +289,9 @@ TEST(CudaOps, AttentionFa2HeadPacking) {
       const AtmLayout lay = atm_layout(open, s.B, s.Tq);
       for (int with_atm = 0; with_atm < 2; ++with_atm, ++n_case) {
         GpuAttnCall c(*gpu, s, lay, open, gk.data(), gv.data(), with_atm);
-        auto run_gpu = [&](const char* tile, const char* hp) {
-          set_cuda_backend_options(*gpu, {.attention = "fa2", .attention_tile = tile, .attention_heads_per_block = hp});
+        auto run_gpu = [&](AttentionTile tile, HeadsPerBlock hp) {
+          set_cuda_backend_options(
+              *gpu, {.attention = AttentionFwd::Fa2, .attention_tile = tile, .attention_heads_per_block = hp});
           gpu->attention_fwd(s, c.keys, gq.data(), c.keys_k, c.keys_v, c.raw_k, c.raw_v, c.go.data(), c.glse.data());
           Vec l(nl);
           gpu->download(l.data(), c.glse.data(), c.glse.bytes());
@@ -297,7 +301,7 @@ TEST(CudaOps, AttentionFa2HeadPacking) {
         // packed forward at that key tile is first compared with it.
         std::vector<Vec> unpacked[2];
         auto unpacked_at = [&](int key_tile) -> const std::vector<Vec>& {
-          if (unpacked[key_tile].empty()) unpacked[key_tile] = run_gpu(key_tile == 0 ? "64x64" : "64x128", "1");
+          if (unpacked[key_tile].empty()) unpacked[key_tile] = run_gpu(tiles[key_tile], HeadsPerBlock::One);
           return unpacked[key_tile];
         };
 
@@ -319,8 +323,8 @@ TEST(CudaOps, AttentionFa2HeadPacking) {
 #ifdef WIOLA_CUDA_EMU
             wiola_emu::record_launches(true);
 #endif
-            const auto got = run_gpu(tile_names[t], hp == 2 ? "2" : "4");
-            const std::string kernel = std::string("fa2 ") + tile_names[t] + " hp" + std::to_string(hp);
+            const auto got = run_gpu(tiles[t], hp == 2 ? HeadsPerBlock::Two : HeadsPerBlock::Four);
+            const std::string kernel = "fa2 " + std::string(to_string(tiles[t])) + " hp" + std::to_string(hp);
             ++packed_runs;
 #ifdef WIOLA_CUDA_EMU
             std::vector<wiola_emu::LaunchShape> launches;  // the fa2 forward's
@@ -350,7 +354,8 @@ TEST(CudaOps, AttentionFa2HeadPacking) {
       // A packing that does not divide the heads of a KV group is refused.
       if (s.H / s.Hkv == 2) {
         GpuAttnCall c(*gpu, s, lay, open, gk.data(), gv.data(), false);
-        set_cuda_backend_options(*gpu, {.attention = "fa2", .attention_heads_per_block = "4"});
+        set_cuda_backend_options(*gpu,
+                                 {.attention = AttentionFwd::Fa2, .attention_heads_per_block = HeadsPerBlock::Four});
         try {
           gpu->attention_fwd(s, c.keys, gq.data(), c.keys_k, c.keys_v, c.raw_k, c.raw_v, c.go.data(), c.glse.data());
           ADD_FAILURE() << "attention_heads_per_block = 4 with H / H_kv = 2 was not refused";

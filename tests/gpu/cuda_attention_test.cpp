@@ -138,9 +138,9 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
           return out;
         };
         const auto tc = run_gpu();
-        set_cuda_backend_options(*gpu, {.attention_bwd = "v2"});
+        set_cuda_backend_options(*gpu, {.attention_bwd = AttentionBwd::V2});
         const auto tc2 = run_gpu();
-        set_cuda_backend_options(*gpu, {.attention = "rows"});
+        set_cuda_backend_options(*gpu, {.attention = AttentionFwd::Rows});
         const auto rows = run_gpu();
         set_cuda_backend_options(*gpu, {});
         // The CPU on the same (bf16-valued) inputs: one reference for the three.

@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,8 +55,10 @@ TEST(CudaOps, GemmAndConvert) {
 // ---- the backend options and the GEMM paths (kernels/backend_options.h,
 // kernels/cuda/gemm_tuner.cuh) -------------------------------------------------------
 
-// An old switch still set is refused with the key that replaced it; an
-// unknown option value is refused naming the key (and the values it takes).
+// An old switch still set is refused with the key that replaced it. (The
+// options are enums: a value they do not name is refused where the text is
+// read, the run config (RunConfigTest.BackendOptionValuesAreChecked) and the
+// benchmarks' flags.)
 TEST(CudaOps, BackendOptionsRefuseOldVariables) {
   REQUIRE_GPU();
   setenv("WIOLA_CUDA_ATTENTION", "rows", 1);
@@ -68,35 +69,17 @@ TEST(CudaOps, BackendOptionsRefuseOldVariables) {
     EXPECT_NE(std::string(e.what()).find("train.cuda_attention"), std::string::npos) << e.what();
   }
   unsetenv("WIOLA_CUDA_ATTENTION");
-  EXPECT_THROW(make_cuda_ops(CudaPrecision::BF16, 0, {.gemm = "fastest"}), Error);
-  // `make` must throw wiola::Error whose message holds `says`.
-  const auto refused = [](const char* what, const std::function<void()>& make, const std::string& says) {
-    try {
-      make();
-      ADD_FAILURE() << what << " was not refused";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-  };
-  refused(
-      "attention_tile = 96x64",
-      [] { make_cuda_ops(CudaPrecision::BF16, 0, {.attention = "fa2", .attention_tile = "96x64"}); },
-      "train.cuda_attention_tile (--attention-tile) must be 64x64, 64x128, 128x64 or 128x128 (got \"96x64\")");
-  refused(
-      "attention_bwd_tile = 64x96",
-      [] { make_cuda_ops(CudaPrecision::BF16, 0, {.attention_bwd = "fa2", .attention_bwd_tile = "64x96"}); },
-      "train.cuda_attention_bwd_tile (--attention-bwd-tile) must be 64x64, 64x128, 128x64 or 128x128 (got "
-      "\"64x96\")");
-  refused(
-      "attention_heads_per_block = 3",
-      [] { make_cuda_ops(CudaPrecision::BF16, 0, {.attention = "fa2", .attention_heads_per_block = "3"}); },
-      "train.cuda_attention_heads_per_block (--attention-heads-per-block) must be 1, 2 or 4 (got \"3\")");
   // Against the model: the heads a block must divide n_heads / n_kv_heads.
-  check_attention_heads_per_block({.attention_heads_per_block = "4"}, 16, 4);
-  refused(
-      "attention_heads_per_block = 4 with 16 / 8 heads",
-      [] { check_attention_heads_per_block({.attention_heads_per_block = "4"}, 16, 8); },
-      "must be 1 or divide the query heads of a KV group, model.n_heads / model.n_kv_heads = 16 / 8 (got 4)");
+  check_attention_heads_per_block({.attention_heads_per_block = HeadsPerBlock::Four}, 16, 4);
+  try {
+    check_attention_heads_per_block({.attention_heads_per_block = HeadsPerBlock::Four}, 16, 8);
+    ADD_FAILURE() << "attention_heads_per_block = 4 with 16 / 8 heads was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be 1 or divide the query heads of a KV group, model.n_heads / "
+                                         "model.n_kv_heads = 16 / 8 (got 4)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // One GEMM of every kind the backend issues (transposes NT, NN, TN; bf16
@@ -122,7 +105,7 @@ TEST(CudaOps, GemmPathsMatchCublas) {
         const int lda = ta == Trans::N ? k : m, ldb = tb == Trans::N ? n : k;
         const CPtr A = ab == DType::F32 ? CPtr(a32.data()) : a16.data(),
                    B = ab == DType::F32 ? CPtr(b32.data()) : b16.data();
-        auto run = [&](const std::string& path, int times) {
+        auto run = [&](GemmMode path, int times) {
           set_cuda_backend_options(*gpu, {.gemm = path});
           Vec out;
           for (int t = 0; t < times; ++t) {
@@ -130,13 +113,13 @@ TEST(CudaOps, GemmPathsMatchCublas) {
             const Ptr C = ct == DType::F32 ? Ptr(c.data()) : Ptr(c.data().raw(), DType::BF16);
             gpu->convert(c32.data(), C, c0.size());
             gpu->gemm(ta, tb, m, n, k, 0.5f, A, lda, B, ldb, beta, C, n);
-            if (t == 0 && path == "auto") gpu->adopt_gemm_tuning(gpu->gemm_tuning());
+            if (t == 0 && path == GemmMode::Auto) gpu->adopt_gemm_tuning(gpu->gemm_tuning());
             out = ct == DType::F32 ? Vec(c0.size()) : bf16_download(*gpu, C, c0.size());
             if (ct == DType::F32) gpu->download(out.data(), c.data().raw(), c32.bytes());
           }
           return out;
         };
-        const Vec ref = run("cublas", 1), lt = run("cublaslt", 1), tuned = run("auto", 2);
+        const Vec ref = run(GemmMode::Cublas, 1), lt = run(GemmMode::Cublaslt, 1), tuned = run(GemmMode::Auto, 2);
         const std::string what = std::string(ta == Trans::T ? "T" : "N") + (tb == Trans::T ? "T " : "N ") +
                                  dtype_name(ab) + ">" + dtype_name(ct) + " beta " + std::to_string(int(beta));
 #ifdef WIOLA_CUDA_EMU
@@ -163,7 +146,7 @@ TEST(CudaOps, GemmTuningTable) {
   setenv("WIOLA_EMU_LT_WRONG_ALGO", "0", 1);
 #endif
   auto sweep = [&] {
-    auto gpu = make_cuda_ops(CudaPrecision::BF16, 0, {.gemm = "auto"});
+    auto gpu = make_cuda_ops(CudaPrecision::BF16, 0, {.gemm = GemmMode::Auto});
     const int m = 64, n = 32, k = 4096;  // few output tiles, deep: split-K candidates
     DynBuffer<float> A(*gpu, DType::BF16, size_t(k) * m), B(*gpu, DType::BF16, size_t(k) * n),
         C(*gpu, DType::F32, size_t(m) * n);
@@ -209,7 +192,7 @@ TEST(CudaOps, GemmTuningTable) {
   // A backend given the table takes its choice, every time; another card's
   // table leaves it as it was.
   for (int run = 0; run < 2; ++run) {
-    auto gpu = make_cuda_ops(CudaPrecision::BF16, 0, {.gemm = "auto"});
+    auto gpu = make_cuda_ops(CudaPrecision::BF16, 0, {.gemm = GemmMode::Auto});
     gpu->adopt_gemm_tuning(text);
     gpu->adopt_gemm_tuning(gemm_tuning_json(other));  // ignored, with a message
     const GemmTable got = gemm_table_for(gpu->gemm_tuning(), device, "adopted");

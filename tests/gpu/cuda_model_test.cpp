@@ -96,7 +96,7 @@ TEST(CudaModel, GraphsMatchEagerBitForBit) {
     Vec params;
     CudaGraphStats stats;
   };
-  auto run = [&](CudaPrecision prec, bool recompute, const std::string& graphs) {
+  auto run = [&](CudaPrecision prec, bool recompute, CudaGraphs graphs) {
     auto gpu = make_cuda_ops(prec, 0, {.cuda_graphs = graphs});
     Run r;
     {
@@ -126,7 +126,7 @@ TEST(CudaModel, GraphsMatchEagerBitForBit) {
   };
   for (const auto& [prec, recompute, name] :
        {std::tuple{CudaPrecision::FP32, false, "fp32"}, std::tuple{CudaPrecision::BF16, true, "bf16 recompute"}}) {
-    const Run off = run(prec, recompute, "off"), on = run(prec, recompute, "layers");
+    const Run off = run(prec, recompute, CudaGraphs::Off), on = run(prec, recompute, CudaGraphs::Layers);
     std::printf("  %s: %d steps, losses %.6f .. %.6f; graphs: %ld recorded (%ld nodes), %ld launches, pool %.2f MiB\n",
                 name, steps, on.loss.front(), on.loss.back(), on.stats.captures, on.stats.nodes, on.stats.launches,
                 double(on.stats.pool_bytes) / 1048576.0);
@@ -162,7 +162,7 @@ TEST(CudaModel, GraphsMatchEagerBitForBit) {
 // capture, and leaves the backend usable.
 TEST(CudaOps, GraphCaptureRefusesHostReads) {
   REQUIRE_GPU();
-  auto gpu = make_cuda_ops(CudaPrecision::FP32, 0, {.cuda_graphs = "layers"});
+  auto gpu = make_cuda_ops(CudaPrecision::FP32, 0, {.cuda_graphs = CudaGraphs::Layers});
   Buffer<float> x(*gpu, 64);
   Vec host(64, 0.f);
   int sentinel = 0;

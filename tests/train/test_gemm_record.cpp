@@ -14,9 +14,9 @@ namespace {
 // A record of the auto mode whose table (key `device`) holds `choices`.
 nlohmann::json auto_record(const std::string& device, const std::map<std::string, GemmChoice>& choices) {
   const std::string text = gemm_tuning_json(GemmTable{device, choices});
-  nlohmann::json r = {{"mode", "auto"}, {"device", "NVIDIA H100 80GB HBM3"}, {"default", "cublas default"},
-                      {"table_device", device}, {"choices", nlohmann::json::object()},
-                      {"tuning", nlohmann::json::parse(text)}};
+  nlohmann::json r = {
+      {"mode", "auto"},         {"device", "NVIDIA H100 80GB HBM3"},   {"default", "cublas default"},
+      {"table_device", device}, {"choices", nlohmann::json::object()}, {"tuning", nlohmann::json::parse(text)}};
   for (const auto& [k, c] : choices) r["choices"][k] = c.algo;
   return r;
 }
@@ -32,7 +32,7 @@ GemmChoice lt(uint64_t word) {
 TEST(GemmRecord, CpuBackendHasNoChoice) {
   auto ops = make_backend<float>("cpu");
   BackendOptions o;
-  o.gemm = "auto";  // a CPU backend records no choice whatever the option says
+  o.gemm = GemmMode::Auto;  // a CPU backend records no choice whatever the option says
   const nlohmann::json r = gemm_record(*ops, o);
   EXPECT_EQ(r["mode"], "none");
   EXPECT_TRUE(r["choices"].empty());

@@ -350,6 +350,33 @@ TEST_F(RunConfigTest, ValidationOfTrainParallelCheckpoint) {
   EXPECT_CONTAINS(m2, "train.seed");
 }
 
+// The CUDA backend's options (kernels/backend_options.h) are enums: read by
+// their names, a name they do not have refused naming the key and every
+// value; the heads a block checked against the model's KV groups.
+TEST_F(RunConfigTest, BackendOptionValuesAreChecked) {
+  const RunConfig rc = load_run_config(
+      "", {"train.cuda_attention=fa2", "train.cuda_attention_bwd=v2", "train.cuda_gemm=auto",
+           "train.cuda_attention_tile=128x64", "train.cuda_attention_bwd_tile=64x128", "train.cuda_graphs=layers"});
+  const BackendOptions& o = rc.train.backend_options;
+  EXPECT_EQ(o.attention, AttentionFwd::Fa2);
+  EXPECT_EQ(o.attention_bwd, AttentionBwd::V2);
+  EXPECT_EQ(o.gemm, GemmMode::Auto);
+  EXPECT_EQ(o.attention_tile, AttentionTile::T128x64);
+  EXPECT_EQ(o.attention_bwd_tile, AttentionTile::T64x128);
+  EXPECT_EQ(o.attention_heads_per_block, HeadsPerBlock::One);
+  EXPECT_EQ(o.cuda_graphs, CudaGraphs::Layers);
+  EXPECT_EQ(backend_option_fields(o).at("attention_tile"), "128x64");
+  EXPECT_CONTAINS(
+      load_error("", {"train.cuda_attention_tile=96x64"}),
+      "train.cuda_attention_tile: must be \"64x64\", \"64x128\", \"128x64\" or \"128x128\" (got \"96x64\")");
+  EXPECT_CONTAINS(load_error("", {"train.cuda_gemm=fastest"}),
+                  "train.cuda_gemm: must be \"cublas\", \"cublaslt\" or \"auto\" (got \"fastest\")");
+  EXPECT_CONTAINS(load_error("", {"train.cuda_attention_heads_per_block=3"}), "train.cuda_attention_heads_per_block");
+  EXPECT_CONTAINS(
+      load_error("", {"train.cuda_attention_heads_per_block=4", "model.n_heads=16", "model.n_kv_heads=8"}),
+      "must be 1 or divide the query heads of a KV group, model.n_heads / model.n_kv_heads = 16 / 8 (got 4)");
+}
+
 TEST_F(RunConfigTest, MalformedOverrides) {
   for (const std::string ov : {"train.steps", "steps=3", ".steps=3", "train.=3", "=3"}) {
     const std::string m = load_error("", {ov});
