@@ -74,7 +74,8 @@ FieldPtr bind(T* field) {
 struct KeyDef {
   const char* name;
   FieldPtr (*field)(RunConfig&);
-  const char* doc;  // the meaning column of docs/config.md (Markdown, one line)
+  const char* doc;             // the meaning column of docs/config.md (Markdown, one line)
+  KeyRange range = kAnyValue;  // a numeric key's values (run_config_keys.h)
 };
 
 struct SectionDef {
@@ -82,13 +83,16 @@ struct SectionDef {
   std::vector<KeyDef> keys;
 };
 
-#define WIOLA_KEY(member, key, doc) KeyDef{key, [](RunConfig& r) -> FieldPtr { return bind(&r.member); }, doc},
-#define WIOLA_MODEL_KEY(key, member, doc) WIOLA_KEY(member, #key, doc)
-#define WIOLA_TRAIN_KEY(type, key, default_value, doc) WIOLA_KEY(train.key, #key, doc)
-#define WIOLA_DATA_KEY(type, key, default_value, doc) WIOLA_KEY(data.key, #key, doc)
-#define WIOLA_PARALLEL_KEY(type, key, default_value, doc) WIOLA_KEY(parallel.key, #key, doc)
-#define WIOLA_CHECKPOINT_KEY(type, key, default_value, doc) WIOLA_KEY(checkpoint.key, #key, doc)
-#define WIOLA_OPTION_KEY(field, type, key, flag, old_env, doc) WIOLA_KEY(train.backend_options.field, key, doc)
+#define WIOLA_KEY(member, key, doc, range) \
+  KeyDef{key, [](RunConfig& r) -> FieldPtr { return bind(&r.member); }, doc, range},
+// (The model's keys are checked by ModelConfig::validate, model/config.h.)
+#define WIOLA_MODEL_KEY(key, member, doc) WIOLA_KEY(member, #key, doc, kAnyValue)
+#define WIOLA_TRAIN_KEY(type, key, default_value, range, doc) WIOLA_KEY(train.key, #key, doc, range)
+#define WIOLA_DATA_KEY(type, key, default_value, range, doc) WIOLA_KEY(data.key, #key, doc, range)
+#define WIOLA_PARALLEL_KEY(type, key, default_value, range, doc) WIOLA_KEY(parallel.key, #key, doc, range)
+#define WIOLA_CHECKPOINT_KEY(type, key, default_value, range, doc) WIOLA_KEY(checkpoint.key, #key, doc, range)
+#define WIOLA_OPTION_KEY(field, type, key, flag, old_env, doc) \
+  WIOLA_KEY(train.backend_options.field, key, doc, kAnyValue)
 #define WIOLA_OPTION_KEYS(member) WIOLA_BACKEND_OPTIONS(WIOLA_OPTION_KEY)
 
 const std::vector<SectionDef>& schema() {
@@ -270,6 +274,28 @@ const char* doc_type(const FieldPtr& field) {
         else return "array of [int64, int64]";
       },
       field);
+}
+
+// A bound as the config writes it: 1, -1, 0.5.
+std::string bound_text(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// "≥ 1", "> 0", "in [0, 1)" (`ascii`: ">= 1" for messages); "" for kAnyValue.
+std::string range_text(const KeyRange& r, bool ascii) {
+  const bool lo = std::isfinite(r.lo), hi = std::isfinite(r.hi);
+  if (lo && hi)
+    return "in " + std::string(r.lo_open ? "(" : "[") + bound_text(r.lo) + ", " + bound_text(r.hi) +
+           (r.hi_open ? ")" : "]");
+  if (lo) return std::string(r.lo_open ? ">" : ascii ? ">=" : "≥") + " " + bound_text(r.lo);
+  if (hi) return std::string(r.hi_open ? "<" : ascii ? "<=" : "≤") + " " + bound_text(r.hi);
+  return "";
+}
+
+bool in_range(double v, const KeyRange& r) {
+  return (r.lo_open ? v > r.lo : v >= r.lo) && (r.hi_open ? v < r.hi : v <= r.hi);
 }
 
 std::string describe(const toml::node& n) {
@@ -498,9 +524,23 @@ void collect_override(const std::string& ov, std::vector<std::unique_ptr<toml::t
   store.push_back(std::move(t));
 }
 
-template <class T, class U>
-void at_least(T v, U lo, const char* key) {
-  WIOLA_CHECK(v >= lo, key, " must be >= ", lo, " (got ", v, ")");
+// Every numeric key within its declared range (run_config_keys.h), named
+// with the range in the message.
+void check_ranges(const RunConfig& rc) {
+  RunConfig copy = rc;  // KeyDef::field binds a writable config
+  for (const auto& sec : schema())
+    for (const auto& k : sec.keys) {
+      if (!std::isfinite(k.range.lo) && !std::isfinite(k.range.hi)) continue;
+      std::visit(
+          [&](auto p) {
+            using T = std::remove_pointer_t<decltype(p)>;
+            if constexpr (std::is_same_v<T, int> || std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
+              WIOLA_CHECK(in_range(double(*p), k.range), sec.name, ".", k.name, " must be ", range_text(k.range, true),
+                          " (got ", *p, ")");
+            }
+          },
+          k.field(copy));
+    }
 }
 
 // [train] and what it needs of the others. The values of enum keys were
@@ -508,12 +548,6 @@ void at_least(T v, U lo, const char* key) {
 void check_train(const RunConfig& rc) {
   const auto& t = rc.train;
   const auto& c = rc.checkpoint;
-  at_least(t.micro_batch, 1, "train.micro_batch");
-  at_least(t.grad_accum, 1, "train.grad_accum");
-  at_least(t.steps, 0, "train.steps");
-  at_least(t.tokens, 0, "train.tokens");
-  at_least(t.warmup, -1, "train.warmup");
-  at_least(t.threads, 0, "train.threads");
   {
     const auto known = backend_names();
     std::string list;
@@ -523,16 +557,6 @@ void check_train(const RunConfig& rc) {
                 "\" is not a backend of this build (known: ", list, ")");
   }
   check_attention_heads_per_block(t.backend_options, rc.model.H, rc.model.Hkv);
-  at_least(t.log_every, 1, "train.log_every");
-  at_least(t.eval_every, 0, "train.eval_every");
-  at_least(t.eval_batches, 1, "train.eval_batches");
-  at_least(t.max_steps, 0, "train.max_steps");
-  WIOLA_CHECK(t.peak_tflops >= 0, "train.peak_tflops must be >= 0 (got ", t.peak_tflops, ")");
-  at_least(t.straggler_share, 0.0, "train.straggler_share");
-  at_least(t.spike_sigma, 0.0, "train.spike_sigma");
-  at_least(t.spike_window, 2, "train.spike_window");
-  at_least(t.spike_skipped, 0, "train.spike_skipped");
-  at_least(t.spike_max_rewinds, 0, "train.spike_max_rewinds");
   WIOLA_CHECK(!(t.spike_sigma > 0 || t.spike_skipped > 0) || !c.dir.empty(),
               "train.spike_sigma / train.spike_skipped rewind to a checkpoint: set checkpoint.dir");
   WIOLA_CHECK(!(t.spike_skipped > 0 && t.nonfinite_fatal),
@@ -545,13 +569,8 @@ void check_train(const RunConfig& rc) {
                 w.to, "] must start after window ", i, " ends (sorted, disjoint)");
   }
   WIOLA_CHECK(t.seed <= uint64_t(INT64_MAX), "train.seed must be <= ", INT64_MAX, " (got ", t.seed, ")");
-  WIOLA_CHECK(t.lr_max > 0, "train.lr_max must be positive (got ", t.lr_max, ")");
   WIOLA_CHECK(t.lr_min >= 0 && t.lr_min <= t.lr_max, "train.lr_min (", t.lr_min,
               ") must be in [0, train.lr_max] = [0, ", t.lr_max, "]");
-  WIOLA_CHECK(t.beta1 >= 0 && t.beta1 < 1, "train.beta1 must be in [0, 1) (got ", t.beta1, ")");
-  WIOLA_CHECK(t.beta2 >= 0 && t.beta2 < 1, "train.beta2 must be in [0, 1) (got ", t.beta2, ")");
-  WIOLA_CHECK(t.adam_eps > 0, "train.adam_eps must be positive (got ", t.adam_eps, ")");
-  WIOLA_CHECK(t.weight_decay >= 0, "train.weight_decay must be >= 0 (got ", t.weight_decay, ")");
 }
 
 void check_data(const RunConfig& rc) {
@@ -559,19 +578,11 @@ void check_data(const RunConfig& rc) {
               "data.path and data.blend are both set; a run reads "
               "one source (data.path) or a blend of several (data.blend), not both (to override the file's "
               "data.path, add --set 'data.path=\"\"')");
-  at_least(rc.data.seed, -1, "data.seed");
-  at_least(rc.data.prefetch, 0, "data.prefetch");
-  at_least(rc.data.max_open_shards, 0, "data.max_open_shards");
 }
 
 // [parallel]: the grid against the model, the schedule's chunks.
 void check_parallel(const RunConfig& rc) {
   const auto& p = rc.parallel;
-  at_least(p.tp, 1, "parallel.tp");
-  at_least(p.pp, 1, "parallel.pp");
-  at_least(p.dp, 1, "parallel.dp");
-  at_least(p.virtual_stages, 1, "parallel.virtual_stages");
-  WIOLA_CHECK(p.comm_timeout_s > 0, "parallel.comm_timeout_s must be > 0 (got ", p.comm_timeout_s, ")");
   WIOLA_CHECK(p.pp <= rc.model.L, "parallel.pp (", p.pp, ") must not exceed model.n_layers (", rc.model.L,
               "): every pipeline stage needs a layer");
   // The chunked schedules (dist/schedule.h): p·v chunks of at least a layer each.
@@ -607,18 +618,13 @@ void check_parallel(const RunConfig& rc) {
 void check_checkpoint(const RunConfig& rc) {
   const auto& t = rc.train;
   const auto& p = rc.parallel;
-  const auto& c = rc.checkpoint;
-  at_least(c.every, 0, "checkpoint.every");
-  at_least(c.keep, 1, "checkpoint.keep");
-  at_least(c.keep_every, 0, "checkpoint.keep_every");
-  at_least(c.minutes, 0.0, "checkpoint.minutes");
-  at_least(c.max_failed_minutes, 0.0, "checkpoint.max_failed_minutes");
   WIOLA_CHECK(int64_t(t.micro_batch) * t.grad_accum * p.dp <= INT_MAX,
               "global batch train.micro_batch x train.grad_accum x parallel.dp is too large");
 }
 
 void check_run_config(const RunConfig& rc) {
   rc.model.validate();
+  check_ranges(rc);
   check_train(rc);
   check_data(rc);
   check_parallel(rc);
@@ -717,7 +723,9 @@ std::vector<ConfigKeyDoc> run_config_schema() {
       const FieldPtr f = k.field(defaults);
       std::vector<std::string> values;
       if (const auto* e = std::get_if<EnumRef>(&f)) values = e->names();
-      out.push_back({sec.name, k.name, doc_type(f), toml_value(f), std::move(values), k.doc});
+      const std::string range = range_text(k.range, false);
+      out.push_back({sec.name, k.name, doc_type(f) + (range.empty() ? "" : " " + range), toml_value(f),
+                     std::move(values), k.doc});
     }
   return out;
 }

@@ -29,7 +29,7 @@ struct StepWindow {
 
 // The sections' fields, one per key of config/run_config_keys.h, with its
 // default.
-#define WIOLA_RUN_CONFIG_FIELD(type, key, default_value, doc) type key = default_value;
+#define WIOLA_RUN_CONFIG_FIELD(type, key, default_value, range, doc) type key = default_value;
 #define WIOLA_RUN_CONFIG_OPTIONS(member) BackendOptions member;
 
 struct TrainSection {

@@ -2,10 +2,14 @@
 // X(...) line per key, in schema order (the order of the effective config and
 // of docs/config.md's tables). [model] lines are X(key, field of RunConfig,
 // doc): a model key's default is its ModelConfig field's initializer
-// (model/config.h). The other sections' lines are X(type, key, default, doc):
-// run_config.h makes the section structs' fields from them, run_config.cpp the
-// schema. A key whose type is an enum (util/named_enum.h) takes exactly its
-// enum's names, checked when the config is read. [train]'s O(backend_options)
+// (model/config.h). The other sections' lines are X(type, key, default, range,
+// doc): run_config.h makes the section structs' fields from them, run_config.cpp
+// the schema, the range check of every numeric key (its message names the key
+// and the range) and the type column of docs/config.md ("int ≥ 1"). A key
+// whose type is an enum (util/named_enum.h) takes exactly its enum's names,
+// checked when the config is read; its range and those of bool, string and
+// list keys are kAnyValue. Checks between keys (lr_min ≤ lr_max, the grid
+// against the model) are run_config.cpp's. [train]'s O(backend_options)
 // stands for the train.cuda_* keys, declared in kernels/backend_options.h.
 // The doc is the meaning column of docs/config.md (Markdown, one line);
 // scripts/config_docs.py writes that file's key tables from it.
@@ -15,11 +19,25 @@
 #pragma once
 
 #include <array>
+#include <limits>
 #include <string_view>
 
 #include "util/named_enum.h"
 
 namespace wiola {
+
+// A numeric key's values: lo ≤ v (lo < v when lo_open), v < hi when hi_open
+// (v ≤ hi otherwise); a side without a bound is infinite.
+struct KeyRange {
+  double lo = -std::numeric_limits<double>::infinity();
+  bool lo_open = false;
+  double hi = std::numeric_limits<double>::infinity();
+  bool hi_open = false;
+};
+inline constexpr KeyRange kAnyValue{};
+constexpr KeyRange at_least(double lo) { return {lo, false}; }
+constexpr KeyRange above(double lo) { return {lo, true}; }
+constexpr KeyRange in_co(double lo, double hi) { return {lo, false, hi, true}; }  // [lo, hi)
 
 // parallel.data_plane: how backend tensors travel between ranks (train/data_plane.h).
 enum class DataPlaneMode { Auto, Nccl, Staged };
@@ -55,31 +73,32 @@ constexpr std::array<std::string_view, 3> enum_names(DataPlaneMode) { return {"a
     "initial context-gate logit φ ([model.md §3](model.md#3-parameters-names-initialisation))")
 
 #define WIOLA_TRAIN_KEYS(X, O) \
-  X(int, micro_batch, 8, "sequences per rank per micro-step (≥ 1)") \
-  X(int, grad_accum, 1, "micro-batches per optimizer step (≥ 1)") \
-  X(int64_t, steps, 0, "T_max, optimizer steps (≥ 0). 0: derived, see below") \
-  X(int64_t, tokens, 0, "token budget D used when `steps` = 0 (≥ 0); 0: Chinchilla D = 20·N") \
-  X(double, lr_max, 3e-4, "peak LR η_max (> 0)") \
-  X(double, lr_min, 0.0, "final LR η_min (0 ≤ η_min ≤ η_max)") \
-  X(int64_t, warmup, -1, \
-    "warmup steps T_w (≥ -1); -1: floor((T_max + 10)/20) in integer arithmetic, i.e. 0.05·T_max " \
+  X(int, micro_batch, 8, at_least(1), "sequences per rank per micro-step") \
+  X(int, grad_accum, 1, at_least(1), "micro-batches per optimizer step") \
+  X(int64_t, steps, 0, at_least(0), "T_max, optimizer steps; 0: derived, see below") \
+  X(int64_t, tokens, 0, at_least(0), "token budget D used when `steps` = 0; 0: Chinchilla D = 20·N") \
+  X(double, lr_max, 3e-4, above(0), "peak LR η_max") \
+  X(double, lr_min, 0.0, at_least(0), "final LR η_min (≤ η_max)") \
+  X(int64_t, warmup, -1, at_least(-1), \
+    "warmup steps T_w; -1: floor((T_max + 10)/20) in integer arithmetic, i.e. 0.05·T_max " \
     "rounded half up ([model.md §4](model.md#4-training))") \
-  X(double, beta1, 0.9, "AdamW β1, in [0, 1)") \
-  X(double, beta2, 0.95, "AdamW β2, in [0, 1)") \
-  X(double, adam_eps, 1e-8, "AdamW ε (> 0)") \
-  X(double, weight_decay, 0.1, \
-    "AdamW decoupled decay (≥ 0) on matrices and the embedding, never on γ, δ, φ ([model.md " \
+  X(double, beta1, 0.9, in_co(0, 1), "AdamW β1") \
+  X(double, beta2, 0.95, in_co(0, 1), "AdamW β2") \
+  X(double, adam_eps, 1e-8, above(0), "AdamW ε") \
+  X(double, weight_decay, 0.1, at_least(0), \
+    "AdamW decoupled decay on matrices and the embedding, never on γ, δ, φ ([model.md " \
     "§4](model.md#4-training))") \
-  X(double, clip, 1.0, "max global gradient L2 norm, as PyTorch's `clip_grad_norm_`; ≤ 0: no clipping") \
-  X(bool, nonfinite_fatal, false, \
+  X(double, clip, 1.0, kAnyValue, "max global gradient L2 norm, as PyTorch's `clip_grad_norm_`; ≤ 0: no clipping") \
+  X(bool, nonfinite_fatal, false, kAnyValue, \
     "a non-finite gradient norm stops the run instead of skipping the step ([model.md " \
     "§4](model.md#4-training))") \
-  X(uint64_t, seed, 1234, \
+  X(uint64_t, seed, 1234, kAnyValue, \
     "parameter init seed ([model.md §3](model.md#3-parameters-names-initialisation)); also the " \
     "data order unless `data.seed` is set") \
-  X(bool, recompute, false, "recompute each layer's activations in backward (less memory, ~1 extra forward)") \
-  X(int, threads, 0, "OpenMP threads (≥ 0); 0: the runtime default (`OMP_NUM_THREADS`, else all cores)") \
-  X(BackendKind, backend, BackendKind::Cpu, \
+  X(bool, recompute, false, kAnyValue, \
+    "recompute each layer's activations in backward (less memory, ~1 extra forward)") \
+  X(int, threads, 0, at_least(0), "OpenMP threads; 0: the runtime default (`OMP_NUM_THREADS`, else all cores)") \
+  X(BackendKind, backend, BackendKind::Cpu, kAnyValue, \
     "the op backend, chosen at start-up: `\"cpu\"` (OpenBLAS + OpenMP), or `\"cpu-opaque\"`, a " \
     "debug backend with the same kernels whose memory the host cannot touch outside its ops (any " \
     "host access crashes; fresh memory is NaN; GEMM weights in a refreshed copy). `cpu-opaque` " \
@@ -90,43 +109,43 @@ constexpr std::array<std::string_view, 3> enum_names(DataPlaneMode) { return {"a
     "(bf16 activations and weights, fp32 master and residual stream) and `\"cuda-fp32\"` (TF32 " \
     "off), see docs/gpu.md; without a usable GPU they fail with the reason") \
   O(backend_options) \
-  X(int, log_every, 1, "progress line every N steps (≥ 1)") \
-  X(int, eval_every, 0, "validation loss every N steps (≥ 0); 0: off") \
-  X(int, eval_batches, 4, "global batches per validation (≥ 1)") \
-  X(std::string, run_dir, "runs/default", "output directory: `metrics.jsonl`, `config.toml`, …") \
-  X(int64_t, max_steps, 0, \
-    "stop after this many steps of the T_max schedule (≥ 0); 0: run all T_max. The LR schedule " \
+  X(int, log_every, 1, at_least(1), "progress line every N steps") \
+  X(int, eval_every, 0, at_least(0), "validation loss every N steps; 0: off") \
+  X(int, eval_batches, 4, at_least(1), "global batches per validation") \
+  X(std::string, run_dir, "runs/default", kAnyValue, "output directory: `metrics.jsonl`, `config.toml`, …") \
+  X(int64_t, max_steps, 0, at_least(0), \
+    "stop after this many steps of the T_max schedule; 0: run all T_max. The LR schedule " \
     "still uses T_max") \
-  X(bool, accounting, true, \
+  X(bool, accounting, true, kAnyValue, \
     "per-step time breakdown (compute, exposed communication, bubble, data, optimizer, " \
     "checkpoint) in the log line, `metrics.jsonl` and `report.json` " \
     "([performance.md](performance.md)); on a GPU it synchronises the stream at phase ends. MFU " \
     "is reported either way") \
-  X(double, peak_tflops, 0, \
-    "MFU denominator per rank in TFLOP/s (≥ 0); 0: the OpenBLAS sgemm 1024³ rate measured at " \
+  X(double, peak_tflops, 0, at_least(0), \
+    "MFU denominator per rank in TFLOP/s; 0: the OpenBLAS sgemm 1024³ rate measured at " \
     "start on the CPU, the dense BF16 (or TF32) datasheet peak of a known GPU " \
     "([performance.md](performance.md#hardware-table))") \
-  X(bool, tensorboard, false, \
+  X(bool, tensorboard, false, kAnyValue, \
     "rank 0 also writes every `metrics.jsonl` number as TensorBoard scalars into " \
     "`RUN_DIR/tensorboard/` ([performance.md](performance.md#tensorboard))") \
-  X(double, straggler_share, 0.2, \
+  X(double, straggler_share, 0.2, at_least(0), \
     "warn (log and `report.json`) about a rank whose median own work per step (step time minus " \
-    "waiting on other ranks) exceeds its peers' median by more than this share (≥ 0); 0: no " \
+    "waiting on other ranks) exceeds its peers' median by more than this share; 0: no " \
     "per-interval check ([performance.md](performance.md#stragglers))") \
-  X(double, spike_sigma, 0, \
+  X(double, spike_sigma, 0, at_least(0), \
     "loss-spike policy ([checkpoints.md](checkpoints.md#loss-spikes-rewind-and-skip-the-data)): a " \
     "step whose loss exceeds mean + `spike_sigma` × std of the last `spike_window` steps' losses " \
-    "rewinds to the newest checkpoint and skips the data since it (≥ 0); 0: off. Needs " \
+    "rewinds to the newest checkpoint and skips the data since it; 0: off. Needs " \
     "`checkpoint.dir`") \
-  X(int, spike_window, 50, \
-    "steps whose losses give that mean and (population) std (≥ 2); detection starts once the " \
+  X(int, spike_window, 50, at_least(2), \
+    "steps whose losses give that mean and (population) std; detection starts once the " \
     "window is full. Only applied steps with a finite loss enter it") \
-  X(int, spike_skipped, 0, \
-    "this many consecutive skipped steps (non-finite gradient norm) rewind the same way (≥ 0); 0: " \
+  X(int, spike_skipped, 0, at_least(0), \
+    "this many consecutive skipped steps (non-finite gradient norm) rewind the same way; 0: " \
     "off. Needs `checkpoint.dir`; not with `nonfinite_fatal`") \
-  X(int, spike_max_rewinds, 3, \
-    "the run stops with an error at a spike after this many rewinds (≥ 0; counted over resumes)") \
-  X(std::vector<StepWindow>, skip_batches, {}, \
+  X(int, spike_max_rewinds, 3, at_least(0), \
+    "the run stops with an error at a spike after this many rewinds (counted over resumes)") \
+  X(std::vector<StepWindow>, skip_batches, {}, kAnyValue, \
     "data windows to skip: `[[from, to], ...]`, steps, inclusive, sorted and disjoint (1 ≤ from ≤ " \
     "to). The global batch of a step in a window is read and dropped: no forward, backward or " \
     "update (the LR schedule, the step count and the data after the window are as without the " \
@@ -134,79 +153,81 @@ constexpr std::array<std::string_view, 3> enum_names(DataPlaneMode) { return {"a
     "([checkpoints.md](checkpoints.md#loss-spikes-rewind-and-skip-the-data))")
 
 #define WIOLA_DATA_KEYS(X) \
-  X(std::string, path, "", \
+  X(std::string, path, "", kAnyValue, \
     "`manifest.json` written by `wiola prep`, the directory holding it, or one `.h5` shard " \
     "(docs/data.md)") \
-  X(std::vector<BlendSource>, blend, {}, \
+  X(std::vector<BlendSource>, blend, {}, kAnyValue, \
     "instead of `path`: several sources, each `{ path = \"...\", weight = w }` (w > 0), mixed in " \
     "the shares w / Σw of the samples; `[[data.blend]]` sections work too. All must share one " \
     "tokenizer. Order, validation and resume: " \
     "[data.md](data.md#blends-several-sources-in-fixed-shares). Setting both `path` and `blend` " \
     "is an error") \
-  X(bool, shuffle, true, \
+  X(bool, shuffle, true, kAnyValue, \
     "visit the windows in a seeded permutation per epoch ([model.md §6](model.md#6-data)); false: " \
     "in order") \
-  X(int64_t, seed, -1, "data order seed (≥ -1); -1: `train.seed`") \
-  X(int, prefetch, 2, "batches the loader thread prepares ahead (≥ 0)") \
-  X(int, max_open_shards, 64, \
-    "shards of each source kept open at once (≥ 0; 0: all). Each open shard holds a file " \
+  X(int64_t, seed, -1, at_least(-1), "data order seed; -1: `train.seed`") \
+  X(int, prefetch, 2, at_least(0), "batches the loader thread prepares ahead") \
+  X(int, max_open_shards, 64, at_least(0), \
+    "shards of each source kept open at once (0: all). Each open shard holds a file " \
     "descriptor, HDF5 state and a chunk cache; samples do not depend on it " \
     "([data.md](data.md#the-loader-at-scale))")
 
 #define WIOLA_PARALLEL_KEYS(X) \
-  X(int, tp, 1, \
-    "tensor-parallel ranks (≥ 1); must divide `model.n_kv_heads`, `model.d_a`, `model.d_b` and " \
+  X(int, tp, 1, at_least(1), \
+    "tensor-parallel ranks; must divide `model.n_kv_heads`, `model.d_a`, `model.d_b` and " \
     "`model.vocab_size`") \
-  X(int, pp, 1, "pipeline stages (≥ 1, ≤ `model.n_layers`)") \
-  X(int, dp, 1, "data-parallel replicas (≥ 1); part of the global batch") \
-  X(bool, zero, true, "ZeRO-1: shard fp32 master weights and AdamW state over DP") \
-  X(dist::Schedule, schedule, dist::Schedule::OneFOneB, \
+  X(int, pp, 1, at_least(1), "pipeline stages (≤ `model.n_layers`)") \
+  X(int, dp, 1, at_least(1), "data-parallel replicas; part of the global batch") \
+  X(bool, zero, true, kAnyValue, "ZeRO-1: shard fp32 master weights and AdamW state over DP") \
+  X(dist::Schedule, schedule, dist::Schedule::OneFOneB, kAnyValue, \
     "pipeline schedule: `\"1f1b\"` (PipeDream-flush), `\"gpipe\"`, `\"zb-h1\"` (1F1B with the " \
     "weight gradients deferred), `\"interleaved\"` (1F1B over `parallel.virtual_stages` " \
     "non-contiguous layer chunks per rank; micro-batches a multiple of `parallel.pp`) or " \
     "`\"zb-v\"` (two chunks per rank in a V, split backward; at least `parallel.pp` " \
     "micro-batches); docs/distributed.md §4. Micro-batches per step are `train.grad_accum`") \
-  X(std::vector<int>, layer_cuts, {}, \
+  X(std::vector<int>, layer_cuts, {}, kAnyValue, \
     "the layer boundaries of the pipeline's chunks: `pp` × chunks per rank + 1 increasing " \
     "numbers from 0 to `model.n_layers` (chunks per rank: 1, `virtual_stages` for " \
     "`\"interleaved\"`, 2 for `\"zb-v\"`): the running sums of the layers per chunk that `wiola " \
     "plan` prints for the chunk balancer's cut, or any other; empty: `stage_balance` cuts them") \
-  X(int, virtual_stages, 2, \
-    "model chunks per rank of the `\"interleaved\"` schedule (≥ 1; the model is cut into " \
+  X(int, virtual_stages, 2, at_least(1), \
+    "model chunks per rank of the `\"interleaved\"` schedule (the model is cut into " \
     "`pp` × this many chunks, each with at least one layer); other schedules ignore it") \
-  X(bool, overlap, true, \
+  X(bool, overlap, true, kAnyValue, \
     "start the DP gradient reduction bucket by bucket during the step's last backward pass " \
     "(results are bit-identical either way)") \
-  X(perf::StageBalance, stage_balance, perf::StageBalance::Compute, \
+  X(perf::StageBalance, stage_balance, perf::StageBalance::Compute, kAnyValue, \
     "how layers are split into pipeline stages: `\"compute\"` minimises the largest stage's FLOPs " \
     "per token (a layer ≈ 6·its parameters + 6·T·d, the head ≈ 6·V·d, so the last stage gets " \
     "fewer layers); `\"layers\"`: equal layer counts, extra layers in front") \
-  X(DataPlaneMode, data_plane, DataPlaneMode::Auto, \
+  X(DataPlaneMode, data_plane, DataPlaneMode::Auto, kAnyValue, \
     "how backend tensors travel between ranks: `\"nccl\"` (GPU backends: NCCL, one GPU per rank), " \
     "`\"staged\"` (MPI, through host memory where the backend's memory is not host memory), " \
     "`\"auto\"`: NCCL for a GPU backend with more than one rank when `libnccl.so.2` loads and no " \
     "two ranks share a GPU, otherwise MPI. See [gpu.md](gpu.md#several-gpus)") \
-  X(double, comm_timeout_s, 300, \
+  X(double, comm_timeout_s, 300, above(0), \
     "seconds a communication may wait for other ranks before the job is aborted with every " \
-    "rank's state and the operation at issue (> 0; [distributed.md](distributed.md))")
+    "rank's state and the operation at issue ([distributed.md](distributed.md))")
 
 #define WIOLA_CHECKPOINT_KEYS(X) \
-  X(std::string, dir, "", \
+  X(std::string, dir, "", kAnyValue, \
     "checkpoint directory (shared by all ranks); empty: no checkpoints, and SIGUSR1/SIGTERM end " \
     "the run as usual") \
-  X(int, every, 0, "steps between checkpoints (≥ 0); 0: only at the end. The last step always saves") \
-  X(double, minutes, 0, "also save when this many minutes passed since the last save (rank 0's clock; 0: off)") \
-  X(bool, resume, true, "resume from the newest sound checkpoint in `dir` (damaged ones are skipped with a warning)") \
-  X(int, keep, 2, "newest checkpoints kept (≥ 1); older ones are deleted after each save") \
-  X(int, keep_every, 0, "also keep for good every checkpoint whose step is a multiple of this (0: none)") \
-  X(bool, async, true, "write in a background thread while training goes on (false: the step loop waits)") \
-  X(double, max_failed_minutes, 60, \
+  X(int, every, 0, at_least(0), "steps between checkpoints; 0: only at the end. The last step always saves") \
+  X(double, minutes, 0, at_least(0), \
+    "also save when this many minutes passed since the last save (rank 0's clock; 0: off)") \
+  X(bool, resume, true, kAnyValue, \
+    "resume from the newest sound checkpoint in `dir` (damaged ones are skipped with a warning)") \
+  X(int, keep, 2, at_least(1), "newest checkpoints kept; older ones are deleted after each save") \
+  X(int, keep_every, 0, at_least(0), "also keep for good every checkpoint whose step is a multiple of this (0: none)") \
+  X(bool, async, true, kAnyValue, "write in a background thread while training goes on (false: the step loop waits)") \
+  X(double, max_failed_minutes, 60, at_least(0), \
     "a save that fails (disk full, not writable) is a warning and training goes on, saving again " \
     "at the next checkpoint; when saves have failed for this many minutes (from the first failure " \
-    "since the last saved checkpoint; ≥ 0, 0: at the first failure) the run stops with the error, " \
+    "since the last saved checkpoint; 0: at the first failure) the run stops with the error, " \
     "exit status 1. A failed final save always ends the run that way " \
     "([checkpoints.md](checkpoints.md#when-a-save-fails))") \
-  X(std::string, init_from, "", \
+  X(std::string, init_from, "", kAnyValue, \
     "weights-only start: parameters from this checkpoint (a step folder or a checkpoint " \
     "directory), new optimizer state, data from the start. Ignored when `dir` holds a checkpoint " \
     "to resume")

@@ -38,10 +38,19 @@ trap 'rm -rf "$work"' EXIT
 . tests/gpu/kit_lib.sh
 exec > >(tee "$OUT/multi.log") 2>&1
 
+# The layouts sharing the GPU: NAME NP TP PP DP BACKEND TOL [SCHEDULE].
+layouts=("fp32_dp2 2 1 1 2 cuda-fp32 1e-5" "fp32_tp2 2 2 1 1 cuda-fp32 1e-5" "fp32_pp2 2 1 2 1 cuda-fp32 1e-5"
+         "fp32_tp2_pp2 4 2 2 1 cuda-fp32 1e-5" "bf16_dp2 2 1 1 2 cuda 5e-3" "bf16_tp2_pp2 4 2 2 1 cuda 5e-3"
+         "fp32_pp2_il2 2 1 2 1 cuda-fp32 1e-5 interleaved" "fp32_pp2_zbv 2 1 2 1 cuda-fp32 1e-5 zb-v")
 if [ "${KIT_MULTI_DRY:-0}" = 1 ]; then
   model=(--set model.preset=wiola-tiny --set model.vocab_size=32000 --set model.atm_tau=0.3
          --set train.micro_batch=2)
   steps=2 half=1 text_bytes=300000
+  # Three layouts run every line of the loop (4 ranks with TP and PP, bf16
+  # with DP's accumulation, a named schedule); the others are the same lines,
+  # and each of them runs on the emulator, on devices of its own, in
+  # ctest's emu.layout_* tests.
+  layouts=("${layouts[3]}" "${layouts[4]}" "${layouts[7]}")
 else
   model=(--set model.preset=wiola-small --set model.atm_tau=0.3 --set train.micro_batch=4)
   steps=8 half=4 text_bytes=2000000
@@ -82,9 +91,7 @@ run single_bf16 1 --set train.backend=cuda
 
 echo "== layouts sharing the GPU"
 multi=()
-for spec in "fp32_dp2 2 1 1 2 cuda-fp32 1e-5" "fp32_tp2 2 2 1 1 cuda-fp32 1e-5" "fp32_pp2 2 1 2 1 cuda-fp32 1e-5" \
-            "fp32_tp2_pp2 4 2 2 1 cuda-fp32 1e-5" "bf16_dp2 2 1 1 2 cuda 5e-3" "bf16_tp2_pp2 4 2 2 1 cuda 5e-3" \
-            "fp32_pp2_il2 2 1 2 1 cuda-fp32 1e-5 interleaved" "fp32_pp2_zbv 2 1 2 1 cuda-fp32 1e-5 zb-v"; do
+for spec in "${layouts[@]}"; do
   read -r name np tp pp dp backend tol schedule <<< "$spec"
   # dp2 halves the micro-batches per rank: the same global batch.
   accum=(); [ "$dp" = 2 ] && accum=(--set train.grad_accum=1)
