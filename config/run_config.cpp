@@ -566,6 +566,10 @@ void check_data(const RunConfig& rc) {
   at_least(rc.data.seed, -1, "data.seed");
   at_least(rc.data.prefetch, 0, "data.prefetch");
   at_least(rc.data.max_open_shards, 0, "data.max_open_shards");
+  const BackendKind b = rc.train.backend;
+  WIOLA_CHECK(!rc.data.documents || (b != BackendKind::Cuda && b != BackendKind::CudaFp32),
+              "data.documents = true is not supported on the CUDA backend yet (train.backend = \"", to_string(b),
+              "\"); use a CPU backend, or data.documents = false");
 }
 
 // [parallel]: the grid against the model, the schedule's chunks.

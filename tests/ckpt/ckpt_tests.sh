@@ -179,6 +179,9 @@ case_refuse_batch() {  # under mpirun (every rank reports it today: see case_ref
 case_refuse_seed() {
   refused seed "^wiola train: error: ${cannot}.*train\\.seed = 1234 in the checkpoint, 7 in this run" \
     train1 --set train.seed=7
+  # Document masking (data.documents) changes the loss: a resume may not switch it.
+  refused documents "^wiola train: error: ${cannot}data\\.documents = false in the checkpoint, true in this run" \
+    train1 --set data.documents=true
 }
 case_refuse_data() {
   refused data "^wiola train: error: ${cannot}.*data\\.train_tokens = [0-9]+ in the checkpoint, [0-9]+ in this run" \

@@ -31,8 +31,8 @@ TEST(CudaOps, GcladPiecesAndAtm) {
       OnBackend r(o);
       float *bx = r.in(sx), *out = r.in(Vec(sx.size())), *dx = r.in(Vec(sx.size(), 1.f)), *bd = r.in(sdout);
       float *carry = r.in(carry0), *oc = r.in(Vec(sx.size())), *oop = r.in(Vec(sx.size()));
-      o.prefix_mean_fwd(bx, sB, sTn, sd, out, oop);  // with the GEMM operand copy
-      o.prefix_mean_bwd(bd, sB, sTn, sd, dx);
+      o.prefix_mean_fwd(bx, sB, sTn, sd, nullptr, out, oop);  // with the GEMM operand copy
+      o.prefix_mean_bwd(bd, sB, sTn, sd, nullptr, dx);
       o.prefix_mean_carry_fwd(bx, sB, sTn, sd, 5, carry, oc, nullptr);
       return std::vector<Vec>{r.out(out, sx.size()), r.out(dx, sx.size()), r.out(oc, sx.size()),
                               r.out(carry, carry0.size()), r.out(oop, sx.size())};
@@ -96,7 +96,7 @@ TEST(CudaOps, GcladPiecesAndAtm) {
     Buffer<float, uint8_t> open(o, N);
     Buffer<float, int32_t> gf(o, N), ke(o, N), ng(o, B);
     o.atm_similarity(bx, B, Tn, d, rho.data());
-    o.atm_plan(rho.data(), B, Tn, 0.9, open.data(), gf.data(), ke.data(), ng.data());
+    o.atm_plan(rho.data(), B, Tn, 0.9, nullptr, open.data(), gf.data(), ke.data(), ng.data());
     float *mo = r.in(Vec(x.size())), *dx = r.in(Vec(x.size(), 0.f)), *bd = r.in(dout);
     o.atm_merge_rows(bx, B, Tn, d, gf.data(), ke.data(), ng.data(), mo);
     o.atm_merge_rows_bwd(bd, B, Tn, d, gf.data(), ke.data(), ng.data(), dx);
