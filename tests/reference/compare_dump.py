@@ -250,6 +250,7 @@ def run(a) -> int:
             d_loss = read_scalar(f, "loss")
             d_norm = read_scalar(f, "grad_norm")
             d_logits = torch.from_numpy(np.asarray(f["logits"][()])) if "logits" in f else None
+            d_starts = np.asarray(f["doc_start"][()]) if "doc_start" in f else None
             d_m = d_v = None
             if step > 1 and di > 0:
                 if "optim" not in f:
@@ -290,6 +291,13 @@ def run(a) -> int:
             logits, aux = W.forward_documents(params, cfg, inputs, eos, training=True, merge_open=inject or None)
             loss, counted = W.documents_loss(logits, inputs, targets, eos)
             lens = [(e - s, int(row[s]) == eos) for row in inputs for s, e in W.document_spans(row, eos)]
+            if d_starts is not None:  # the dump's document starts (docs/model.md §7) vs the reference's
+                want = np.zeros(tuple(inputs.shape), dtype=np.int64)
+                for b, row in enumerate(inputs):
+                    for s0, e0 in W.document_spans(row, eos):
+                        want[b, s0:e0] = s0
+                bad = int((d_starts.astype(np.int64) != want).sum()) if d_starts.shape == want.shape else want.size
+                rep.check(step, "doc_start", "mismatches", float(bad), 0.5)
             rep.info("documents", "count", f"eos {eos}: {len(lens)} documents in {B} windows "
                      f"(lengths {min(n for n, _ in lens)}..{max(n for n, _ in lens)}, "
                      f"{sum(1 for n, e in lens if n == 1 and e)} only an EOS), "
