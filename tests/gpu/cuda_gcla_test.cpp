@@ -5,10 +5,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "tests/gpu/cuda_test_util.h"
+#include "util/error.h"
 
 namespace wiola {
 namespace {
@@ -108,6 +111,44 @@ TEST(CudaOps, GcladPiecesAndAtm) {
     return std::vector<Vec>{opf, rhf, r.out(mo, x.size()), r.out(dx, x.size())};
   };
   same_on_gpu("atm", 1e-6, atm);
+}
+
+// Documents (data.documents, docs/model.md §2) are not computed by the CUDA
+// kernels yet: every op given document starts refuses them, naming the key,
+// instead of computing something else.
+TEST(CudaOps, DocumentStartsRefused) {
+  REQUIRE_GPU();
+  auto o = make_cuda_ops(CudaPrecision::FP32);
+  const int B = 1, Tn = 8, d = 4, H = 2, Hkv = 1, dh = 4, N = B * Tn;
+  Buffer<float> x(*o, size_t(N) * d), y(*o, size_t(N) * d), q(*o, size_t(N) * H * dh), lse(*o, size_t(N) * H);
+  Buffer<float> proj(*o, size_t(N) * (2 * H + 2 * Hkv) * dh), k(*o, size_t(N) * Hkv * dh), table(*o, size_t(Tn) * dh);
+  Buffer<float, int32_t> ds(*o, N), gf(*o, N), ke(*o, N), ng(*o, B);
+  Buffer<float, double> rho(*o, size_t(B) * (Tn - 1));
+  Buffer<float, uint8_t> open(*o, N);
+  const AttnShape s{B, Tn, Tn, H, Hkv, dh, 0};
+  const AttnKeys keys{nullptr, nullptr, nullptr, ds.data()};
+  const std::function<void()> calls[] = {
+      [&] { o->prefix_mean_fwd(x.data(), B, Tn, d, ds.data(), y.data(), nullptr); },
+      [&] { o->prefix_mean_bwd(x.data(), B, Tn, d, ds.data(), y.data()); },
+      [&] { o->atm_plan(rho.data(), B, Tn, 0.9, ds.data(), open.data(), gf.data(), ke.data(), ng.data()); },
+      [&] {
+        o->srpe_split_fwd(proj.data(), B, Tn, H, Hkv, dh, table.data(), ds.data(), q.data(), k.data(), k.data(),
+                          q.data());
+      },
+      [&] {
+        o->srpe_split_bwd(q.data(), k.data(), k.data(), q.data(), B, Tn, H, Hkv, dh, table.data(), ds.data(),
+                          proj.data());
+      },
+      [&] { o->attention_fwd(s, keys, q.data(), k.data(), k.data(), nullptr, nullptr, q.data(), lse.data()); },
+  };
+  for (const auto& call : calls) {
+    try {
+      call();
+      ADD_FAILURE() << "document starts were accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("data.documents"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
