@@ -646,7 +646,8 @@ case_hash_compat() {
   # The content hash is compared only where both sides record it: a
   # checkpoint written before it existed resumes on data that has it, and
   # data prepped before it resumes a checkpoint that has it; each run then
-  # equals the uninterrupted one bit for bit.
+  # equals the uninterrupted one bit for bit. (The checkpoint is also one
+  # from before data.documents: it counts as trained without documents.)
   after_step7 "$ref2" "$t/old_ckpt"
   for s in 2 4 6; do
     "$python" - "$(step_dir "$t/old_ckpt/ck" $s)/manifest.json" <<'EOF'
@@ -654,6 +655,7 @@ import json, sys
 m = json.load(open(sys.argv[1]))
 assert "data.train_xxh3" in m["identity"], "the checkpoint records no content hash"
 del m["identity"]["data.train_xxh3"]
+assert m["identity"].pop("data.documents") is False, "the checkpoint records no data.documents = false"
 json.dump(m, open(sys.argv[1], "w"), indent=1)
 EOF
   done
