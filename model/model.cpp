@@ -1,6 +1,8 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <tuple>
 #include <utility>
 
 #include "model/srpe.h"
@@ -13,6 +15,23 @@ void check_ids(const int32_t* ids, int n, int V, const char* what) {
   for (int i = 0; i < n; ++i)
     WIOLA_CHECK(ids[i] >= 0 && ids[i] < V, what, " id ", ids[i], " at position ", i, " is outside the vocabulary [0, ",
                 V, ")");
+}
+// ATM's groups and visible (query, key) pairs counted document by document
+// (starts [B, T]), and the causal pairs of the documents: sum len (len+1) / 2.
+std::tuple<int64_t, int64_t, double> documents_atm_pairs(const std::vector<uint8_t>& open,
+                                                         const std::vector<int32_t>& starts, int B, int T) {
+  int64_t groups = 0, visible = 0;
+  double causal = 0;
+  for (int b = 0; b < B; ++b)
+    for (int s = 0, e = 0; s < T; s = e) {
+      for (e = s + 1; e < T && starts[size_t(b) * T + size_t(e)] == s;) ++e;
+      const auto first = open.begin() + ptrdiff_t(size_t(b) * T + size_t(s));
+      const AtmLayout lay = atm_layout(std::vector<uint8_t>(first, first + (e - s)), 1, e - s);
+      groups += lay.total_groups();
+      visible += lay.visible_pairs();
+      causal += double(e - s) * (e - s + 1) / 2.0;
+    }
+  return {groups, visible, causal};
 }
 // Context pointers live in fixed arrays of this size.
 constexpr int kMaxLambda = 16;
@@ -477,6 +496,7 @@ void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool trainin
     document_starts(inputs_host, B, n, opt_.documents_eos, starts.data());
     ops_.upload(sl.doc.data(), starts.data(), starts.size() * sizeof(int32_t));
     doc = sl.doc.data();
+    if (training) doc_starts_ = std::move(starts);  // for atm_stats
   }
   const LayerCtx<T> c = m.ctx(ops_, cfg_, ld_, tp_, n, srpe, prec_, doc);
   if (shard_.first_stage()) {
@@ -754,6 +774,11 @@ std::vector<typename Model<T>::AtmStats> Model<T>::atm_stats() const {
   for (int l = 0; l < cfg_.L; ++l) {
     std::vector<uint8_t> open = atm_open(l);
     if (open.empty()) continue;
+    if (doc_starts_.size() == open.size()) {  // documents: each one's pairs (no group crosses a start)
+      const auto [groups, visible, causal] = documents_atm_pairs(open, doc_starts_, B, Tn);
+      out.push_back({l, 1.0 - double(groups) / (double(B) * Tn), double(visible) / causal});
+      continue;
+    }
     const AtmLayout lay = atm_layout(open, B, Tn);
     const double causal = double(B) * Tn * (Tn + 1) / 2.0;
     out.push_back({l, 1.0 - double(lay.total_groups()) / (double(B) * Tn), double(lay.visible_pairs()) / causal});

@@ -146,7 +146,8 @@ class Model {
   // layer (global index l; downloaded), empty for other layers.
   std::vector<uint8_t> atm_open(int l) const;
   // Statistics of the last training forward, per ATM layer: mu = 1 - T'/T and
-  // the fraction of causal (query, key) pairs still visible.
+  // the fraction of causal (query, key) pairs still visible (with documents:
+  // of the pairs inside each document, what ATM alone saves).
   struct AtmStats {
     int layer;
     double mu, visible_fraction;
@@ -258,6 +259,7 @@ class Model {
   std::vector<T> logits_host_;
   std::vector<Buffer<T, uint8_t>> atm_open_;            // per layer: decisions of the last training forward
   std::vector<bool> atm_valid_;                         // per layer: ATM acted in the last forward
+  std::vector<int32_t> doc_starts_;                     // documents: the last training forward's starts [B, T]
   std::vector<std::pair<size_t, size_t>> layer_range_;  // flat [begin, end) per local layer
   std::pair<size_t, size_t> norm_range_{0, 0};
   GradReadyFn grad_ready_;

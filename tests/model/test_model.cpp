@@ -187,6 +187,14 @@ TEST(ModelDocuments, EachDocumentAsIfAlone) {
         diff = std::max(diff, std::abs(ref[size_t(t) * c.V + v] - packed[(size_t(d.b) * c.T + d.s + t) * c.V + v]));
     EXPECT_LT(diff, 1e-12) << "document [" << d.s << ", " << d.e << ") of sequence " << d.b;
   }
+  // ATM's statistics count the pairs inside the documents (every pair merges
+  // at tau = -1: about half the positions, fewer visible pairs than causal).
+  for (const auto& st : m.atm_stats()) {
+    EXPECT_GT(st.mu, 0.3) << st.layer;
+    EXPECT_GT(st.visible_fraction, 0.0) << st.layer;
+    EXPECT_LT(st.visible_fraction, 1.0) << st.layer;
+  }
+  EXPECT_FALSE(m.atm_stats().empty());
   // Without documents the earlier documents reach the later ones.
   Model<double> plain(*ops, c, ModelShard{}, nullptr, ModelOptions{2, false, false});
   plain.init(5);
