@@ -28,6 +28,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Args {
   std::string checkpoint, data, split = "val", text, tokenizer, backend = "cpu", logits_out, ids_out;
+  std::string documents = "auto";  // auto: as the checkpoint's run trained (data.documents)
   bool as_training = false, any_tokenizer = false, as_json = false;
   int batch = 8, threads = 0;
   int64_t max_windows = 0;
@@ -70,6 +71,11 @@ int wiola_cmd_eval(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", a.threads, "CPU threads (0: OpenMP default)");
   app.add_flag("--json", a.as_json, "print the result as one JSON line");
+  app.add_option("--documents", a.documents,
+                 "score windows as their documents (docs/model.md §2): auto (as the checkpoint's run trained), "
+                 "on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   if (int rc = wiola::cli::parse(app, argc, argv, "eval"); rc >= 0) return rc;
   WIOLA_CHECK(data->count() || text->count(), "give --data MANIFEST or --text FILE");
   WIOLA_CHECK(!a.as_training || data->count(), "--as-training needs --data");
@@ -89,9 +95,10 @@ int wiola_cmd_eval(int argc, char** argv) {
   std::unique_ptr<wiola::TokenLoader> loader;
   if (data->count()) loader = std::make_unique<wiola::TokenLoader>(a.data, a.split, T, 1, 0, 1, 0, false, false);
   // A run trained with data.documents is scored with them (docs/model.md §2
-  // "Documents"): split at the data's EOS id, or the tokenizer's for --text.
+  // "Documents"; --documents on/off overrides): split at the data's EOS id,
+  // or the tokenizer's for --text.
   infer::LoadOptions lo{a.backend, a.batch, a.tokenizer, text->count() > 0, a.any_tokenizer};
-  if (infer::trained_with_documents(ck.manifest()))
+  if (a.documents == "on" || (a.documents == "auto" && infer::trained_with_documents(ck.manifest())))
     lo.documents_eos = loader ? int32_t(loader->info().eos_id) : infer::kTokenizerEos;
   infer::LoadedModel lm(folder, lo);
 
