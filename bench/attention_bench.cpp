@@ -5,7 +5,10 @@
 // kernels would reach if the row softmax and packing were free. FLOPs (all
 // rows): forward 4*B*H*dh per visible (query, key) pair, backward 2.5x the
 // forward (the GEMMs compute a little more: each block's keys up to its last
-// row).  Run e.g.  OMP_NUM_THREADS=2 build/bench/attention_bench
+// row). BM_attention_documents: forward + backward of one window at T = 2048
+// as one causal document (docs = 0) and holding documents of mean length 256
+// (docs/model.md §2 "Documents": the kernels skip the keys outside a query's
+// document).  Run e.g.  OMP_NUM_THREADS=2 build/bench/attention_bench
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -32,13 +35,11 @@ void BM_sgemm(benchmark::State& st) {
   const auto a = randn(size_t(n) * n, 1), b = randn(size_t(n) * n, 2);
   std::vector<float> c(size_t(n) * n);
   for (auto _ : st) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f,
-                a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     benchmark::ClobberMemory();
   }
-  st.counters["GFLOPS"] = benchmark::Counter(
-      2.0 * n * n * n * double(st.iterations()), benchmark::Counter::kIsRate,
-      benchmark::Counter::kIs1000);
+  st.counters["GFLOPS"] = benchmark::Counter(2.0 * n * n * n * double(st.iterations()), benchmark::Counter::kIsRate,
+                                             benchmark::Counter::kIs1000);
 }
 
 struct Inputs {
@@ -46,9 +47,8 @@ struct Inputs {
   std::vector<float> q, k, v, o, lse, dout, dq, dk, dv;
   double fwd_flops;
   explicit Inputs(const benchmark::State& st) {
-    s = wiola::AttnShape{int(st.range(0)), int(st.range(1)), int(st.range(1)),
-                         int(st.range(2)), int(st.range(3)), int(st.range(4)),
-                         0};
+    s = wiola::AttnShape{
+        int(st.range(0)), int(st.range(1)), int(st.range(1)), int(st.range(2)), int(st.range(3)), int(st.range(4)), 0};
     const size_t nq = size_t(s.B) * s.Tq * s.H * s.dh;
     const size_t nkv = size_t(s.B) * s.Tk * s.Hkv * s.dh;
     q = randn(nq, 3);
@@ -63,15 +63,27 @@ struct Inputs {
     const double pairs = 0.5 * double(s.Tq) * (s.Tq + 1);
     fwd_flops = 4.0 * s.B * s.H * s.dh * pairs;
   }
+  wiola::AttnKeys keys{};  // documents: keys.doc_start = starts
+  std::vector<int32_t> starts;
+  // Documents of random lengths with mean `mean_len` (exponential, seeded)
+  // in every window.
+  void documents(int mean_len) {
+    std::mt19937_64 rng(7);
+    std::exponential_distribution<double> len(1.0 / mean_len);
+    starts.resize(size_t(s.B) * s.Tq);
+    for (int b = 0; b < s.B; ++b)
+      for (int t = 0, start = 0, next = int(len(rng)) + 1; t < s.Tq; ++t) {
+        if (t == next) start = t, next = t + int(len(rng)) + 1;
+        starts[size_t(b) * s.Tq + t] = start;
+      }
+    keys.doc_start = starts.data();
+  }
   void fwd() {
-    wiola::cpu::attention_fwd<float>(s, {}, q.data(), k.data(), v.data(),
-                                     nullptr, nullptr, o.data(), lse.data());
+    wiola::cpu::attention_fwd<float>(s, keys, q.data(), k.data(), v.data(), nullptr, nullptr, o.data(), lse.data());
   }
   void bwd() {
-    wiola::cpu::attention_bwd<float>(s, {}, q.data(), k.data(), v.data(),
-                                     nullptr, nullptr, o.data(), lse.data(),
-                                     dout.data(), dq.data(), dk.data(),
-                                     dv.data(), nullptr, nullptr);
+    wiola::cpu::attention_bwd<float>(s, keys, q.data(), k.data(), v.data(), nullptr, nullptr, o.data(), lse.data(),
+                                     dout.data(), dq.data(), dk.data(), dv.data(), nullptr, nullptr);
   }
 };
 
@@ -81,9 +93,8 @@ void BM_attention_fwd(benchmark::State& st) {
     in.fwd();
     benchmark::ClobberMemory();
   }
-  st.counters["GFLOPS"] = benchmark::Counter(
-      in.fwd_flops * double(st.iterations()), benchmark::Counter::kIsRate,
-      benchmark::Counter::kIs1000);
+  st.counters["GFLOPS"] = benchmark::Counter(in.fwd_flops * double(st.iterations()), benchmark::Counter::kIsRate,
+                                             benchmark::Counter::kIs1000);
 }
 
 void BM_attention_bwd(benchmark::State& st) {
@@ -93,18 +104,28 @@ void BM_attention_bwd(benchmark::State& st) {
     in.bwd();
     benchmark::ClobberMemory();
   }
-  st.counters["GFLOPS"] = benchmark::Counter(
-      2.5 * in.fwd_flops * double(st.iterations()), benchmark::Counter::kIsRate,
-      benchmark::Counter::kIs1000);
+  st.counters["GFLOPS"] = benchmark::Counter(2.5 * in.fwd_flops * double(st.iterations()), benchmark::Counter::kIsRate,
+                                             benchmark::Counter::kIs1000);
+}
+
+// Forward + backward of a window holding documents of mean length range(5)
+// (0: one causal document); time only, the visible pairs differ.
+void BM_attention_documents(benchmark::State& st) {
+  Inputs in(st);
+  if (st.range(5) > 0) in.documents(int(st.range(5)));
+  for (auto _ : st) {
+    in.fwd();
+    in.bwd();
+    benchmark::ClobberMemory();
+  }
 }
 
 // The BLAS calls of the kernels for plain causal attention (attention.cpp):
 // per (b, group, query block) R = rep*nq stacked rows against the key
 // prefix kmax; forward QK^T and PV, backward QK^T, dO V^T, P^T dO, dS^T Q, dS K.
-void attention_gemms(const wiola::AttnShape& s, bool backward, const float* q,
-                     const float* k, float* scratch_s, float* scratch_o) {
-  const int BQ = backward && s.Tk >= wiola::cpu::kAttnLongKeys ? wiola::cpu::kAttnBlockQLong
-                                                                : wiola::cpu::kAttnBlockQ;
+void attention_gemms(const wiola::AttnShape& s, bool backward, const float* q, const float* k, float* scratch_s,
+                     float* scratch_o) {
+  const int BQ = backward && s.Tk >= wiola::cpu::kAttnLongKeys ? wiola::cpu::kAttnBlockQLong : wiola::cpu::kAttnBlockQ;
   const int rep = s.H / s.Hkv, n_qt = (s.Tq + BQ - 1) / BQ, dh = s.dh;
   const long items = long(s.B) * s.Hkv * n_qt;
   const size_t s_size = size_t(rep) * wiola::cpu::kAttnBlockQLong * ((s.Tk + 15) / 16 * 16);
@@ -114,7 +135,8 @@ void attention_gemms(const wiola::AttnShape& s, bool backward, const float* q,
     const int nq = std::min(BQ, s.Tq - qt * BQ), rows = rep * nq;
     const int kmax = std::min(qt * BQ + nq, s.Tk), ld = (kmax + 15) / 16 * 16;
     float* S = scratch_s + size_t(omp_get_thread_num()) * 2 * s_size;
-    float* O = scratch_o + size_t(omp_get_thread_num()) * 2 * size_t(std::max(rep * wiola::cpu::kAttnBlockQLong, s.Tk)) * s.Hkv * dh;
+    float* O = scratch_o + size_t(omp_get_thread_num()) * 2 *
+                               size_t(std::max(rep * wiola::cpu::kAttnBlockQLong, s.Tk)) * s.Hkv * dh;
     const int kv_ld = s.Hkv * dh;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kmax, dh, 1.f, q, dh, k, kv_ld, 0.f, S, ld);
     if (!backward) {
@@ -140,9 +162,8 @@ void BM_attention_gemms(benchmark::State& st, bool backward) {
     attention_gemms(in.s, backward, in.q.data(), in.k.data(), sbuf.data(), obuf.data());
     benchmark::ClobberMemory();
   }
-  st.counters["GFLOPS"] = benchmark::Counter(
-      (backward ? 2.5 : 1.0) * in.fwd_flops * double(st.iterations()), benchmark::Counter::kIsRate,
-      benchmark::Counter::kIs1000);
+  st.counters["GFLOPS"] = benchmark::Counter((backward ? 2.5 : 1.0) * in.fwd_flops * double(st.iterations()),
+                                             benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 void BM_attention_fwd_gemms(benchmark::State& st) { BM_attention_gemms(st, false); }
 void BM_attention_bwd_gemms(benchmark::State& st) { BM_attention_gemms(st, true); }
@@ -160,6 +181,12 @@ BENCHMARK(BM_attention_fwd)->Apply(shapes);
 BENCHMARK(BM_attention_bwd)->Apply(shapes);
 BENCHMARK(BM_attention_fwd_gemms)->Apply(shapes);
 BENCHMARK(BM_attention_bwd_gemms)->Apply(shapes);
+BENCHMARK(BM_attention_documents)
+    ->ArgNames({"B", "T", "H", "Hkv", "dh", "docs"})
+    ->Args({1, 2048, 12, 4, 64, 0})
+    ->Args({1, 2048, 12, 4, 64, 256})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

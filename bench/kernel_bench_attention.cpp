@@ -53,7 +53,8 @@ void atm_plan_for(Ops<float>& g, AttnProblem& p, int d, uint64_t seed) {
   p.group_first = Buffer<float, int32_t>(g, bt);
   p.key_end = Buffer<float, int32_t>(g, bt);
   p.n_groups = Buffer<float, int32_t>(g, size_t(B));
-  g.atm_plan(rho.data(), B, T, p.tau, p.open.data(), p.group_first.data(), p.key_end.data(), p.n_groups.data());
+  g.atm_plan(rho.data(), B, T, p.tau, nullptr, p.open.data(), p.group_first.data(), p.key_end.data(),
+             p.n_groups.data());
   const int w = p.s.Hkv * p.s.dh;
   g.atm_merge_rows(p.k.data(), B, T, w, p.group_first.data(), p.key_end.data(), p.n_groups.data(), p.mk.data());
   g.atm_merge_rows(p.v.data(), B, T, w, p.group_first.data(), p.key_end.data(), p.n_groups.data(), p.mv.data());

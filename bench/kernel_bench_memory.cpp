@@ -70,9 +70,8 @@ void run_memory(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) 
            "read x 2 + write y 2 B/elem", double(nB) * 4, [&] { g.gelu_fwd(ub.data(), nB, hb.data()); });
   }
   {
-    // SRPE fused with the split of the fused Q|K|V|gate projection output,
-    // and its backward (the gradients joined), in bf16: the fused rows read
-    // once, q, k (rotated), v and the gate written once (the table is small).
+    // SRPE fused with the split of the fused Q|K|V|gate projection output, and its backward (the
+    // gradients joined), in bf16: rows read once, q, k (rotated), v, gate written once (small table).
     const int H = sh.cfg.H, Hkv = sh.cfg.Hkv, dh = sh.dh();
     const size_t hd = size_t(H) * dh, kvd = size_t(Hkv) * dh, width = 2 * hd + 2 * kvd, nw = N * width;
     DynBuffer<float> proj(g, DType::BF16, nw), q(g, DType::BF16, N * hd), k(g, DType::BF16, N * kvd),
@@ -82,10 +81,12 @@ void run_memory(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) 
     fill(g, table.data(), size_t(sh.T) * dh, 35);
     const std::string what = "[" + std::to_string(N) + ", " + std::to_string(width) + "] bf16";
     report("srpe_split_fwd", what, "read 2 + write 2 B/elem (+ the table)", double(nw) * 4, [&] {
-      g.srpe_split_fwd(proj.data(), sh.B, sh.T, H, Hkv, dh, table.data(), q.data(), k.data(), v.data(), gate.data());
+      g.srpe_split_fwd(proj.data(), sh.B, sh.T, H, Hkv, dh, table.data(), nullptr, q.data(), k.data(), v.data(),
+                       gate.data());
     });
     report("srpe_split_bwd", what, "read 2 + write 2 B/elem (+ the table)", double(nw) * 4, [&] {
-      g.srpe_split_bwd(q.data(), k.data(), v.data(), gate.data(), sh.B, sh.T, H, Hkv, dh, table.data(), proj.data());
+      g.srpe_split_bwd(q.data(), k.data(), v.data(), gate.data(), sh.B, sh.T, H, Hkv, dh, table.data(), nullptr,
+                       proj.data());
     });
   }
   {

@@ -19,6 +19,7 @@ nlohmann::json run_identity(const RunConfig& rc, const DatasetInfo& di, const To
                        {"train.seed", rc.train.seed},
                        {"data.seed", rc.data.seed >= 0 ? uint64_t(rc.data.seed) : rc.train.seed},
                        {"data.shuffle", rc.data.shuffle},
+                       {"data.documents", rc.data.documents},
                        {"data.tokenizer_sha256", di.tokenizer_sha256},
                        {"data.train_tokens", di.num_tokens},
                        {"data.train_documents", di.num_documents}};
@@ -29,8 +30,7 @@ nlohmann::json run_identity(const RunConfig& rc, const DatasetInfo& di, const To
   // the data may move between a run and its resume; the share, not the
   // weight, decides the stream).
   if (data && data->num_sources() > 1)
-    for (size_t k = 0; k < data->num_sources(); ++k)
-    {
+    for (size_t k = 0; k < data->num_sources(); ++k) {
       nlohmann::json s = {{"share", data->source_share(k)},
                           {"train_tokens", data->source_info(k).num_tokens},
                           {"train_documents", data->source_info(k).num_documents}};
@@ -53,7 +53,8 @@ LoaderState loader_state_from_json(const nlohmann::json& j, const std::string& w
   s.epoch = json_int<uint64_t>(j.at("epoch"), where + ".epoch");
   s.samples_consumed = json_int<uint64_t>(j.at("samples_consumed"), where + ".samples_consumed");
   if (j.contains("blend")) {
-    WIOLA_CHECK(j["blend"].is_array() && j["blend"].size() >= 2, where, ".blend: expected an array of at least "
+    WIOLA_CHECK(j["blend"].is_array() && j["blend"].size() >= 2, where,
+                ".blend: expected an array of at least "
                 "two source cursors");
     for (size_t k = 0; k < j["blend"].size(); ++k) {
       const nlohmann::json& c = j["blend"][k];

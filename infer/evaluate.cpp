@@ -25,9 +25,26 @@ double cross_entropy_sum(const float* logits, const int32_t* targets, int n, int
 }
 
 namespace {
-// A batch of full windows: the model's loss, exactly as training computes it.
+// A batch of full windows: the model's loss, exactly as training computes it
+// (with documents its EOS targets masked: counted_targets of them count).
 double full_batch_loss(Model<float>& model, const std::vector<int32_t>& tokens) {
   return model.eval_loss(tokens.data());
+}
+
+// The cross-entropy of a window's first n targets that count: with documents
+// (eos >= 0) not those whose input is the EOS id (docs/model.md §2).
+double counted_sum(const float* logits, const int32_t* window, int n, int V, int32_t eos, int64_t* targets) {
+  if (eos < 0) {
+    *targets += n;
+    return cross_entropy_sum(logits, window + 1, n, V);
+  }
+  double sum = 0;
+  for (int t = 0; t < n; ++t)
+    if (window[t] != eos) {
+      sum += cross_entropy_sum(logits + size_t(t) * V, window + t + 1, 1, V);
+      ++*targets;
+    }
+  return sum;
 }
 
 // A batch whose windows may be short (lens[b] ids, 0 for an unused row):
@@ -47,8 +64,8 @@ double partial_batch_loss(Model<float>& model, const std::vector<int32_t>& token
   for (int b = 0; b < B; ++b) {
     const int n = lens[size_t(b)] - 1;  // targets of this window
     if (n <= 0) continue;
-    sum += cross_entropy_sum(logits.data() + size_t(b) * T * V, tokens.data() + size_t(b) * (T + 1) + 1, n, V);
-    *targets += n;
+    sum += counted_sum(logits.data() + size_t(b) * T * V, tokens.data() + size_t(b) * (T + 1), n, V,
+                       model.options().documents_eos, targets);
   }
   return sum;
 }
@@ -75,7 +92,7 @@ EvalTotals evaluate_windows(Model<float>& model, int64_t count, const WindowSour
     }
     if (full) {
       tot.loss_sum += full_batch_loss(model, tokens);
-      tot.targets += int64_t(B) * T;
+      tot.targets += counted_targets(tokens.data(), B, T, model.options().documents_eos);
     } else {
       tot.loss_sum += partial_batch_loss(model, tokens, lens, &tot.targets);
     }

@@ -53,6 +53,11 @@ std::string trained_tokenizer_sha(const nlohmann::json& manifest) {
   return "";
 }
 
+bool trained_with_documents(const nlohmann::json& manifest) {
+  const nlohmann::json& id = manifest.value("identity", nlohmann::json::object());
+  return id.contains("data.documents") && id["data.documents"].is_boolean() && id["data.documents"].get<bool>();
+}
+
 LoadedModel::LoadedModel(const std::string& checkpoint, const LoadOptions& opt) {
   WIOLA_CHECK(opt.batch >= 1, "batch must be positive");
   folder_ = ckpt::resolve_checkpoint(checkpoint);
@@ -67,6 +72,12 @@ LoadedModel::LoadedModel(const std::string& checkpoint, const LoadOptions& opt) 
   ops_ = make_backend<float>(opt.backend);
   ModelOptions mo;
   mo.micro_batch = opt.batch;
+  mo.documents_eos = opt.documents_eos;
+  if (opt.documents_eos == kTokenizerEos) {
+    WIOLA_CHECK(tok_.has_value() && tok_->eos_id() >= 0, "checkpoint ", folder_,
+                " trained with data.documents, but no tokenizer with an EOS id is loaded to find the documents");
+    mo.documents_eos = tok_->eos_id();
+  }
   model_ = std::make_unique<Model<float>>(*ops_, cfg_, ModelShard{}, nullptr, mo);
   const std::vector<float> host = read_params(r, model_->layout());
   ops_->upload(model_->params(), host.data(), host.size() * sizeof(float));

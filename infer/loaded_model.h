@@ -23,7 +23,16 @@ struct LoadOptions {
   std::string tokenizer;        // a tokenizer.json instead of the checkpoint's
   bool need_tokenizer = true;   // false: no tokenizer is loaded or required
   bool any_tokenizer = false;   // accept a --tokenizer whose SHA-256 differs from the training data's
+  // Documents (data.documents, docs/model.md §2 "Documents"): the EOS id the
+  // model splits windows at (ModelOptions::documents_eos); -1: off;
+  // kTokenizerEos: the loaded tokenizer's.
+  int32_t documents_eos = -1;
 };
+inline constexpr int32_t kTokenizerEos = -2;
+
+// Whether the checkpoint's run trained with data.documents (its identity;
+// false for checkpoints from before the key).
+bool trained_with_documents(const nlohmann::json& manifest);
 
 class LoadedModel {
  public:

@@ -98,6 +98,8 @@ WIOLA_OP(rmsnorm_bwd, norm,
 // ---- SRPE: rotate-half pairs of each head, in place ------------------------
 // x[B, Tn, nh, dh]; table[Tn, dh/2, 2] = (c, s) for positions of rows
 // 0..Tn-1 (host-computed in float64, rounded once; see model/srpe.h).
+// Documents (docs/model.md §2 "Documents"; doc_start[B,Tn] as in atm_plan,
+// null: one document): row t of sequence b has position t - doc_start[b,t].
 // inverse=true applies the transpose rotation (= the backward pass). dh even.
 WIOLA_OP(srpe_apply, elementwise, (Ptr x, int B, int Tn, int nh, int dh, CPtr table, bool inverse),
          (x, B, Tn, nh, dh, table, inverse))
@@ -111,11 +113,13 @@ WIOLA_OP(srpe_apply, elementwise, (Ptr x, int B, int Tn, int nh, int dh, CPtr ta
 // of srpe_apply(inverse) on dq and dk, then copy_block of each into dproj.
 // One pass over the blocks each way, no copies in between.
 WIOLA_OP(srpe_split_fwd, elementwise,
-         (CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPtr table, Ptr q, Ptr k, Ptr v, Ptr gate),
-         (proj, B, Tn, H, Hkv, dh, table, q, k, v, gate))
+         (CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPtr table, const int32_t* doc_start, Ptr q, Ptr k, Ptr v,
+          Ptr gate),
+         (proj, B, Tn, H, Hkv, dh, table, doc_start, q, k, v, gate))
 WIOLA_OP(srpe_split_bwd, elementwise,
-         (CPtr dq, CPtr dk, CPtr dv, CPtr dgate, int B, int Tn, int H, int Hkv, int dh, CPtr table, Ptr dproj),
-         (dq, dk, dv, dgate, B, Tn, H, Hkv, dh, table, dproj))
+         (CPtr dq, CPtr dk, CPtr dv, CPtr dgate, int B, int Tn, int H, int Hkv, int dh, CPtr table,
+          const int32_t* doc_start, Ptr dproj),
+         (dq, dk, dv, dgate, B, Tn, H, Hkv, dh, table, doc_start, dproj))
 
 // ---- causal self-attention with GQA and ATM key merging ---------------------
 // q[B,Tq,H,dh], k,v[B,Tk,Hkv,dh], raw_k,raw_v[B,Tq,Hkv,dh] (only read where
@@ -138,10 +142,13 @@ WIOLA_OP(attention_bwd, attention,
 WIOLA_OP(atm_similarity, atm, (CPtr x, int B, int Tn, int d, double* rho), (x, B, Tn, d, rho))
 // The merge plan of every sequence (kernels/atm_plan.h: Algorithm 1 and the
 // key layout): open[B,Tn], group_first[B,Tn], key_end[B,Tn], n_groups[B].
+// doc_start[B,Tn] (null: one document per sequence): the first position of
+// each position's document (docs/model.md §2 "Documents"); no pair crosses a
+// document's start.
 WIOLA_OP(atm_plan, atm,
-         (const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first, int32_t* key_end,
-          int32_t* n_groups),
-         (rho, B, Tn, tau, open, group_first, key_end, n_groups))
+         (const double* rho, int B, int Tn, double tau, const int32_t* doc_start, uint8_t* open, int32_t* group_first,
+          int32_t* key_end, int32_t* n_groups),
+         (rho, B, Tn, tau, doc_start, open, group_first, key_end, n_groups))
 // Merge rows of x[B,Tn,w] into out[B,Tn,w] (rows >= n_groups[b] zero):
 // out[b,j] = mean of x[b, group_first[b,j] .. key_end[b,j]].
 WIOLA_OP(atm_merge_rows, atm,
@@ -159,10 +166,15 @@ WIOLA_OP(atm_merge_rows_bwd, atm,
 // out_op (may be null) gets out again in its own storage type, the bits
 // convert(out, out_op) would write: the context projections' GEMM operand
 // of a summary, made once in this pass (as rmsnorm_fwd's y_op).
-WIOLA_OP(prefix_mean_fwd, context_attention, (CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op),
-         (x, B, Tn, d, out, out_op))
-// dx[b,u] += sum_{t>=u} dout[b,t]/(t+1)   (ACCUMULATES)
-WIOLA_OP(prefix_mean_bwd, context_attention, (CPtr dout, int B, int Tn, int d, Ptr dx), (dout, B, Tn, d, dx))
+// Documents (doc_start[B,Tn] as in atm_plan, null: one document): the mean
+// runs over u in [doc_start[b,t], t] only, restarting at each document.
+WIOLA_OP(prefix_mean_fwd, context_attention,
+         (CPtr x, int B, int Tn, int d, const int32_t* doc_start, Ptr out, Ptr out_op),
+         (x, B, Tn, d, doc_start, out, out_op))
+// dx[b,u] += sum_{t>=u} dout[b,t]/(t+1)   (ACCUMULATES); with documents the
+// sum runs over t in u's document and divides by t - doc_start + 1.
+WIOLA_OP(prefix_mean_bwd, context_attention, (CPtr dout, int B, int Tn, int d, const int32_t* doc_start, Ptr dx),
+         (dout, B, Tn, d, doc_start, dx))
 // Cached decoding: rows are positions pos0..pos0+Tn-1 and carry[B,d] holds
 // the sums of all earlier rows: out[b,i] = (carry[b] + sum_{u<=i} x[b,u]) /
 // (pos0+i+1), then carry[b] += sum_u x[b,u]. out_op as in prefix_mean_fwd.
@@ -233,7 +245,10 @@ WIOLA_OP(ce_sumexp_target, cross_entropy,
          (CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, Ptr sumexp, Ptr tgt),
          (logits, targets, N, V_local, v0, row_max, sumexp, tgt))
 // Phase 3: loss[N] = log(sumexp) + row_max - tgt, and in place
-// logits <- scale * (softmax - onehot(target)) = dL/dlogits.
+// logits <- scale * (softmax - onehot(target)) = dL/dlogits. A negative
+// target is a masked position (an EOS's target with documents, docs/model.md
+// §2 "Documents"): loss 0 and a zero gradient row (ce_loss: loss 0; the
+// CUDA backend does not take them yet).
 WIOLA_OP(ce_loss_grad, cross_entropy,
          (Ptr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp, CPtr tgt,
           double scale, Ptr loss),

@@ -58,10 +58,16 @@ struct GraphKey {
 // prefix): self_open[b*Tq + i] != 0.
 // Plain causal attention: key_end == nullptr (key j ends at position j),
 // self_open == nullptr, keys == raw keys.
+// Documents (docs/model.md §2 "Documents"): doc_start[b*Tq + i] is the first
+// position of query i's document; the query then sees only the key rows of
+// its document (plain: positions doc_start..p; ATM: the groups that end at
+// or after doc_start, which never cross a document's start), and the work
+// outside it is skipped. nullptr: the window is one document.
 struct AttnKeys {
   const int32_t* key_end = nullptr;    // [B, Tk] or nullptr
   const int32_t* n_keys = nullptr;     // [B] valid key rows, or nullptr (= Tk)
   const uint8_t* self_open = nullptr;  // [B, Tq] or nullptr
+  const int32_t* doc_start = nullptr;  // [B, Tq] or nullptr (training: q_pos0 = 0)
 };
 
 struct AttnShape {

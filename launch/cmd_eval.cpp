@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ckpt/format.h"
+#include "ckpt/tools.h"
 #include "data/loader.h"
 #include "data/text_input.h"
 #include "infer/eval_windows.h"
@@ -27,16 +28,18 @@ using Clock = std::chrono::steady_clock;
 
 struct Args {
   std::string checkpoint, data, split = "val", text, tokenizer, backend = "cpu", logits_out, ids_out;
+  std::string documents = "auto";  // auto: as the checkpoint's run trained (data.documents)
   bool as_training = false, any_tokenizer = false, as_json = false;
   int batch = 8, threads = 0;
   int64_t max_windows = 0;
 };
 
-void report(const infer::EvalTotals& r, const infer::WindowPlan& p, const Args& a, const std::string& folder, double secs) {
+void report(const infer::EvalTotals& r, const infer::WindowPlan& p, const Args& a, const std::string& folder,
+            double secs) {
   if (a.as_json) {
-    const nlohmann::json j = {{"checkpoint", folder}, {"windows", r.windows}, {"targets", r.targets},
-                              {"loss", r.mean()}, {"perplexity", r.perplexity()}, {"loss_sum", r.loss_sum},
-                              {"what", p.what}, {"seconds", secs}};
+    const nlohmann::json j = {
+        {"checkpoint", folder},         {"windows", r.windows},   {"targets", r.targets}, {"loss", r.mean()},
+        {"perplexity", r.perplexity()}, {"loss_sum", r.loss_sum}, {"what", p.what},       {"seconds", secs}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("wiola eval: %s: %lld windows, %lld targets: loss %.6f, perplexity %.4f (%.1f s, %.0f tokens/s)\n",
@@ -64,9 +67,15 @@ int wiola_cmd_eval(int argc, char** argv) {
   app.add_option("--save-ids", a.ids_out, "--text: the first window's token ids as int32 .npy [n]");
   app.add_option("--tokenizer", a.tokenizer, "tokenizer.json to use instead of the checkpoint's (--text)");
   app.add_flag("--any-tokenizer", a.any_tokenizer, "accept data or a tokenizer other than the training data's");
-  app.add_option("--backend", a.backend, "op backend: cpu, cpu-opaque, cpu-bf16; cuda, cuda-fp32 in CUDA builds")->capture_default_str();
+  app.add_option("--backend", a.backend, "op backend: cpu, cpu-opaque, cpu-bf16; cuda, cuda-fp32 in CUDA builds")
+      ->capture_default_str();
   app.add_option("--threads", a.threads, "CPU threads (0: OpenMP default)");
   app.add_flag("--json", a.as_json, "print the result as one JSON line");
+  app.add_option("--documents", a.documents,
+                 "score windows as their documents (docs/model.md §2): auto (as the checkpoint's run trained), "
+                 "on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   if (int rc = wiola::cli::parse(app, argc, argv, "eval"); rc >= 0) return rc;
   WIOLA_CHECK(data->count() || text->count(), "give --data MANIFEST or --text FILE");
   WIOLA_CHECK(!a.as_training || data->count(), "--as-training needs --data");
@@ -76,20 +85,26 @@ int wiola_cmd_eval(int argc, char** argv) {
 
   // The batch comes from the training run when reproducing its figure.
   const std::string folder = wiola::ckpt::resolve_checkpoint(a.checkpoint);
+  const wiola::ckpt::Reader ck(folder);
   infer::TrainingEval te;
   if (a.as_training) {
-    wiola::ckpt::Reader r(folder);
-    te = infer::training_eval(r.manifest(), folder + "/manifest.json");
+    te = infer::training_eval(ck.manifest(), folder + "/manifest.json");
     a.batch = te.micro_batch;
   }
-  infer::LoadedModel lm(folder, {a.backend, a.batch, a.tokenizer, text->count() > 0, a.any_tokenizer});
-  const int T = lm.config().T;
-
+  const int T = wiola::ckpt::model_config(ck).T;
   std::unique_ptr<wiola::TokenLoader> loader;
+  if (data->count()) loader = std::make_unique<wiola::TokenLoader>(a.data, a.split, T, 1, 0, 1, 0, false, false);
+  // A run trained with data.documents is scored with them (docs/model.md §2
+  // "Documents"; --documents on/off overrides): split at the data's EOS id,
+  // or the tokenizer's for --text.
+  infer::LoadOptions lo{a.backend, a.batch, a.tokenizer, text->count() > 0, a.any_tokenizer};
+  if (a.documents == "on" || (a.documents == "auto" && infer::trained_with_documents(ck.manifest())))
+    lo.documents_eos = loader ? int32_t(loader->info().eos_id) : infer::kTokenizerEos;
+  infer::LoadedModel lm(folder, lo);
+
   std::vector<int32_t> ids;
   infer::WindowPlan plan;
   if (data->count()) {
-    loader = std::make_unique<wiola::TokenLoader>(a.data, a.split, T, 1, 0, 1, 0, false, false);
     loader->expect(uint32_t(lm.config().V), a.any_tokenizer ? "" : infer::trained_tokenizer_sha(lm.manifest()));
     plan = infer::split_windows(*loader, T, a.as_training ? te.samples : 0);
   } else {

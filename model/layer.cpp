@@ -18,22 +18,38 @@ void LayerActs<T>::reserve(const LayerCtx<T>& c, int nc) {
   auto& r = arena;
   // X-tilde in the residual type: ATM's similarity must come from full-
   // precision activations (docs/model.md §2), never from a bf16 copy.
-  r.reserve(&xn1, res, N * d); r.reserve(&rstd1, st, N);
+  r.reserve(&xn1, res, N * d);
+  r.reserve(&rstd1, st, N);
   if (dtype_bytes(act) < dtype_bytes(res)) r.reserve(&xn1_op, act, N * d);
-  r.reserve(&q, act, N * hd); r.reserve(&k, act, N * kvd); r.reserve(&v, act, N * kvd);
+  r.reserve(&q, act, N * hd);
+  r.reserve(&k, act, N * kvd);
+  r.reserve(&v, act, N * kvd);
   r.reserve(&gpre, act, N * hd);
-  r.reserve(&kg, act, N * kvd); r.reserve(&vg, act, N * kvd);
-  r.reserve(&o_self, act, N * hd); r.reserve(&lse, st, N * size_t(c.ld.H));
+  r.reserve(&kg, act, N * kvd);
+  r.reserve(&vg, act, N * kvd);
+  r.reserve(&o_self, act, N * hd);
+  r.reserve(&lse, st, N * size_t(c.ld.H));
   r.reserve(&kvc, act, N * size_t(nc) * 2 * kvd);
-  r.reserve(&o_ctx, act, N * hd); r.reserve(&probs, st, N * size_t(c.ld.H) * size_t(nc));
-  r.reserve(&o, act, N * hd); r.reserve(&og, act, N * hd);
-  r.reserve(&xh, res, N * d); r.reserve(&xn2, act, N * d); r.reserve(&rstd2, st, N);
-  r.reserve(&ga, act, N * dA); r.reserve(&ua, act, N * dA); r.reserve(&ha, act, N * dA);
-  r.reserve(&ub, act, N * dB); r.reserve(&hb, act, N * dB);
-  r.reserve(&a, act, N * d); r.reserve(&b, act, N * d); r.reserve(&fpre, act, N * d);
+  r.reserve(&o_ctx, act, N * hd);
+  r.reserve(&probs, st, N * size_t(c.ld.H) * size_t(nc));
+  r.reserve(&o, act, N * hd);
+  r.reserve(&og, act, N * hd);
+  r.reserve(&xh, res, N * d);
+  r.reserve(&xn2, act, N * d);
+  r.reserve(&rstd2, st, N);
+  r.reserve(&ga, act, N * dA);
+  r.reserve(&ua, act, N * dA);
+  r.reserve(&ha, act, N * dA);
+  r.reserve(&ub, act, N * dB);
+  r.reserve(&hb, act, N * dB);
+  r.reserve(&a, act, N * d);
+  r.reserve(&b, act, N * d);
+  r.reserve(&fpre, act, N * d);
   r.reserve(&rho, size_t(c.B) * size_t(std::max(c.T_ - 1, 1)));
-  r.reserve(&group_first, N); r.reserve(&key_end, N);
-  r.reserve(&n_groups, size_t(c.B)); r.reserve(&open, N);
+  r.reserve(&group_first, N);
+  r.reserve(&key_end, N);
+  r.reserve(&n_groups, size_t(c.B));
+  r.reserve(&open, N);
 }
 
 template <class T>
@@ -45,15 +61,25 @@ void LayerWork<T>::reserve(const LayerCtx<T>& c) {
   const DType act = c.prec.act, res = c.prec.residual;
   auto& r = arena;
   // dxn sums four (GCLA) or three (DSFF) GEMM products: residual type.
-  r.reserve(&dxn, res, N * d); r.reserve(&dq, act, N * hd); r.reserve(&dk, act, N * kvd);
-  r.reserve(&dv, act, N * kvd); r.reserve(&dgpre, act, N * hd);
-  r.reserve(&dkg, act, N * kvd); r.reserve(&dvg, act, N * kvd);
+  r.reserve(&dxn, res, N * d);
+  r.reserve(&dq, act, N * hd);
+  r.reserve(&dk, act, N * kvd);
+  r.reserve(&dv, act, N * kvd);
+  r.reserve(&dgpre, act, N * hd);
+  r.reserve(&dkg, act, N * kvd);
+  r.reserve(&dvg, act, N * kvd);
   r.reserve(&dog, act, N * hd);
-  r.reserve(&do_self, act, N * hd); r.reserve(&do_ctx, act, N * hd);
+  r.reserve(&do_self, act, N * hd);
+  r.reserve(&do_ctx, act, N * hd);
   r.reserve(&dkvc, act, N * nc * 2 * kvd);
-  r.reserve(&dfpre, act, N * d); r.reserve(&da, act, N * d); r.reserve(&db, act, N * d);
-  r.reserve(&dha, act, N * dA); r.reserve(&dhb, act, N * dB);
-  r.reserve(&dga, act, N * dA); r.reserve(&dua, act, N * dA); r.reserve(&dub, act, N * dB);
+  r.reserve(&dfpre, act, N * d);
+  r.reserve(&da, act, N * d);
+  r.reserve(&db, act, N * d);
+  r.reserve(&dha, act, N * dA);
+  r.reserve(&dhb, act, N * dB);
+  r.reserve(&dga, act, N * dA);
+  r.reserve(&dua, act, N * dA);
+  r.reserve(&dub, act, N * dB);
   r.reserve(&dxh, res, N * d);
   r.reserve(&proj, act, N * size_t(qkvg_width(c.ld)));
   r.reserve(&dphi, 1);
@@ -67,16 +93,24 @@ void LayerWeightInputs<T>::reserve(const LayerCtx<T>& c, int nc, bool acts) {
   const DType act = c.prec.act, res = c.prec.residual;
   auto& r = arena;
   // The types of the LayerWork buffers they stand in for.
-  r.reserve(&dfpre, act, N * d); r.reserve(&da, act, N * d); r.reserve(&db, act, N * d);
-  r.reserve(&dub, act, N * dB); r.reserve(&dga, act, N * dA); r.reserve(&dua, act, N * dA);
+  r.reserve(&dfpre, act, N * d);
+  r.reserve(&da, act, N * d);
+  r.reserve(&db, act, N * d);
+  r.reserve(&dub, act, N * dB);
+  r.reserve(&dga, act, N * dA);
+  r.reserve(&dua, act, N * dA);
   r.reserve(&dxh, res, N * d);
   r.reserve(&dproj, act, N * size_t(qkvg_width(c.ld)));
   r.reserve(&dkvc, act, N * size_t(nc) * 2 * kvd);
   copy_acts = acts;
   if (!acts) return;
   // The types of the LayerActs buffers they copy (X-tilde: xn1_operand's).
-  r.reserve(&a, act, N * d); r.reserve(&b, act, N * d); r.reserve(&hb, act, N * dB);
-  r.reserve(&ha, act, N * dA); r.reserve(&xn2, act, N * d); r.reserve(&og, act, N * hd);
+  r.reserve(&a, act, N * d);
+  r.reserve(&b, act, N * d);
+  r.reserve(&hb, act, N * dB);
+  r.reserve(&ha, act, N * dA);
+  r.reserve(&xn2, act, N * d);
+  r.reserve(&og, act, N * hd);
   r.reserve(&xn1, dtype_bytes(act) < dtype_bytes(res) ? act : res, N * d);
 }
 
@@ -87,7 +121,7 @@ namespace {
 template <class T>
 void atm_decide(const LayerCtx<T>& c, LayerActs<T>& a) {
   c.ops.atm_similarity(a.xn1, c.B, c.T_, c.cfg.d, a.rho);
-  c.ops.atm_plan(a.rho, c.B, c.T_, c.cfg.tau, a.open, a.group_first, a.key_end, a.n_groups);
+  c.ops.atm_plan(a.rho, c.B, c.T_, c.cfg.tau, c.doc_start, a.open, a.group_first, a.key_end, a.n_groups);
 }
 
 // X-tilde as the input projection's GEMMs read it: the norm's copy in the
@@ -109,7 +143,7 @@ template <class T>
 void qkvg_fwd(const LayerCtx<T>& c, const LayerParams& p, LayerActs<T>& a) {
   WIOLA_CHECK(c.proj, "layer forward: no fused-projection scratch in the layer context");
   linear_fwd(c.ops, xn1_operand(a), p.wqkvg, c.N(), c.cfg.d, qkvg_width(c.ld), c.proj);
-  c.ops.srpe_split_fwd(c.proj, c.B, c.T_, c.ld.H, c.ld.Hkv, c.ld.dh, c.srpe, a.q, a.k, a.v, a.gpre);
+  c.ops.srpe_split_fwd(c.proj, c.B, c.T_, c.ld.H, c.ld.Hkv, c.ld.dh, c.srpe, c.doc_start, a.q, a.k, a.v, a.gpre);
 }
 
 // dX-tilde (overwritten) and the four weight gradients (accumulated) from
@@ -122,7 +156,7 @@ template <class T>
 TpInFlight qkvg_bwd(const LayerCtx<T>& c, const LayerParams& p, const LayerParams& g, const LayerActs<T>& a,
                     const LayerWork<T>& w, Ptr dproj, bool weights) {
   const int N = c.N(), d = c.cfg.d, width = qkvg_width(c.ld);
-  c.ops.srpe_split_bwd(w.dq, w.dk, w.dv, w.dgpre, c.B, c.T_, c.ld.H, c.ld.Hkv, c.ld.dh, c.srpe, dproj);
+  c.ops.srpe_split_bwd(w.dq, w.dk, w.dv, w.dgpre, c.B, c.T_, c.ld.H, c.ld.Hkv, c.ld.dh, c.srpe, c.doc_start, dproj);
   linear_bwd_x(c.ops, dproj, p.wqkvg, N, d, width, w.dxn);
   TpInFlight sum = tp_start_sum(c.tp, w.dxn, size_t(N) * d);
   if (weights) linear_bwd_w(c.ops, dproj, xn1_operand(a), N, d, width, g.wqkvg);
@@ -132,16 +166,20 @@ TpInFlight qkvg_bwd(const LayerCtx<T>& c, const LayerParams& p, const LayerParam
 template <class T>
 AttnShape attn_shape(const LayerCtx<T>& c) {
   AttnShape s;
-  s.B = c.B; s.Tq = c.T_; s.Tk = c.T_;
-  s.H = c.ld.H; s.Hkv = c.ld.Hkv; s.dh = c.ld.dh;
+  s.B = c.B;
+  s.Tq = c.T_;
+  s.Tk = c.T_;
+  s.H = c.ld.H;
+  s.Hkv = c.ld.Hkv;
+  s.dh = c.ld.dh;
   return s;
 }
 
 }  // namespace
 
 template <class T>
-void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, const CPtr* ctx,
-                   int nc, bool training, LayerActs<T>& a, Ptr x_out, const KvSlot* kv) {
+void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, const CPtr* ctx, int nc, bool training,
+                   LayerActs<T>& a, Ptr x_out, const KvSlot* kv) {
   Ops<T>& ops = c.ops;
   const int N = c.N(), d = c.cfg.d, dh = c.ld.dh;
   const int hd = c.ld.H * dh, kvd = c.ld.Hkv * dh;
@@ -171,10 +209,11 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, co
     atm_decide(c, a);
     ops.atm_merge_rows(a.k, c.B, c.T_, kvd, a.group_first, a.key_end, a.n_groups, a.kg);
     ops.atm_merge_rows(a.v, c.B, c.T_, kvd, a.group_first, a.key_end, a.n_groups, a.vg);
-    AttnKeys keys{a.key_end, a.n_groups, a.open};
+    AttnKeys keys{a.key_end, a.n_groups, a.open, c.doc_start};
     ops.attention_fwd(s, keys, a.q, a.kg, a.vg, a.k, a.v, a.o_self, a.lse);
   } else {
-    ops.attention_fwd(s, AttnKeys{}, a.q, a.k, a.v, nullptr, nullptr, a.o_self, a.lse);
+    ops.attention_fwd(s, AttnKeys{nullptr, nullptr, nullptr, c.doc_start}, a.q, a.k, a.v, nullptr, nullptr, a.o_self,
+                      a.lse);
   }
 
   // Context sub-attention over the cross-layer summaries (no SRPE): one
@@ -198,7 +237,7 @@ void layer_forward(const LayerCtx<T>& c, int l, const LayerParams& p, CPtr x, co
   linear_fwd(ops, a.xn2, p.ga, N, d, dA, a.ga);
   linear_fwd(ops, a.xn2, p.ua, N, d, dA, a.ua);
   ops.swiglu_fwd(a.ga, a.ua, size_t(N) * dA, a.ha);
-  linear_fwd(ops, a.ha, p.da, N, dA, d, a.a);  // a (row-parallel)
+  linear_fwd(ops, a.ha, p.da, N, dA, d, a.a);                 // a (row-parallel)
   TpInFlight a_sum = tp_start_sum(c.tp, a.a, size_t(N) * d);  // hidden behind stream B
   linear_fwd(ops, a.xn2, p.ub, N, d, dB, a.ub);
   ops.gelu_fwd(a.ub, size_t(N) * dB, a.hb);
@@ -223,24 +262,23 @@ struct WeightOperands {
 
 template <class T>
 WeightOperands operands(const LayerCtx<T>& c, const LayerActs<T>& a, const LayerWork<T>& w) {
-  return {w.dfpre, w.da, w.db, w.dub, w.dga, w.dua, w.dxh, c.proj, w.dkvc,
-          a.a, a.b, a.hb, a.ha, a.xn2, a.og, xn1_operand(a)};
+  return {w.dfpre, w.da, w.db, w.dub, w.dga, w.dua, w.dxh, c.proj,
+          w.dkvc,  a.a,  a.b,  a.hb,  a.ha,  a.xn2, a.og,  xn1_operand(a)};
 }
 
 template <class T>
 WeightOperands operands(const LayerActs<T>& a, const LayerWeightInputs<T>& k) {
-  if (!k.copy_acts) return {k.dfpre, k.da, k.db, k.dub, k.dga, k.dua, k.dxh, k.dproj, k.dkvc,
-                            a.a, a.b, a.hb, a.ha, a.xn2, a.og, xn1_operand(a)};
-  return {k.dfpre, k.da, k.db, k.dub, k.dga, k.dua, k.dxh, k.dproj, k.dkvc,
-          k.a, k.b, k.hb, k.ha, k.xn2, k.og, k.xn1};
+  if (!k.copy_acts)
+    return {k.dfpre, k.da, k.db, k.dub, k.dga, k.dua, k.dxh, k.dproj,
+            k.dkvc,  a.a,  a.b,  a.hb,  a.ha,  a.xn2, a.og,  xn1_operand(a)};
+  return {k.dfpre, k.da, k.db, k.dub, k.dga, k.dua, k.dxh, k.dproj, k.dkvc, k.a, k.b, k.hb, k.ha, k.xn2, k.og, k.xn1};
 }
 
 // layer_backward (k null), or B of a split backward (k: the weight GEMMs'
 // operands go there and the GEMMs are left to layer_backward_weight).
 template <class T>
-void backward(const LayerCtx<T>& c, const LayerParams& p, const LayerParams& g, CPtr x, const CPtr* ctx,
-              int nc, LayerActs<T>& a, LayerWork<T>& w, CPtr dx_out, Ptr dx, const Ptr* dctx,
-              LayerWeightInputs<T>* k) {
+void backward(const LayerCtx<T>& c, const LayerParams& p, const LayerParams& g, CPtr x, const CPtr* ctx, int nc,
+              LayerActs<T>& a, LayerWork<T>& w, CPtr dx_out, Ptr dx, const Ptr* dctx, LayerWeightInputs<T>* k) {
   Ops<T>& ops = c.ops;
   const int N = c.N(), d = c.cfg.d, dh = c.ld.dh;
   const int hd = c.ld.H * dh, kvd = c.ld.Hkv * dh, dA = c.ld.dA, dB = c.ld.dB;
@@ -252,8 +290,12 @@ void backward(const LayerCtx<T>& c, const LayerParams& p, const LayerParams& g, 
       ops.copy(dst.raw(), src.raw(), n * dtype_bytes(src.dtype()));
     };
     const CPtr xn1 = xn1_operand(a);
-    keep(k->a, a.a, nd); keep(k->b, a.b, nd); keep(k->hb, a.hb, size_t(N) * dB);
-    keep(k->ha, a.ha, size_t(N) * dA); keep(k->xn2, a.xn2, nd); keep(k->og, a.og, nhd);
+    keep(k->a, a.a, nd);
+    keep(k->b, a.b, nd);
+    keep(k->hb, a.hb, size_t(N) * dB);
+    keep(k->ha, a.ha, size_t(N) * dA);
+    keep(k->xn2, a.xn2, nd);
+    keep(k->og, a.og, nhd);
     keep(k->xn1, xn1, nd);
   }
 
@@ -301,13 +343,14 @@ void backward(const LayerCtx<T>& c, const LayerParams& p, const LayerParams& g, 
   // Self-attention first (it overwrites dq), then the context path adds to dq.
   const AttnShape s = attn_shape(c);
   if (a.atm_active) {
-    AttnKeys keys{a.key_end, a.n_groups, a.open};
+    AttnKeys keys{a.key_end, a.n_groups, a.open, c.doc_start};
     ops.attention_bwd(s, keys, a.q, a.kg, a.vg, a.k, a.v, a.o_self, a.lse, w.do_self, w.dq, w.dkg, w.dvg, w.dk, w.dv);
     // Gradients of merged rows flow back to their members (means).
     ops.atm_merge_rows_bwd(w.dkg, c.B, c.T_, kvd, a.group_first, a.key_end, a.n_groups, w.dk);
     ops.atm_merge_rows_bwd(w.dvg, c.B, c.T_, kvd, a.group_first, a.key_end, a.n_groups, w.dv);
   } else {
-    ops.attention_bwd(s, AttnKeys{}, a.q, a.k, a.v, nullptr, nullptr, a.o_self, a.lse, w.do_self, w.dq, w.dk, w.dv, nullptr, nullptr);
+    ops.attention_bwd(s, AttnKeys{nullptr, nullptr, nullptr, c.doc_start}, a.q, a.k, a.v, nullptr, nullptr, a.o_self,
+                      a.lse, w.do_self, w.dq, w.dk, w.dv, nullptr, nullptr);
   }
   // The context keys' and values' gradients, interleaved as kvc, then per
   // summary one GEMM of the merged projection for dctx[i] (K = 2 Hkv dh)
@@ -330,23 +373,22 @@ void backward(const LayerCtx<T>& c, const LayerParams& p, const LayerParams& g, 
 }  // namespace
 
 template <class T>
-void layer_backward(const LayerCtx<T>& c, int, const LayerParams& p, const LayerParams& g,
-                    CPtr x, const CPtr* ctx, int nc, LayerActs<T>& a, LayerWork<T>& w,
-                    CPtr dx_out, Ptr dx, const Ptr* dctx) {
+void layer_backward(const LayerCtx<T>& c, int, const LayerParams& p, const LayerParams& g, CPtr x, const CPtr* ctx,
+                    int nc, LayerActs<T>& a, LayerWork<T>& w, CPtr dx_out, Ptr dx, const Ptr* dctx) {
   backward(c, p, g, x, ctx, nc, a, w, dx_out, dx, dctx, static_cast<LayerWeightInputs<T>*>(nullptr));
 }
 
 template <class T>
-void layer_backward_input(const LayerCtx<T>& c, int, const LayerParams& p, const LayerParams& g,
-                          CPtr x, const CPtr* ctx, int nc, LayerActs<T>& a, LayerWork<T>& w,
-                          CPtr dx_out, Ptr dx, const Ptr* dctx, LayerWeightInputs<T>& k) {
+void layer_backward_input(const LayerCtx<T>& c, int, const LayerParams& p, const LayerParams& g, CPtr x,
+                          const CPtr* ctx, int nc, LayerActs<T>& a, LayerWork<T>& w, CPtr dx_out, Ptr dx,
+                          const Ptr* dctx, LayerWeightInputs<T>& k) {
   backward(c, p, g, x, ctx, nc, a, w, dx_out, dx, dctx, &k);
 }
 
 // The weight GEMMs of backward() in its order, on the kept operands.
 template <class T>
-void layer_backward_weight(const LayerCtx<T>& c, const LayerParams& g, const CPtr* ctx, int nc,
-                           const LayerActs<T>& a, const LayerWeightInputs<T>& k) {
+void layer_backward_weight(const LayerCtx<T>& c, const LayerParams& g, const CPtr* ctx, int nc, const LayerActs<T>& a,
+                           const LayerWeightInputs<T>& k) {
   Ops<T>& ops = c.ops;
   const int N = c.N(), d = c.cfg.d, dh = c.ld.dh;
   const int hd = c.ld.H * dh, kvd = c.ld.Hkv * dh, dA = c.ld.dA, dB = c.ld.dB;
@@ -365,21 +407,19 @@ void layer_backward_weight(const LayerCtx<T>& c, const LayerParams& g, const CPt
   linear_bwd_w(ops, o.dproj, o.xn1, N, d, qkvg_width(c.ld), g.wqkvg);
 }
 
-#define WIOLA_INSTANTIATE_LAYER(T)                                                          \
-  template struct LayerActs<T>;                                                             \
-  template struct LayerWork<T>;                                                             \
-  template void layer_forward<T>(const LayerCtx<T>&, int, const LayerParams&, CPtr,          \
-                                 const CPtr*, int, bool, LayerActs<T>&, Ptr, const KvSlot*); \
-  template void layer_backward<T>(const LayerCtx<T>&, int, const LayerParams&,              \
-                                  const LayerParams&, CPtr, const CPtr*, int, LayerActs<T>&, \
-                                  LayerWork<T>&, CPtr, Ptr, const Ptr*);                     \
-  template struct LayerWeightInputs<T>;                                                     \
-  template void layer_backward_input<T>(const LayerCtx<T>&, int, const LayerParams&,        \
-                                        const LayerParams&, CPtr, const CPtr*, int,         \
-                                        LayerActs<T>&, LayerWork<T>&, CPtr, Ptr, const Ptr*, \
-                                        LayerWeightInputs<T>&);                             \
-  template void layer_backward_weight<T>(const LayerCtx<T>&, const LayerParams&, const CPtr*, \
-                                         int, const LayerActs<T>&, const LayerWeightInputs<T>&);
+#define WIOLA_INSTANTIATE_LAYER(T) \
+  template struct LayerActs<T>; \
+  template struct LayerWork<T>; \
+  template void layer_forward<T>(const LayerCtx<T>&, int, const LayerParams&, CPtr, const CPtr*, int, bool, \
+                                 LayerActs<T>&, Ptr, const KvSlot*); \
+  template void layer_backward<T>(const LayerCtx<T>&, int, const LayerParams&, const LayerParams&, CPtr, const CPtr*, \
+                                  int, LayerActs<T>&, LayerWork<T>&, CPtr, Ptr, const Ptr*); \
+  template struct LayerWeightInputs<T>; \
+  template void layer_backward_input<T>(const LayerCtx<T>&, int, const LayerParams&, const LayerParams&, CPtr, \
+                                        const CPtr*, int, LayerActs<T>&, LayerWork<T>&, CPtr, Ptr, const Ptr*, \
+                                        LayerWeightInputs<T>&); \
+  template void layer_backward_weight<T>(const LayerCtx<T>&, const LayerParams&, const CPtr*, int, \
+                                         const LayerActs<T>&, const LayerWeightInputs<T>&);
 WIOLA_INSTANTIATE_LAYER(float)
 WIOLA_INSTANTIATE_LAYER(double)
 

@@ -1,6 +1,8 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <tuple>
 #include <utility>
 
 #include "model/srpe.h"
@@ -13,6 +15,23 @@ void check_ids(const int32_t* ids, int n, int V, const char* what) {
   for (int i = 0; i < n; ++i)
     WIOLA_CHECK(ids[i] >= 0 && ids[i] < V, what, " id ", ids[i], " at position ", i, " is outside the vocabulary [0, ",
                 V, ")");
+}
+// ATM's groups and visible (query, key) pairs counted document by document
+// (starts [B, T]), and the causal pairs of the documents: sum len (len+1) / 2.
+std::tuple<int64_t, int64_t, double> documents_atm_pairs(const std::vector<uint8_t>& open,
+                                                         const std::vector<int32_t>& starts, int B, int T) {
+  int64_t groups = 0, visible = 0;
+  double causal = 0;
+  for (int b = 0; b < B; ++b)
+    for (int s = 0, e = 0; s < T; s = e) {
+      for (e = s + 1; e < T && starts[size_t(b) * T + size_t(e)] == s;) ++e;
+      const auto first = open.begin() + ptrdiff_t(size_t(b) * T + size_t(s));
+      const AtmLayout lay = atm_layout(std::vector<uint8_t>(first, first + (e - s)), 1, e - s);
+      groups += lay.total_groups();
+      visible += lay.visible_pairs();
+      causal += double(e - s) * (e - s + 1) / 2.0;
+    }
+  return {groups, visible, causal};
 }
 // Context pointers live in fixed arrays of this size.
 constexpr int kMaxLambda = 16;
@@ -50,6 +69,7 @@ enum LayerPass : int64_t { kGraphForward = 1, kGraphBackward = 2, kGraphRecomput
 template <class T>
 struct Model<T>::Slot {
   Buffer<T, int32_t> ids;       // [N] (first stage)
+  Buffer<T, int32_t> doc;       // [N] document starts (documents on; LayerCtx::doc_start)
   std::vector<DynBuffer<T>> X;  // nl+1 residual streams [N, d]
   std::vector<DynBuffer<T>> S;  // summaries held by the stage [N, d]
   // Their context-projection GEMM operands [N, d] in the activation type where
@@ -81,8 +101,8 @@ struct Model<T>::Impl {
   Buffer<T> row_max, sumexp, tgt, loss;  // [N] statistics
   Buffer<T, double> loss_sum;            // [1] CE sum since take_loss_sum()
   LayerCtx<T> ctx(Ops<T>& ops, const ModelConfig& cfg, const LocalDims& ld, TpCollectives* tp, int n, CPtr table,
-                  const Precision& prec) const {
-    return LayerCtx<T>{ops, cfg, ld, tp, B, n, table, prec, work.proj};
+                  const Precision& prec, const int32_t* doc = nullptr) const {
+    return LayerCtx<T>{ops, cfg, ld, tp, B, n, table, prec, work.proj, doc};
   }
 
   // Every buffer of the stage [l0, l1) for `opt`'s micro-batch, slots and
@@ -118,6 +138,7 @@ struct Model<T>::Impl {
     slots.resize(size_t(opt.slots));
     for (Slot& sl : slots) {
       sl.ids = Buffer<T, int32_t>(ops, n);
+      if (opt.documents_eos >= 0) sl.doc = Buffer<T, int32_t>(ops, n);
       for (int i = 0; i <= nl; ++i) sl.X.emplace_back(ops, res, n * d);
       for (int s = 0; s < summaries; ++s) sl.S.emplace_back(ops, res, n * d);
       if (dtype_bytes(act) < dtype_bytes(res))
@@ -468,7 +489,16 @@ void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool trainin
     ops_.upload(m.srpe_dec.data(), table.data(), table.size() * sizeof(T));
     srpe = m.srpe_dec.data();
   }
-  const LayerCtx<T> c = m.ctx(ops_, cfg_, ld_, tp_, n, srpe, prec_);
+  // Documents (never in cached decoding: a prompt is one document).
+  const int32_t* doc = nullptr;
+  if (opt_.documents_eos >= 0 && !cache) {
+    std::vector<int32_t> starts(static_cast<size_t>(N));
+    document_starts(inputs_host, B, n, opt_.documents_eos, starts.data());
+    ops_.upload(sl.doc.data(), starts.data(), starts.size() * sizeof(int32_t));
+    doc = sl.doc.data();
+    if (training) doc_starts_ = std::move(starts);  // for atm_stats
+  }
+  const LayerCtx<T> c = m.ctx(ops_, cfg_, ld_, tp_, n, srpe, prec_, doc);
   if (shard_.first_stage()) {
     check_ids(inputs_host, N, cfg_.V, "token");
     ops_.upload(sl.ids.data(), inputs_host, size_t(N) * sizeof(int32_t));
@@ -483,7 +513,7 @@ void Model<T>::forward(Slot& sl, const int32_t* inputs_host, int n, bool trainin
   auto summarize = [&](int s, CPtr x) {
     Ptr out = sl.S[size_t(s - lo)].data();
     if (cache) ops_.prefix_mean_carry_fwd(x, B, n, d, pos0, cache->carry[size_t(s - lo)].data(), out, op_copy(s));
-    else ops_.prefix_mean_fwd(x, B, n, d, out, op_copy(s));
+    else ops_.prefix_mean_fwd(x, B, n, d, doc, out, op_copy(s));
   };
   // Summaries received from the previous stage (fwd_in, residual type as
   // sent) get their operand copies here, once.
@@ -538,7 +568,6 @@ void Model<T>::head_loss(Slot& sl, const int32_t* targets_host, double loss_scal
   Impl& m = *impl_;
   const int N = m.N, Vl = ld_.V, d = cfg_.d;
   const size_t nd = size_t(N) * d;
-  check_ids(targets_host, N, cfg_.V, "target");
   ops_.upload(m.targets.data(), targets_host, size_t(N) * sizeof(int32_t));
   ops_.ce_row_max(m.logits.data(), N, Vl, m.row_max.data());
   tp_max(tp_, m.row_max.data(), size_t(N));
@@ -572,7 +601,8 @@ void Model<T>::backward(Slot& sl, std::vector<LayerWeightInputs<T>>* wk) {
   Impl& m = *impl_;
   const int B = m.B, d = cfg_.d, N = m.N;
   const size_t nd = size_t(N) * d;
-  const LayerCtx<T> c = m.ctx(ops_, cfg_, ld_, tp_, m.T_, m.srpe.data(), prec_);
+  const int32_t* doc = opt_.documents_eos >= 0 ? sl.doc.data() : nullptr;
+  const LayerCtx<T> c = m.ctx(ops_, cfg_, ld_, tp_, m.T_, m.srpe.data(), prec_, doc);
   const int lo = summary_lo();
   // Summary gradients not received from the next stage start at zero.
   const int recv_lo = shard_.last_stage(cfg_) ? m.l1 : send_lo();
@@ -587,7 +617,7 @@ void Model<T>::backward(Slot& sl, std::vector<LayerWeightInputs<T>>* wk) {
   auto summary_bwd = [&](int s, Ptr dx) {
     Ptr ds = m.dS[size_t(s - lo)].data();
     tp_sum(tp_, ds, nd);
-    ops_.prefix_mean_bwd(ds, B, m.T_, d, dx);
+    ops_.prefix_mean_bwd(ds, B, m.T_, d, doc, dx);
   };
 
   CPtr ctx[kMaxLambda];
@@ -643,8 +673,9 @@ void Model<T>::stage_forward(int i, const int32_t* tokens, double loss_scale, bo
   Slot& sl = slot(i);
   const int B = impl_->B, T_ = cfg_.T;
   std::vector<int32_t> in, tg;
-  if (shard_.first_stage() || shard_.last_stage(cfg_)) {
-    WIOLA_CHECK(tokens, "stage_forward: the first and last stage need the tokens");
+  const int32_t eos = opt_.documents_eos;
+  if (shard_.first_stage() || shard_.last_stage(cfg_) || eos >= 0) {
+    WIOLA_CHECK(tokens, "stage_forward: the first and last stage (with documents every stage) need the tokens");
     in.resize(size_t(B) * T_);
     tg.resize(size_t(B) * T_);
     for (int b = 0; b < B; ++b)
@@ -655,6 +686,10 @@ void Model<T>::stage_forward(int i, const int32_t* tokens, double loss_scale, bo
   }
   forward(sl, in.data(), T_, training, nullptr);
   if (!shard_.last_stage(cfg_)) return;
+  check_ids(tg.data(), B * T_, cfg_.V, "target");
+  if (eos >= 0)  // an EOS's target (the next document's first token) is masked
+    for (size_t j = 0; j < tg.size(); ++j)
+      if (in[j] == eos) tg[j] = -1;
   if (opt_.keep_logits) logits_host_ = download_logits(impl_->logits.size());
   head_loss(sl, tg.data(), loss_scale, training);
 }
@@ -739,6 +774,11 @@ std::vector<typename Model<T>::AtmStats> Model<T>::atm_stats() const {
   for (int l = 0; l < cfg_.L; ++l) {
     std::vector<uint8_t> open = atm_open(l);
     if (open.empty()) continue;
+    if (doc_starts_.size() == open.size()) {  // documents: each one's pairs (no group crosses a start)
+      const auto [groups, visible, causal] = documents_atm_pairs(open, doc_starts_, B, Tn);
+      out.push_back({l, 1.0 - double(groups) / (double(B) * Tn), double(visible) / causal});
+      continue;
+    }
     const AtmLayout lay = atm_layout(open, B, Tn);
     const double causal = double(B) * Tn * (Tn + 1) / 2.0;
     out.push_back({l, 1.0 - double(lay.total_groups()) / (double(B) * Tn), double(lay.visible_pairs()) / causal});
@@ -773,6 +813,25 @@ std::vector<T> Model<T>::forward_cached(const int32_t* ids, int n, KvCache<T>& c
   forward(slot(0), ids, n, false, &cache);
   cache.len += n;
   return download_logits(size_t(impl_->B) * n * size_t(ld_.V));
+}
+
+void document_starts(const int32_t* inputs, int B, int T, int32_t eos, int32_t* out) {
+  for (int b = 0; b < B; ++b) {
+    const int32_t* in = inputs + size_t(b) * T;
+    int32_t start = 0;
+    for (int t = 0; t < T; ++t) {
+      if (t > 0 && in[t - 1] == eos) start = t;
+      out[size_t(b) * T + t] = start;
+    }
+  }
+}
+
+int64_t counted_targets(const int32_t* tokens, int B, int T, int32_t eos) {
+  int64_t n = int64_t(B) * T;
+  if (eos >= 0)
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t) n -= tokens[size_t(b) * (T + 1) + t] == eos;
+  return n;
 }
 
 template class Model<float>;

@@ -37,7 +37,21 @@ struct ModelOptions {
   // micro-batches wait between B and W at once (dist::max_pending_weight).
   bool split_backward = false;
   int weight_slots = 0;
+  // Documents (data.documents, docs/model.md §2 "Documents"): with an EOS id
+  // >= 0 every document of a window (it ends with its EOS) is computed as if
+  // alone, and the targets of EOS positions are masked (no loss, no
+  // gradient); -1: each window is one document, every target counts.
+  int documents_eos = -1;
 };
+
+// Documents: the first position of each position's document in windows of
+// T inputs, out[b T + t] (a document starts at 0 and after each input that
+// is the EOS id).
+void document_starts(const int32_t* inputs, int B, int T, int32_t eos, int32_t* out);
+// The targets that count with documents: those of windows [B, T+1] (tokens
+// as the model takes them) whose input is not the EOS id; B*T without
+// documents (eos < 0).
+int64_t counted_targets(const int32_t* tokens, int B, int T, int32_t eos);
 
 // The parameters of a rank that holds several pipeline chunks (interleaved
 // and V schedules, train/rank_model.h): one flat layout of every chunk's
@@ -112,7 +126,8 @@ class Model {
   // tokens: host [B, T+1] (inputs are the first T, targets the last T).
   // Forward and backward of one micro-batch in training mode (ATM active);
   // gradients of loss_scale * sum(CE) accumulate into grads(). Returns the
-  // sum of the B*T cross-entropies (downloaded: a convenience for tests and
+  // sum of the B*T cross-entropies (with documents those of the targets that
+  // count, counted_targets) (downloaded: a convenience for tests and
   // tools; the trainer reads take_loss_sum() once per step instead).
   double train_micro_step(const int32_t* tokens, double loss_scale);
   // Sum of the B*T cross-entropies, evaluation mode (ATM off), no gradients.
@@ -131,7 +146,8 @@ class Model {
   // layer (global index l; downloaded), empty for other layers.
   std::vector<uint8_t> atm_open(int l) const;
   // Statistics of the last training forward, per ATM layer: mu = 1 - T'/T and
-  // the fraction of causal (query, key) pairs still visible.
+  // the fraction of causal (query, key) pairs still visible (with documents:
+  // of the pairs inside each document, what ATM alone saves).
   struct AtmStats {
     int layer;
     double mu, visible_fraction;
@@ -157,7 +173,8 @@ class Model {
   // Storage type of the boundary tensors (all [B, T, d]).
   DType boundary_dtype() const { return prec_.residual; }
   // Forward of one micro-batch. tokens: host [B, T+1] on the first stage
-  // (inputs) and the last (targets); ignored elsewhere. On the last stage in
+  // (inputs) and the last (targets), and with documents on every stage (the
+  // document starts); ignored elsewhere. On the last stage in
   // training it also runs the head's backward (gradients of loss_scale *
   // sum(CE)), so only [B,T,d] waits for stage_backward, never the logits.
   // The B*T cross-entropies add to the backend loss sum (take_loss_sum).
@@ -242,6 +259,7 @@ class Model {
   std::vector<T> logits_host_;
   std::vector<Buffer<T, uint8_t>> atm_open_;            // per layer: decisions of the last training forward
   std::vector<bool> atm_valid_;                         // per layer: ATM acted in the last forward
+  std::vector<int32_t> doc_starts_;                     // documents: the last training forward's starts [B, T]
   std::vector<std::pair<size_t, size_t>> layer_range_;  // flat [begin, end) per local layer
   std::pair<size_t, size_t> norm_range_{0, 0};
   GradReadyFn grad_ready_;

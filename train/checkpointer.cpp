@@ -61,8 +61,14 @@ void drop_unless_both(nlohmann::json& saved, nlohmann::json& mine, const std::st
 
 Checkpointer::Checkpointer(const RunConfig& rc, dist::Grid& grid, Ops<float>& ops, Model<float>& model,
                            dist::DistAdamW& adam, nlohmann::json identity, nlohmann::json info)
-    : rc_(rc), grid_(grid), ops_(ops), model_(model), adam_(adam),
-      identity_(std::move(identity)), info_(std::move(info)), dir_(rc.checkpoint.dir) {
+    : rc_(rc),
+      grid_(grid),
+      ops_(ops),
+      model_(model),
+      adam_(adam),
+      identity_(std::move(identity)),
+      info_(std::move(info)),
+      dir_(rc.checkpoint.dir) {
   // A run id that tells this run's shards from any other's: rank 0's, shared.
   std::string id;
   if (grid_.world_rank() == 0) {
@@ -148,8 +154,7 @@ std::string Checkpointer::find_resume() {
   // Step folders without a manifest are candidates too: a save never leaves
   // one (the manifest is written before the rename), so it is damage, and
   // it must be reported, not silently skipped.
-  const std::vector<std::string> candidates =
-      root ? ckpt::list_checkpoints(dir_, true) : std::vector<std::string>{};
+  const std::vector<std::string> candidates = root ? ckpt::list_checkpoints(dir_, true) : std::vector<std::string>{};
   std::vector<std::string> damaged;
   for (size_t i = 0;; ++i) {
     const std::string cand = agree_string(root && i < candidates.size() ? candidates[i] : "");
@@ -177,16 +182,17 @@ std::string Checkpointer::find_resume() {
     if (root) {
       std::string all;
       for (const auto& p : problems) all += (all.empty() ? "" : "; ") + p;
-      std::fprintf(stderr, "wiola train: warning: checkpoint %s is damaged (%s); trying an older one\n",
-                   cand.c_str(), all.c_str());
+      std::fprintf(stderr, "wiola train: warning: checkpoint %s is damaged (%s); trying an older one\n", cand.c_str(),
+                   all.c_str());
       damaged.push_back(cand);
     }
   }
-  const int64_t n_damaged = w.size() > 1 ? w.all_reduce_value(int64_t(damaged.size()), dist::ReduceOp::Max)
-                                         : int64_t(damaged.size());
+  const int64_t n_damaged =
+      w.size() > 1 ? w.all_reduce_value(int64_t(damaged.size()), dist::ReduceOp::Max) : int64_t(damaged.size());
   if (n_damaged > 0) {
     if (root)
-      fail("checkpoint.dir '", dir_, "' holds checkpoints but none is sound (see the warnings above); "
+      fail("checkpoint.dir '", dir_,
+           "' holds checkpoints but none is sound (see the warnings above); "
            "nothing was deleted. Move the damaged ones away, or set checkpoint.resume = false to start over "
            "in another checkpoint.dir");
     throw dist::SetupFailed();
@@ -200,6 +206,8 @@ void Checkpointer::check_identity(const ckpt::Reader& r, bool weights_only) cons
   nlohmann::json saved = r.manifest().at("identity"), mine = identity_;
   saved["model"].erase("preset");
   mine["model"].erase("preset");
+  // Checkpoints from before data.documents existed trained without it.
+  if (!saved.contains("data.documents")) saved["data.documents"] = false;
   drop_unless_both(saved, mine, "data.train_xxh3");
   if (saved.contains("data.blend") && mine.contains("data.blend") && saved["data.blend"].is_array() &&
       mine["data.blend"].is_array() && saved["data.blend"].size() == mine["data.blend"].size())
@@ -213,9 +221,9 @@ void Checkpointer::check_identity(const ckpt::Reader& r, bool weights_only) cons
   if (grid_.world_rank() != 0) throw dist::SetupFailed();
   std::string list;
   for (const auto& d : diffs) list += (list.empty() ? "" : "; ") + d;
-  if (weights_only)
-    fail("checkpoint '", r.folder(), "' is of another model: ", list);
-  fail("cannot resume from '", r.folder(), "': ", list, ". These may not change on a resume "
+  if (weights_only) fail("checkpoint '", r.folder(), "' is of another model: ", list);
+  fail("cannot resume from '", r.folder(), "': ", list,
+       ". These may not change on a resume "
        "(docs/checkpoints.md); start a new checkpoint.dir, or use checkpoint.init_from for a weights-only start");
 }
 
@@ -231,7 +239,8 @@ ResumeState Checkpointer::resume(const std::string& folder) {
   ckpt::Reader r(folder);
   if (!ckpt::holds_optimizer(r.manifest())) {
     if (grid_.world_rank() != 0) throw dist::SetupFailed();
-    fail("cannot resume from '", folder, "': it holds weights only (an imported model); start a run from it with "
+    fail("cannot resume from '", folder,
+         "': it holds weights only (an imported model); start a run from it with "
          "checkpoint.init_from in another checkpoint.dir");
   }
   check_identity(r, false);
@@ -332,9 +341,9 @@ void Checkpointer::check_tp_replicas(const std::vector<float>& params) {
   tp.all_gather(mine.data(), all.data(), mine.size(), DType::I64);
   for (int r = 0; r < tp.size(); ++r)
     for (size_t i = 0; i < mine.size(); ++i)
-      WIOLA_CHECK(all[size_t(r) * mine.size() + i] == mine[i], "checkpoint at step ", saving_.step, ": ",
-                  reps[i]->name, " differs between TP ranks ", tp.rank(), " and ", r, " of stage ",
-                  grid_.coord().pp, " (TP-replicated tensors must be identical)");
+      WIOLA_CHECK(all[size_t(r) * mine.size() + i] == mine[i], "checkpoint at step ", saving_.step, ": ", reps[i]->name,
+                  " differs between TP ranks ", tp.rank(), " and ", r, " of stage ", grid_.coord().pp,
+                  " (TP-replicated tensors must be identical)");
 }
 
 std::vector<ckpt::TensorPiece> Checkpointer::snapshot() {
@@ -385,8 +394,8 @@ void Checkpointer::save(const ResumeState& state) {
   write_error_.clear();
   if (!has_file_) return;
   const fs::path tmpdir = fs::path(dir_) / (".tmp-" + step_name(state.step));
-  const ckpt::FileHeader h{run_id_, state.step, grid_.world_rank(), grid_.coord().tp, grid_.coord().pp,
-                           grid_.coord().dp};
+  const ckpt::FileHeader h{run_id_,          state.step,       grid_.world_rank(),
+                           grid_.coord().tp, grid_.coord().pp, grid_.coord().dp};
   done_ = false;
   writer_ = std::thread([this, tmpdir, h, pieces = std::move(pieces)]() mutable {
     try {
@@ -426,8 +435,8 @@ bool Checkpointer::commit(bool final) {
     mine = {{"error", write_error_}};
   } else if (has_file_) {
     const auto& r = record_;
-    mine = {{"name", r.name}, {"rank", r.header.rank}, {"grid_coord", {r.header.tp, r.header.pp, r.header.dp}},
-            {"bytes", r.bytes}, {"xxh3", r.xxh3}, {"slices", r.slices}};
+    mine = {{"name", r.name},   {"rank", r.header.rank}, {"grid_coord", {r.header.tp, r.header.pp, r.header.dp}},
+            {"bytes", r.bytes}, {"xxh3", r.xxh3},        {"slices", r.slices}};
   }
   const auto reports = gather_strings(w, mine.dump());
   const nlohmann::json verdict =
@@ -487,19 +496,18 @@ nlohmann::json Checkpointer::judge_on_root(const std::vector<std::string>& repor
 // still holds, and what happens next.
 std::string Checkpointer::failure_message(const std::string& cause, bool final, bool fatal, double minutes) const {
   const double limit = rc_.checkpoint.max_failed_minutes;
-  const std::string kept = saved_step_ > 0 ? "the newest checkpoint in " + dir_ + " is still step " +
-                                                 std::to_string(saved_step_)
-                                           : dir_ + " holds no checkpoint of this run";
+  const std::string kept = saved_step_ > 0
+                               ? "the newest checkpoint in " + dir_ + " is still step " + std::to_string(saved_step_)
+                               : dir_ + " holds no checkpoint of this run";
   std::ostringstream m;
   m << "checkpoint step " << saving_.step << " not saved (" << cause << "); " << kept;
-  if (final)
-    m << "; this was the run's final checkpoint, so the run ends with an error";
+  if (final) m << "; this was the run's final checkpoint, so the run ends with an error";
   else if (fatal)
     m << "; checkpoints have failed since step " << failing_step_ << " (" << minutes
       << " min, checkpoint.max_failed_minutes = " << limit << "): the run stops";
   else
-    m << "; training goes on and saves again at the next checkpoint (the run stops when checkpoints fail for "
-      << limit << " min: checkpoint.max_failed_minutes)";
+    m << "; training goes on and saves again at the next checkpoint (the run stops when checkpoints fail for " << limit
+      << " min: checkpoint.max_failed_minutes)";
   return m.str();
 }
 
@@ -587,7 +595,10 @@ void Checkpointer::prune() const {
   for (const std::string& path : ckpt::list_checkpoints(dir_)) {  // newest first
     const int64_t step = std::stoll(fs::path(path).filename().string().substr(5));
     if (step > saving_.step) continue;
-    if (kept < keep) { ++kept; continue; }
+    if (kept < keep) {
+      ++kept;
+      continue;
+    }
     if (every > 0 && step % every == 0) continue;
     std::error_code ec;
     fs::remove_all(path, ec);

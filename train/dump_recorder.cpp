@@ -100,6 +100,14 @@ void DumpRecorder::finish(int64_t t, const StepOutcome& out) {
                        {"weight_decay", tr.weight_decay},
                        {"clip", tr.clip}};
   dump_.int_attrs = {{"step", t}, {"adam_step", out.adam_step}, {"t_max", p.budget.t_max}, {"warmup", p.budget.warmup}};
+  if (p.documents_eos >= 0) {  // documents: the EOS id and each position's document start
+    dump_.int_attrs["documents"] = 1;
+    dump_.int_attrs["eos_id"] = p.documents_eos;
+    dump_.doc_start.resize(size_t(dump_.B) * size_t(p.T));
+    for (int b = 0; b < dump_.B; ++b)
+      document_starts(dump_.tokens.data() + size_t(b) * (p.T + 1), 1, p.T, p.documents_eos,
+                      dump_.doc_start.data() + size_t(b) * p.T);
+  }
   dist::set_context(p.step_context(t) + " writing the numerics dump");
   write_step_dump(dumps_.at(t), full_layout(p.rc.model, model_.model->layout()), dump_);
 }

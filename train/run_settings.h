@@ -25,6 +25,9 @@ struct RunSettings {
   int B, T, m;         // micro-batch, sequence length, micro-batches per step
   int64_t GB;          // global batch (sequences)
   dist::GridCoord me;  // this rank's (tp, pp, dp)
+  // data.documents (docs/model.md §2 "Documents"): the shards' EOS id, set
+  // once the data is open; -1: off.
+  int32_t documents_eos = -1;
 
   RunSettings(const RunConfig& r, const TrainOptions& o, Ops<float>& b, dist::Comm& w)
       : rc(r),

@@ -90,6 +90,9 @@ class ScheduleRunner {
   // from its last W). step_context names the step in diagnostics
   // (dist::set_context).
   void run(int64_t t, const std::string& step_context, const int32_t* tokens, bool report_grads);
+  // What each forward's CE sum is scaled by from the next run on (documents:
+  // it depends on the step's counted targets).
+  void set_loss_scale(double s) { loss_scale_ = s; }
 
  private:
   void forward(const dist::Action& a, const std::string& what, const int32_t* tokens);

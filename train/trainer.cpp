@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -184,6 +185,7 @@ void Trainer::check_and_open_data() {
     if (rc.train.eval_every > 0) validator_->open(data_seed);
   });
   data_->batch.resize(data_->loader->local_batch() * size_t(p.T + 1));
+  if (rc.data.documents) run_->documents_eos = int32_t(data_->loader->info().eos_id);
 }
 
 void Trainer::restore(const ResumeState& st) {
@@ -290,6 +292,18 @@ void Trainer::load_batch(int64_t t) {
   fault_->inject(run_->world.rank(), t);
   acct_->stragglers().inject_delay();
   data_->loader->next_batch(data_->batch.data());
+  if (run_->documents_eos >= 0) count_targets();
+}
+
+// Documents (docs/model.md §2 "Documents"): the loss is the mean over the
+// global batch's counted targets, so each rank scales its CE sum by DP over
+// their number (the DP mean of the gradients then divides by DP).
+void Trainer::count_targets() {
+  const RunSettings& run = *run_;
+  double n = double(counted_targets(data_->batch.data(), int(data_->loader->local_batch()), run.T, run.documents_eos));
+  if (run.rc.parallel.dp > 1) comms_->grid->dp().all_reduce(&n, &n, 1, DType::F64, ReduceOp::Sum);
+  counted_targets_ = std::max(n, 1.0);  // a batch of nothing but EOS: no loss, no gradient
+  runner_->set_loss_scale(double(run.rc.parallel.dp) / counted_targets_);
 }
 
 // Forward and backward over the schedule (train/schedule_runner.h); the
@@ -314,6 +328,7 @@ double Trainer::embedding_sum_and_loss(int64_t t, bool dumping) {
         .all_reduce(grads + embed->offset, grads + embed->offset, embed->size(), DType::F32, ReduceOp::Sum);
   // (Its span: the padding after it belongs to no other report.)
   if (embed && optimizer_->overlap && !dumping) optimizer_->adam->grad_ready(embed->offset, embed->span);
+  if (run_->documents_eos >= 0) return world_loss() / counted_targets_;
   return world_loss() / double(run_->GB * run_->T);
 }
 

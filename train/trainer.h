@@ -171,6 +171,9 @@ class Trainer {
   dist::StepResult update(int64_t t, double lr, int64_t adam_step);
   // Sum over the world of the last stage's CE sums (ATM's figures ride along).
   double world_loss();
+  // Documents: the targets of the step's global batch that count (summed
+  // over DP), and the runner's loss scale from them.
+  void count_targets();
   // Collective: back to the newest checkpoint, data window [c+1, t] skipped.
   void rewind(int64_t t, const std::string& why);
   // GEMM tuning shared from rank 0 (train.cuda_gemm = auto), and a
@@ -186,6 +189,7 @@ class Trainer {
   std::unique_ptr<RankModel> model_;
   std::unique_ptr<RankOptimizer> optimizer_;
   TrainProgress progress_;
+  double counted_targets_ = 0;  // documents: this step's, over the global batch
   std::unique_ptr<Validator> validator_;
   std::unique_ptr<Accounting> acct_;
   std::unique_ptr<Outputs> outputs_;

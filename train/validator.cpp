@@ -1,5 +1,6 @@
 #include "train/validator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -54,8 +55,10 @@ double Validator::loss_of(Source& v) {
   v.loader->restore(v.start);
   std::vector<int32_t> vb(run_.mb_tokens());
   const int n = run_.rc.train.eval_batches * run_.m;
+  double counted = 0;  // documents: the targets that count (docs/model.md §2)
   for (int i = 0; i < n; ++i) {
     v.loader->next_batch(vb.data());
+    counted += double(counted_targets(vb.data(), run_.B, run_.T, run_.documents_eos));
     dist::set_context("evaluation batch " + std::to_string(i) +
                       (vals_.size() > 1 ? " of blend source " + std::to_string(v.source + 1) : std::string()));
     // The batch through the global chunks in order, this rank's as they come.
@@ -69,6 +72,11 @@ double Validator::loss_of(Source& v) {
     }
   }
   link.flush();
+  if (run_.documents_eos >= 0) {
+    if (run_.rc.parallel.dp > 1)
+      comms_.grid->dp().all_reduce(&counted, &counted, 1, dist::DType::F64, dist::ReduceOp::Sum);
+    return world_loss_() / std::max(counted, 1.0);
+  }
   return world_loss_() / (double(run_.rc.train.eval_batches) * run_.GB * run_.T);
 }
 

@@ -371,6 +371,25 @@ class WiolaModel(WiolaPreTrainedModel):
         return self.norm(x)
 
 
+def packed_documents(position_ids: torch.Tensor) -> Optional[list]:
+    """Packed inputs the transformers way (DataCollatorWithFlattening): per row,
+    [(start, end)] of the documents when the positions run 0, 1, ... and
+    restart at 0 where each document begins; None when they do not."""
+    rows = []
+    for row in position_ids.tolist():
+        if not row or row[0] != 0:
+            return None
+        spans, s = [], 0
+        for t in range(1, len(row)):
+            if row[t] == 0:
+                spans.append((s, t))
+                s = t
+            elif row[t] != row[t - 1] + 1:
+                return None
+        rows.append(spans + [(s, len(row))])
+    return rows
+
+
 class WiolaForCausalLM(WiolaPreTrainedModel, GenerationMixin):
     """Logits = final hidden state times the (tied) token embedding."""
 
@@ -405,12 +424,24 @@ class WiolaForCausalLM(WiolaPreTrainedModel, GenerationMixin):
             cache = WiolaCache(self.config.num_hidden_layers)
         if not use_cache:
             cache = None
+        docs = None
         if position_ids is not None:
             start = cache.length if cache is not None else 0
             want = torch.arange(start, start + input_ids.shape[1], device=position_ids.device)
             if not bool((position_ids == want).all()):
-                raise ValueError("Wiola positions are 0, 1, ... of each sequence (plus the cache length)")
-        h = self.model(input_ids, cache)
+                # Packed documents (docs/model.md §2 "Documents"): positions that
+                # restart at 0 start a document, and each is computed alone.
+                docs = packed_documents(position_ids.expand(input_ids.shape[0], -1)) if start == 0 else None
+                if docs is None:
+                    raise ValueError("Wiola positions are 0, 1, ... of each sequence (plus the cache length), "
+                                     "or, for packed documents without a cache, 0, 1, ... restarting at each "
+                                     "document's first token")
+        if docs is not None:  # a packed batch is not continued by decoding: no cache
+            cache = None
+            h = torch.cat([torch.cat([self.model(input_ids[b:b + 1, s:e], None) for s, e in spans], 1)
+                           for b, spans in enumerate(docs)], 0)
+        else:
+            h = self.model(input_ids, cache)
         logits = F.linear(h, self.model.embed_tokens.weight)
         loss = None
         if labels is not None:

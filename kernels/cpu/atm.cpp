@@ -96,11 +96,11 @@ void atm_merge_rows_bwd(const T* dout, int B, int Tn, int w, const int32_t* grou
   }
 }
 
-void atm_plan(const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first, int32_t* key_end,
-              int32_t* n_groups) {
+void atm_plan(const double* rho, int B, int Tn, double tau, const int32_t* doc_start, uint8_t* open,
+              int32_t* group_first, int32_t* key_end, int32_t* n_groups) {
   for (int b = 0; b < B; ++b) {
     uint8_t* ob = open + size_t(b) * Tn;
-    atm_greedy_row(rho + size_t(b) * (Tn - 1), Tn, tau, ob);
+    atm_greedy_row(rho + size_t(b) * (Tn - 1), Tn, tau, ob, doc_start ? doc_start + size_t(b) * Tn : nullptr);
     n_groups[b] = atm_layout_row(ob, Tn, group_first + size_t(b) * Tn, key_end + size_t(b) * Tn);
   }
 }

@@ -13,8 +13,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace wiola::cpu::HWY_NAMESPACE {
 
-void BlendFwdF(const float* o_self, const float* o_ctx, float keep, float beta, size_t n,
-               float* out) {
+void BlendFwdF(const float* o_self, const float* o_ctx, float keep, float beta, size_t n, float* out) {
   const DF d;
   const VF vk = hn::Set(d, keep), vb = hn::Set(d, beta);
   ForEach(d, n, [&](size_t i, auto t) HWY_ATTR {
@@ -23,8 +22,8 @@ void BlendFwdF(const float* o_self, const float* o_ctx, float keep, float beta, 
 }
 
 // Writes d_self, d_ctx; returns sum dout (o_ctx - o_self) in double.
-double BlendBwdF(const float* o_self, const float* o_ctx, float keep, float beta,
-                 const float* dout, size_t n, float* d_self, float* d_ctx) {
+double BlendBwdF(const float* o_self, const float* o_ctx, float keep, float beta, const float* dout, size_t n,
+                 float* d_self, float* d_ctx) {
   const DF d;
   const VF vk = hn::Set(d, keep), vb = hn::Set(d, beta);
   VD lo = hn::Zero(DD()), hi = lo;
@@ -45,8 +44,7 @@ void SigmoidGateFwdF(const float* pre, const float* x, size_t n, float* out) {
   });
 }
 
-void SigmoidGateBwdF(const float* pre, const float* x, const float* dout, size_t n, float* dpre,
-                     float* dx) {
+void SigmoidGateBwdF(const float* pre, const float* x, const float* dout, size_t n, float* dpre, float* dx) {
   const DF d;
   ForEach(d, n, [&](size_t i, auto t) HWY_ATTR {
     VF s, c;
@@ -82,9 +80,10 @@ constexpr int kMaxCtx = 64;
 
 }  // namespace
 
-// out[b,t] = mean_{u<=t} x[b,u]
+// out[b,t] = mean_{u<=t} x[b,u]; with documents over u in [doc_start[b,t], t]
+// (the sums restart at each document's first row).
 template <class T>
-void prefix_mean_fwd(const T* x, int B, int Tn, int d, T* out) {
+void prefix_mean_fwd(const T* x, int B, int Tn, int d, const int32_t* doc_start, T* out) {
   const int nb = (d + kCols - 1) / kCols;
   const long tasks = long(B) * nb;
 #pragma omp parallel for schedule(static) if (size_t(B) * Tn * d >= kParallelMin)
@@ -92,9 +91,11 @@ void prefix_mean_fwd(const T* x, int B, int Tn, int d, T* out) {
     const size_t b = size_t(task / nb);
     const int c0 = int(task % nb) * kCols, c1 = std::min(d, c0 + kCols);
     double acc[kCols] = {};
+    const int32_t* ds = doc_start ? doc_start + b * size_t(Tn) : nullptr;
     for (int t = 0; t < Tn; ++t) {
       const size_t r = (b * Tn + t) * d;
-      const double inv = 1.0 / double(t + 1);
+      if (ds && ds[t] == t) std::fill_n(acc, kCols, 0.0);
+      const double inv = 1.0 / double(t + 1 - (ds ? ds[t] : 0));
 #pragma omp simd
       for (int c = c0; c < c1; ++c) {
         acc[c - c0] += double(x[r + c]);
@@ -104,9 +105,11 @@ void prefix_mean_fwd(const T* x, int B, int Tn, int d, T* out) {
   }
 }
 
-// dx[b,u] += sum_{t>=u} dout[b,t] / (t+1): a reverse running sum.
+// dx[b,u] += sum_{t>=u} dout[b,t] / (t+1): a reverse running sum; with
+// documents over t in u's document, divided by t - doc_start + 1 (the sum
+// restarts below each document's first row).
 template <class T>
-void prefix_mean_bwd(const T* dout, int B, int Tn, int d, T* dx) {
+void prefix_mean_bwd(const T* dout, int B, int Tn, int d, const int32_t* doc_start, T* dx) {
   const int nb = (d + kCols - 1) / kCols;
   const long tasks = long(B) * nb;
 #pragma omp parallel for schedule(static) if (size_t(B) * Tn * d >= kParallelMin)
@@ -114,22 +117,23 @@ void prefix_mean_bwd(const T* dout, int B, int Tn, int d, T* dx) {
     const size_t b = size_t(task / nb);
     const int c0 = int(task % nb) * kCols, c1 = std::min(d, c0 + kCols);
     double acc[kCols] = {};
+    const int32_t* ds = doc_start ? doc_start + b * size_t(Tn) : nullptr;
     for (int t = Tn - 1; t >= 0; --t) {
       const size_t r = (b * Tn + t) * d;
-      const double inv = 1.0 / double(t + 1);
+      const double inv = 1.0 / double(t + 1 - (ds ? ds[t] : 0));
 #pragma omp simd
       for (int c = c0; c < c1; ++c) {
         acc[c - c0] += double(dout[r + c]) * inv;
         dx[r + c] += T(acc[c - c0]);
       }
+      if (ds && ds[t] == t) std::fill_n(acc, kCols, 0.0);
     }
   }
 }
 
 // Cached decoding (same semantics as the Ops default, without host copies).
 template <class T>
-void prefix_mean_carry_fwd(const T* x, int B, int Tn, int d, int pos0,
-                           T* carry, T* out) {
+void prefix_mean_carry_fwd(const T* x, int B, int Tn, int d, int pos0, T* carry, T* out) {
   const int nb = (d + kCols - 1) / kCols;
   const long tasks = long(B) * nb;
 #pragma omp parallel for schedule(static) if (size_t(B) * Tn * d >= kParallelMin)
@@ -162,10 +166,9 @@ static T dot(const T* a, const T* b, int n) {
 // out = sum_i p_i vc_i. Context row (n, i) of kc and vc starts at (n nc + i)
 // ldkv.
 template <class T>
-void ctx_attention_fwd(const T* q, const T* kc, const T* vc, int N, int nc,
-                       int H, int Hkv, int dh, int ldkv, T* out, T* probs) {
-  WIOLA_CHECK(nc >= 1 && nc <= kMaxCtx, "ctx_attention: nc = ", nc,
-              " outside [1, ", kMaxCtx, "]");
+void ctx_attention_fwd(const T* q, const T* kc, const T* vc, int N, int nc, int H, int Hkv, int dh, int ldkv, T* out,
+                       T* probs) {
+  WIOLA_CHECK(nc >= 1 && nc <= kMaxCtx, "ctx_attention: nc = ", nc, " outside [1, ", kMaxCtx, "]");
   WIOLA_CHECK(ldkv >= Hkv * dh, "ctx_attention: row stride ", ldkv, " < Hkv dh = ", Hkv * dh);
   const T sc = T(1.0 / std::sqrt(double(dh)));
 #pragma omp parallel for schedule(static) if (size_t(N) * H * nc * dh >= kParallelMin)
@@ -200,11 +203,9 @@ void ctx_attention_fwd(const T* q, const T* kc, const T* vc, int N, int nc,
 // dp_i = dout.vc_i, ds_i = p_i (dp_i - sum_j p_j dp_j);
 // dq += sc sum_i ds_i kc_i; dkc_i = sc sum_h ds_i q_h; dvc_i = sum_h p_i dout_h.
 template <class T>
-void ctx_attention_bwd(const T* q, const T* kc, const T* vc, const T* probs,
-                       const T* dout, int N, int nc, int H, int Hkv, int dh,
-                       int ldkv, T* dq, T* dkc, T* dvc) {
-  WIOLA_CHECK(nc >= 1 && nc <= kMaxCtx, "ctx_attention: nc = ", nc,
-              " outside [1, ", kMaxCtx, "]");
+void ctx_attention_bwd(const T* q, const T* kc, const T* vc, const T* probs, const T* dout, int N, int nc, int H,
+                       int Hkv, int dh, int ldkv, T* dq, T* dkc, T* dvc) {
+  WIOLA_CHECK(nc >= 1 && nc <= kMaxCtx, "ctx_attention: nc = ", nc, " outside [1, ", kMaxCtx, "]");
   WIOLA_CHECK(ldkv >= Hkv * dh, "ctx_attention: row stride ", ldkv, " < Hkv dh = ", Hkv * dh);
   const T sc = T(1.0 / std::sqrt(double(dh)));
   const size_t row = size_t(Hkv) * dh;
@@ -254,15 +255,12 @@ void blend_fwd<float>(const float* o_self, const float* o_ctx, double phi, size_
   const float beta = float(1.0 / (1.0 + std::exp(-phi)));
   const float keep = 1.0f - beta;
   const auto fn = WIOLA_DISPATCH(BlendFwdF);
-  parallel_ranges(n, [&](size_t i0, size_t i1) {
-    fn(o_self + i0, o_ctx + i0, keep, beta, i1 - i0, out + i0);
-  });
+  parallel_ranges(n, [&](size_t i0, size_t i1) { fn(o_self + i0, o_ctx + i0, keep, beta, i1 - i0, out + i0); });
 }
 
 // dL/dphi = beta (1 - beta) sum dout (o_ctx - o_self), a chunked reduction.
 template <class T>
-double blend_bwd(const T* o_self, const T* o_ctx, double phi, const T* dout,
-                 size_t n, T* d_self, T* d_ctx) {
+double blend_bwd(const T* o_self, const T* o_ctx, double phi, const T* dout, size_t n, T* d_self, T* d_ctx) {
   const double bd = 1.0 / (1.0 + std::exp(-phi));
   const T beta = T(bd), keep = T(1) - beta;
   const double s = chunked_sum(n, [=](size_t i0, size_t i1) {
@@ -270,15 +268,13 @@ double blend_bwd(const T* o_self, const T* o_ctx, double phi, const T* dout,
       d_self[i] = keep * dout[i];
       d_ctx[i] = beta * dout[i];
     }
-    return lane_sum(i0, i1, [=](size_t i) {
-      return double(dout[i]) * (double(o_ctx[i]) - double(o_self[i]));
-    });
+    return lane_sum(i0, i1, [=](size_t i) { return double(dout[i]) * (double(o_ctx[i]) - double(o_self[i])); });
   });
   return s * bd * (1.0 - bd);
 }
 template <>
-double blend_bwd<float>(const float* o_self, const float* o_ctx, double phi, const float* dout,
-                        size_t n, float* d_self, float* d_ctx) {
+double blend_bwd<float>(const float* o_self, const float* o_ctx, double phi, const float* dout, size_t n, float* d_self,
+                        float* d_ctx) {
   const double bd = 1.0 / (1.0 + std::exp(-phi));
   const float beta = float(bd), keep = 1.0f - beta;
   const auto fn = WIOLA_DISPATCH(BlendBwdF);
@@ -301,8 +297,7 @@ void sigmoid_gate_fwd<float>(const float* pre, const float* x, size_t n, float* 
 }
 
 template <class T>
-void sigmoid_gate_bwd(const T* pre, const T* x, const T* dout, size_t n,
-                      T* dpre, T* dx) {
+void sigmoid_gate_bwd(const T* pre, const T* x, const T* dout, size_t n, T* dpre, T* dx) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (size_t i = 0; i < n; ++i) {
     T s, c;
@@ -312,33 +307,25 @@ void sigmoid_gate_bwd(const T* pre, const T* x, const T* dout, size_t n,
   }
 }
 template <>
-void sigmoid_gate_bwd<float>(const float* pre, const float* x, const float* dout, size_t n,
-                             float* dpre, float* dx) {
+void sigmoid_gate_bwd<float>(const float* pre, const float* x, const float* dout, size_t n, float* dpre, float* dx) {
   const auto fn = WIOLA_DISPATCH(SigmoidGateBwdF);
-  parallel_ranges(n, [&](size_t i0, size_t i1) {
-    fn(pre + i0, x + i0, dout + i0, i1 - i0, dpre + i0, dx + i0);
-  });
+  parallel_ranges(n, [&](size_t i0, size_t i1) { fn(pre + i0, x + i0, dout + i0, i1 - i0, dpre + i0, dx + i0); });
 }
 
-#define WIOLA_INST(T)                                                        \
-  template void prefix_mean_fwd<T>(const T*, int, int, int, T*);             \
-  template void prefix_mean_bwd<T>(const T*, int, int, int, T*);             \
-  template void prefix_mean_carry_fwd<T>(const T*, int, int, int, int, T*,   \
-                                         T*);                                \
-  template void ctx_attention_fwd<T>(const T*, const T*, const T*, int, int, \
-                                     int, int, int, int, T*, T*);            \
-  template void ctx_attention_bwd<T>(const T*, const T*, const T*, const T*, \
-                                     const T*, int, int, int, int, int, int, \
+#define WIOLA_INST(T) \
+  template void prefix_mean_fwd<T>(const T*, int, int, int, const int32_t*, T*); \
+  template void prefix_mean_bwd<T>(const T*, int, int, int, const int32_t*, T*); \
+  template void prefix_mean_carry_fwd<T>(const T*, int, int, int, int, T*, T*); \
+  template void ctx_attention_fwd<T>(const T*, const T*, const T*, int, int, int, int, int, int, T*, T*); \
+  template void ctx_attention_bwd<T>(const T*, const T*, const T*, const T*, const T*, int, int, int, int, int, int, \
                                      T*, T*, T*);
 WIOLA_INST(float)
 WIOLA_INST(double)
 #undef WIOLA_INST
 template void blend_fwd<double>(const double*, const double*, double, size_t, double*);
-template double blend_bwd<double>(const double*, const double*, double, const double*, size_t,
-                                  double*, double*);
+template double blend_bwd<double>(const double*, const double*, double, const double*, size_t, double*, double*);
 template void sigmoid_gate_fwd<double>(const double*, const double*, size_t, double*);
-template void sigmoid_gate_bwd<double>(const double*, const double*, const double*, size_t,
-                                       double*, double*);
+template void sigmoid_gate_bwd<double>(const double*, const double*, const double*, size_t, double*, double*);
 
 }  // namespace wiola::cpu
 #endif  // HWY_ONCE

@@ -96,16 +96,17 @@ void srpe_apply(T* x, int B, int Tn, int nh, int dh, const T* table, bool invers
 // gate copied (forward); dproj = [dq, dk rotated back | dv | dgate] (backward).
 // The bits of copy_block and srpe_apply (one pass; Ops::srpe_split_fwd).
 template <class T>
-void srpe_split_fwd(const T* proj, int B, int Tn, int H, int Hkv, int dh, const T* table, T* q, T* k, T* v, T* gate);
+void srpe_split_fwd(const T* proj, int B, int Tn, int H, int Hkv, int dh, const T* table, const int32_t* doc_start,
+                    T* q, T* k, T* v, T* gate);
 template <class T>
 void srpe_split_bwd(const T* dq, const T* dk, const T* dv, const T* dgate, int B, int Tn, int H, int Hkv, int dh,
-                    const T* table, T* dproj);
+                    const T* table, const int32_t* doc_start, T* dproj);
 
 // ---- atm.cpp: ATM similarity and key/value merging --------------------------
 template <class T>
 void atm_similarity(const T* x, int B, int Tn, int d, double* rho);
-void atm_plan(const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first, int32_t* key_end,
-              int32_t* n_groups);
+void atm_plan(const double* rho, int B, int Tn, double tau, const int32_t* doc_start, uint8_t* open,
+              int32_t* group_first, int32_t* key_end, int32_t* n_groups);
 template <class T>
 void atm_merge_rows(const T* x, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end,
                     const int32_t* n_groups, T* out);
@@ -115,9 +116,9 @@ void atm_merge_rows_bwd(const T* dout, int B, int Tn, int w, const int32_t* grou
 
 // ---- gcla.cpp: prefix mean, context attention, blend, output gate ----------
 template <class T>
-void prefix_mean_fwd(const T* x, int B, int Tn, int d, T* out);
+void prefix_mean_fwd(const T* x, int B, int Tn, int d, const int32_t* doc_start, T* out);
 template <class T>
-void prefix_mean_bwd(const T* dout, int B, int Tn, int d, T* dx);
+void prefix_mean_bwd(const T* dout, int B, int Tn, int d, const int32_t* doc_start, T* dx);
 template <class T>
 void prefix_mean_carry_fwd(const T* x, int B, int Tn, int d, int pos0, T* carry, T* out);
 template <class T>
@@ -138,8 +139,8 @@ void sigmoid_gate_bwd(const T* pre, const T* x, const T* dout, size_t n, T* dpre
 // to dphi[0]; the fused blend and gate as the two kernels one after the
 // other (the same bits: storage is T here, nothing is rounded between them).
 template <class T>
-void prefix_mean_fwd(const T* x, int B, int Tn, int d, T* out, T* out_op) {
-  prefix_mean_fwd(x, B, Tn, d, out);
+void prefix_mean_fwd(const T* x, int B, int Tn, int d, const int32_t* doc_start, T* out, T* out_op) {
+  prefix_mean_fwd(x, B, Tn, d, doc_start, out);
   copy_operand(out, out_op, size_t(B) * size_t(Tn) * size_t(d));
 }
 template <class T>

@@ -35,6 +35,10 @@ template <class T>
   }
 }
 
+// SRPE position of flat row r = b Tn + t: t, or t - doc_start[r] with
+// documents (each document's positions start at 0, docs/model.md §2).
+inline long position(long r, int Tn, const int32_t* doc_start) { return doc_start ? r % Tn - doc_start[r] : r % Tn; }
+
 }  // namespace
 
 template <class T>
@@ -50,14 +54,15 @@ void srpe_apply(T* x, int B, int Tn, int nh, int dh, const T* table, bool invers
 }
 
 template <class T>
-void srpe_split_fwd(const T* proj, int B, int Tn, int H, int Hkv, int dh, const T* table, T* q, T* k, T* v, T* gate) {
+void srpe_split_fwd(const T* proj, int B, int Tn, int H, int Hkv, int dh, const T* table, const int32_t* doc_start,
+                    T* q, T* k, T* v, T* gate) {
   WIOLA_CHECK(dh % 2 == 0, "srpe_split_fwd: head dim ", dh, " is odd");
   const long rows = long(B) * Tn;
   const size_t hd = size_t(H) * size_t(dh), kvd = size_t(Hkv) * size_t(dh), width = 2 * hd + 2 * kvd;
 #pragma omp parallel for schedule(static) if (size_t(rows) * width >= kParallelMin)
   for (long r = 0; r < rows; ++r) {
     const T* src = proj + size_t(r) * width;
-    const T* tab = table + size_t(r % Tn) * size_t(dh);
+    const T* tab = table + size_t(position(r, Tn, doc_start)) * size_t(dh);
     rotate_row(src, q + size_t(r) * hd, H, dh, tab, false);
     rotate_row(src + hd, k + size_t(r) * kvd, Hkv, dh, tab, false);
     std::memcpy(v + size_t(r) * kvd, src + hd + kvd, kvd * sizeof(T));
@@ -67,14 +72,14 @@ void srpe_split_fwd(const T* proj, int B, int Tn, int H, int Hkv, int dh, const 
 
 template <class T>
 void srpe_split_bwd(const T* dq, const T* dk, const T* dv, const T* dgate, int B, int Tn, int H, int Hkv, int dh,
-                    const T* table, T* dproj) {
+                    const T* table, const int32_t* doc_start, T* dproj) {
   WIOLA_CHECK(dh % 2 == 0, "srpe_split_bwd: head dim ", dh, " is odd");
   const long rows = long(B) * Tn;
   const size_t hd = size_t(H) * size_t(dh), kvd = size_t(Hkv) * size_t(dh), width = 2 * hd + 2 * kvd;
 #pragma omp parallel for schedule(static) if (size_t(rows) * width >= kParallelMin)
   for (long r = 0; r < rows; ++r) {
     T* dst = dproj + size_t(r) * width;
-    const T* tab = table + size_t(r % Tn) * size_t(dh);
+    const T* tab = table + size_t(position(r, Tn, doc_start)) * size_t(dh);
     rotate_row(dq + size_t(r) * hd, dst, H, dh, tab, true);
     rotate_row(dk + size_t(r) * kvd, dst + hd, Hkv, dh, tab, true);
     std::memcpy(dst + hd + kvd, dv + size_t(r) * kvd, kvd * sizeof(T));
@@ -84,8 +89,9 @@ void srpe_split_bwd(const T* dq, const T* dk, const T* dv, const T* dgate, int B
 
 #define WIOLA_INSTANTIATE_SRPE(T) \
   template void srpe_apply<T>(T*, int, int, int, int, const T*, bool); \
-  template void srpe_split_fwd<T>(const T*, int, int, int, int, int, const T*, T*, T*, T*, T*); \
-  template void srpe_split_bwd<T>(const T*, const T*, const T*, const T*, int, int, int, int, int, const T*, T*);
+  template void srpe_split_fwd<T>(const T*, int, int, int, int, int, const T*, const int32_t*, T*, T*, T*, T*); \
+  template void srpe_split_bwd<T>(const T*, const T*, const T*, const T*, int, int, int, int, int, const T*, \
+                                  const int32_t*, T*);
 WIOLA_INSTANTIATE_SRPE(float)
 WIOLA_INSTANTIATE_SRPE(double)
 

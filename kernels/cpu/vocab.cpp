@@ -30,9 +30,8 @@ double SumExpF(const float* l, size_t V, float m) {
 void GradRowF(float* l, size_t V, float m, float f) {
   const DF d;
   const VF vm = hn::Set(d, m), vf = hn::Set(d, f);
-  ForEach(d, V, [&](size_t j, auto t) HWY_ATTR {
-    Out(d, hn::Mul(vf, Exp(d, hn::Sub(In(d, l + j, t), vm))), l + j, t);
-  });
+  ForEach(d, V,
+          [&](size_t j, auto t) HWY_ATTR { Out(d, hn::Mul(vf, Exp(d, hn::Sub(In(d, l + j, t), vm))), l + j, t); });
 }
 
 }  // namespace wiola::cpu::HWY_NAMESPACE
@@ -50,8 +49,7 @@ HWY_EXPORT(SumExpF);
 HWY_EXPORT(GradRowF);
 
 template <class T>
-void embedding_fwd(const int32_t* ids, int N, const T* E, int v0, int V_local,
-                   int d, T* out) {
+void embedding_fwd(const int32_t* ids, int N, const T* E, int v0, int V_local, int d, T* out) {
 #pragma omp parallel for schedule(static) if (size_t(N) * d >= kParallelMin)
   for (int i = 0; i < N; ++i) {
     const long r = long(ids[i]) - v0;
@@ -68,8 +66,7 @@ void embedding_fwd(const int32_t* ids, int N, const T* E, int v0, int V_local,
 // Tokens sharing an id add into the same row, so threads split the columns
 // and each walks all tokens in order (race-free, deterministic).
 template <class T>
-void embedding_bwd(const int32_t* ids, int N, const T* dout, int v0,
-                   int V_local, int d, T* dE) {
+void embedding_bwd(const int32_t* ids, int N, const T* dout, int v0, int V_local, int d, T* dE) {
 #pragma omp parallel if (size_t(N) * d >= kParallelMin)
   {
     const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -104,23 +101,20 @@ void ce_row_max<float>(const float* logits, int N, int V_local, float* row_max) 
 }
 
 template <class T>
-void ce_sumexp_target(const T* logits, const int32_t* targets, int N,
-                      int V_local, int v0, const T* row_max, T* sumexp,
+void ce_sumexp_target(const T* logits, const int32_t* targets, int N, int V_local, int v0, const T* row_max, T* sumexp,
                       T* tgt) {
 #pragma omp parallel for schedule(static) if (size_t(N) * V_local >= kParallelMin)
   for (int i = 0; i < N; ++i) {
     const T* l = logits + size_t(i) * V_local;
     const T m = row_max[i];
-    sumexp[i] = T(lane_sum(0, size_t(V_local), [l, m](size_t j) {
-      return double(texp(l[j] - m));
-    }));
+    sumexp[i] = T(lane_sum(0, size_t(V_local), [l, m](size_t j) { return double(texp(l[j] - m)); }));
     const long c = long(targets[i]) - v0;
     tgt[i] = (c >= 0 && c < V_local) ? l[c] : T(0);
   }
 }
 template <>
-void ce_sumexp_target<float>(const float* logits, const int32_t* targets, int N, int V_local,
-                             int v0, const float* row_max, float* sumexp, float* tgt) {
+void ce_sumexp_target<float>(const float* logits, const int32_t* targets, int N, int V_local, int v0,
+                             const float* row_max, float* sumexp, float* tgt) {
   const auto fn = WIOLA_DISPATCH(SumExpF);
 #pragma omp parallel for schedule(static) if (size_t(N) * V_local >= kParallelMin)
   for (int i = 0; i < N; ++i) {
@@ -132,12 +126,16 @@ void ce_sumexp_target<float>(const float* logits, const int32_t* targets, int N,
 }
 
 template <class T>
-void ce_loss_grad(T* logits, const int32_t* targets, int N, int V_local,
-                  int v0, const T* row_max, const T* sumexp, const T* tgt,
-                  double scale, T* loss) {
+void ce_loss_grad(T* logits, const int32_t* targets, int N, int V_local, int v0, const T* row_max, const T* sumexp,
+                  const T* tgt, double scale, T* loss) {
 #pragma omp parallel for schedule(static) if (size_t(N) * V_local >= kParallelMin)
   for (int i = 0; i < N; ++i) {
     T* l = logits + size_t(i) * V_local;
+    if (targets[i] < 0) {  // masked (documents): no loss, no gradient
+      loss[i] = T(0);
+      std::fill_n(l, V_local, T(0));
+      continue;
+    }
     const T m = row_max[i];
     loss[i] = T(std::log(double(sumexp[i])) + double(m) - double(tgt[i]));
     const T f = T(scale / double(sumexp[i]));
@@ -148,13 +146,17 @@ void ce_loss_grad(T* logits, const int32_t* targets, int N, int V_local,
   }
 }
 template <>
-void ce_loss_grad<float>(float* logits, const int32_t* targets, int N, int V_local, int v0,
-                         const float* row_max, const float* sumexp, const float* tgt,
-                         double scale, float* loss) {
+void ce_loss_grad<float>(float* logits, const int32_t* targets, int N, int V_local, int v0, const float* row_max,
+                         const float* sumexp, const float* tgt, double scale, float* loss) {
   const auto fn = WIOLA_DISPATCH(GradRowF);
 #pragma omp parallel for schedule(static) if (size_t(N) * V_local >= kParallelMin)
   for (int i = 0; i < N; ++i) {
     float* l = logits + size_t(i) * V_local;
+    if (targets[i] < 0) {  // masked (documents): no loss, no gradient
+      loss[i] = 0.0f;
+      std::fill_n(l, V_local, 0.0f);
+      continue;
+    }
     loss[i] = float(std::log(double(sumexp[i])) + double(row_max[i]) - double(tgt[i]));
     fn(l, size_t(V_local), row_max[i], float(scale / double(sumexp[i])));
     const long c = long(targets[i]) - v0;
@@ -163,29 +165,24 @@ void ce_loss_grad<float>(float* logits, const int32_t* targets, int N, int V_loc
 }
 
 template <class T>
-void ce_loss(const T* logits, const int32_t* targets, int N, int V_local,
-             int v0, const T* row_max, const T* sumexp, const T* tgt,
-             T* loss) {
+void ce_loss(const T* logits, const int32_t* targets, int N, int V_local, int v0, const T* row_max, const T* sumexp,
+             const T* tgt, T* loss) {
   for (int i = 0; i < N; ++i)
-    loss[i] = T(std::log(double(sumexp[i])) + double(row_max[i]) -
-                double(tgt[i]));
+    loss[i] = targets[i] < 0 ? T(0)  // masked (documents)
+                             : T(std::log(double(sumexp[i])) + double(row_max[i]) - double(tgt[i]));
 }
 
-#define WIOLA_INST(T)                                                        \
-  template void embedding_fwd<T>(const int32_t*, int, const T*, int, int,    \
-                                 int, T*);                                   \
-  template void embedding_bwd<T>(const int32_t*, int, const T*, int, int,    \
-                                 int, T*);                                   \
-  template void ce_loss<T>(const T*, const int32_t*, int, int, int,          \
-                           const T*, const T*, const T*, T*);
+#define WIOLA_INST(T) \
+  template void embedding_fwd<T>(const int32_t*, int, const T*, int, int, int, T*); \
+  template void embedding_bwd<T>(const int32_t*, int, const T*, int, int, int, T*); \
+  template void ce_loss<T>(const T*, const int32_t*, int, int, int, const T*, const T*, const T*, T*);
 WIOLA_INST(float)
 WIOLA_INST(double)
 #undef WIOLA_INST
 template void ce_row_max<double>(const double*, int, int, double*);
-template void ce_sumexp_target<double>(const double*, const int32_t*, int, int, int,
-                                       const double*, double*, double*);
-template void ce_loss_grad<double>(double*, const int32_t*, int, int, int, const double*,
-                                   const double*, const double*, double, double*);
+template void ce_sumexp_target<double>(const double*, const int32_t*, int, int, int, const double*, double*, double*);
+template void ce_loss_grad<double>(double*, const int32_t*, int, int, int, const double*, const double*, const double*,
+                                   double, double*);
 
 }  // namespace wiola::cpu
 #endif  // HWY_ONCE

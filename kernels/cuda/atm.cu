@@ -83,8 +83,9 @@ void atm_similarity(Ctx c, CPtr x, int B, int Tn, int d, double* rho) {
   });
   after_launch("atm_similarity");
 }
-void atm_plan(Ctx c, const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first,
-              int32_t* key_end, int32_t* n_groups) {
+void atm_plan(Ctx c, const double* rho, int B, int Tn, double tau, const int32_t* doc_start, uint8_t* open,
+              int32_t* group_first, int32_t* key_end, int32_t* n_groups) {
+  no_documents(doc_start, "atm_plan");
   k_atm_plan<<<(B + 63) / 64, 64, 0, c.s>>>(rho, B, Tn, tau, open, group_first, key_end, n_groups);
   after_launch("atm_plan");
 }

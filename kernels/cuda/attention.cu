@@ -250,6 +250,7 @@ void check_shape(const AttnShape& s, const char* op) {
 void attention_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                    Ptr o, Ptr lse) {
   check_shape(s, "attention_fwd");
+  no_documents(keys.doc_start, "attention_fwd");
   WIOLA_CHECK(!keys.self_open || (raw_k && raw_v), "attention: self_open given without raw keys/values");
   if (attention_fwd_tc(c, s, keys, q, k, v, raw_k, raw_v, o, lse)) {
     after_launch("attention_fwd (tensor cores)");
@@ -267,6 +268,7 @@ void attention_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr
 void attention_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                    CPtr o, CPtr lse, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
   check_shape(s, "attention_bwd");
+  no_documents(keys.doc_start, "attention_bwd");
   WIOLA_CHECK(!keys.self_open || (draw_k && draw_v), "attention_bwd: self_open given without draw_k/draw_v");
   const KeysDev kd{keys.key_end, keys.n_keys, keys.self_open};
   DeviceTemp D(c.mem, size_t(s.B) * s.H * s.Tq * sizeof(float), "attention_bwd row terms");

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/ptr.h"
+#include "util/error.h"
 
 namespace wiola::cuda {
 
@@ -21,6 +22,12 @@ void check(cudaError_t e, const char* what);
 // After a kernel launch: launch errors now; with WIOLA_CUDA_SYNC=1 also
 // synchronises so an asynchronous fault is reported with the op that caused it.
 void after_launch(const char* op);
+// Documents (data.documents, docs/model.md §2 "Documents") are not computed
+// by these kernels yet: an op given document starts refuses them.
+inline void no_documents(const void* doc_start, const char* op) {
+  WIOLA_CHECK(!doc_start, "cuda ", op,
+              ": document masking (data.documents = true) is not supported on the CUDA backend yet");
+}
 
 // Typed device pointer of a storage element type (float or bf16_t).
 template <class E>
@@ -82,12 +89,12 @@ __device__ __forceinline__ float sigm(float x) {
 
 // The launcher of a one-storage-type per-element map: dispatches on op's
 // dtype; `launch` names `grid`: map_grid's blocks for storage E.
-#define WIOLA_UNARY_A(NAME, op, launch)                     \
-  dispatch(op.dtype(), NAME, [&](auto e) {                  \
-    using E = decltype(e);                                  \
-    const int grid = map_grid<E>(n);                        \
-    launch;                                                 \
-  });                                                       \
+#define WIOLA_UNARY_A(NAME, op, launch) \
+  dispatch(op.dtype(), NAME, [&](auto e) { \
+    using E = decltype(e); \
+    const int grid = map_grid<E>(n); \
+    launch; \
+  }); \
   after_launch(NAME)
 
 // ---- Flat per-element maps at 16 bytes per access ------------------------------

@@ -267,10 +267,12 @@ __global__ void k_blend_bwd_finish(const double* part, int nb, const float* phi,
 
 }  // namespace
 
-void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, Ptr out, Ptr out_op) {
+void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, const int32_t* doc_start, Ptr out, Ptr out_op) {
+  no_documents(doc_start, "prefix_mean_fwd");
   prefix_mean_carry_fwd(c, x, B, Tn, d, 0, nullptr, out, out_op);
 }
-void prefix_mean_bwd(Ctx c, CPtr dout, int B, int Tn, int d, Ptr dx) {
+void prefix_mean_bwd(Ctx c, CPtr dout, int B, int Tn, int d, const int32_t* doc_start, Ptr dx) {
+  no_documents(doc_start, "prefix_mean_bwd");
   dispatch(dx.dtype(), "prefix_mean_bwd", [&](auto e) {
     using R = decltype(e);
     k_prefix_mean_bwd<R><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(dout), B, Tn, d, dev<R>(dx));

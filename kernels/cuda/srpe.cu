@@ -171,8 +171,9 @@ void srpe_split(Ctx c, const char* op, DType t, void* fused, int B, int Tn, int 
 
 // SRPE fused with the Q|K|V|gate split and with its gradients' join: one
 // kernel (k_srpe_split) each way, no copies.
-void srpe_split_fwd(Ctx c, CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPtr table, Ptr q, Ptr k, Ptr v,
-                    Ptr gate) {
+void srpe_split_fwd(Ctx c, CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPtr table, const int32_t* doc_start,
+                    Ptr q, Ptr k, Ptr v, Ptr gate) {
+  no_documents(doc_start, "srpe_split_fwd");
   WIOLA_CHECK(dh % 2 == 0, "srpe_split_fwd: head dim ", dh, " is odd");
   const DType t = proj.dtype();
   WIOLA_CHECK(q.dtype() == t && k.dtype() == t && v.dtype() == t && gate.dtype() == t,
@@ -181,7 +182,8 @@ void srpe_split_fwd(Ctx c, CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPt
                     v.raw(), gate.raw());
 }
 void srpe_split_bwd(Ctx c, CPtr dq, CPtr dk, CPtr dv, CPtr dgate, int B, int Tn, int H, int Hkv, int dh, CPtr table,
-                    Ptr dproj) {
+                    const int32_t* doc_start, Ptr dproj) {
+  no_documents(doc_start, "srpe_split_bwd");
   WIOLA_CHECK(dh % 2 == 0, "srpe_split_bwd: head dim ", dh, " is odd");
   const DType t = dproj.dtype();
   WIOLA_CHECK(dq.dtype() == t && dk.dtype() == t && dv.dtype() == t && dgate.dtype() == t,

@@ -179,6 +179,9 @@ case_refuse_batch() {  # under mpirun (every rank reports it today: see case_ref
 case_refuse_seed() {
   refused seed "^wiola train: error: ${cannot}.*train\\.seed = 1234 in the checkpoint, 7 in this run" \
     train1 --set train.seed=7
+  # Document masking (data.documents) changes the loss: a resume may not switch it.
+  refused documents "^wiola train: error: ${cannot}data\\.documents = false in the checkpoint, true in this run" \
+    train1 --set data.documents=true
 }
 case_refuse_data() {
   refused data "^wiola train: error: ${cannot}.*data\\.train_tokens = [0-9]+ in the checkpoint, [0-9]+ in this run" \
@@ -643,7 +646,8 @@ case_hash_compat() {
   # The content hash is compared only where both sides record it: a
   # checkpoint written before it existed resumes on data that has it, and
   # data prepped before it resumes a checkpoint that has it; each run then
-  # equals the uninterrupted one bit for bit.
+  # equals the uninterrupted one bit for bit. (The checkpoint is also one
+  # from before data.documents: it counts as trained without documents.)
   after_step7 "$ref2" "$t/old_ckpt"
   for s in 2 4 6; do
     "$python" - "$(step_dir "$t/old_ckpt/ck" $s)/manifest.json" <<'EOF'
@@ -651,6 +655,7 @@ import json, sys
 m = json.load(open(sys.argv[1]))
 assert "data.train_xxh3" in m["identity"], "the checkpoint records no content hash"
 del m["identity"]["data.train_xxh3"]
+assert m["identity"].pop("data.documents") is False, "the checkpoint records no data.documents = false"
 json.dump(m, open(sys.argv[1], "w"), indent=1)
 EOF
   done

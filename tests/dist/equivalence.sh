@@ -57,6 +57,13 @@ if [ "$mode" = setup ]; then
   head -c 300000 "$work/full.txt" > "$work/brown.txt"; rm "$work/full.txt"
   "$wiola" prep --no-progress --tokenizer "$root/data/wiola360m/tokenizer.json" \
     --output "$work/shards" "$work/brown.txt" > "$work/prep.log"
+  # Short documents for the runs with data.documents (docs/model.md §2
+  # "Documents"; the 8-layer runs): one per line, every third cut to four
+  # words, every seventh only "<eos>" (an EOS-only document: --parse-special).
+  awk '{ if (NR % 7 == 0) print "<eos>"; else if (NR % 3 == 0) print $1, $2, $3, $4; else print; print "" }' \
+    "$work/brown.txt" > "$work/docs.txt"
+  "$wiola" prep --no-progress --parse-special --tokenizer "$root/data/wiola360m/tokenizer.json" \
+    --output "$work/docs_shards" "$work/docs.txt" > "$work/prep_docs.log"
   "$wiola" train "${common[@]}" --set "train.run_dir=$work/single" --dump-step "10:$work/single.h5"
   exit 0
 fi

@@ -97,8 +97,8 @@ TEST(CudaOps, FusedOpsMatchUnfusedBitForBit) {
         o.prefix_mean_carry_fwd(x, sB, sT, d, 7, k1, pm1, nullptr);
         o.prefix_mean_carry_fwd(x, sB, sT, d, 7, k2, pm2, q2);
       } else {
-        o.prefix_mean_fwd(x, sB, sT, d, pm1, nullptr);
-        o.prefix_mean_fwd(x, sB, sT, d, pm2, q2);
+        o.prefix_mean_fwd(x, sB, sT, d, nullptr, pm1, nullptr);
+        o.prefix_mean_fwd(x, sB, sT, d, nullptr, pm2, q2);
       }
       o.convert(pm1, q1, sn);
       EXPECT_EQ(bytes(pm2, sn), bytes(pm1, sn));
@@ -166,10 +166,10 @@ TEST(CudaOps, FusedOpsMatchUnfusedBitForBit) {
       }
       o.srpe_apply(one[0], sB, sT, H, dh, tab, false);
       o.srpe_apply(one[1], sB, sT, Hkv, dh, tab, false);
-      o.srpe_split_fwd(proj, sB, sT, H, Hkv, dh, tab, two[0], two[1], two[2], two[3]);
+      o.srpe_split_fwd(proj, sB, sT, H, Hkv, dh, tab, nullptr, two[0], two[1], two[2], two[3]);
       for (int i = 0; i < 4; ++i) EXPECT_EQ(bytes(two[i], sizes[i]), bytes(one[i], sizes[i])) << "block " << i;
       const Ptr dj1 = at(act, Vec(nw + size_t(off), 1.5f)), dj2 = at(act, Vec(nw + size_t(off), -0.5f));
-      o.srpe_split_bwd(g[0], g[1], g[2], g[3], sB, sT, H, Hkv, dh, tab, dj2);
+      o.srpe_split_bwd(g[0], g[1], g[2], g[3], sB, sT, H, Hkv, dh, tab, nullptr, dj2);
       for (int i = 0; i < 4; ++i) EXPECT_EQ(bytes(g[i], sizes[i]), gb[i]) << "gradient " << i << " changed";
       o.srpe_apply(g[0], sB, sT, H, dh, tab, true);
       o.srpe_apply(g[1], sB, sT, Hkv, dh, tab, true);

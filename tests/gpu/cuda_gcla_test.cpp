@@ -5,10 +5,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "tests/gpu/cuda_test_util.h"
+#include "util/error.h"
 
 namespace wiola {
 namespace {
@@ -31,8 +34,8 @@ TEST(CudaOps, GcladPiecesAndAtm) {
       OnBackend r(o);
       float *bx = r.in(sx), *out = r.in(Vec(sx.size())), *dx = r.in(Vec(sx.size(), 1.f)), *bd = r.in(sdout);
       float *carry = r.in(carry0), *oc = r.in(Vec(sx.size())), *oop = r.in(Vec(sx.size()));
-      o.prefix_mean_fwd(bx, sB, sTn, sd, out, oop);  // with the GEMM operand copy
-      o.prefix_mean_bwd(bd, sB, sTn, sd, dx);
+      o.prefix_mean_fwd(bx, sB, sTn, sd, nullptr, out, oop);  // with the GEMM operand copy
+      o.prefix_mean_bwd(bd, sB, sTn, sd, nullptr, dx);
       o.prefix_mean_carry_fwd(bx, sB, sTn, sd, 5, carry, oc, nullptr);
       return std::vector<Vec>{r.out(out, sx.size()), r.out(dx, sx.size()), r.out(oc, sx.size()),
                               r.out(carry, carry0.size()), r.out(oop, sx.size())};
@@ -96,7 +99,7 @@ TEST(CudaOps, GcladPiecesAndAtm) {
     Buffer<float, uint8_t> open(o, N);
     Buffer<float, int32_t> gf(o, N), ke(o, N), ng(o, B);
     o.atm_similarity(bx, B, Tn, d, rho.data());
-    o.atm_plan(rho.data(), B, Tn, 0.9, open.data(), gf.data(), ke.data(), ng.data());
+    o.atm_plan(rho.data(), B, Tn, 0.9, nullptr, open.data(), gf.data(), ke.data(), ng.data());
     float *mo = r.in(Vec(x.size())), *dx = r.in(Vec(x.size(), 0.f)), *bd = r.in(dout);
     o.atm_merge_rows(bx, B, Tn, d, gf.data(), ke.data(), ng.data(), mo);
     o.atm_merge_rows_bwd(bd, B, Tn, d, gf.data(), ke.data(), ng.data(), dx);
@@ -108,6 +111,44 @@ TEST(CudaOps, GcladPiecesAndAtm) {
     return std::vector<Vec>{opf, rhf, r.out(mo, x.size()), r.out(dx, x.size())};
   };
   same_on_gpu("atm", 1e-6, atm);
+}
+
+// Documents (data.documents, docs/model.md §2) are not computed by the CUDA
+// kernels yet: every op given document starts refuses them, naming the key,
+// instead of computing something else.
+TEST(CudaOps, DocumentStartsRefused) {
+  REQUIRE_GPU();
+  auto o = make_cuda_ops(CudaPrecision::FP32);
+  const int B = 1, Tn = 8, d = 4, H = 2, Hkv = 1, dh = 4, N = B * Tn;
+  Buffer<float> x(*o, size_t(N) * d), y(*o, size_t(N) * d), q(*o, size_t(N) * H * dh), lse(*o, size_t(N) * H);
+  Buffer<float> proj(*o, size_t(N) * (2 * H + 2 * Hkv) * dh), k(*o, size_t(N) * Hkv * dh), table(*o, size_t(Tn) * dh);
+  Buffer<float, int32_t> ds(*o, N), gf(*o, N), ke(*o, N), ng(*o, B);
+  Buffer<float, double> rho(*o, size_t(B) * (Tn - 1));
+  Buffer<float, uint8_t> open(*o, N);
+  const AttnShape s{B, Tn, Tn, H, Hkv, dh, 0};
+  const AttnKeys keys{nullptr, nullptr, nullptr, ds.data()};
+  const std::function<void()> calls[] = {
+      [&] { o->prefix_mean_fwd(x.data(), B, Tn, d, ds.data(), y.data(), nullptr); },
+      [&] { o->prefix_mean_bwd(x.data(), B, Tn, d, ds.data(), y.data()); },
+      [&] { o->atm_plan(rho.data(), B, Tn, 0.9, ds.data(), open.data(), gf.data(), ke.data(), ng.data()); },
+      [&] {
+        o->srpe_split_fwd(proj.data(), B, Tn, H, Hkv, dh, table.data(), ds.data(), q.data(), k.data(), k.data(),
+                          q.data());
+      },
+      [&] {
+        o->srpe_split_bwd(q.data(), k.data(), k.data(), q.data(), B, Tn, H, Hkv, dh, table.data(), ds.data(),
+                          proj.data());
+      },
+      [&] { o->attention_fwd(s, keys, q.data(), k.data(), k.data(), nullptr, nullptr, q.data(), lse.data()); },
+  };
+  for (const auto& call : calls) {
+    try {
+      call();
+      ADD_FAILURE() << "document starts were accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("data.documents"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

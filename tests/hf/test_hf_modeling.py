@@ -164,6 +164,31 @@ def test_auto_classes_load_a_saved_folder_without_lm_head():
             assert torch.equal(loaded.eval()(x).logits, model(x).logits)
 
 
+def test_packed_position_ids_equal_each_document_alone():
+    """Packed inputs the transformers way (position_ids restarting at 0 at each
+    document, as DataCollatorWithFlattening makes them; docs/model.md §2
+    "Documents"): each document's logits are those it gets alone, in
+    evaluation and in training with ATM merging; other positions are refused."""
+    cfg, params, model = make(torch.float32, std=0.02, tau=0.5)
+    x = tokens(cfg)
+    x[:, 8:14] = 7  # repeats: ATM merges in training
+    spans = [[(0, 5), (5, 6), (6, cfg.T)], [(0, 10), (10, cfg.T)]]
+    pos = torch.stack([torch.cat([torch.arange(e - s) for s, e in row]) for row in spans])
+    for train in (False, True):
+        model.train(train)
+        with torch.no_grad():
+            out = model(x, position_ids=pos, use_cache=False).logits
+            for b, row in enumerate(spans):
+                for s, e in row:
+                    alone = model(x[b:b + 1, s:e], use_cache=False).logits[0]
+                    assert rel(out[b, s:e], alone) < 1e-5, (train, b, s, e)
+            plain = model(x, use_cache=False).logits
+        assert rel(out[0, 6:], plain[0, 6:]) > 1e-4  # the documents are not one window
+    model.eval()
+    with raises(ValueError, match="restarting"):
+        model(x, position_ids=torch.tensor([[0, 1, 3] + list(range(3, cfg.T))] * 2))
+
+
 def test_refusals():
     cfg, params, model = make(torch.float32)
     x = tokens(cfg, T=6)

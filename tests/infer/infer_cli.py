@@ -57,6 +57,18 @@ def check_eval(a, shards, ck):
              f"in {-(-(n_val - 1) // T)}")
     print(f"eval of the whole split: {r['targets']} targets = every token but the first, "
           f"loss {r['loss']:.4f}, perplexity {r['perplexity']:.1f}: OK")
+    # --documents on (docs/model.md §2 "Documents"): the same windows as
+    # documents, every EOS input's target left out; off is the run's own way.
+    n_docs = json.load(open(os.path.join(shards, "manifest.json")))["splits"]["val"]["num_documents"]
+    d = json.loads(run([a.wiola, "eval", "--checkpoint", ck, "--data", shards, "--json", "--batch", "3",
+                        "--documents", "on"]).stdout)
+    off = json.loads(run([a.wiola, "eval", "--checkpoint", ck, "--data", shards, "--json", "--batch", "3",
+                          "--documents", "off"]).stdout)
+    if off != {**off, "loss": r["loss"], "targets": r["targets"]} or not n_docs - 1 <= r["targets"] - d["targets"] <= n_docs:
+        fail(f"--documents on: {d['targets']} targets, off {off['targets']}, default {r['targets']}, "
+             f"{n_docs} documents in the split")
+    print(f"eval --documents on: {d['targets']} targets (the {r['targets'] - d['targets']} EOS inputs' left out), "
+          f"loss {d['loss']:.4f}: OK")
 
 
 def check_generate(a, work, ck):

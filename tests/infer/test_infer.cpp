@@ -26,7 +26,14 @@ namespace {
 ModelConfig small_config() {
   ModelConfig c;
   c.name = "infer-test";
-  c.d = 32; c.L = 3; c.H = 4; c.Hkv = 2; c.dA = 16; c.dB = 64; c.V = 40; c.T = 12;
+  c.d = 32;
+  c.L = 3;
+  c.H = 4;
+  c.Hkv = 2;
+  c.dA = 16;
+  c.dB = 64;
+  c.V = 40;
+  c.T = 12;
   c.init_std = 0.5;  // clear argmaxes: few near-ties for the greedy checks
   return c;
 }
@@ -34,10 +41,16 @@ ModelConfig small_config() {
 struct Fixture {
   std::unique_ptr<Ops<float>> ops = make_backend<float>("cpu");
   Model<float> model;
-  Fixture(int B, const ModelConfig& c = small_config())
-      : model(*ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false}) {
+  // eos >= 0: documents (ModelOptions::documents_eos).
+  Fixture(int B, const ModelConfig& c = small_config(), int32_t eos = -1)
+      : model(*ops, c, ModelShard{}, nullptr, options(B, eos)) {
     model.init(11);
     model.refresh_weights();
+  }
+  static ModelOptions options(int B, int32_t eos) {
+    ModelOptions o{B, false, false};
+    o.documents_eos = eos;
+    return o;
   }
 };
 
@@ -177,46 +190,54 @@ TEST(Generate, StopsAtEosAndAtTheContext) {
 TEST(Generate, BadPromptsAreErrors) {
   Fixture f(1);
   GenerateOptions o;
-  EXPECT_THROW(generate(f.model, {{}}, o), Error);                          // empty
+  EXPECT_THROW(generate(f.model, {{}}, o), Error);                           // empty
   EXPECT_THROW(generate(f.model, {std::vector<int32_t>(13, 1)}, o), Error);  // longer than T
-  EXPECT_THROW(generate(f.model, {{1, 99}}, o), Error);                     // id outside V
-  EXPECT_THROW(generate(f.model, {{1}, {2}}, o), Error);                    // batch mismatch
+  EXPECT_THROW(generate(f.model, {{1, 99}}, o), Error);                      // id outside V
+  EXPECT_THROW(generate(f.model, {{1}, {2}}, o), Error);                     // batch mismatch
 }
 
 // Full windows go through the model's loss, short ones through logits and a
-// host cross-entropy: both score the same window alike.
+// host cross-entropy: both score the same window alike; with documents
+// (docs/model.md §2) both leave out the targets of EOS inputs.
 TEST(Evaluate, FullAndTailPathsAgree) {
-  const ModelConfig c = small_config();
-  Fixture f(2);
-  std::mt19937 g(4);
-  std::vector<std::vector<int32_t>> w(3, std::vector<int32_t>(size_t(c.T) + 1));
-  for (auto& x : w)
-    for (auto& t : x) t = int32_t(g() % uint32_t(c.V));
-  const WindowSource src = [&](int64_t i, int32_t* out) {
-    std::copy(w[size_t(i)].begin(), w[size_t(i)].end(), out);
-    return c.T + 1;
-  };
-  const EvalTotals two = evaluate_windows(f.model, 2, src);  // one full batch
-  EXPECT_EQ(two.targets, 2 * c.T);
-  std::vector<int32_t> tok;
-  for (int i = 0; i < 2; ++i) tok.insert(tok.end(), w[size_t(i)].begin(), w[size_t(i)].end());
-  EXPECT_EQ(two.loss_sum, f.model.eval_loss(tok.data()));
-  const EvalTotals three = evaluate_windows(f.model, 3, src);  // + a half-empty batch
-  EXPECT_EQ(three.windows, 3);
-  EXPECT_EQ(three.targets, 3 * c.T);
-  tok.assign(w[2].begin(), w[2].end());
-  tok.insert(tok.end(), w[2].begin(), w[2].end());
-  const double third = f.model.eval_loss(tok.data()) / 2;
-  EXPECT_NEAR(three.loss_sum - two.loss_sum, third, 1e-5 * third);
-  // A short tail window scores only its real targets.
-  const WindowSource shorter = [&](int64_t, int32_t* out) {
-    std::copy_n(w[0].begin(), 5, out);
-    return 5;
-  };
-  const EvalTotals t = evaluate_windows(f.model, 1, shorter);
-  EXPECT_EQ(t.targets, 4);
-  EXPECT_GT(t.loss_sum, 0);
-  EXPECT_NEAR(t.perplexity(), std::exp(t.loss_sum / 4), 1e-9);
+  for (const int32_t eos : {-1, 3}) {
+    const ModelConfig c = small_config();
+    Fixture f(2, c, eos);
+    std::mt19937 g(4);
+    std::vector<std::vector<int32_t>> w(3, std::vector<int32_t>(size_t(c.T) + 1));
+    for (auto& x : w)
+      for (auto& t : x) t = int32_t(g() % uint32_t(c.V - 4)) + 4;  // no id 3 but where placed
+    int masked = 0;                                                // EOS inputs in windows 0 and 1, and in window 2
+    if (eos >= 0) {
+      w[0][1] = w[0][2] = w[1][5] = w[2][0] = 3;
+      masked = 3;
+    }
+    const WindowSource src = [&](int64_t i, int32_t* out) {
+      std::copy(w[size_t(i)].begin(), w[size_t(i)].end(), out);
+      return c.T + 1;
+    };
+    const EvalTotals two = evaluate_windows(f.model, 2, src);  // one full batch
+    EXPECT_EQ(two.targets, 2 * c.T - masked);
+    std::vector<int32_t> tok;
+    for (int i = 0; i < 2; ++i) tok.insert(tok.end(), w[size_t(i)].begin(), w[size_t(i)].end());
+    EXPECT_EQ(two.loss_sum, f.model.eval_loss(tok.data()));
+    const EvalTotals three = evaluate_windows(f.model, 3, src);  // + a half-empty batch
+    EXPECT_EQ(three.windows, 3);
+    EXPECT_EQ(three.targets, 3 * c.T - masked - (eos >= 0));
+    tok.assign(w[2].begin(), w[2].end());
+    tok.insert(tok.end(), w[2].begin(), w[2].end());
+    const double third = f.model.eval_loss(tok.data()) / 2;
+    EXPECT_NEAR(three.loss_sum - two.loss_sum, third, 1e-5 * third);
+    // A short tail window scores only its real targets.
+    const WindowSource shorter = [&](int64_t, int32_t* out) {
+      std::copy_n(w[0].begin(), 5, out);
+      return 5;
+    };
+    const EvalTotals t = evaluate_windows(f.model, 1, shorter);
+    EXPECT_EQ(t.targets, eos >= 0 ? 2 : 4);
+    EXPECT_GT(t.loss_sum, 0);
+    EXPECT_NEAR(t.perplexity(), std::exp(t.loss_sum / double(t.targets)), 1e-9);
+  }
 }
 
 TEST(Evaluate, NpyHeader) {

@@ -25,9 +25,10 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // An attention problem: shape, key layout and double inputs.
 struct Problem {
   AttnShape s;
-  std::vector<int32_t> key_end;   // empty = plain causal
-  std::vector<int32_t> n_keys;    // empty = Tk
-  std::vector<uint8_t> self_open; // empty = none
+  std::vector<int32_t> key_end;    // empty = plain causal
+  std::vector<int32_t> n_keys;     // empty = Tk
+  std::vector<uint8_t> self_open;  // empty = none
+  std::vector<int32_t> doc_start;  // [B, Tq]; empty = one document
   Vec q, k, v, rk, rv, dout;
 
   AttnKeys keys() const {
@@ -35,27 +36,20 @@ struct Problem {
     a.key_end = key_end.empty() ? nullptr : key_end.data();
     a.n_keys = n_keys.empty() ? nullptr : n_keys.data();
     a.self_open = self_open.empty() ? nullptr : self_open.data();
+    a.doc_start = doc_start.empty() ? nullptr : doc_start.data();
     return a;
   }
+  int ds(int b, int i) const { return doc_start.empty() ? 0 : doc_start[size_t(b) * s.Tq + i]; }
+  bool starts_doc(int b, int i) const { return !doc_start.empty() && ds(b, i) == i; }
   int nk(int b) const { return n_keys.empty() ? s.Tk : n_keys[b]; }
-  int ke(int b, int j) const {
-    return key_end.empty() ? j : key_end[size_t(b) * s.Tk + j];
-  }
-  bool open(int b, int i) const {
-    return !self_open.empty() && self_open[size_t(b) * s.Tq + i];
-  }
+  int ke(int b, int j) const { return key_end.empty() ? j : key_end[size_t(b) * s.Tk + j]; }
+  bool open(int b, int i) const { return !self_open.empty() && self_open[size_t(b) * s.Tq + i]; }
   size_t nq() const { return size_t(s.B) * s.Tq * s.H * s.dh; }
   size_t nkv() const { return size_t(s.B) * s.Tk * s.Hkv * s.dh; }
   size_t nraw() const { return size_t(s.B) * s.Tq * s.Hkv * s.dh; }
-  size_t qi(int b, int i, int h, int d) const {
-    return ((size_t(b) * s.Tq + i) * s.H + h) * s.dh + d;
-  }
-  size_t ki(int b, int j, int g, int d) const {
-    return ((size_t(b) * s.Tk + j) * s.Hkv + g) * s.dh + d;
-  }
-  size_t ri(int b, int i, int g, int d) const {
-    return ((size_t(b) * s.Tq + i) * s.Hkv + g) * s.dh + d;
-  }
+  size_t qi(int b, int i, int h, int d) const { return ((size_t(b) * s.Tq + i) * s.H + h) * s.dh + d; }
+  size_t ki(int b, int j, int g, int d) const { return ((size_t(b) * s.Tk + j) * s.Hkv + g) * s.dh + d; }
+  size_t ri(int b, int i, int g, int d) const { return ((size_t(b) * s.Tq + i) * s.Hkv + g) * s.dh + d; }
 };
 
 void fill_random(Vec& x, size_t n, std::mt19937_64& rng, double sd) {
@@ -99,7 +93,7 @@ void atm_layout(Problem& p, uint64_t seed, double merge_prob) {
     const double pr = merge_prob * (1.0 + 0.5 * b);  // differs per sequence
     int n = 0;
     for (int t = 0; t < s.Tq; ++t) {
-      if (t + 1 < s.Tq && u(rng) < pr) {
+      if (t + 1 < s.Tq && u(rng) < pr && !p.starts_doc(b, t + 1)) {  // no pair crosses a document
         p.key_end[size_t(b) * s.Tk + n++] = t + 1;
         p.self_open[size_t(b) * s.Tq + t] = 1;
         ++t;
@@ -136,8 +130,10 @@ Ref reference(const Problem& p) {
         // Visible keys: pointers to k/v rows and their gradients.
         std::vector<const double*> K, V;
         std::vector<double*> dK, dV;
+        // (Documents: the keys of i's document, those ending at or after
+        // its start; a group never crosses one.)
         for (int j = 0; j < p.nk(b); ++j)
-          if (p.ke(b, j) <= pos) {
+          if (p.ke(b, j) <= pos && p.ke(b, j) >= p.ds(b, i)) {
             K.push_back(&p.k[p.ki(b, j, g, 0)]);
             V.push_back(&p.v[p.ki(b, j, g, 0)]);
             dK.push_back(&r.dk[p.ki(b, j, g, 0)]);
@@ -209,23 +205,18 @@ struct Out {
 template <class T>
 Out run_kernel(const Problem& p, bool with_raw_grads = true) {
   const auto& s = p.s;
-  const auto q = cast<T>(p.q), k = cast<T>(p.k), v = cast<T>(p.v),
-             rk = cast<T>(p.rk), rv = cast<T>(p.rv), dout = cast<T>(p.dout);
+  const auto q = cast<T>(p.q), k = cast<T>(p.k), v = cast<T>(p.v), rk = cast<T>(p.rk), rv = cast<T>(p.rv),
+             dout = cast<T>(p.dout);
   const T nan = std::numeric_limits<T>::quiet_NaN();
   // Outputs pre-filled with NaN: the kernels must overwrite every element.
-  std::vector<T> o(p.nq(), nan), lse(size_t(s.B) * s.H * s.Tq, nan),
-      dq(p.nq(), nan), dk(p.nkv(), nan), dv(p.nkv(), nan),
-      drk(p.nraw(), nan), drv(p.nraw(), nan);
+  std::vector<T> o(p.nq(), nan), lse(size_t(s.B) * s.H * s.Tq, nan), dq(p.nq(), nan), dk(p.nkv(), nan),
+      dv(p.nkv(), nan), drk(p.nraw(), nan), drv(p.nraw(), nan);
   const AttnKeys keys = p.keys();
-  cpu::attention_fwd<T>(s, keys, q.data(), k.data(), v.data(), rk.data(),
-                        rv.data(), o.data(), lse.data());
-  cpu::attention_bwd<T>(s, keys, q.data(), k.data(), v.data(), rk.data(),
-                        rv.data(), o.data(), lse.data(), dout.data(),
-                        dq.data(), dk.data(), dv.data(),
-                        with_raw_grads ? drk.data() : nullptr,
+  cpu::attention_fwd<T>(s, keys, q.data(), k.data(), v.data(), rk.data(), rv.data(), o.data(), lse.data());
+  cpu::attention_bwd<T>(s, keys, q.data(), k.data(), v.data(), rk.data(), rv.data(), o.data(), lse.data(), dout.data(),
+                        dq.data(), dk.data(), dv.data(), with_raw_grads ? drk.data() : nullptr,
                         with_raw_grads ? drv.data() : nullptr);
-  Out r{to_double(o), to_double(lse), to_double(dq), to_double(dk),
-        to_double(dv), to_double(drk), to_double(drv)};
+  Out r{to_double(o), to_double(lse), to_double(dq), to_double(dk), to_double(dv), to_double(drk), to_double(drv)};
   return r;
 }
 
@@ -262,20 +253,16 @@ double check_against_reference(const Problem& p, const char* what) {
     const char* name;
     const Vec& a;
     const Vec& r;
-  } cmp[] = {{"o", out.o, rr.o},       {"lse", out.lse, rr.lse},
-             {"dq", out.dq, rr.dq},    {"dk", out.dk, rr.dk},
-             {"dv", out.dv, rr.dv},    {"draw_k", out.drk, rr.drk},
-             {"draw_v", out.drv, rr.drv}};
+  } cmp[] = {{"o", out.o, rr.o},    {"lse", out.lse, rr.lse},    {"dq", out.dq, rr.dq},      {"dk", out.dk, rr.dk},
+             {"dv", out.dv, rr.dv}, {"draw_k", out.drk, rr.drk}, {"draw_v", out.drv, rr.drv}};
   double worst = 0;
   for (const auto& c : cmp) {
     const double e = rel_err(c.a, c.r);
-    EXPECT_LE(e, tol<T>()) << what << ": " << c.name << " (T=" << sizeof(T) * 8
-                           << " bit)";
+    EXPECT_LE(e, tol<T>()) << what << ": " << c.name << " (T=" << sizeof(T) * 8 << " bit)";
     EXPECT_FALSE(std::isnan(e)) << what << ": NaN in " << c.name;
     worst = std::max(worst, std::isnan(e) ? 1.0 : e);
   }
-  std::printf("  [max rel err] %-22s %-6s %.3g\n", what,
-              sizeof(T) == 4 ? "float" : "double", worst);
+  std::printf("  [max rel err] %-22s %-6s %.3g\n", what, sizeof(T) == 4 ? "float" : "double", worst);
   return worst;
 }
 
@@ -286,10 +273,27 @@ Problem causal(int B, int T, int H, int Hkv, int dh, uint64_t seed) {
   return p;
 }
 
-Problem atm(int B, int T, int H, int Hkv, int dh, uint64_t seed,
-            double merge_prob = 0.25) {
+// Documents of random lengths (mean about mean_len; a few of length 1, an
+// EOS-only document) in each sequence: doc_start as the model makes it.
+void documents(Problem& p, uint64_t seed, double mean_len) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  const auto& s = p.s;
+  p.doc_start.assign(size_t(s.B) * s.Tq, 0);
+  for (int b = 0; b < s.B; ++b) {
+    int start = 0;
+    for (int t = 0; t < s.Tq; ++t) {
+      if (t > 0 && (u(rng) < 1.0 / mean_len || t == 3)) start = t;  // t = 3: after a document of 3
+      if (t == 4) start = 4;                                        // and one of 1 (an EOS alone)
+      p.doc_start[size_t(b) * s.Tq + t] = start;
+    }
+  }
+}
+
+Problem atm(int B, int T, int H, int Hkv, int dh, uint64_t seed, double merge_prob = 0.25, double doc_len = 0) {
   Problem p;
   p.s = AttnShape{B, T, T, H, Hkv, dh, 0};
+  if (doc_len > 0) documents(p, seed * 5 + 3, doc_len);
   atm_layout(p, seed * 7 + 1, merge_prob);
   randomize(p, seed);
   return p;
@@ -308,8 +312,7 @@ TYPED_TEST(AttentionTyped, PlainCausalSmall) {
 
 TYPED_TEST(AttentionTyped, PlainCausalMultiTile) {
   for (int dh : {32, 64, 128, 24})
-    check_against_reference<TypeParam>(causal(2, 150, 4, 2, dh, 10 + dh),
-                                       "causal T=150");
+    check_against_reference<TypeParam>(causal(2, 150, 4, 2, dh, 10 + dh), "causal T=150");
   check_against_reference<TypeParam>(causal(1, 128, 3, 1, 64, 5), "causal T=128 MQA");
 }
 
@@ -328,8 +331,7 @@ TYPED_TEST(AttentionTyped, GqaGroupMapping) {
     for (int i = 0; i < 9; ++i)
       for (int h = 0; h < 4; ++h)
         for (int d = 0; d < 8; ++d)
-          EXPECT_NEAR(out.o[p.qi(b, i, h, d)], h % 2 == 0 ? 1.0 : 0.0, 1e-6)
-              << "b=" << b << " i=" << i << " h=" << h;
+          EXPECT_NEAR(out.o[p.qi(b, i, h, d)], h % 2 == 0 ? 1.0 : 0.0, 1e-6) << "b=" << b << " i=" << i << " h=" << h;
   // (v constant per group makes the exact dk zero, so compare o and lse.)
   const Ref ref = reference(p);
   EXPECT_LE(rel_err(out.o, ref.o), tol<TypeParam>());
@@ -344,13 +346,54 @@ TYPED_TEST(AttentionTyped, AtmLayouts) {
   check_against_reference<TypeParam>(atm(2, 20, 2, 1, 5, 24, 1.0), "atm all pairs");
 }
 
+// Documents (docs/model.md §2 "Documents"): each query sees only the keys of
+// its document, plain and with ATM (groups inside documents), in short
+// windows, over several blocks, and at T >= kAttnLongKeys (the backward's
+// long blocks); and a document's outputs equal the document run alone.
+TYPED_TEST(AttentionTyped, Documents) {
+  Problem p = causal(2, 150, 4, 2, 32, 81);
+  documents(p, 82, 20);
+  check_against_reference<TypeParam>(p, "documents T=150");
+  check_against_reference<TypeParam>(atm(3, 150, 4, 2, 16, 83, 0.3, 12), "documents atm T=150");
+  check_against_reference<TypeParam>(atm(2, 37, 2, 1, 8, 84, 1.0, 5), "documents atm pairs");
+  check_against_reference<TypeParam>(atm(1, cpu::kAttnLongKeys + 40, 2, 1, 8, 85, 0.2, 300), "documents atm T=1064");
+  // The document [s, e) of sequence 1 alone (B = 1, positions from 0).
+  const Out all = run_kernel<TypeParam>(p);
+  int s0 = 0;
+  while (p.ds(1, s0) == 0) ++s0;
+  int e0 = s0;
+  while (e0 < p.s.Tq && p.ds(1, e0) == s0) ++e0;
+  Problem one;
+  one.s = AttnShape{1, e0 - s0, e0 - s0, 4, 2, 32, 0};
+  randomize(one, 1);
+  for (int i = 0; i < e0 - s0; ++i)
+    for (int g = 0; g < 2; ++g)
+      for (int d = 0; d < 32; ++d) {
+        one.k[one.ki(0, i, g, d)] = p.k[p.ki(1, s0 + i, g, d)];
+        one.v[one.ki(0, i, g, d)] = p.v[p.ki(1, s0 + i, g, d)];
+      }
+  for (int i = 0; i < e0 - s0; ++i)
+    for (int h = 0; h < 4; ++h)
+      for (int d = 0; d < 32; ++d) {
+        one.q[one.qi(0, i, h, d)] = p.q[p.qi(1, s0 + i, h, d)];
+        one.dout[one.qi(0, i, h, d)] = p.dout[p.qi(1, s0 + i, h, d)];
+      }
+  const Out alone = run_kernel<TypeParam>(one);
+  for (int i = 0; i < e0 - s0; ++i)
+    for (int h = 0; h < 4; ++h)
+      for (int d = 0; d < 32; ++d) {
+        EXPECT_NEAR(all.o[p.qi(1, s0 + i, h, d)], alone.o[one.qi(0, i, h, d)], 10 * tol<TypeParam>());
+        EXPECT_NEAR(all.dq[p.qi(1, s0 + i, h, d)], alone.dq[one.qi(0, i, h, d)], 10 * tol<TypeParam>());
+      }
+}
+
 TYPED_TEST(AttentionTyped, HandMadeAtmLayout) {
   // T = 8, sequence 0 groups {0,1},{2},{3,4},{5},{6,7}; sequence 1 no merges
   // but only 6 keys valid with key_end shifted; n_keys differ.
   Problem p;
   p.s = AttnShape{2, 8, 8, 2, 1, 4, 0};
   p.key_end = {1, 2, 4, 5, 7, 99, 99, 99,  //
-               0, 1, 2, 3, 4, 5, 99, 99};
+               0, 1, 2, 3, 4, 5,  99, 99};
   p.n_keys = {5, 6};
   p.self_open = {1, 0, 0, 1, 0, 0, 1, 0,  //
                  0, 0, 0, 0, 0, 0, 1, 0};
@@ -360,14 +403,13 @@ TYPED_TEST(AttentionTyped, HandMadeAtmLayout) {
   // Query 0 of sequence 0 sees only its raw key: o = raw_v.
   const Out out = run_kernel<TypeParam>(p);
   for (int h = 0; h < 2; ++h)
-    for (int d = 0; d < 4; ++d)
-      EXPECT_NEAR(out.o[p.qi(0, 0, h, d)], p.rv[p.ri(0, 0, 0, d)], 1e-6);
+    for (int d = 0; d < 4; ++d) EXPECT_NEAR(out.o[p.qi(0, 0, h, d)], p.rv[p.ri(0, 0, 0, d)], 1e-6);
 }
 
 TYPED_TEST(AttentionTyped, CachedDecoding) {
   // Queries are the last Tq positions, keys 0..Tk-1.
-  for (auto [Tq, Tk, dh] : {std::tuple{1, 40, 16}, std::tuple{5, 40, 32},
-                            std::tuple{70, 150, 64}, std::tuple{64, 200, 32}}) {
+  for (auto [Tq, Tk, dh] :
+       {std::tuple{1, 40, 16}, std::tuple{5, 40, 32}, std::tuple{70, 150, 64}, std::tuple{64, 200, 32}}) {
     Problem p;
     p.s = AttnShape{2, Tq, Tk, 4, 2, dh, Tk - Tq};
     randomize(p, 40 + Tq);
@@ -434,15 +476,13 @@ TEST(Attention, RawGradsMayBeNullWithoutSelfOpen) {
 TEST(Attention, InvalidArguments) {
   Problem p = causal(1, 4, 3, 2, 4, 90);  // H % Hkv != 0
   std::vector<double> o(p.nq()), lse(3 * 4);
-  EXPECT_THROW(cpu::attention_fwd<double>(p.s, p.keys(), p.q.data(), p.k.data(),
-                                          p.v.data(), nullptr, nullptr,
-                                          o.data(), lse.data()),
+  EXPECT_THROW(cpu::attention_fwd<double>(p.s, p.keys(), p.q.data(), p.k.data(), p.v.data(), nullptr, nullptr, o.data(),
+                                          lse.data()),
                Error);
   Problem p2 = causal(1, 4, 2, 2, 4, 91);
   p2.n_keys = {5};  // > Tk
-  EXPECT_THROW(cpu::attention_fwd<double>(p2.s, p2.keys(), p2.q.data(),
-                                          p2.k.data(), p2.v.data(), nullptr,
-                                          nullptr, o.data(), lse.data()),
+  EXPECT_THROW(cpu::attention_fwd<double>(p2.s, p2.keys(), p2.q.data(), p2.k.data(), p2.v.data(), nullptr, nullptr,
+                                          o.data(), lse.data()),
                Error);
 }
 
@@ -453,8 +493,8 @@ void finite_difference_check(Problem p, const char* what) {
   const AttnKeys keys = p.keys();
   auto loss = [&]() {
     Vec o(p.nq()), lse(size_t(s.B) * s.H * s.Tq);
-    cpu::attention_fwd<double>(s, keys, p.q.data(), p.k.data(), p.v.data(),
-                               p.rk.data(), p.rv.data(), o.data(), lse.data());
+    cpu::attention_fwd<double>(s, keys, p.q.data(), p.k.data(), p.v.data(), p.rk.data(), p.rv.data(), o.data(),
+                               lse.data());
     double l = 0;
     for (size_t i = 0; i < o.size(); ++i) l += o[i] * p.dout[i];
     return l;
@@ -464,8 +504,10 @@ void finite_difference_check(Problem p, const char* what) {
     const char* name;
     Vec* x;
     const Vec* g;
-  } inputs[] = {{"dq", &p.q, &an.dq},     {"dk", &p.k, &an.dk},
-                {"dv", &p.v, &an.dv},     {"draw_k", &p.rk, &an.drk},
+  } inputs[] = {{"dq", &p.q, &an.dq},
+                {"dk", &p.k, &an.dk},
+                {"dv", &p.v, &an.dv},
+                {"draw_k", &p.rk, &an.drk},
                 {"draw_v", &p.rv, &an.drv}};
   for (const auto& in : inputs) {
     double num = 0, den = 0;
@@ -491,13 +533,9 @@ void finite_difference_check(Problem p, const char* what) {
   }
 }
 
-TEST(Attention, FiniteDifferencesCausalGqa) {
-  finite_difference_check(causal(2, 7, 4, 2, 3, 100), "causal");
-}
+TEST(Attention, FiniteDifferencesCausalGqa) { finite_difference_check(causal(2, 7, 4, 2, 3, 100), "causal"); }
 
-TEST(Attention, FiniteDifferencesAtm) {
-  finite_difference_check(atm(2, 9, 4, 2, 3, 101, 0.4), "atm");
-}
+TEST(Attention, FiniteDifferencesAtm) { finite_difference_check(atm(2, 9, 4, 2, 3, 101, 0.4), "atm"); }
 
 TEST(Attention, FiniteDifferencesCachedMultiTile) {
   Problem p;

@@ -206,7 +206,7 @@ TEST(Bf16StorageOps, SrpeSplitRoundsAsCopyThenRotate) {
   }
   bf->srpe_apply(one.ptr() + at[0], B, Tn, H, dh, table.data(), false);
   bf->srpe_apply(one.ptr() + at[1], B, Tn, Hkv, dh, table.data(), false);
-  bf->srpe_split_fwd(proj.ptr(), B, Tn, H, Hkv, dh, table.data(), two.ptr() + at[0], two.ptr() + at[1],
+  bf->srpe_split_fwd(proj.ptr(), B, Tn, H, Hkv, dh, table.data(), nullptr, two.ptr() + at[0], two.ptr() + at[1],
                      two.ptr() + at[2], two.ptr() + at[3]);
   EXPECT_EQ(two.get(*bf), one.get(*bf));
 
@@ -216,8 +216,8 @@ TEST(Bf16StorageOps, SrpeSplitRoundsAsCopyThenRotate) {
   rotated.set(*bf, g);
   dproj1.set(*bf, to_bits(std::vector<float>(nw, 1.f)));
   dproj2.set(*bf, to_bits(std::vector<float>(nw, -1.f)));
-  bf->srpe_split_bwd(grads.ptr() + at[0], grads.ptr() + at[1], grads.ptr() + at[2], grads.ptr() + at[3], B, Tn, H,
-                     Hkv, dh, table.data(), dproj2.ptr());
+  bf->srpe_split_bwd(grads.ptr() + at[0], grads.ptr() + at[1], grads.ptr() + at[2], grads.ptr() + at[3], B, Tn, H, Hkv,
+                     dh, table.data(), nullptr, dproj2.ptr());
   EXPECT_EQ(grads.get(*bf), g);
   bf->srpe_apply(rotated.ptr() + at[0], B, Tn, H, dh, table.data(), true);
   bf->srpe_apply(rotated.ptr() + at[1], B, Tn, Hkv, dh, table.data(), true);

@@ -25,7 +25,14 @@ namespace {
 ModelConfig micro_config() {
   ModelConfig c;
   c.name = "micro";
-  c.d = 16; c.L = 3; c.H = 2; c.Hkv = 1; c.dA = 8; c.dB = 16; c.V = 24; c.T = 6;
+  c.d = 16;
+  c.L = 3;
+  c.H = 2;
+  c.Hkv = 1;
+  c.dA = 8;
+  c.dB = 16;
+  c.V = 24;
+  c.T = 6;
   return c;
 }
 
@@ -45,20 +52,26 @@ double max_abs_diff(const std::vector<T>& a, const std::vector<T>& b) {
 
 // Central differences of the summed training loss (ATM active, every pair
 // merged: tau = -1 keeps the merge decisions fixed under perturbation) for
-// every parameter element, against the hand-written backward, in double.
+// every parameter element, against the hand-written backward, in double; ATM
+// on, off, and on with documents (docs/model.md §2: an EOS-only document,
+// EOS targets masked, every piece restarting at each document).
 TEST(ModelGradient, FiniteDifferenceEveryParameterDouble) {
   ModelConfig c = micro_config();
   c.tau = -1.0;
   // A larger init than 0.02 makes every gradient well above the round-off of
   // the difference quotient (~1e-10 here).
   c.init_std = 0.3;
-  for (bool atm : {true, false}) {
+  for (int run = 0; run < 3; ++run) {
+    const bool atm = run != 1, docs = run == 2;
     c.atm = atm;
     auto ops = test_backend<double>();
     const int B = 2;
-    Model<double> m(*ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
+    ModelOptions mo{B, false, false};
+    if (docs) mo.documents_eos = 2;
+    Model<double> m(*ops, c, ModelShard{}, nullptr, mo);
     m.init(7);
-    const auto tok = random_tokens(size_t(B) * (c.T + 1), c.V, 3);
+    auto tok = random_tokens(size_t(B) * (c.T + 1), c.V, 3);
+    if (docs) tok[1] = tok[2] = tok[size_t(c.T + 1) + 4] = 2;  // documents [0,2) [2] [3,6); [0,5) [5,6)
     m.zero_grads();
     m.train_micro_step(tok.data(), 1.0);
     const std::vector<double> g = download_vec(*ops, m.grads(), m.n_params());
@@ -79,7 +92,8 @@ TEST(ModelGradient, FiniteDifferenceEveryParameterDouble) {
       // Where the host cannot touch backend memory every op is slow (cpu-opaque:
       // two mprotect calls per op), so a sample of each tensor is enough; the
       // host-memory cpu backend checks every element.
-      const size_t stride = ops->host_accessible() ? 1 : 17;
+      // (The documents run, a third, samples every fifth element to stay cheap.)
+      const size_t stride = ops->host_accessible() ? (docs ? 5 : 1) : 17;
       for (size_t i = 0; i < e.size(); i += stride) {
         const size_t k = e.offset + i;
         const double p0 = p[k];
@@ -90,11 +104,14 @@ TEST(ModelGradient, FiniteDifferenceEveryParameterDouble) {
         poke(k, p0);
         err = std::max(err, std::abs((lp - lm) / (2 * h) - g[k]) / scale);
       }
-      if (err > worst) { worst = err; worst_name = e.name; }
-      EXPECT_LT(err, 1e-6) << e.name << " (atm " << atm << ")";
+      if (err > worst) {
+        worst = err;
+        worst_name = e.name;
+      }
+      EXPECT_LT(err, 1e-6) << e.name << " (atm " << atm << ", documents " << docs << ")";
     }
-    std::printf("  FD whole model (atm %d, %zu parameters): worst rel err %.2e at %s\n", int(atm),
-                m.n_params(), worst, worst_name.c_str());
+    std::printf("  FD whole model (atm %d, documents %d, %zu parameters): worst rel err %.2e at %s\n", int(atm),
+                int(docs), m.n_params(), worst, worst_name.c_str());
   }
 }
 
@@ -102,7 +119,8 @@ TEST(ModelGradient, FiniteDifferenceEveryParameterDouble) {
 // in training mode with ATM merging (forced and data-dependent).
 TEST(ModelCausality, TrainingModeWithAtm) {
   ModelConfig c = micro_config();
-  c.T = 16; c.L = 6;
+  c.T = 16;
+  c.L = 6;
   for (double tau : {-1.0, 0.0, 0.3}) {
     c.tau = tau;
     auto ops = test_backend<float>();
@@ -137,10 +155,73 @@ TEST(ModelCausality, TrainingModeWithAtm) {
   }
 }
 
+// Documents (docs/model.md §2): each document of a packed window gives the
+// logits it gives alone at the start of a window (in training mode, ATM
+// merging every pair it may), and the loss sums the targets that are not an
+// EOS's.
+TEST(ModelDocuments, EachDocumentAsIfAlone) {
+  ModelConfig c = micro_config();
+  c.T = 16;
+  c.tau = -1.0;
+  c.init_std = 0.1;
+  const int32_t eos = 2;
+  auto ops = test_backend<double>();
+  ModelOptions mo{2, false, false};
+  mo.documents_eos = eos;
+  Model<double> m(*ops, c, ModelShard{}, nullptr, mo);
+  m.init(5);
+  auto in = random_tokens(size_t(2) * c.T, c.V - 3, 8);
+  for (auto& x : in) x += 3;     // no EOS but where placed
+  in[4] = in[5] = in[11] = eos;  // [0,5) [5,6) [6,12) [12,16)
+  in[size_t(c.T) + 9] = eos;     // [0,10) [10,16)
+  const auto packed = m.forward_logits(in.data(), true);
+  const struct { int b, s, e; } docs[] = {{0, 0, 5}, {0, 5, 6}, {0, 6, 12}, {0, 12, 16}, {1, 0, 10}, {1, 10, 16}};
+  for (const auto& d : docs) {
+    auto alone = random_tokens(size_t(2) * c.T, c.V - 3, 9 + uint64_t(d.s));
+    for (auto& x : alone) x += 3;
+    std::copy(in.begin() + d.b * c.T + d.s, in.begin() + d.b * c.T + d.e, alone.begin());
+    const auto ref = m.forward_logits(alone.data(), true);
+    double diff = 0;
+    for (int t = 0; t < d.e - d.s; ++t)
+      for (int v = 0; v < c.V; ++v)
+        diff = std::max(diff, std::abs(ref[size_t(t) * c.V + v] - packed[(size_t(d.b) * c.T + d.s + t) * c.V + v]));
+    EXPECT_LT(diff, 1e-12) << "document [" << d.s << ", " << d.e << ") of sequence " << d.b;
+  }
+  // ATM's statistics count the pairs inside the documents (every pair merges
+  // at tau = -1: about half the positions, fewer visible pairs than causal).
+  for (const auto& st : m.atm_stats()) {
+    EXPECT_GT(st.mu, 0.3) << st.layer;
+    EXPECT_GT(st.visible_fraction, 0.0) << st.layer;
+    EXPECT_LT(st.visible_fraction, 1.0) << st.layer;
+  }
+  EXPECT_FALSE(m.atm_stats().empty());
+  // Without documents the earlier documents reach the later ones.
+  Model<double> plain(*ops, c, ModelShard{}, nullptr, ModelOptions{2, false, false});
+  plain.init(5);
+  EXPECT_GT(max_abs_diff(plain.forward_logits(in.data(), true), packed), 1e-6);
+  // The loss: every target but the four EOS positions'.
+  std::vector<int32_t> tok;
+  double want = 0;
+  for (int b = 0; b < 2; ++b)
+    for (int t = 0; t <= c.T; ++t) {
+      const int32_t x = t < c.T ? in[size_t(b) * c.T + t] : 7;
+      tok.push_back(x);
+      if (t == 0 || in[size_t(b) * c.T + t - 1] == eos) continue;
+      const double* z = &packed[(size_t(b) * c.T + t - 1) * c.V];
+      double mx = *std::max_element(z, z + c.V), se = 0;
+      for (int v = 0; v < c.V; ++v) se += std::exp(z[v] - mx);
+      want += std::log(se) + mx - z[x];
+    }
+  EXPECT_EQ(counted_targets(tok.data(), 2, c.T, eos), 2 * c.T - 4);
+  EXPECT_NEAR(m.train_micro_step(tok.data(), 1.0), want, 1e-10);
+}
+
 // With no pair above tau, training-mode ATM is exactly causal attention.
 TEST(ModelAtm, NoMergeEqualsCausal) {
   ModelConfig c = micro_config();
-  c.T = 16; c.L = 6; c.tau = 1.5;  // rho <= 1 + 1e-15 never exceeds 1.5
+  c.T = 16;
+  c.L = 6;
+  c.tau = 1.5;  // rho <= 1 + 1e-15 never exceeds 1.5
   auto ops = test_backend<float>();
   Model<float> m(*ops, c, ModelShard{}, nullptr, ModelOptions{2, false, false});
   m.init(3);
@@ -176,15 +257,18 @@ TEST(ModelAtm, MergeMapMatchesAlgorithm1) {
 // Cached decoding in any chunking equals the full forward (docs/model.md §2: < 1e-4).
 TEST(ModelInference, CachedChunksMatchFullForward) {
   ModelConfig c = micro_config();
-  c.T = 24; c.L = 6; c.d = 32; c.H = 4; c.Hkv = 2;
+  c.T = 24;
+  c.L = 6;
+  c.d = 32;
+  c.H = 4;
+  c.Hkv = 2;
   auto ops = test_backend<float>();
   const int B = 2;
   Model<float> m(*ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
   m.init(5);
   const auto in = random_tokens(size_t(B) * c.T, c.V, 1);
   const auto full = m.forward_logits(in.data(), false);
-  const std::vector<std::vector<int>> chunkings = {
-      {24}, std::vector<int>(24, 1), {12, 12}, {5, 1, 7, 3, 8}, {1, 23}};
+  const std::vector<std::vector<int>> chunkings = {{24}, std::vector<int>(24, 1), {12, 12}, {5, 1, 7, 3, 8}, {1, 23}};
   for (const auto& chunks : chunkings) {
     auto cache = m.make_cache(c.T);
     std::vector<float> got(full.size());
@@ -210,7 +294,12 @@ TEST(ModelInference, CachedChunksMatchFullForward) {
 // Recompute: bit-identical loss and gradients, less activation memory.
 TEST(ModelRecompute, IdenticalGradients) {
   ModelConfig c = micro_config();
-  c.T = 32; c.L = 6; c.d = 32; c.H = 4; c.Hkv = 2; c.tau = 0.2;
+  c.T = 32;
+  c.L = 6;
+  c.d = 32;
+  c.H = 4;
+  c.Hkv = 2;
+  c.tau = 0.2;
   auto ops = test_backend<float>();
   const int B = 2;
   Model<float> a(*ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
@@ -225,15 +314,15 @@ TEST(ModelRecompute, IdenticalGradients) {
   EXPECT_EQ(la, lr);
   EXPECT_EQ(download_vec(*ops, a.grads(), a.n_params()), download_vec(*ops, r.grads(), r.n_params()));
   EXPECT_LT(r.activation_bytes(), a.activation_bytes());
-  std::printf("  activations: %zu B without recompute, %zu B with (%.1f%% saved)\n",
-              a.activation_bytes(), r.activation_bytes(),
-              100.0 * (1.0 - double(r.activation_bytes()) / double(a.activation_bytes())));
+  std::printf("  activations: %zu B without recompute, %zu B with (%.1f%% saved)\n", a.activation_bytes(),
+              r.activation_bytes(), 100.0 * (1.0 - double(r.activation_bytes()) / double(a.activation_bytes())));
 }
 
 // Two micro-batches of one sequence accumulate the gradient of one batch of two.
 TEST(ModelAccumulation, MicroBatchesSumToBatch) {
   ModelConfig c = micro_config();
-  c.T = 16; c.tau = 0.2;
+  c.T = 16;
+  c.tau = 0.2;
   auto ops = test_backend<double>();
   Model<double> one(*ops, c, ModelShard{}, nullptr, ModelOptions{2, false, false});
   Model<double> two(*ops, c, ModelShard{}, nullptr, ModelOptions{1, false, false});
@@ -281,7 +370,10 @@ TEST(ModelInit, LayoutIndependent) {
   // Statistics of the normal init: mean ~ 0, std ~ init_std; constants exact.
   const ParamEntry& emb = full.find("model.embed_tokens.weight");
   double s1 = 0, s2 = 0;
-  for (size_t i = 0; i < emb.size(); ++i) { s1 += fv[emb.offset + i]; s2 += double(fv[emb.offset + i]) * fv[emb.offset + i]; }
+  for (size_t i = 0; i < emb.size(); ++i) {
+    s1 += fv[emb.offset + i];
+    s2 += double(fv[emb.offset + i]) * fv[emb.offset + i];
+  }
   const double n = double(emb.size()), mean = s1 / n, sd = std::sqrt(s2 / n - mean * mean);
   EXPECT_NEAR(mean, 0.0, 0.001);
   EXPECT_NEAR(sd, 0.02, 0.0005);

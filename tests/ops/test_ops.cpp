@@ -27,12 +27,10 @@ class Report : public ::testing::Environment {
  public:
   void TearDown() override {
     std::printf("max relative errors:\n");
-    for (const auto& [name, err] : report_table())
-      std::printf("  %-32s %.3g\n", name.c_str(), err);
+    for (const auto& [name, err] : report_table()) std::printf("  %-32s %.3g\n", name.c_str(), err);
   }
 };
-[[maybe_unused]] auto* const kReport =
-    ::testing::AddGlobalTestEnvironment(new Report);
+[[maybe_unused]] auto* const kReport = ::testing::AddGlobalTestEnvironment(new Report);
 
 // A new buffer's contents are undefined (kernels/ops.h): fresh pages from
 // the kernel happen to be zero, but reused heap memory is not, and the
@@ -77,9 +75,8 @@ TEST(Memory, CopyBlockMovesOnlyTheBlock) {
 }
 
 // Naive C = alpha op(A) op(B) + beta C with leading dimensions.
-void gemm_ref(Trans ta, Trans tb, int m, int n, int k, double alpha,
-              const Vec& A, int lda, const Vec& B, int ldb, double beta, Vec& C,
-              int ldc) {
+void gemm_ref(Trans ta, Trans tb, int m, int n, int k, double alpha, const Vec& A, int lda, const Vec& B, int ldb,
+              double beta, Vec& C, int ldc) {
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j) {
       double s = 0;
@@ -105,14 +102,12 @@ TEST(Gemm, AllTransposesAndBatched) {
       const Vec A = randn(size_t(sA) * batch), B = randn(size_t(sB) * batch);
       const Vec C0 = randn(size_t(sC) * batch);
       Vec C = C0, want = C0;
-      D.gemm(ta, tb, m, n, k, 0.7, A.data(), lda, B.data(), ldb, -0.3,
-             C.data(), ldc);
+      D.gemm(ta, tb, m, n, k, 0.7, A.data(), lda, B.data(), ldb, -0.3, C.data(), ldc);
       gemm_ref(ta, tb, m, n, k, 0.7, A, lda, B, ldb, -0.3, want, ldc);
       EXPECT_LT(rel_err(C, want), 1e-14);
 
       C = C0;
-      D.gemm_strided_batched(ta, tb, m, n, k, 1.5, A.data(), lda, sA,
-                             B.data(), ldb, sB, 0.5, C.data(), ldc, sC, batch);
+      D.gemm_strided_batched(ta, tb, m, n, k, 1.5, A.data(), lda, sA, B.data(), ldb, sB, 0.5, C.data(), ldc, sC, batch);
       want = C0;
       for (int i = 0; i < batch; ++i) {
         Vec Ai(A.begin() + i * sA, A.begin() + (i + 1) * sA);
@@ -124,8 +119,7 @@ TEST(Gemm, AllTransposesAndBatched) {
       EXPECT_LT(rel_err(C, want), 1e-14);
 
       Fvec Af = to_float(A), Bf = to_float(B), Cf = to_float(C0);
-      F.gemm(ta, tb, m, n, k, 0.7f, Af.data(), lda, Bf.data(), ldb, -0.3f,
-             Cf.data(), ldc);
+      F.gemm(ta, tb, m, n, k, 0.7f, Af.data(), lda, Bf.data(), ldb, -0.3f, Cf.data(), ldc);
       want = C0;
       gemm_ref(ta, tb, m, n, k, 0.7, A, lda, B, ldb, -0.3, want, ldc);
       EXPECT_LT(rel_err(Vec(Cf.begin(), Cf.end()), want), 1e-5);
@@ -175,10 +169,8 @@ TEST(AdamW, ThreeStepsMatchPyTorchFormula) {
     Vec g = randn(n, 0.1);
     Fvec gf = to_float(g);
     const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
-    D.adamw(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd,
-            bc1, bc2, nullptr, false);
-    F.adamw(pf.data(), gf.data(), mf.data(), vf.data(), n, lr, b1, b2, eps, wd,
-            bc1, bc2, nullptr, false);
+    D.adamw(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, bc1, bc2, nullptr, false);
+    F.adamw(pf.data(), gf.data(), mf.data(), vf.data(), n, lr, b1, b2, eps, wd, bc1, bc2, nullptr, false);
     for (size_t i = 0; i < n; ++i) {  // scalar PyTorch AdamW
       pr[i] *= 1 - lr * wd;
       mr[i] = b1 * mr[i] + (1 - b1) * g[i];
@@ -236,11 +228,9 @@ TEST(Attention, ForwardsToCpuKernel) {
   s.Hkv = 1;
   s.dh = 4;
   const AttnKeys keys;
-  Vec q = randn(size_t(s.Tq) * s.H * s.dh), k = randn(size_t(s.Tk) * s.dh),
-      v = randn(k.size());
+  Vec q = randn(size_t(s.Tq) * s.H * s.dh), k = randn(size_t(s.Tk) * s.dh), v = randn(k.size());
   Vec o(q.size()), lse(size_t(s.H) * s.Tq);
-  D.attention_fwd(s, keys, q.data(), k.data(), v.data(), nullptr, nullptr,
-                  o.data(), lse.data());
+  D.attention_fwd(s, keys, q.data(), k.data(), v.data(), nullptr, nullptr, o.data(), lse.data());
   // Naive causal softmax attention.
   const double sc = 1 / std::sqrt(double(s.dh));
   for (int h = 0; h < s.H; ++h)
@@ -254,20 +244,17 @@ TEST(Attention, ForwardsToCpuKernel) {
         for (int c = 0; c < 4; ++c) acc[c] += e * v[size_t(j) * 4 + c];
       }
       EXPECT_NEAR(lse[size_t(h) * s.Tq + i], std::log(z), 1e-13);
-      for (int c = 0; c < 4; ++c)
-        EXPECT_NEAR(o[(size_t(i) * s.H + h) * 4 + c], acc[c] / z, 1e-13);
+      for (int c = 0; c < 4; ++c) EXPECT_NEAR(o[(size_t(i) * s.H + h) * 4 + c], acc[c] / z, 1e-13);
     }
   const Vec w = randn(o.size());
   auto L = [&] {
     Vec oo(o.size()), ll(lse.size());
-    D.attention_fwd(s, keys, q.data(), k.data(), v.data(), nullptr, nullptr,
-                    oo.data(), ll.data());
+    D.attention_fwd(s, keys, q.data(), k.data(), v.data(), nullptr, nullptr, oo.data(), ll.data());
     return dot(w, oo);
   };
   Vec dq(q.size()), dk(k.size()), dv(v.size());
-  D.attention_bwd(s, keys, q.data(), k.data(), v.data(), nullptr, nullptr,
-                  o.data(), lse.data(), w.data(), dq.data(), dk.data(),
-                  dv.data(), nullptr, nullptr);
+  D.attention_bwd(s, keys, q.data(), k.data(), v.data(), nullptr, nullptr, o.data(), lse.data(), w.data(), dq.data(),
+                  dk.data(), dv.data(), nullptr, nullptr);
   fd_check("attention dq", q, dq, L);
   fd_check("attention dk", k, dk, L);
   fd_check("attention dv", v, dv, L);
@@ -289,19 +276,16 @@ class ThreeThreads : public ::testing::Test {
 // Row ops on many rows (threaded) equal the same ops called row by row.
 TEST_F(ThreeThreads, RowOpsMatchRowByRowCalls) {
   const int N = 601, d = 64;
-  const Vec x = randn(size_t(N) * d), g = randn(d, 0.3, 1), dl = randn(d, 0.5),
-            dy = randn(x.size());
+  const Vec x = randn(size_t(N) * d), g = randn(d, 0.3, 1), dl = randn(d, 0.5), dy = randn(x.size());
   Vec y(x.size()), r(N), dx(x.size(), 0), dg(d, 0), dd(d, 0);
   D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, 1e-6, y.data(), r.data(), nullptr);
-  D.rmsnorm_bwd(x.data(), g.data(), dl.data(), r.data(), dy.data(), N, d,
-                dx.data(), dx.data(), dg.data(), dd.data());
+  D.rmsnorm_bwd(x.data(), g.data(), dl.data(), r.data(), dy.data(), N, d, dx.data(), dx.data(), dg.data(), dd.data());
   Vec y1(x.size()), r1(N), dx1(x.size(), 0), dg1(d, 0), dd1(d, 0);
   for (int i = 0; i < N; ++i) {
     const size_t o = size_t(i) * d;
-    D.rmsnorm_fwd(x.data() + o, g.data(), dl.data(), 1, d, 1e-6, y1.data() + o,
-                  r1.data() + i, nullptr);
-    D.rmsnorm_bwd(x.data() + o, g.data(), dl.data(), r1.data() + i,
-                  dy.data() + o, 1, d, dx1.data() + o, dx1.data() + o, dg1.data(), dd1.data());
+    D.rmsnorm_fwd(x.data() + o, g.data(), dl.data(), 1, d, 1e-6, y1.data() + o, r1.data() + i, nullptr);
+    D.rmsnorm_bwd(x.data() + o, g.data(), dl.data(), r1.data() + i, dy.data() + o, 1, d, dx1.data() + o, dx1.data() + o,
+                  dg1.data(), dd1.data());
   }
   EXPECT_EQ(y, y1);
   EXPECT_EQ(dx, dx1);
@@ -341,9 +325,7 @@ TEST_F(ThreeThreads, RowOpsMatchRowByRowCalls) {
   for (auto& id : ids) id = randint(0, V + 3);  // some outside the slice
   Vec dE(size_t(V) * d, 0), dE1(dE.size(), 0);
   D.embedding_bwd(ids.data(), N, dy.data(), 0, V, d, dE.data());
-  for (int i = 0; i < N; ++i)
-    D.embedding_bwd(ids.data() + i, 1, dy.data() + size_t(i) * d, 0, V, d,
-                    dE1.data());
+  for (int i = 0; i < N; ++i) D.embedding_bwd(ids.data() + i, 1, dy.data() + size_t(i) * d, 0, V, d, dE1.data());
   EXPECT_EQ(dE, dE1);
 
   // Cross-entropy rows.
@@ -367,21 +349,19 @@ TEST_F(ThreeThreads, RowOpsMatchRowByRowCalls) {
 
   // Context attention rows.
   const int H = 4, Hkv = 2, dh = 16, nc = 2, Na = 200;
-  const Vec q = randn(size_t(Na) * H * dh), kc = randn(size_t(Na) * nc * Hkv * dh),
-            vc = randn(kc.size()), dout = randn(q.size());
-  Vec out(q.size()), pr(size_t(Na) * H * nc), dq(q.size(), 0), dkc(kc.size()),
-      dvc(vc.size());
+  const Vec q = randn(size_t(Na) * H * dh), kc = randn(size_t(Na) * nc * Hkv * dh), vc = randn(kc.size()),
+            dout = randn(q.size());
+  Vec out(q.size()), pr(size_t(Na) * H * nc), dq(q.size(), 0), dkc(kc.size()), dvc(vc.size());
   D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), Na, nc, H, Hkv, dh, Hkv * dh, out.data(), pr.data());
-  D.ctx_attention_bwd(q.data(), kc.data(), vc.data(), pr.data(), dout.data(), Na, nc, H, Hkv, dh, Hkv * dh,
-                      dq.data(), dkc.data(), dvc.data());
+  D.ctx_attention_bwd(q.data(), kc.data(), vc.data(), pr.data(), dout.data(), Na, nc, H, Hkv, dh, Hkv * dh, dq.data(),
+                      dkc.data(), dvc.data());
   for (int n = 0; n < Na; n += 7) {
     const size_t qo = size_t(n) * H * dh, ko = size_t(n) * nc * Hkv * dh;
-    Vec o1(size_t(H) * dh), p1(size_t(H) * nc), dq1(o1.size(), 0),
-        dk1(size_t(nc) * Hkv * dh), dv1(dk1.size());
-    D.ctx_attention_fwd(q.data() + qo, kc.data() + ko, vc.data() + ko, 1, nc, H, Hkv, dh, Hkv * dh,
-                        o1.data(), p1.data());
-    D.ctx_attention_bwd(q.data() + qo, kc.data() + ko, vc.data() + ko, p1.data(),
-                        dout.data() + qo, 1, nc, H, Hkv, dh, Hkv * dh, dq1.data(), dk1.data(), dv1.data());
+    Vec o1(size_t(H) * dh), p1(size_t(H) * nc), dq1(o1.size(), 0), dk1(size_t(nc) * Hkv * dh), dv1(dk1.size());
+    D.ctx_attention_fwd(q.data() + qo, kc.data() + ko, vc.data() + ko, 1, nc, H, Hkv, dh, Hkv * dh, o1.data(),
+                        p1.data());
+    D.ctx_attention_bwd(q.data() + qo, kc.data() + ko, vc.data() + ko, p1.data(), dout.data() + qo, 1, nc, H, Hkv, dh,
+                        Hkv * dh, dq1.data(), dk1.data(), dv1.data());
     for (size_t c = 0; c < o1.size(); ++c) {
       ASSERT_EQ(o1[c], out[qo + c]);
       ASSERT_EQ(dq1[c], dq[qo + c]);
@@ -398,8 +378,8 @@ TEST_F(ThreeThreads, SequenceOpsMatchNarrowCalls) {
   const int B = 3, Tn = 50, d = 600;
   const Vec x = randn(size_t(B) * Tn * d);
   Vec out(x.size()), dx(x.size(), 1.0);
-  D.prefix_mean_fwd(x.data(), B, Tn, d, out.data(), nullptr);
-  D.prefix_mean_bwd(x.data(), B, Tn, d, dx.data());
+  D.prefix_mean_fwd(x.data(), B, Tn, d, nullptr, out.data(), nullptr);
+  D.prefix_mean_bwd(x.data(), B, Tn, d, nullptr, dx.data());
   for (int b = 0; b < B; ++b)
     for (int c = 0; c < d; c += 37) {
       double s = 0, rs = 0;
@@ -439,8 +419,7 @@ TEST_F(ThreeThreads, SequenceOpsMatchNarrowCalls) {
       double s = 0;
       for (int t = f; t <= e; ++t) s += x[(size_t(b) * Tn + t) * d + 5];
       ASSERT_NEAR(mo[r + 5], s / (e - f + 1), 1e-15);
-      for (int t = f; t <= e; ++t)
-        ASSERT_NEAR(mdx[(size_t(b) * Tn + t) * d + 5], x[r + 5] / (e - f + 1), 1e-15);
+      for (int t = f; t <= e; ++t) ASSERT_NEAR(mdx[(size_t(b) * Tn + t) * d + 5], x[r + 5] / (e - f + 1), 1e-15);
     }
 }
 
@@ -449,8 +428,8 @@ TEST_F(ThreeThreads, SequenceOpsMatchNarrowCalls) {
 TEST(Determinism, RepeatedCallsAreBitIdentical) {
   const int N = 1024, d = 256;
   const size_t n = size_t(N) * d;
-  const Fvec x = to_float(randn(n)), y = to_float(randn(n)),
-             g = to_float(randn(d, 0.3, 1)), dl = to_float(randn(d, 0.5));
+  const Fvec x = to_float(randn(n)), y = to_float(randn(n)), g = to_float(randn(d, 0.3, 1)),
+             dl = to_float(randn(d, 0.5));
   std::vector<int32_t> ids(N);
   for (auto& id : ids) id = randint(0, 99);
   struct Run {
@@ -467,8 +446,8 @@ TEST(Determinism, RepeatedCallsAreBitIdentical) {
     r.dg.assign(d, 0);
     r.dd.assign(d, 0);
     r.dx.assign(n, 0);
-    F.rmsnorm_bwd(x.data(), g.data(), dl.data(), rs.data(), y.data(), N, d,
-                  r.dx.data(), r.dx.data(), r.dg.data(), r.dd.data());
+    F.rmsnorm_bwd(x.data(), g.data(), dl.data(), rs.data(), y.data(), N, d, r.dx.data(), r.dx.data(), r.dg.data(),
+                  r.dd.data());
     r.dE.assign(size_t(100) * d, 0);
     F.embedding_bwd(ids.data(), N, y.data(), 0, 100, d, r.dE.data());
     return r;

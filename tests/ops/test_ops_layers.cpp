@@ -19,8 +19,7 @@ CpuOps<float> F;
 
 // ---- WiolaRMSNorm ------------------------------------------------------------
 
-Vec rmsnorm_ref(const Vec& x, const Vec& g, const Vec& dl, int N, int d,
-                double eps) {
+Vec rmsnorm_ref(const Vec& x, const Vec& g, const Vec& dl, int N, int d, double eps) {
   Vec y(x.size());
   for (int i = 0; i < N; ++i) {
     double ms = 0;
@@ -29,9 +28,7 @@ Vec rmsnorm_ref(const Vec& x, const Vec& g, const Vec& dl, int N, int d,
       ms += z * z;
     }
     ms /= d;
-    for (int j = 0; j < d; ++j)
-      y[size_t(i) * d + j] = g[j] * (x[size_t(i) * d + j] + dl[j]) /
-                             std::sqrt(ms + eps);
+    for (int j = 0; j < d; ++j) y[size_t(i) * d + j] = g[j] * (x[size_t(i) * d + j] + dl[j]) / std::sqrt(ms + eps);
   }
   return y;
 }
@@ -41,8 +38,7 @@ TEST(RmsNorm, ForwardMatchesFormula) {
   const double eps = 1e-6;
   Vec x = randn(size_t(N) * d), g = randn(d, 0.3, 1.0), dl = randn(d, 0.5);
   Vec y(x.size()), rstd(N);
-  D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, eps, y.data(),
-                rstd.data(), nullptr);
+  D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, eps, y.data(), rstd.data(), nullptr);
   const double err = rel_err(y, rmsnorm_ref(x, g, dl, N, d, eps));
   report("fwd rmsnorm", err);
   EXPECT_LT(err, 1e-14);
@@ -60,18 +56,16 @@ TEST(RmsNorm, BackwardFiniteDifferences) {
     const Vec w = randn(x.size());
     auto L = [&] {
       Vec y(x.size()), r(N);
-      D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, eps, y.data(),
-                    r.data(), nullptr);
+      D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, eps, y.data(), r.data(), nullptr);
       return dot(w, y);
     };
     Vec y(x.size()), rstd(N);
-    D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, eps, y.data(),
-                  rstd.data(), nullptr);
+    D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, eps, y.data(), rstd.data(), nullptr);
     // All three gradients accumulate: start from random values.
     const Vec dx0 = randn(x.size()), dg0 = randn(d), dd0 = randn(d);
     Vec dx = dx0, dg = dg0, dd = dd0;
-    D.rmsnorm_bwd(x.data(), g.data(), dl.data(), rstd.data(), w.data(), N, d,
-                  dx.data(), dx.data(), dg.data(), dd.data());
+    D.rmsnorm_bwd(x.data(), g.data(), dl.data(), rstd.data(), w.data(), N, d, dx.data(), dx.data(), dg.data(),
+                  dd.data());
     fd_check("rmsnorm dx", x, minus(dx, dx0), L);
     fd_check("rmsnorm dgamma", g, minus(dg, dg0), L);
     fd_check("rmsnorm ddelta", dl, minus(dd, dd0), L);
@@ -83,10 +77,8 @@ TEST(RmsNorm, FloatMatchesDouble) {
   Vec x = randn(size_t(N) * d), g = randn(d, 0.3, 1.0), dl = randn(d, 0.5);
   Vec y(x.size()), r(N);
   D.rmsnorm_fwd(x.data(), g.data(), dl.data(), N, d, 1e-6, y.data(), r.data(), nullptr);
-  Fvec xf = to_float(x), gf = to_float(g), df = to_float(dl), yf(x.size()),
-       rf(N);
-  F.rmsnorm_fwd(xf.data(), gf.data(), df.data(), N, d, 1e-6, yf.data(),
-                rf.data(), nullptr);
+  Fvec xf = to_float(x), gf = to_float(g), df = to_float(dl), yf(x.size()), rf(N);
+  F.rmsnorm_fwd(xf.data(), gf.data(), df.data(), N, d, 1e-6, yf.data(), rf.data(), nullptr);
   const double err = rel_err(Vec(yf.begin(), yf.end()), y);
   report("f32 vs f64 rmsnorm", err);
   EXPECT_LT(err, 1e-5);
@@ -113,8 +105,7 @@ TEST(Srpe, HandComputedRotation) {
   Vec x = {1, 2, 3, 4};
   const Vec table = {0.6, 0.8, 0.0, 1.0};
   D.srpe_apply(x.data(), 1, 1, 1, 4, table.data(), false);
-  const Vec want = {1 * 0.6 - 3 * 0.8, 2 * 0.0 - 4 * 1.0, 1 * 0.8 + 3 * 0.6,
-                    2 * 1.0 + 4 * 0.0};
+  const Vec want = {1 * 0.6 - 3 * 0.8, 2 * 0.0 - 4 * 1.0, 1 * 0.8 + 3 * 0.6, 2 * 1.0 + 4 * 0.0};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(x[i], want[i], 1e-15) << i;
   D.srpe_apply(x.data(), 1, 1, 1, 4, table.data(), true);
   const Vec back = {1, 2, 3, 4};
@@ -179,8 +170,8 @@ TEST(Srpe, BackwardIsTranspose) {
 // inner loop vectorises over and an odd half head dim.
 template <class T>
 void check_srpe_split(Ops<T>& ops, int B, int Tn, int H, int Hkv, int dh) {
-  SCOPED_TRACE(testing::Message() << ops.name() << " " << sizeof(T) << "-byte, B " << B << " T " << Tn << " H "
-                                  << H << " Hkv " << Hkv << " dh " << dh);
+  SCOPED_TRACE(testing::Message() << ops.name() << " " << sizeof(T) << "-byte, B " << B << " T " << Tn << " H " << H
+                                  << " Hkv " << Hkv << " dh " << dh);
   const int N = B * Tn, hd = H * dh, kvd = Hkv * dh, width = 2 * hd + 2 * kvd;
   const int widths[4] = {hd, kvd, kvd, hd};
   auto up = [&](const Vec& v) {
@@ -207,7 +198,7 @@ void check_srpe_split(Ops<T>& ops, int B, int Tn, int H, int Hkv, int dh) {
   }
   ops.srpe_apply(one[0].data(), B, Tn, H, dh, table.data(), false);
   ops.srpe_apply(one[1].data(), B, Tn, Hkv, dh, table.data(), false);
-  ops.srpe_split_fwd(proj.data(), B, Tn, H, Hkv, dh, table.data(), two[0].data(), two[1].data(), two[2].data(),
+  ops.srpe_split_fwd(proj.data(), B, Tn, H, Hkv, dh, table.data(), nullptr, two[0].data(), two[1].data(), two[2].data(),
                      two[3].data());
   for (int i = 0; i < 4; ++i) EXPECT_EQ(bytes(two[size_t(i)]), bytes(one[size_t(i)])) << "block " << i;
   // SRPE did rotate: q differs from its block of proj.
@@ -220,7 +211,7 @@ void check_srpe_split(Ops<T>& ops, int B, int Tn, int H, int Hkv, int dh) {
   const auto dq0 = bytes(grads[0]), dk0 = bytes(grads[1]);
   Buffer<T> dproj1 = up(Vec(size_t(N) * width, 5.0)), dproj2 = up(Vec(size_t(N) * width, -1.0));
   ops.srpe_split_bwd(grads[0].data(), grads[1].data(), grads[2].data(), grads[3].data(), B, Tn, H, Hkv, dh,
-                     table.data(), dproj2.data());
+                     table.data(), nullptr, dproj2.data());
   EXPECT_EQ(bytes(grads[0]), dq0);
   EXPECT_EQ(bytes(grads[1]), dk0);
   ops.srpe_apply(grads[0].data(), B, Tn, H, dh, table.data(), true);
@@ -290,8 +281,7 @@ TEST(Atm, MergeRowsForwardAndBackward) {
   const int w = 5;
   Vec x = randn(size_t(g.B) * g.Tn * w);
   Vec out(x.size(), 99);
-  D.atm_merge_rows(x.data(), g.B, g.Tn, w, g.first.data(), g.end.data(),
-                   g.n.data(), out.data());
+  D.atm_merge_rows(x.data(), g.B, g.Tn, w, g.first.data(), g.end.data(), g.n.data(), out.data());
   for (int b = 0; b < g.B; ++b)
     for (int j = 0; j < g.Tn; ++j)
       for (int c = 0; c < w; ++c) {
@@ -306,14 +296,12 @@ TEST(Atm, MergeRowsForwardAndBackward) {
   const Vec wt = randn(x.size());
   auto L = [&] {
     Vec o(x.size());
-    D.atm_merge_rows(x.data(), g.B, g.Tn, w, g.first.data(), g.end.data(),
-                     g.n.data(), o.data());
+    D.atm_merge_rows(x.data(), g.B, g.Tn, w, g.first.data(), g.end.data(), g.n.data(), o.data());
     return dot(wt, o);
   };
   const Vec dx0 = randn(x.size());
   Vec dx = dx0;
-  D.atm_merge_rows_bwd(wt.data(), g.B, g.Tn, w, g.first.data(), g.end.data(),
-                       g.n.data(), dx.data());
+  D.atm_merge_rows_bwd(wt.data(), g.B, g.Tn, w, g.first.data(), g.end.data(), g.n.data(), dx.data());
   fd_check("atm_merge_rows dx", x, minus(dx, dx0), L);
 }
 
@@ -321,9 +309,21 @@ TEST(Atm, MergeRowsRejectsBadLayout) {
   Groups g;
   g.first[2] = 2;  // overlaps group 1 (rows 1..2)
   Vec x(size_t(g.B) * g.Tn * 3), out(x.size());
-  EXPECT_THROW(D.atm_merge_rows(x.data(), g.B, g.Tn, 3, g.first.data(),
-                                g.end.data(), g.n.data(), out.data()),
-               Error);
+  EXPECT_THROW(D.atm_merge_rows(x.data(), g.B, g.Tn, 3, g.first.data(), g.end.data(), g.n.data(), out.data()), Error);
+}
+
+// Documents (docs/model.md §2): a pair never crosses a document's start.
+TEST(Atm, PlanNeverCrossesADocument) {
+  const int Tn = 8;
+  const std::vector<double> rho(Tn - 1, 1.0);
+  const std::vector<int32_t> ds = {0, 0, 0, 3, 3, 5, 5, 5};
+  std::vector<uint8_t> open(Tn);
+  std::vector<int32_t> first(Tn), end(Tn), n(1);
+  D.atm_plan(rho.data(), 1, Tn, 0.5, ds.data(), open.data(), first.data(), end.data(), n.data());
+  EXPECT_EQ(open, (std::vector<uint8_t>{1, 0, 0, 1, 0, 1, 0, 0}));
+  EXPECT_EQ(n[0], 5);
+  D.atm_plan(rho.data(), 1, Tn, 0.5, nullptr, open.data(), first.data(), end.data(), n.data());
+  EXPECT_EQ(open, (std::vector<uint8_t>{1, 0, 1, 0, 1, 0, 1, 0}));
 }
 
 // ---- prefix mean -------------------------------------------------------------------
@@ -332,7 +332,7 @@ TEST(PrefixMean, ForwardBackwardAndCarry) {
   const int B = 2, Tn = 7, d = 300;  // d > one 256-column block
   Vec x = randn(size_t(B) * Tn * d);
   Vec out(x.size()), out_op(x.size(), -1.0);
-  D.prefix_mean_fwd(x.data(), B, Tn, d, out.data(), out_op.data());
+  D.prefix_mean_fwd(x.data(), B, Tn, d, nullptr, out.data(), out_op.data());
   EXPECT_EQ(out_op, out);  // the GEMM operand copy (storage T here: the values)
   Vec want(x.size());
   for (int b = 0; b < B; ++b)
@@ -354,18 +354,15 @@ TEST(PrefixMean, ForwardBackwardAndCarry) {
     for (int t = 0; t < Tn; ++t)
       for (int c = 0; c < d; ++c) {
         const double v = x[(size_t(b) * Tn + t) * d + c];
-        if (t < 3)
-          x1[(size_t(b) * 3 + t) * d + c] = v;
-        else
-          x2[(size_t(b) * 4 + t - 3) * d + c] = v;
+        if (t < 3) x1[(size_t(b) * 3 + t) * d + c] = v;
+        else x2[(size_t(b) * 4 + t - 3) * d + c] = v;
       }
   D.prefix_mean_carry_fwd(x1.data(), B, 3, d, 0, carry.data(), o1.data(), nullptr);
   D.prefix_mean_carry_fwd(x2.data(), B, 4, d, 3, carry.data(), o2.data(), nullptr);
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < Tn; ++t)
       for (int c = 0; c < d; ++c) {
-        const double got = t < 3 ? o1[(size_t(b) * 3 + t) * d + c]
-                                 : o2[(size_t(b) * 4 + t - 3) * d + c];
+        const double got = t < 3 ? o1[(size_t(b) * 3 + t) * d + c] : o2[(size_t(b) * 4 + t - 3) * d + c];
         EXPECT_NEAR(got, want[(size_t(b) * Tn + t) * d + c], 1e-14);
       }
 
@@ -375,24 +372,76 @@ TEST(PrefixMean, ForwardBackwardAndCarry) {
   const Vec w = randn(xs.size());
   auto L = [&] {
     Vec o(xs.size());
-    D.prefix_mean_fwd(xs.data(), B, Tn, d2, o.data(), nullptr);
+    D.prefix_mean_fwd(xs.data(), B, Tn, d2, nullptr, o.data(), nullptr);
     return dot(w, o);
   };
   const Vec dx0 = randn(xs.size());
   Vec dx = dx0;
-  D.prefix_mean_bwd(w.data(), B, Tn, d2, dx.data());
+  D.prefix_mean_bwd(w.data(), B, Tn, d2, nullptr, dx.data());
   fd_check("prefix_mean dx", xs, minus(dx, dx0), L);
+}
+
+// Documents (docs/model.md §2 "Documents"): the means restart at each
+// document's first row, forward and backward, the other rows untouched.
+TEST(PrefixMean, Documents) {
+  const int B = 2, Tn = 9, d = 5;
+  const std::vector<int32_t> ds = {0, 0, 0, 3, 4, 4, 4, 4, 8,  //
+                                   0, 1, 1, 1, 1, 1, 1, 1, 1};
+  const Vec x = randn(size_t(B) * Tn * d);
+  Vec out(x.size()), want(x.size());
+  D.prefix_mean_fwd(x.data(), B, Tn, d, ds.data(), out.data(), nullptr);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < Tn; ++t)
+      for (int c = 0; c < d; ++c) {
+        const int s0 = ds[size_t(b) * Tn + t];
+        double sum = 0;
+        for (int u = s0; u <= t; ++u) sum += x[(size_t(b) * Tn + u) * d + c];
+        want[(size_t(b) * Tn + t) * d + c] = sum / (t - s0 + 1);
+      }
+  EXPECT_LT(rel_err(out, want), 1e-14);
+  Vec xs = x;
+  const Vec w = randn(xs.size());
+  auto L = [&] {
+    Vec o(xs.size());
+    D.prefix_mean_fwd(xs.data(), B, Tn, d, ds.data(), o.data(), nullptr);
+    return dot(w, o);
+  };
+  const Vec dx0 = randn(xs.size());
+  Vec dx = dx0;
+  D.prefix_mean_bwd(w.data(), B, Tn, d, ds.data(), dx.data());
+  fd_check("prefix_mean documents dx", xs, minus(dx, dx0), L);
+}
+
+// SRPE with documents: row t of a document rotates by position t - start,
+// the bits of the fused split of that row alone at its position's table row.
+TEST(Srpe, DocumentPositions) {
+  const int B = 2, Tn = 6, H = 2, Hkv = 1, dh = 4, width = 2 * H * dh + 2 * Hkv * dh;
+  const std::vector<int32_t> ds = {0, 0, 2, 2, 2, 5, 0, 1, 2, 2, 2, 2};
+  const Vec proj = randn(size_t(B) * Tn * width), table = srpe_table(Tn, dh);
+  Vec q(size_t(B) * Tn * H * dh), k(size_t(B) * Tn * Hkv * dh), v(k.size()), g(q.size());
+  D.srpe_split_fwd(proj.data(), B, Tn, H, Hkv, dh, table.data(), ds.data(), q.data(), k.data(), v.data(), g.data());
+  Vec dproj(proj.size());
+  D.srpe_split_bwd(q.data(), k.data(), v.data(), g.data(), B, Tn, H, Hkv, dh, table.data(), ds.data(), dproj.data());
+  for (int r = 0; r < B * Tn; ++r) {
+    const size_t pos = size_t(r % Tn - ds[size_t(r)]);
+    Vec q1(size_t(H) * dh), k1(size_t(Hkv) * dh), v1(k1.size()), g1(q1.size()), d1(static_cast<size_t>(width));
+    D.srpe_split_fwd(proj.data() + size_t(r) * width, 1, 1, H, Hkv, dh, table.data() + pos * dh, nullptr, q1.data(),
+                     k1.data(), v1.data(), g1.data());
+    for (size_t i = 0; i < q1.size(); ++i) EXPECT_EQ(q[size_t(r) * q1.size() + i], q1[i]) << "row " << r;
+    for (size_t i = 0; i < k1.size(); ++i) EXPECT_EQ(k[size_t(r) * k1.size() + i], k1[i]) << "row " << r;
+    D.srpe_split_bwd(q1.data(), k1.data(), v1.data(), g1.data(), 1, 1, H, Hkv, dh, table.data() + pos * dh, nullptr,
+                     d1.data());
+    for (int i = 0; i < width; ++i) EXPECT_EQ(dproj[size_t(r) * width + size_t(i)], d1[size_t(i)]) << "row " << r;
+  }
 }
 
 // ---- context attention -----------------------------------------------------------
 
 TEST(CtxAttention, ForwardMatchesFormula) {
   const int N = 3, nc = 2, H = 4, Hkv = 2, dh = 8;
-  const Vec q = randn(size_t(N) * H * dh), kc = randn(size_t(N) * nc * Hkv * dh),
-            vc = randn(kc.size());
+  const Vec q = randn(size_t(N) * H * dh), kc = randn(size_t(N) * nc * Hkv * dh), vc = randn(kc.size());
   Vec out(q.size()), probs(size_t(N) * H * nc);
-  D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh, Hkv * dh,
-                      out.data(), probs.data());
+  D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh, Hkv * dh, out.data(), probs.data());
   Vec want(q.size()), wantp(probs.size());
   for (int n = 0; n < N; ++n)
     for (int h = 0; h < H; ++h) {
@@ -401,26 +450,22 @@ TEST(CtxAttention, ForwardMatchesFormula) {
       for (int i = 0; i < nc; ++i) {
         s[i] = 0;
         for (int c = 0; c < dh; ++c)
-          s[i] += q[(size_t(n) * H + h) * dh + c] *
-                  kc[((size_t(n) * nc + i) * Hkv + g) * dh + c];
+          s[i] += q[(size_t(n) * H + h) * dh + c] * kc[((size_t(n) * nc + i) * Hkv + g) * dh + c];
         s[i] = std::exp(s[i] / std::sqrt(double(dh)));
         z += s[i];
       }
       for (int i = 0; i < nc; ++i) {
         wantp[(size_t(n) * H + h) * nc + i] = s[i] / z;
         for (int c = 0; c < dh; ++c)
-          want[(size_t(n) * H + h) * dh + c] +=
-              s[i] / z * vc[((size_t(n) * nc + i) * Hkv + g) * dh + c];
+          want[(size_t(n) * H + h) * dh + c] += s[i] / z * vc[((size_t(n) * nc + i) * Hkv + g) * dh + c];
       }
     }
   EXPECT_LT(rel_err(out, want), 1e-14);
   EXPECT_LT(rel_err(probs, wantp), 1e-14);
   report("fwd ctx_attention", rel_err(out, want));
 
-  Fvec qf = to_float(q), kf = to_float(kc), vf = to_float(vc), of(q.size()),
-       pf(probs.size());
-  F.ctx_attention_fwd(qf.data(), kf.data(), vf.data(), N, nc, H, Hkv, dh, Hkv * dh,
-                      of.data(), pf.data());
+  Fvec qf = to_float(q), kf = to_float(kc), vf = to_float(vc), of(q.size()), pf(probs.size());
+  F.ctx_attention_fwd(qf.data(), kf.data(), vf.data(), N, nc, H, Hkv, dh, Hkv * dh, of.data(), pf.data());
   const double ef = rel_err(Vec(of.begin(), of.end()), out);
   report("f32 vs f64 ctx_attention", ef);
   EXPECT_LT(ef, 1e-5);
@@ -429,22 +474,19 @@ TEST(CtxAttention, ForwardMatchesFormula) {
 TEST(CtxAttention, BackwardFiniteDifferences) {
   for (int nc : {1, 2, 3}) {
     const int N = 3, H = 4, Hkv = 2, dh = 6;
-    Vec q = randn(size_t(N) * H * dh), kc = randn(size_t(N) * nc * Hkv * dh),
-        vc = randn(kc.size());
+    Vec q = randn(size_t(N) * H * dh), kc = randn(size_t(N) * nc * Hkv * dh), vc = randn(kc.size());
     const Vec w = randn(q.size());
     auto L = [&] {
       Vec o(q.size()), p(size_t(N) * H * nc);
-      D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh, Hkv * dh,
-                          o.data(), p.data());
+      D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh, Hkv * dh, o.data(), p.data());
       return dot(w, o);
     };
     Vec out(q.size()), probs(size_t(N) * H * nc);
-    D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh, Hkv * dh,
-                        out.data(), probs.data());
+    D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh, Hkv * dh, out.data(), probs.data());
     const Vec dq0 = randn(q.size());
     Vec dq = dq0, dkc(kc.size(), 5.0), dvc(vc.size(), 5.0);  // overwritten
-    D.ctx_attention_bwd(q.data(), kc.data(), vc.data(), probs.data(), w.data(),
-                        N, nc, H, Hkv, dh, Hkv * dh, dq.data(), dkc.data(), dvc.data());
+    D.ctx_attention_bwd(q.data(), kc.data(), vc.data(), probs.data(), w.data(), N, nc, H, Hkv, dh, Hkv * dh, dq.data(),
+                        dkc.data(), dvc.data());
     fd_check("ctx_attention dq", q, minus(dq, dq0), L);
     if (nc > 1) {
       fd_check("ctx_attention dkc", kc, dkc, L);
@@ -473,14 +515,13 @@ TEST(CtxAttention, InterleavedKeysValuesGiveTheSeparateLayoutsBits) {
       }
     Vec out(q.size()), probs(size_t(N) * H * nc), dq(q.size(), 0.5), dkc(kc.size()), dvc(vc.size());
     D.ctx_attention_fwd(q.data(), kc.data(), vc.data(), N, nc, H, Hkv, dh, kvd, out.data(), probs.data());
-    D.ctx_attention_bwd(q.data(), kc.data(), vc.data(), probs.data(), dout.data(), N, nc, H, Hkv, dh, kvd,
-                        dq.data(), dkc.data(), dvc.data());
+    D.ctx_attention_bwd(q.data(), kc.data(), vc.data(), probs.data(), dout.data(), N, nc, H, Hkv, dh, kvd, dq.data(),
+                        dkc.data(), dvc.data());
     Vec out2(q.size()), probs2(probs.size()), dq2(q.size(), 0.5), dkv(kv.size(), 7.0);
-    D.ctx_attention_fwd(q.data(), kv.data(), kv.data() + kvd, N, nc, H, Hkv, dh, 2 * kvd, out2.data(),
-                        probs2.data());
+    D.ctx_attention_fwd(q.data(), kv.data(), kv.data() + kvd, N, nc, H, Hkv, dh, 2 * kvd, out2.data(), probs2.data());
     // dkc and dvc as the two halves of one buffer, as the layer passes them.
-    D.ctx_attention_bwd(q.data(), kv.data(), kv.data() + kvd, probs2.data(), dout.data(), N, nc, H, Hkv, dh,
-                        2 * kvd, dq2.data(), dkv.data(), dkv.data() + kvd);
+    D.ctx_attention_bwd(q.data(), kv.data(), kv.data() + kvd, probs2.data(), dout.data(), N, nc, H, Hkv, dh, 2 * kvd,
+                        dq2.data(), dkv.data(), dkv.data() + kvd);
     EXPECT_EQ(out2, out);
     EXPECT_EQ(probs2, probs);
     EXPECT_EQ(dq2, dq);
@@ -499,8 +540,8 @@ TEST(CtxAttention, InterleavedKeysValuesGiveTheSeparateLayoutsBits) {
       }
     Vec out3(q.size()), probs3(probs.size()), dq3(q.size(), 0.5);
     D.ctx_attention_fwd(q.data(), kg.data(), vg.data(), N, nc, H, Hkv, dh, ld, out3.data(), probs3.data());
-    D.ctx_attention_bwd(q.data(), kg.data(), vg.data(), probs3.data(), dout.data(), N, nc, H, Hkv, dh, ld,
-                        dq3.data(), dkg.data(), dvg.data());
+    D.ctx_attention_bwd(q.data(), kg.data(), vg.data(), probs3.data(), dout.data(), N, nc, H, Hkv, dh, ld, dq3.data(),
+                        dkg.data(), dvg.data());
     EXPECT_EQ(out3, out);
     EXPECT_EQ(dq3, dq);
     for (size_t r = 0; r < size_t(N) * nc; ++r)
@@ -519,8 +560,7 @@ TEST(Blend, ForwardAndFiniteDifferences) {
   Vec out(n);
   D.blend_fwd(a.data(), c.data(), phi.data(), n, out.data());
   const double beta = 1 / (1 + std::exp(-phi[0]));
-  for (size_t i = 0; i < n; ++i)
-    EXPECT_NEAR(out[i], (1 - beta) * a[i] + beta * c[i], 1e-15);
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(out[i], (1 - beta) * a[i] + beta * c[i], 1e-15);
   const Vec w = randn(n);
   auto L = [&] {
     Vec o(n);
@@ -528,8 +568,7 @@ TEST(Blend, ForwardAndFiniteDifferences) {
     return dot(w, o);
   };
   Vec da(n, 3.0), dc(n, 3.0);
-  const double dphi =
-      blend_bwd_dphi(D, a.data(), c.data(), phi[0], w.data(), n, da.data(), dc.data());
+  const double dphi = blend_bwd_dphi(D, a.data(), c.data(), phi[0], w.data(), n, da.data(), dc.data());
   fd_check("blend d_self", a, da, L);
   fd_check("blend d_ctx", c, dc, L);
   fd_check("blend dphi", phi, Vec{dphi}, L);
@@ -542,8 +581,7 @@ TEST(SigmoidGate, ForwardAndFiniteDifferences) {
   pre[1] = -40;
   Vec out(n);
   D.sigmoid_gate_fwd(pre.data(), x.data(), n, out.data());
-  for (size_t i = 0; i < n; ++i)
-    EXPECT_NEAR(out[i], x[i] / (1 + std::exp(-pre[i])), 1e-15);
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(out[i], x[i] / (1 + std::exp(-pre[i])), 1e-15);
   const Vec w = randn(n);
   auto L = [&] {
     Vec o(n);
@@ -597,8 +635,7 @@ TEST(Swiglu, ForwardAndFiniteDifferences) {
   g[1] = -50;
   Vec h(n);
   D.swiglu_fwd(g.data(), u.data(), n, h.data());
-  for (size_t i = 0; i < n; ++i)
-    EXPECT_NEAR(h[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-14);
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(h[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-14);
   const Vec w = randn(n);
   auto L = [&] {
     Vec o(n);
@@ -616,8 +653,7 @@ TEST(Gelu, ForwardAndFiniteDifferences) {
   Vec x = randn(n, 2.5);
   Vec y(n);
   D.gelu_fwd(x.data(), n, y.data());
-  for (size_t i = 0; i < n; ++i)
-    EXPECT_NEAR(y[i], 0.5 * x[i] * std::erfc(-x[i] / std::sqrt(2.0)), 1e-14);
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], 0.5 * x[i] * std::erfc(-x[i] / std::sqrt(2.0)), 1e-14);
   const Vec w = randn(n);
   auto L = [&] {
     Vec o(n);
@@ -645,8 +681,7 @@ TEST(Fusion, ForwardAndFiniteDifferences) {
     return dot(w, o);
   };
   Vec dpre(n), da(n), db(n);
-  D.fusion_bwd(pre.data(), a.data(), b.data(), w.data(), n, dpre.data(),
-               da.data(), db.data());
+  D.fusion_bwd(pre.data(), a.data(), b.data(), w.data(), n, dpre.data(), da.data(), db.data());
   fd_check("fusion dpre", pre, dpre, L);
   fd_check("fusion da", a, da, L);
   fd_check("fusion db", b, db, L);

@@ -41,31 +41,26 @@ TEST(Embedding, ForwardAndBackwardWithVocabSlice) {
 }
 
 // Naive log-softmax loss and gradient of one row set.
-void ce_ref(const Vec& z, const std::vector<int32_t>& tg, int N, int V,
-            double scale, Vec& loss, Vec& grad) {
+void ce_ref(const Vec& z, const std::vector<int32_t>& tg, int N, int V, double scale, Vec& loss, Vec& grad) {
   loss.assign(N, 0);
   grad.assign(z.size(), 0);
   for (int i = 0; i < N; ++i) {
     double s = 0;
     for (int j = 0; j < V; ++j) s += std::exp(z[size_t(i) * V + j]);
     loss[i] = std::log(s) - z[size_t(i) * V + tg[i]];
-    for (int j = 0; j < V; ++j)
-      grad[size_t(i) * V + j] =
-          scale * (std::exp(z[size_t(i) * V + j]) / s - (j == tg[i]));
+    for (int j = 0; j < V; ++j) grad[size_t(i) * V + j] = scale * (std::exp(z[size_t(i) * V + j]) / s - (j == tg[i]));
   }
 }
 
 // The three phases on one slice [v0, v0+Vl) (no communication: one rank).
 template <class T>
-void ce_unsplit(Ops<T>& ops, std::vector<T>& z, const std::vector<int32_t>& tg,
-                int N, int V, double scale, std::vector<T>& loss) {
+void ce_unsplit(Ops<T>& ops, std::vector<T>& z, const std::vector<int32_t>& tg, int N, int V, double scale,
+                std::vector<T>& loss) {
   std::vector<T> mx(N), se(N), tt(N);
   loss.assign(N, 0);
   ops.ce_row_max(z.data(), N, V, mx.data());
-  ops.ce_sumexp_target(z.data(), tg.data(), N, V, 0, mx.data(), se.data(),
-                       tt.data());
-  ops.ce_loss_grad(z.data(), tg.data(), N, V, 0, mx.data(), se.data(),
-                   tt.data(), scale, loss.data());
+  ops.ce_sumexp_target(z.data(), tg.data(), N, V, 0, mx.data(), se.data(), tt.data());
+  ops.ce_loss_grad(z.data(), tg.data(), N, V, 0, mx.data(), se.data(), tt.data(), scale, loss.data());
 }
 
 TEST(CrossEntropy, MatchesNaiveLogSoftmax) {
@@ -86,10 +81,8 @@ TEST(CrossEntropy, MatchesNaiveLogSoftmax) {
   // ce_loss (evaluation) gives the same loss.
   Vec mx(N), se(N), tt(N), l2(N);
   D.ce_row_max(z.data(), N, V, mx.data());
-  D.ce_sumexp_target(z.data(), tg.data(), N, V, 0, mx.data(), se.data(),
-                     tt.data());
-  D.ce_loss(z.data(), tg.data(), N, V, 0, mx.data(), se.data(), tt.data(),
-            l2.data());
+  D.ce_sumexp_target(z.data(), tg.data(), N, V, 0, mx.data(), se.data(), tt.data());
+  D.ce_loss(z.data(), tg.data(), N, V, 0, mx.data(), se.data(), tt.data(), l2.data());
   EXPECT_LT(rel_err(l2, lref), 1e-13);
 
   // Finite differences of L = scale * sum loss.
@@ -116,6 +109,38 @@ TEST(CrossEntropy, MatchesNaiveLogSoftmax) {
   EXPECT_LT(eg, 1e-5);
 }
 
+// A negative target is masked (documents, docs/model.md §2): loss 0 and a
+// zero gradient row, in float and double, for training and evaluation; the
+// other rows are untouched.
+TEST(CrossEntropy, MaskedTargets) {
+  const int N = 4, V = 9;
+  const Vec z = randn(size_t(N) * V, 2.0);
+  const std::vector<int32_t> tg = {3, -1, 8, -1};
+  Vec g = z, loss, gref, lref;
+  ce_unsplit(D, g, tg, N, V, 0.5, loss);
+  ce_ref(z, {3, 0, 8, 0}, N, V, 0.5, lref, gref);
+  std::vector<float> zf = to_float(z), lf;
+  ce_unsplit(F, zf, tg, N, V, 0.5, lf);
+  Vec mx(N), se(N), tt(N), le(N, 7.0);
+  D.ce_row_max(z.data(), N, V, mx.data());
+  D.ce_sumexp_target(z.data(), tg.data(), N, V, 0, mx.data(), se.data(), tt.data());
+  D.ce_loss(z.data(), tg.data(), N, V, 0, mx.data(), se.data(), tt.data(), le.data());
+  for (int i = 0; i < N; ++i) {
+    const bool masked = tg[size_t(i)] < 0;
+    EXPECT_EQ(loss[size_t(i)], masked ? 0.0 : loss[size_t(i)]);
+    EXPECT_EQ(lf[size_t(i)], masked ? 0.0f : lf[size_t(i)]);
+    EXPECT_EQ(le[size_t(i)], masked ? 0.0 : le[size_t(i)]);
+    if (!masked) {
+      EXPECT_NEAR(loss[size_t(i)], lref[size_t(i)], 1e-12);
+    }
+    for (int j = 0; j < V; ++j) {
+      const size_t k = size_t(i) * V + size_t(j);
+      EXPECT_NEAR(g[k], masked ? 0.0 : gref[k], 1e-12) << i << " " << j;
+      EXPECT_NEAR(zf[k], masked ? 0.0 : gref[k], 1e-6) << i << " " << j;
+    }
+  }
+}
+
 TEST(CrossEntropy, VocabSplitMatchesUnsplit) {
   const int N = 5, V = 13, V1 = 6, V2 = V - V1;  // slices [0,6) and [6,13)
   const double scale = 0.37;
@@ -126,9 +151,7 @@ TEST(CrossEntropy, VocabSplitMatchesUnsplit) {
 
   Vec z1(size_t(N) * V1), z2(size_t(N) * V2);
   for (int i = 0; i < N; ++i)
-    for (int j = 0; j < V; ++j)
-      (j < V1 ? z1[size_t(i) * V1 + j] : z2[size_t(i) * V2 + j - V1]) =
-          z[size_t(i) * V + j];
+    for (int j = 0; j < V; ++j) (j < V1 ? z1[size_t(i) * V1 + j] : z2[size_t(i) * V2 + j - V1]) = z[size_t(i) * V + j];
   // Phase 1 per slice, combined by max (the TP all-reduce).
   Vec m1(N), m2(N), mx(N);
   D.ce_row_max(z1.data(), N, V1, m1.data());
@@ -136,10 +159,8 @@ TEST(CrossEntropy, VocabSplitMatchesUnsplit) {
   for (int i = 0; i < N; ++i) mx[i] = std::max(m1[i], m2[i]);
   // Phase 2 per slice with the global max, combined by sum.
   Vec s1(N), s2(N), t1(N), t2(N), se(N), tt(N);
-  D.ce_sumexp_target(z1.data(), tg.data(), N, V1, 0, mx.data(), s1.data(),
-                     t1.data());
-  D.ce_sumexp_target(z2.data(), tg.data(), N, V2, V1, mx.data(), s2.data(),
-                     t2.data());
+  D.ce_sumexp_target(z1.data(), tg.data(), N, V1, 0, mx.data(), s1.data(), t1.data());
+  D.ce_sumexp_target(z2.data(), tg.data(), N, V2, V1, mx.data(), s2.data(), t2.data());
   for (int i = 0; i < N; ++i) {
     // The target lives in exactly one slice; the other contributes 0.
     EXPECT_EQ(tg[i] < V1 ? t2[i] : t1[i], 0.0);
@@ -148,17 +169,13 @@ TEST(CrossEntropy, VocabSplitMatchesUnsplit) {
   }
   // Phase 3 per slice.
   Vec l1(N), l2(N);
-  D.ce_loss_grad(z1.data(), tg.data(), N, V1, 0, mx.data(), se.data(),
-                 tt.data(), scale, l1.data());
-  D.ce_loss_grad(z2.data(), tg.data(), N, V2, V1, mx.data(), se.data(),
-                 tt.data(), scale, l2.data());
+  D.ce_loss_grad(z1.data(), tg.data(), N, V1, 0, mx.data(), se.data(), tt.data(), scale, l1.data());
+  D.ce_loss_grad(z2.data(), tg.data(), N, V2, V1, mx.data(), se.data(), tt.data(), scale, l2.data());
   EXPECT_LT(rel_err(l1, lref), 1e-13);
   EXPECT_LT(rel_err(l2, lref), 1e-13);
   Vec g(z.size());
   for (int i = 0; i < N; ++i)
-    for (int j = 0; j < V; ++j)
-      g[size_t(i) * V + j] =
-          j < V1 ? z1[size_t(i) * V1 + j] : z2[size_t(i) * V2 + j - V1];
+    for (int j = 0; j < V; ++j) g[size_t(i) * V + j] = j < V1 ? z1[size_t(i) * V1 + j] : z2[size_t(i) * V2 + j - V1];
   const double err = rel_err(g, gref);
   report("ce vocab split grad", err);
   EXPECT_LT(err, 1e-13);

@@ -94,6 +94,9 @@ def read_config(f) -> (W.WiolaConfig, dict):
         beta1=read_attr(a, "beta1", float), beta2=read_attr(a, "beta2", float),
         adam_eps=read_attr(a, "adam_eps", float),
         weight_decay=read_attr(a, "weight_decay", float), clip=read_attr(a, "clip", float))
+    # Documents (docs/model.md §2, §7): the EOS id, or None (each window one document).
+    docs = read_attr(a, "documents", int, default=0, required=False)
+    hp["documents_eos"] = read_attr(a, "eos_id", int) if docs else None
     return cfg, hp
 
 
@@ -247,6 +250,7 @@ def run(a) -> int:
             d_loss = read_scalar(f, "loss")
             d_norm = read_scalar(f, "grad_norm")
             d_logits = torch.from_numpy(np.asarray(f["logits"][()])) if "logits" in f else None
+            d_starts = np.asarray(f["doc_start"][()]) if "doc_start" in f else None
             d_m = d_v = None
             if step > 1 and di > 0:
                 if "optim" not in f:
@@ -279,8 +283,25 @@ def run(a) -> int:
 
         # ---- forward / backward with the dump's merge decisions ----
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
-        logits, aux = W.forward(params, cfg, inputs, training=True, merge_open=inject or None)
-        loss = W.cross_entropy_loss(logits, targets)
+        eos = hp["documents_eos"]
+        if eos is None:
+            logits, aux = W.forward(params, cfg, inputs, training=True, merge_open=inject or None)
+            loss = W.cross_entropy_loss(logits, targets)
+        else:  # each document alone; the mean over the counted targets
+            logits, aux = W.forward_documents(params, cfg, inputs, eos, training=True, merge_open=inject or None)
+            loss, counted = W.documents_loss(logits, inputs, targets, eos)
+            lens = [(e - s, int(row[s]) == eos) for row in inputs for s, e in W.document_spans(row, eos)]
+            if d_starts is not None:  # the dump's document starts (docs/model.md §7) vs the reference's
+                want = np.zeros(tuple(inputs.shape), dtype=np.int64)
+                for b, row in enumerate(inputs):
+                    for s0, e0 in W.document_spans(row, eos):
+                        want[b, s0:e0] = s0
+                bad = int((d_starts.astype(np.int64) != want).sum()) if d_starts.shape == want.shape else want.size
+                rep.check(step, "doc_start", "mismatches", float(bad), 0.5)
+            rep.info("documents", "count", f"eos {eos}: {len(lens)} documents in {B} windows "
+                     f"(lengths {min(n for n, _ in lens)}..{max(n for n, _ in lens)}, "
+                     f"{sum(1 for n, e in lens if n == 1 and e)} only an EOS), "
+                     f"{counted}/{inputs.numel()} targets counted")
         names = list(shapes)
         grads = dict(zip(names, torch.autograd.grad(loss, [params[n] for n in names])))
 

@@ -25,7 +25,7 @@ import wiola_ref as W  # noqa: E402
 
 def write_dump(path, cfg: W.WiolaConfig, oc: W.OptimConfig, step: int, lr: float,
                tokens, params_before, grads, params_after, loss: float, grad_norm: float,
-               m_before=None, v_before=None, atm_maps=None, logits=None) -> None:
+               m_before=None, v_before=None, atm_maps=None, logits=None, documents_eos=None) -> None:
     """Write one dump file in the docs/model.md §7 layout (plus /logits)."""
     def f32(t):
         return t.detach().to(torch.float32).cpu().numpy()
@@ -48,6 +48,9 @@ def write_dump(path, cfg: W.WiolaConfig, oc: W.OptimConfig, step: int, lr: float
         c.attrs["adam_eps"] = np.float64(oc.eps)
         c.attrs["weight_decay"] = np.float64(oc.weight_decay)
         c.attrs["clip"] = np.float64(oc.clip)
+        if documents_eos is not None:  # docs/model.md §7
+            c.attrs["documents"] = np.int64(1)
+            c.attrs["eos_id"] = np.int64(documents_eos)
         f.create_dataset("tokens", data=np.asarray(tokens, dtype=np.int32))
         for gname, d in (("params", params_before), ("grads", grads), ("params_after", params_after)):
             g = f.create_group(gname)
@@ -79,6 +82,15 @@ def random_tokens(gen: torch.Generator, B: int, T: int, V: int, repeat_prob: flo
     return tok
 
 
+def with_documents(gen: torch.Generator, tok: torch.Tensor, eos: int, prob: float) -> torch.Tensor:
+    """tokens [B, T+1] with EOS ids sprinkled in (probability prob each) and,
+    in the first window, a document that is only an EOS (two EOS in a row)."""
+    tok = tok.clone()
+    tok[torch.rand(tok.shape, generator=gen) < prob] = eos
+    tok[0, 3:5] = eos
+    return tok
+
+
 def build_argparser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", required=True)
@@ -99,6 +111,9 @@ def build_argparser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", default="float64", choices=["float32", "float64"],
                     help="compute dtype of the reference run (dumps are fp32)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--documents-eos", type=int, default=None,
+                    help="document masking with this EOS id (docs/model.md §2 'Documents')")
+    ap.add_argument("--eos-prob", type=float, default=0.12, help="with --documents-eos: share of EOS tokens")
     return ap
 
 
@@ -118,15 +133,17 @@ def main(argv=None) -> int:
     os.makedirs(a.out_dir, exist_ok=True)
     for step in range(1, a.steps + 1):
         tokens = random_tokens(gen, a.B, cfg.T, cfg.V, a.repeat_prob)
+        if a.documents_eos is not None:
+            tokens = with_documents(gen, tokens, a.documents_eos, a.eos_prob)
         lr = W.lr_at(step, oc.t_max, oc.lr_max, oc.lr_min, oc.warmup)
         before = {k: v.detach().clone() for k, v in params.items()}
         m_before = {k: v.clone() for k, v in state["m"].items()}
         v_before = {k: v.clone() for k, v in state["v"].items()}
-        r = W.train_step(params, state, cfg, tokens, lr, step, oc, keep_logits=True)
+        r = W.train_step(params, state, cfg, tokens, lr, step, oc, keep_logits=True, documents_eos=a.documents_eos)
         path = os.path.join(a.out_dir, f"step_{step}.h5")
         maps = r["aux"]["merge_open"]
         write_dump(path, cfg, oc, step, lr, tokens.numpy(), before, r["grads"], params,
-                   r["loss"], r["grad_norm"], m_before, v_before, maps, r["logits"])
+                   r["loss"], r["grad_norm"], m_before, v_before, maps, r["logits"], a.documents_eos)
         merged = {l: int(mo.sum()) for l, mo in maps.items()}
         print(f"wrote {path}: loss {r['loss']:.6f} grad_norm {r['grad_norm']:.6f} lr {lr:.3e} "
               f"merged pairs per ATM layer {merged}")

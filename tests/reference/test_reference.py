@@ -398,6 +398,46 @@ def _run(args):
     return r.returncode, r.stdout + r.stderr
 
 
+def test_documents_alone():
+    """docs/model.md §2 "Documents": a window without an EOS is forward()
+    itself; with EOS ids each document's logits are those of the document
+    alone (here: its prefix in a window of its own, filler after it, which a
+    causal model never sees), an earlier document does not reach a later
+    one (it does without documents), and the loss counts every target but
+    the EOS positions'."""
+    torch.manual_seed(5)
+    cfg = W.WiolaConfig.preset("tiny", T=24, tau=0.05)
+    p = W.init_params(cfg, seed=3, dtype=torch.float64)
+    eos = 7
+    tok = torch.randint(8, cfg.V, (2, cfg.T + 1))
+    a, _ = W.forward(p, cfg, tok[:, :-1])
+    b, _ = W.forward_documents(p, cfg, tok[:, :-1], eos)
+    assert torch.equal(a, b)
+    tok[0, [4, 5, 16]] = eos   # documents 0..4 (ends with its EOS), 5 (EOS only), 6..16, 17..
+    tok[1, 20] = eos
+    inp, tgt = tok[:, :-1], tok[:, 1:]
+    assert W.document_spans(inp[0], eos) == [(0, 5), (5, 6), (6, 17), (17, 24)]
+    logits, aux = W.forward_documents(p, cfg, inp, eos)
+    for b_, (s, e) in [(0, (6, 17)), (0, (17, 24)), (1, (0, 21)), (1, (21, 24))]:
+        alone = torch.randint(8, cfg.V, (1, cfg.T))
+        alone[0, :e - s] = inp[b_, s:e]
+        ref, _ = W.forward(p, cfg, alone)
+        assert float((ref[0, :e - s] - logits[b_, s:e]).abs().max()) < 1e-12, (b_, s, e)
+    for l, m in aux["merge_open"].items():  # no pair crosses a document's start
+        assert not bool(m[0, 4]) and not bool(m[0, 5]) and not bool(m[0, 16]) and not bool(m[1, 20]), l
+    changed = inp.clone()
+    changed[0, 1] = 9
+    c, _ = W.forward_documents(p, cfg, changed, eos)
+    assert torch.equal(c[0, 5:], logits[0, 5:]) and not torch.equal(c[0, :5], logits[0, :5])
+    c, _ = W.forward(p, cfg, changed)
+    assert not torch.equal(c[0, 5:], W.forward(p, cfg, inp)[0][0, 5:])
+    loss, n = W.documents_loss(logits, inp, tgt, eos)
+    assert n == 2 * cfg.T - 4
+    keep = inp != eos
+    ce = torch.nn.functional.cross_entropy(logits[keep], tgt[keep])
+    assert abs(float(loss) - float(ce)) < 1e-12
+
+
 def test_dump_roundtrip_and_perturbation():
     """(a) make_dump -> compare_dump passes; a perturbed gradient / merge map /
     parameter fails; a broken file is an error (exit 2)."""
@@ -436,6 +476,20 @@ def test_dump_roundtrip_and_perturbation():
             mo = f["atm/layer_2"][()]
             mo[:] = 0
             f["atm/layer_2"][...] = mo
+        rc, out = _run(["compare_dump.py", bad, "--threads", "1"])
+        assert rc == 1 and "FAIL" in out, out
+
+        # Documents: a packed batch (an EOS-only document too) passes; read
+        # as one document per window it fails.
+        dd = os.path.join(d, "docs")
+        rc, out = _run(["make_dump.py", "--out-dir", dd, "--steps", "1", "--documents-eos", "5"])
+        assert rc == 0, out
+        docs = os.path.join(dd, "step_1.h5")
+        rc, out = _run(["compare_dump.py", docs, "--threads", "1"])
+        assert rc == 0 and "PASS" in out and "targets counted" in out, out
+        shutil.copy(docs, bad)
+        with h5py.File(bad, "r+") as f:
+            del f["config"].attrs["documents"]
         rc, out = _run(["compare_dump.py", bad, "--threads", "1"])
         assert rc == 1 and "FAIL" in out, out
 

@@ -449,6 +449,57 @@ def cross_entropy_loss(logits: Tensor, targets: Tensor) -> Tensor:
 
 
 # --------------------------------------------------------------------------
+# Documents (docs/model.md §2 "Documents"): a packed window computed as its
+# documents, each run alone through forward() from position 0.
+# --------------------------------------------------------------------------
+def document_spans(row, eos: int) -> list:
+    """[(start, end)] of the documents of one window of inputs: a document
+    ends with its EOS (position t starts one when input t-1 is the EOS id)."""
+    ids = [int(v) for v in row]
+    spans, s = [], 0
+    for t in range(1, len(ids)):
+        if ids[t - 1] == eos:
+            spans.append((s, t))
+            s = t
+    spans.append((s, len(ids)))
+    return spans
+
+
+def forward_documents(params: Dict[str, Tensor], cfg: WiolaConfig, tokens: Tensor, eos: int,
+                      training: bool = True,
+                      merge_open: Optional[Dict[int, Tensor]] = None) -> Tuple[Tensor, dict]:
+    """forward() of every document of every window of tokens [B, T] alone;
+    logits [B, T, V] and aux as forward()'s, the pieces put back in place
+    (injected merge maps are cut the same way: no pair may cross a start)."""
+    B, T = tokens.shape
+    rows, maps = [], {"merge_open": {}, "own_merge_open": {}}
+    for b in range(B):
+        pieces, piece_maps = [], {"merge_open": {}, "own_merge_open": {}}
+        for s, e in document_spans(tokens[b], eos):
+            mo = {l: m[b:b + 1, s:e] for l, m in merge_open.items()} if merge_open else None
+            lg, aux = forward(params, cfg, tokens[b:b + 1, s:e], training=training, merge_open=mo)
+            pieces.append(lg)
+            for key in piece_maps:
+                for l, m in aux[key].items():
+                    piece_maps[key].setdefault(l, []).append(m)
+        rows.append(torch.cat(pieces, 1))
+        for key in maps:
+            for l, ms in piece_maps[key].items():
+                maps[key].setdefault(l, []).append(torch.cat(ms, 1))
+    aux = {key: {l: torch.cat(ms, 0) for l, ms in maps[key].items()} for key in maps}
+    return torch.cat(rows, 0), aux
+
+
+def documents_loss(logits: Tensor, inputs: Tensor, targets: Tensor, eos: int) -> Tuple[Tensor, int]:
+    """Mean cross-entropy over the counted targets (those whose input is not
+    the EOS id) and their number."""
+    keep = (inputs != eos).reshape(-1)
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long(), reduction="none")
+    n = int(keep.sum())
+    return ce[keep].sum() / max(n, 1), n
+
+
+# --------------------------------------------------------------------------
 # Optimiser (docs/model.md §4)
 # --------------------------------------------------------------------------
 @dataclasses.dataclass
@@ -529,15 +580,22 @@ def adamw_update_(params: Dict[str, Tensor], grads: Dict[str, Tensor], state: di
 
 def train_step(params: Dict[str, Tensor], state: dict, cfg: WiolaConfig, tokens: Tensor,
                lr: float, step: int, oc: OptimConfig,
-               merge_open: Optional[Dict[int, Tensor]] = None, keep_logits: bool = False) -> dict:
+               merge_open: Optional[Dict[int, Tensor]] = None, keep_logits: bool = False,
+               documents_eos: Optional[int] = None) -> dict:
     """One full training step on tokens [B, T+1]: forward (training, ATM as
     configured), backward, clip, AdamW.  A non-finite gradient norm skips the
-    update.  Returns loss, grad_norm, grads (unclipped copies), logits, aux."""
+    update.  Returns loss, grad_norm, grads (unclipped copies), logits, aux.
+    documents_eos: document masking with this EOS id (forward_documents,
+    documents_loss)."""
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     for p in params.values():
         p.grad = None
-    logits, aux = forward(params, cfg, inputs, training=True, merge_open=merge_open)
-    loss = cross_entropy_loss(logits, targets)
+    if documents_eos is None:
+        logits, aux = forward(params, cfg, inputs, training=True, merge_open=merge_open)
+        loss = cross_entropy_loss(logits, targets)
+    else:
+        logits, aux = forward_documents(params, cfg, inputs, documents_eos, training=True, merge_open=merge_open)
+        loss, _ = documents_loss(logits, inputs, targets, documents_eos)
     names = list(params)
     gl = torch.autograd.grad(loss, [params[n] for n in names])
     grads = {n: g for n, g in zip(names, gl)}
