@@ -16,7 +16,7 @@ std::vector<CPtr> ModelChunk::fwd_out(int slot) const { return model_.fwd_out(sl
 std::vector<Ptr> ModelChunk::bwd_in() { return model_.bwd_in(); }
 std::vector<CPtr> ModelChunk::bwd_out() const { return model_.bwd_out(); }
 void ModelChunk::forward(int slot, const int32_t* tokens, double loss_scale) {
-  model_.stage_forward(slot, tokens, loss_scale, true);
+  model_.stage_forward(slot, tokens, loss_scale, training_);
 }
 void ModelChunk::backward(Op op, int slot, int wslot) {
   if (op == Op::BwdWeight) model_.stage_backward_weight(slot, wslot);

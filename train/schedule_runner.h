@@ -45,10 +45,11 @@ class StageChunk {
   virtual void arm_grad_ready(bool on) = 0;
 };
 
-// A Model<float> as a StageChunk.
+// A Model<float> as a StageChunk; `training` false: evaluation forwards
+// (ATM off, model/model.h).
 class ModelChunk final : public StageChunk {
  public:
-  explicit ModelChunk(Model<float>& model) : model_(model) {}
+  explicit ModelChunk(Model<float>& model, bool training = true) : model_(model), training_(training) {}
   std::vector<Ptr> fwd_in(int slot) override;
   std::vector<CPtr> fwd_out(int slot) const override;
   std::vector<Ptr> bwd_in() override;
@@ -59,6 +60,7 @@ class ModelChunk final : public StageChunk {
 
  private:
   Model<float>& model_;
+  bool training_;
 };
 
 // What the runner reports, in this order for each action: compute_begins,

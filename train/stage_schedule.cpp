@@ -30,4 +30,16 @@ StageSchedule make_stage_schedule(dist::Schedule name, int pp, int stage, int m,
   return s;
 }
 
+StageSchedule make_forward_schedule(const StageSchedule& train, int m) {
+  StageSchedule s = train;
+  s.m = m;
+  s.actions.clear();
+  for (int i = 0; i < m; ++i)
+    for (int c = 0; c < s.v; ++c) s.actions.push_back({dist::Op::Fwd, i, c});
+  s.chunk_slots.assign(size_t(s.v), 1);
+  s.chunk_weight_slots.assign(size_t(s.v), 1);
+  s.slots = 1;
+  return s;
+}
+
 }  // namespace wiola

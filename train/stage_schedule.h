@@ -36,4 +36,8 @@ struct StageSchedule {
 // perf::chunk_placement of the run's layout).
 StageSchedule make_stage_schedule(dist::Schedule name, int pp, int stage, int m, int v, dist::ChunkPlacement placement);
 
+// Forwards only (evaluation): each of m micro-batches through this rank's
+// chunks of `train`'s layout in order, one activation slot each.
+StageSchedule make_forward_schedule(const StageSchedule& train, int m);
+
 }  // namespace wiola

@@ -3,13 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
-#include "dist/diagnostics.h"
 #include "train/rank_comms.h"
 #include "train/rank_model.h"
 #include "train/run_settings.h"
+#include "train/schedule_runner.h"
 #include "train/stage_schedule.h"
 #include "train/train_data.h"
 #include "util/error.h"
@@ -48,30 +50,29 @@ bool Validator::due(int64_t t, int64_t last_step) const {
   return !vals_.empty() && (t % run_.rc.train.eval_every == 0 || t == last_step);
 }
 
-// The first eval_batches global batches of one validation source.
+// The first eval_batches global batches of one validation source, forwards
+// only, through the schedule runner (each batch through the global chunks in
+// order, this rank's as they come; ATM off).
 double Validator::loss_of(Source& v) {
-  const StageSchedule& s = schedule_;
-  StageLink& link = *comms_.link;
-  v.loader->restore(v.start);
-  std::vector<int32_t> vb(run_.mb_tokens());
   const int n = run_.rc.train.eval_batches * run_.m;
+  const size_t mb = run_.mb_tokens();
+  v.loader->restore(v.start);
+  std::vector<int32_t> tokens(size_t(n) * mb);
   double counted = 0;  // documents: the targets that count (docs/model.md §2)
   for (int i = 0; i < n; ++i) {
-    v.loader->next_batch(vb.data());
-    counted += double(counted_targets(vb.data(), run_.B, run_.T, run_.documents_eos));
-    dist::set_context("evaluation batch " + std::to_string(i) +
-                      (vals_.size() > 1 ? " of blend source " + std::to_string(v.source + 1) : std::string()));
-    // The batch through the global chunks in order, this rank's as they come.
-    for (int c = 0; c < s.v; ++c) {
-      Model<float>& model = *model_.chunks[size_t(c)];
-      const int g = s.global_chunk(c);
-      if (g > 0) link.recv(model.fwd_in(0), s.chunk_rank(g - 1), StageLink::tag(g, i, n, false));
-      model.stage_forward(0, vb.data(), 0.0, false);
-      if (g + 1 < s.n_global_chunks())
-        link.send(model.fwd_out(0), s.chunk_rank(g + 1), StageLink::tag(g + 1, i, n, false));
-    }
+    v.loader->next_batch(tokens.data() + size_t(i) * mb);
+    counted += double(counted_targets(tokens.data() + size_t(i) * mb, run_.B, run_.T, run_.documents_eos));
   }
-  link.flush();
+  const StageSchedule forwards = make_forward_schedule(schedule_, n);
+  std::vector<std::unique_ptr<ModelChunk>> chunks;
+  std::vector<StageChunk*> runs;
+  for (auto& model : model_.chunks) {
+    chunks.push_back(std::make_unique<ModelChunk>(*model, false));
+    runs.push_back(chunks.back().get());
+  }
+  ScheduleRunner runner(forwards, runs, *comms_.link, mb, 0.0);
+  runner.run(0, "evaluation" + (vals_.size() > 1 ? " of blend source " + std::to_string(v.source + 1) : std::string()),
+             tokens.data(), false);
   if (run_.documents_eos >= 0) {
     if (run_.rc.parallel.dp > 1)
       comms_.grid->dp().all_reduce(&counted, &counted, 1, dist::DType::F64, dist::ReduceOp::Sum);
