@@ -216,34 +216,30 @@ std::vector<AttnVariant> attention_variants() {
   // query rows split among them; refused, so skipped, where the count does
   // not divide H / Hkv).
   using wiola::AttentionBwd, wiola::AttentionFwd, wiola::AttentionTile, wiola::HeadsPerBlock;
-  constexpr AttentionFwd tc = AttentionFwd::Tc, fa2 = AttentionFwd::Fa2, rows = AttentionFwd::Rows;
-  constexpr AttentionBwd v1 = AttentionBwd::V1, v2 = AttentionBwd::V2, bwd_fa2 = AttentionBwd::Fa2;
-  constexpr AttentionTile t64x64 = AttentionTile::T64x64, t64x128 = AttentionTile::T64x128,
-                          t128x64 = AttentionTile::T128x64, t128x128 = AttentionTile::T128x128;
-  constexpr HeadsPerBlock hp1 = HeadsPerBlock::One, hp2 = HeadsPerBlock::Two, hp4 = HeadsPerBlock::Four;
-  return {
-      {"fwd tc", false, tc, v1, {}, {}, {}},
-      {"fwd fa2", false, fa2, v1, t64x64, {}, hp1},
-      {"fwd fa2 64x128", false, fa2, v1, t64x128, {}, hp1},
-      {"fwd fa2 128x64", false, fa2, v1, t128x64, {}, hp1},
-      {"fwd fa2 128x128", false, fa2, v1, t128x128, {}, hp1},
-      {"fwd fa2 hp2", false, fa2, v1, t64x64, {}, hp2},
-      {"fwd fa2 hp4", false, fa2, v1, t64x64, {}, hp4},
-      {"fwd fa2 64x128 hp2", false, fa2, v1, t64x128, {}, hp2},
-      {"fwd fa2 64x128 hp4", false, fa2, v1, t64x128, {}, hp4},
-      {"fwd fa2 128x64 hp2", false, fa2, v1, t128x64, {}, hp2},
-      {"fwd fa2 128x64 hp4", false, fa2, v1, t128x64, {}, hp4},
-      {"fwd fa2 128x128 hp2", false, fa2, v1, t128x128, {}, hp2},
-      {"fwd fa2 128x128 hp4", false, fa2, v1, t128x128, {}, hp4},
-      {"fwd rows", false, rows, v1, {}, {}, {}},
-      {"bwd v1", true, tc, v1, {}, {}, {}},
-      {"bwd v2", true, tc, v2, {}, {}, {}},
-      {"bwd fa2", true, tc, bwd_fa2, {}, t64x64, {}},
-      {"bwd fa2 64x128", true, tc, bwd_fa2, {}, t64x128, {}},
-      {"bwd fa2 128x64", true, tc, bwd_fa2, {}, t128x64, {}},
-      {"bwd fa2 128x128", true, tc, bwd_fa2, {}, t128x128, {}},
-      {"bwd rows", true, rows, v1, {}, {}, {}},
+  const AttentionTile tiles[] = {AttentionTile::T64x64, AttentionTile::T64x128, AttentionTile::T128x64,
+                                 AttentionTile::T128x128};
+  // "fwd fa2", "fwd fa2 64x128", ...: the default tile unnamed.
+  auto fa2_name = [](const char* dir, AttentionTile t) {
+    return std::string(dir) + " fa2" + (t == AttentionTile::T64x64 ? "" : " " + std::string(wiola::to_string(t)));
   };
+  std::vector<AttnVariant> v = {{"fwd tc", false, AttentionFwd::Tc, AttentionBwd::V1, {}, {}, {}}};
+  for (AttentionTile t : tiles)
+    v.push_back({fa2_name("fwd", t), false, AttentionFwd::Fa2, AttentionBwd::V1, t, {}, HeadsPerBlock::One});
+  for (AttentionTile t : tiles)
+    for (HeadsPerBlock hp : {HeadsPerBlock::Two, HeadsPerBlock::Four})
+      v.push_back({fa2_name("fwd", t) + " hp" + std::string(wiola::to_string(hp)),
+                   false,
+                   AttentionFwd::Fa2,
+                   AttentionBwd::V1,
+                   t,
+                   {},
+                   hp});
+  v.push_back({"fwd rows", false, AttentionFwd::Rows, AttentionBwd::V1, {}, {}, {}});
+  v.push_back({"bwd v1", true, AttentionFwd::Tc, AttentionBwd::V1, {}, {}, {}});
+  v.push_back({"bwd v2", true, AttentionFwd::Tc, AttentionBwd::V2, {}, {}, {}});
+  for (AttentionTile t : tiles) v.push_back({fa2_name("bwd", t), true, AttentionFwd::Tc, AttentionBwd::Fa2, {}, t, {}});
+  v.push_back({"bwd rows", true, AttentionFwd::Rows, AttentionBwd::V1, {}, {}, {}});
+  return v;
 }
 
 }  // namespace
