@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -23,9 +24,7 @@ namespace {
 // leaves the tail of a longer one behind.
 constexpr size_t kRecordBytes = 1024;
 
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double wall_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 std::string rank_file(const std::string& dir, int rank) { return dir + "/rank-" + std::to_string(rank) + ".txt"; }
 
@@ -33,6 +32,22 @@ std::string job_hex(uint64_t job) {
   char buf[20];
   std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)job);
   return buf;
+}
+
+// What a signal handler may touch (note_rank_signal): the board's file and
+// the signal, outside the mutex. The end of a record holds the process's
+// end: "signal N" (a signal asked it to stop) or "ended" (it left the board
+// in order), written in the record's padding, so the launcher's post-mortem
+// (launch/mpirun.sh) tells ranks that were stopped from ranks that vanished.
+volatile std::sig_atomic_t g_board_fd = -1;
+volatile std::sig_atomic_t g_signal = 0;
+constexpr size_t kEndAt = kRecordBytes - 16;
+
+void write_end(const char* text, size_t n) {
+  const int fd = g_board_fd;
+  if (fd < 0) return;
+  ssize_t w = ::pwrite(fd, text, n, kEndAt);
+  (void)w;
 }
 
 // The process's board: what this rank last published (guarded by mu).
@@ -53,10 +68,13 @@ struct BoardState {
                                 "wiola rank state v1\njob %s\nrank %d of %d\nhost %s\npid %ld\nupdated %.3f\n"
                                 "context %s\nwait %s\nwait_since %.3f\n",
                                 job.c_str(), rank, size, host.c_str(), long(getpid()), wall_now(),
-                                context.empty() ? "-" : context.c_str(), wait.empty() ? "-" : wait.c_str(),
-                                wait_since);
+                                context.empty() ? "-" : context.c_str(), wait.empty() ? "-" : wait.c_str(), wait_since);
     const size_t used = n < 0 ? 0 : std::min(size_t(n), sizeof rec - 1);
     std::memset(rec + used, '\n', sizeof rec - used);  // padding: empty lines
+    if (const int sig = g_signal; sig > 0 && used < kEndAt) {
+      const int m = std::snprintf(rec + kEndAt, sizeof rec - kEndAt, "signal %d\n", sig % 100);
+      if (m > 0) rec[kEndAt + size_t(m)] = '\n';  // no NUL in the file
+    }
     // Best effort: a diagnostic must never stop the run.
     ssize_t w = ::pwrite(fd, rec, sizeof rec, 0);
     (void)w;
@@ -73,6 +91,7 @@ struct Record {
   std::string job, host, context, wait;
   long pid = 0;
   double updated = 0, wait_since = 0;
+  std::string end;  // "signal N", "ended" or "" (the process vanished, or runs on)
   bool ok = false;
 };
 
@@ -108,7 +127,9 @@ Record read_record(const std::string& path, std::string& error) {
     else if (key == "context") r.context = val;
     else if (key == "wait") r.wait = val == "-" ? "" : val;
     else if (key == "wait_since") r.wait_since = std::atof(val.c_str());
+    else if (key == "signal") r.end = line;
   }
+  if (r.end.empty() && text.find("\nended\n") != std::string::npos) r.end = "ended";
   r.ok = !r.job.empty();
   if (!r.ok) error = "not a rank state record";
   return r;
@@ -126,8 +147,10 @@ RankStateBoard::RankStateBoard(const std::string& dir, int rank, int size, uint6
   const std::string path = rank_file(dir, rank);
   b.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (b.fd < 0)  // diagnostics only: the run goes on without its file
-    std::fprintf(stderr, "wiola: warning: cannot write the rank state file '%s' (%s); a timeout will not show "
-                 "this rank's state\n", path.c_str(), std::strerror(errno));
+    std::fprintf(stderr,
+                 "wiola: warning: cannot write the rank state file '%s' (%s); a timeout will not show "
+                 "this rank's state\n",
+                 path.c_str(), std::strerror(errno));
   char host[256] = {0};
   if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
   b.open = true;
@@ -140,12 +163,15 @@ RankStateBoard::RankStateBoard(const std::string& dir, int rank, int size, uint6
   b.wait.clear();
   b.wait_since = 0;
   b.write_locked();
+  g_board_fd = b.fd;
 }
 
 RankStateBoard::~RankStateBoard() {
   BoardState& b = board();
   std::lock_guard<std::mutex> l(b.mu);
   if (b.generation != generation_) return;  // replaced by a newer board
+  if (g_signal == 0) write_end("ended\n", 6);
+  g_board_fd = -1;
   if (b.fd >= 0) ::close(b.fd);
   b.fd = -1;
   b.open = false;
@@ -159,6 +185,16 @@ std::unique_ptr<RankStateBoard> RankStateBoard::open(Comm& world, const std::str
   }
   if (world.size() > 1) world.broadcast(&job, 1, 0);
   return std::make_unique<RankStateBoard>(dir, world.rank(), world.size(), uint64_t(job));
+}
+
+void note_rank_signal(int sig) {
+  g_signal = sig;
+  char text[16] = "signal ";
+  size_t n = 7;
+  if (sig >= 10) text[n++] = char('0' + sig / 10 % 10);
+  text[n++] = char('0' + sig % 10);
+  text[n++] = '\n';
+  write_end(text, n);
 }
 
 void publish_rank_context(const std::string& context) {
@@ -202,28 +238,32 @@ std::string rank_states_report() {
   }
   const double now = wall_now();
   char line[1536];
-  std::string out = "wiola: last published state of every rank (" + dir + "; phases as they change, a wait once "
+  std::string out = "wiola: last published state of every rank (" + dir +
+                    "; phases as they change, a wait once "
                     "it has lasted a while):\n";
   for (int r = 0; r < size; ++r) {
     std::string error;
     const std::string path = rank_file(dir, r);
     const Record rec = read_record(path, error);
     if (!rec.ok) {
-      std::snprintf(line, sizeof line, "  rank %d: no state (%s: %s; the rank never got this far, or its node "
-                    "does not share this folder)\n", r, path.c_str(), error.c_str());
+      std::snprintf(line, sizeof line,
+                    "  rank %d: no state (%s: %s; the rank never got this far, or its node "
+                    "does not share this folder)\n",
+                    r, path.c_str(), error.c_str());
     } else if (rec.job != job) {
-      std::snprintf(line, sizeof line, "  rank %d: no state from this job (%s is an earlier job's, last updated "
+      std::snprintf(line, sizeof line,
+                    "  rank %d: no state from this job (%s is an earlier job's, last updated "
                     "%.0f s ago: the rank has not started, or its node does not share this folder)\n",
                     r, path.c_str(), now - rec.updated);
     } else {
       char since[48];
       std::snprintf(since, sizeof since, "blocked for %.1f s in ", now - rec.wait_since);
-      const std::string doing =
-          rec.wait.empty() ? std::string("not blocked in a communication wait (computing, or in a short wait)")
-                           : since + rec.wait;
-      std::snprintf(line, sizeof line, "  rank %d (%s, pid %ld): %s; %s; published %.1f s ago\n", r,
-                    rec.host.c_str(), rec.pid, rec.context == "-" ? "(no context yet)" : rec.context.c_str(),
-                    doing.c_str(), now - rec.updated);
+      const std::string doing = rec.wait.empty()
+                                    ? std::string("not blocked in a communication wait (computing, or in a short wait)")
+                                    : since + rec.wait;
+      std::snprintf(line, sizeof line, "  rank %d (%s, pid %ld): %s; %s; published %.1f s ago\n", r, rec.host.c_str(),
+                    rec.pid, rec.context == "-" ? "(no context yet)" : rec.context.c_str(), doing.c_str(),
+                    now - rec.updated);
     }
     out += line;
   }

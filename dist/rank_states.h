@@ -40,6 +40,13 @@ class RankStateBoard {
   uint64_t generation_ = 0;
 };
 
+// From a signal handler (async-signal-safe): a signal asked this process to
+// stop; its record says so from now on ("signal N" in the record's last
+// line), so a post-mortem tells ranks that were stopped from ranks that
+// vanished (killed, or their node lost). A board closed in order ends its
+// record with "ended" instead.
+void note_rank_signal(int sig);
+
 // Called by Diagnostics::set_context: the new context is this rank's phase.
 void publish_rank_context(const std::string& context);
 // A communication wait that has lasted `waited_s` so far (published once per

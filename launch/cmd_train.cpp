@@ -12,6 +12,7 @@
 #include "dist/agree.h"
 #include "dist/mpi_comm.h"
 #include "kernels/backend.h"
+#include "dist/rank_states.h"
 #include "kernels/ops.h"
 #include "launch/cli.h"
 #include "train/trainer.h"
@@ -25,7 +26,27 @@ namespace {
 // run to stop at a checkpoint. The flag is the only state a handler may
 // touch; the trainer polls it once per step and all ranks agree.
 volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+  wiola::dist::note_rank_signal(sig);
+}
+
+// Without checkpoints SIGTERM and SIGINT end the run as usual, after the
+// rank's state file has noted the signal (the post-mortem of a failed job
+// tells ranks the launcher stopped from ranks that vanished).
+extern "C" void on_end_signal(int sig) {
+  wiola::dist::note_rank_signal(sig);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void note_end_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_end_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
 
 void take_over_stop_signals() {
   struct sigaction sa {};
@@ -114,9 +135,11 @@ int wiola_cmd_train(int argc, char** argv) {
     // The backend is start-up configuration: chosen here, used by everything.
     wiola::set_cpu_threads(rc.train.threads);
     auto ops = wiola::make_backend<float>(std::string(to_string(rc.train.backend)), rc.train.backend_options);
-    if (!rc.checkpoint.dir.empty()) {  // without checkpoints a signal ends the run as usual
+    if (!rc.checkpoint.dir.empty()) {
       take_over_stop_signals();
       opt.stop_requested = [] { return g_stop_signal != 0; };
+    } else {
+      note_end_signals();
     }
     const wiola::TrainSummary sum = wiola::run_training(rc, opt, *ops, *world);
     return sum.stopped ? wiola::kExitPreempted : 0;

@@ -19,12 +19,15 @@
 #   other options before `--` go to mpirun as they are (--hostfile FILE,
 #   --host a,b, --mca k v, -x VAR, ...)
 #
-# It execs mpirun, so its exit status is mpirun's: 0, or the first non-zero
-# status of a rank (75: every rank stopped at a checkpoint after SIGUSR1 or
-# SIGTERM; run the same command again to resume). Signals sent to it reach
-# mpirun, which forwards SIGUSR1 and SIGUSR2 to every rank; on SIGTERM
-# mpirun ends the job itself (the ranks get SIGTERM about a second later and
-# SIGKILL a second after that), so prefer SIGUSR1 to stop a run cleanly.
+# Its exit status is mpirun's: 0, or the first non-zero status of a rank
+# (75: every rank stopped at a checkpoint after SIGUSR1 or SIGTERM; run the
+# same command again to resume). Signals sent to it reach mpirun, which
+# forwards SIGUSR1 and SIGUSR2 to every rank; on SIGTERM mpirun ends the job
+# itself (the ranks get SIGTERM about a second later and SIGKILL a second
+# after that), so prefer SIGUSR1 to stop a run cleanly. When a job fails
+# (any other status) it prints which ranks vanished and where, from the
+# ranks' state files (launch/rank_postmortem.py): a node whose every rank
+# vanished is named as lost.
 # As root it sets OMPI_ALLOW_RUN_AS_ROOT{,_CONFIRM}; with more ranks than
 # cores on one machine (no --hostfile/--host) it adds --oversubscribe.
 set -euo pipefail
@@ -44,10 +47,10 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || usage
 
-# Ranks from the command line of `wiola train`: its --config file's
-# [parallel] tp, pp, dp, then --set parallel.{tp,pp,dp}=V overrides.
-if [ -z "$np" ]; then
-  np=$(/usr/bin/env python3 - "$@" <<'EOF'
+# From the command line of `wiola train`: the ranks (its --config file's
+# [parallel] tp, pp, dp, then --set parallel.{tp,pp,dp}=V overrides) and the
+# run folder (train.run_dir, for the post-mortem of a failed job).
+read -r guess run_dir < <(/usr/bin/env python3 - "$@" <<'EOF' || true
 import sys, tomllib
 args, cfg, sets = sys.argv[1:], None, []
 if "train" not in args: sys.exit("mpirun.sh: the command is not `wiola train ...`")
@@ -59,21 +62,26 @@ for i, a in enumerate(args):
     elif a == "--set" and nxt: sets.append(nxt)
     elif a.startswith("--set="): sets.append(a.split("=", 1)[1])
 try:
-    par = {}
+    conf = {}
     if cfg:
         with open(cfg, "rb") as f:
-            par = tomllib.load(f).get("parallel", {})
+            conf = tomllib.load(f)
+    def key(section, k, default):
+        v = conf.get(section, {}).get(k, default)
+        for s in sets:
+            if s.startswith(f"{section}.{k}="): v = s.split("=", 1)[1].strip('"')
+        return v
     n = 1
     for k in ("tp", "pp", "dp"):
-        v = par.get(k, 1)
-        for s in sets:
-            if s.startswith(f"parallel.{k}="): v = s.split("=", 1)[1]
-        n *= int(v)
-    print(n)
+        n *= int(key("parallel", k, 1))
+    print(n, key("train", "run_dir", "runs/default"))
 except Exception as e:
     sys.exit(f"mpirun.sh: {e}")
 EOF
-  ) || { echo "mpirun.sh: cannot infer the number of ranks from the command; give -np N" >&2; exit 2; }
+)
+if [ -z "$np" ]; then
+  np=${guess:-}
+  [ -n "$np" ] || { echo "mpirun.sh: cannot infer the number of ranks from the command; give -np N" >&2; exit 2; }
 fi
 
 cores=$(nproc)
@@ -113,4 +121,22 @@ exec "$@"' wiola-rank "${cmd[@]}")
 fi
 
 echo "mpirun.sh: $np ranks, $threads thread(s) per rank, bind $bind" >&2
-exec mpirun -np "$np" "${opts[@]}" "${cmd[@]}"
+# mpirun runs as a child so that a failed job gets a post-mortem; the signals
+# this script receives go on to mpirun (it forwards USR1 and USR2 to every
+# rank, and ends the job on TERM and INT).
+started=$(date +%s.%N)
+mpirun -np "$np" "${opts[@]}" "${cmd[@]}" &
+pid=$!
+for sig in USR1 USR2 TERM INT; do trap "kill -$sig $pid 2>/dev/null" "$sig"; done
+status=0
+while :; do
+  status=0
+  wait "$pid" || status=$?
+  kill -0 "$pid" 2>/dev/null || break  # a trapped signal interrupted the wait
+done
+trap - USR1 USR2 TERM INT
+# Which ranks vanished and where (a lost node), from the ranks' state files.
+if [ "$status" -ne 0 ] && [ "$status" -ne 75 ] && [ -n "${run_dir:-}" ]; then
+  /usr/bin/env python3 "$(dirname "$0")/rank_postmortem.py" "$run_dir" "$started" "$status" || true
+fi
+exit "$status"

@@ -49,6 +49,24 @@ void print_blend(const TokenLoader& ld, int64_t run_samples) {
   }
 }
 
+// Which rank ran where, each dimension's links; a TP group across nodes is
+// warned about (its all-reduces, two a layer, then cross the slow link).
+void print_placement(const dist::Placement& p) {
+  std::printf("  placement: %zu node%s (%s); links: tp %s, pp %s, dp %s\n", p.nodes.size(),
+              p.nodes.size() > 1 ? "s" : "", p.nodes_summary().c_str(), dist::link_name(p.tp), dist::link_name(p.pp),
+              dist::link_name(p.dp));
+  if (p.tp_across.empty()) return;
+  std::string group;
+  for (int r : p.tp_across)
+    group += (group.empty() ? "" : ", ") + std::to_string(r) + " (" + p.rank_node[size_t(r)] + ")";
+  std::fprintf(stderr,
+               "wiola train: warning: a tensor-parallel group spans nodes (ranks %s): its all-reduces, two a layer "
+               "in each direction, cross the inter-node link; give every node a multiple of parallel.tp ranks "
+               "(hostfile slots), placed in rank order (mpirun's default --map-by slot, Slurm's block "
+               "distribution)\n",
+               group.c_str());
+}
+
 }  // namespace
 
 Outputs::Outputs(const RunSettings& run, const TrainData& data, const RankComms& comms, const StageLayers& layers,
@@ -163,6 +181,7 @@ void Outputs::banner(bool checkpoints) {
         s.world.size(), par.tp, par.pp, par.dp, optimizer_.zero ? "on" : "off", to_string(par.schedule).data(),
         par.schedule == dist::Schedule::Interleaved ? (" v=" + std::to_string(schedule_.v)).c_str() : "", s.m,
         perf::bubble_formula(rc.layout()), optimizer_.overlap ? "on" : "off", comms_.data_plane.c_str());
+  if (s.world.size() > 1) print_placement(comms_.placement);
   const Model<float>::Memory mem = model_.memory();
   if (par.pp > 1) {
     std::printf("  pipeline stages (%s balance):", to_string(par.stage_balance).data());

@@ -32,6 +32,7 @@ void RankComms::open(const RunSettings& run) {
                  "per rank)\n",
                  shared_gpu.c_str());
   grid = std::make_unique<dist::Grid>(dist::GridConfig{par.tp, par.pp, par.dp}, run.world, plane.factory);
+  placement = dist::gather_placement(grid->config(), run.world);
   // TP ranks compute the TP-replicated tensors (norm γ/δ, φ, W_f) each on
   // its own; OpenBLAS's results depend on the thread count, so replicas
   // stay bit-identical only when a TP group shares one (checkpoints write

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dist/grid.h"
+#include "dist/placement.h"
 #include "dist/tp_collectives.h"
 #include "kernels/dtype.h"
 #include "train/stage_link.h"
@@ -21,6 +22,7 @@ struct RankComms {
   std::string data_plane;                        // what carries backend tensors: "nccl", "mpi", "mpi-staged"
   std::unique_ptr<dist::CommTpCollectives> tpc;  // tp > 1
   std::unique_ptr<StageLink> link;
+  dist::Placement placement;  // every rank's node, each dimension's links
 
   // The grid on the chosen data plane (collective), the TP ranks' thread
   // counts checked equal, the TP collectives.

@@ -266,6 +266,11 @@ void write_run_report(const RunSettings& run, const RankComms& comms, const Rank
     std::printf("\n  metrics: %s\n", (run_dir / "metrics.jsonl").string().c_str());
     report["peak_rss_mib"] = figures.rss_all;
     report["backend"] = backend_json(run);
+    const dist::Placement& pl = comms.placement;
+    report["placement"] = {
+        {"nodes", pl.nodes},
+        {"rank_node", pl.rank_node},
+        {"links", {{"tp", dist::link_name(pl.tp)}, {"pp", dist::link_name(pl.pp)}, {"dp", dist::link_name(pl.dp)}}}};
     report.update(acct_json);
     write_text_atomic((run_dir / "report.json").string(), report.dump(2) + "\n");
     std::fflush(stdout);

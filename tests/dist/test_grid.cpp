@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dist/grid.h"
+#include "dist/placement.h"
 #include "tests/util/error_of.h"
 #include "util/error.h"
 
@@ -29,9 +30,12 @@ TEST(Grid, RankFormulaAndCoordinates) {
     std::set<std::tuple<int, int, int>> seen;
     for (int r = 0; r < g.world(); ++r) {
       const GridCoord c = grid_coord(g, r);
-      ASSERT_GE(c.tp, 0); ASSERT_LT(c.tp, g.tp);
-      ASSERT_GE(c.pp, 0); ASSERT_LT(c.pp, g.pp);
-      ASSERT_GE(c.dp, 0); ASSERT_LT(c.dp, g.dp);
+      ASSERT_GE(c.tp, 0);
+      ASSERT_LT(c.tp, g.tp);
+      ASSERT_GE(c.pp, 0);
+      ASSERT_LT(c.pp, g.pp);
+      ASSERT_GE(c.dp, 0);
+      ASSERT_LT(c.dp, g.dp);
       EXPECT_EQ(r, c.pp * (g.dp * g.tp) + c.dp * g.tp + c.tp);  // docs/model.md §5
       EXPECT_EQ(grid_rank(g, c), r);
       seen.insert({c.tp, c.pp, c.dp});
@@ -62,15 +66,18 @@ TEST(Grid, GroupMembership) {
       // Members differ from r only in the group's own coordinate.
       for (int q : tp) {
         const GridCoord d = grid_coord(g, q);
-        EXPECT_EQ(d.pp, c.pp); EXPECT_EQ(d.dp, c.dp);
+        EXPECT_EQ(d.pp, c.pp);
+        EXPECT_EQ(d.dp, c.dp);
       }
       for (int q : pp) {
         const GridCoord d = grid_coord(g, q);
-        EXPECT_EQ(d.tp, c.tp); EXPECT_EQ(d.dp, c.dp);
+        EXPECT_EQ(d.tp, c.tp);
+        EXPECT_EQ(d.dp, c.dp);
       }
       for (int q : dp) {
         const GridCoord d = grid_coord(g, q);
-        EXPECT_EQ(d.tp, c.tp); EXPECT_EQ(d.pp, c.pp);
+        EXPECT_EQ(d.tp, c.tp);
+        EXPECT_EQ(d.pp, c.pp);
       }
       for (int q : mp) EXPECT_EQ(grid_coord(g, q).dp, c.dp);
       // TP innermost: a TP group is a run of consecutive ranks.
@@ -92,12 +99,9 @@ TEST(Grid, GroupMembership) {
 }
 
 TEST(Grid, ValidationErrorsNameTheProblem) {
-  EXPECT_NE(error_of([] { validate_grid({2, 2, 1}, 8); }).find("tp*pp*dp = 2*2*1 = 4"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { validate_grid({0, 1, 1}, 1); }).find(">= 1"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { validate_grid({1, -1, 1}, 1); }).find(">= 1"),
-            std::string::npos);
+  EXPECT_NE(error_of([] { validate_grid({2, 2, 1}, 8); }).find("tp*pp*dp = 2*2*1 = 4"), std::string::npos);
+  EXPECT_NE(error_of([] { validate_grid({0, 1, 1}, 1); }).find(">= 1"), std::string::npos);
+  EXPECT_NE(error_of([] { validate_grid({1, -1, 1}, 1); }).find(">= 1"), std::string::npos);
   EXPECT_NO_THROW(validate_grid({2, 2, 2}, 8));
 
   // wiola-360m: L=16 H=16 H_kv=4 d_A=1024 d_B=4096 V=32000.
@@ -106,14 +110,13 @@ TEST(Grid, ValidationErrorsNameTheProblem) {
   };
   EXPECT_NO_THROW(layout({4, 2, 1}, 8, 8, 1, 8));
   EXPECT_NO_THROW(layout({2, 2, 2}, 8, 16, 2, 4));
-  EXPECT_NE(error_of([&] { layout({8, 1, 1}, 8, 8, 1, 8); }).find("divide the number of KV heads"),
+  EXPECT_NE(error_of([&] { layout({8, 1, 1}, 8, 8, 1, 8); }).find("divide the number of KV heads"), std::string::npos);
+  EXPECT_NE(error_of([&] { layout({1, 17, 1}, 17, 8, 1, 8); }).find("exceeds the number of layers"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              layout({1, 1, 2}, 2, 10, 2, 3);
+            }).find("differs from the global batch 10"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { layout({1, 17, 1}, 17, 8, 1, 8); }).find("exceeds the number of layers"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { layout({1, 1, 2}, 2, 10, 2, 3); }).find("differs from the global batch 10"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { layout({1, 1, 2}, 4, 8, 2, 2); }).find("job has 4 ranks"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { layout({1, 1, 2}, 4, 8, 2, 2); }).find("job has 4 ranks"), std::string::npos);
   EXPECT_NE(error_of([] {
               validate_layout({2, 1, 1}, 2, 4, 2, 4, 64, 256, 511, 2, 1, 2);
             }).find("vocabulary"),
@@ -171,4 +174,31 @@ TEST(Grid, BalancedStages) {
   // A head heavier than all layers: the last stage keeps one layer.
   EXPECT_EQ(balanced_stages(std::vector<double>(6, 1.0), 0.0, 13.0, 2).back(), std::make_pair(5, 6));
   EXPECT_THROW(balanced_stages(std::vector<double>(3, 1.0), 0, 0, 4), wiola::Error);
+}
+
+// Which groups cross nodes (docs/launch.md "Several nodes"): two ranks a node
+// in rank order keep TP inside a node; DP or PP then crosses.
+TEST(Placement, LinksOfEachDimension) {
+  using wiola::dist::LinkKind;
+  const std::vector<std::string> two_a_node{"n1", "n1", "n2", "n2"};
+  const auto tp_dp = wiola::dist::placement_of({2, 1, 2}, two_a_node);
+  EXPECT_EQ(tp_dp.tp, LinkKind::Intra);
+  EXPECT_EQ(tp_dp.dp, LinkKind::Inter);
+  EXPECT_EQ(tp_dp.pp, LinkKind::None);
+  EXPECT_TRUE(tp_dp.tp_across.empty());
+  EXPECT_EQ(tp_dp.nodes_summary(), "n1 ranks 0-1; n2 ranks 2-3");
+  const auto tp_pp = wiola::dist::placement_of({2, 2, 1}, two_a_node);
+  EXPECT_EQ(tp_pp.pp, LinkKind::Inter);
+  EXPECT_EQ(tp_pp.dp, LinkKind::None);
+  // Round-robin placement: every TP group spans the nodes, DP stays inside.
+  const auto rr = wiola::dist::placement_of({2, 1, 2}, {"n1", "n2", "n1", "n2"});
+  EXPECT_EQ(rr.tp, LinkKind::Inter);
+  EXPECT_EQ(rr.dp, LinkKind::Intra);
+  EXPECT_EQ(rr.tp_across, (std::vector<int>{0, 1}));
+  EXPECT_EQ(rr.nodes_summary(), "n1 ranks 0,2; n2 ranks 1,3");
+  // One node: everything intra.
+  const auto one = wiola::dist::placement_of({2, 2, 1}, {"a", "a", "a", "a"});
+  EXPECT_EQ(one.tp, LinkKind::Intra);
+  EXPECT_EQ(one.pp, LinkKind::Intra);
+  EXPECT_EQ(one.nodes.size(), 1u);
 }
