@@ -13,7 +13,9 @@
 #       DIR/hostfile (one address a node, slots=S), DIR/agent (Open MPI's
 #       launch agent: it enters a node's namespaces where ssh would log in),
 #       DIR/env (the OMPI_MCA_* settings that bind MPI's TCP to the bridge's
-#       subnet and name the agent) and DIR/nodes (name, namespace, address).
+#       subnet and name the agent), DIR/nodes (name, namespace, address),
+#       and DIR/node-local: a folder each node sees as its own (the
+#       processes of node K see DIR/nodes.d/nodeK there).
 #   scripts/local_cluster.sh exec DIR NODE CMD...
 #       CMD on node NODE (node1, node2, ...) with DIR/env exported: e.g.
 #         scripts/local_cluster.sh exec DIR node1 \
@@ -91,7 +93,9 @@ write_files() { # n slots
   local k
   : > "$dir/hostfile.tmp"
   : > "$dir/nodes.tmp"
+  mkdir -p "$dir/node-local"
   for k in $(seq "$1"); do
+    mkdir -p "$dir/nodes.d/node$k"
     echo "$subnet.$k slots=$2" >> "$dir/hostfile.tmp"
     echo "node$k $(ns_of $k) $subnet.$k" >> "$dir/nodes.tmp"
   done
@@ -125,7 +129,7 @@ up() {
   [[ $slots =~ ^[1-9][0-9]*$ ]] || die "--slots must be a positive number (got '$slots')"
   tc_bits "$rate" > /dev/null || die "bad --rate '$rate' (e.g. 1gbit, 500mbit)"
   [ "$(id -u)" -eq 0 ] || skip "not root"
-  for k in ip tc unshare hostname; do command -v $k > /dev/null || skip "no '$k'"; done
+  for k in ip tc unshare nsenter hostname; do command -v $k > /dev/null || skip "no '$k'"; done
   mkdir -p "$dir" || die "cannot make $dir"
   down
   trap 'say "up failed; removing what it made"; down; exit 1' ERR
@@ -158,7 +162,13 @@ enter() {
   name=$(awk -v h="$host" '$1 == h || $3 == h {print $1}' "$dir/nodes" 2>/dev/null)
   [ -n "$name" ] || die "no node '$host' in $dir/nodes (is the cluster up?)"
   ns=$(ns_of "$name")
-  exec ip netns exec "$ns" unshare --uts sh -c "hostname $name; set -a; . '$dir/env'; set +a; $*"
+  # nsenter, not `ip netns exec`: that one remounts /sys for the namespace,
+  # without the cgroup file systems under it (slurmd needs them).
+  # DIR/node-local is each node's own folder (DIR/nodes.d/NAME bound there in
+  # a mount namespace of the process): storage that nodes do not share, like
+  # a real node's /tmp (Slurm's TmpFS).
+  exec nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private sh -c \
+    "hostname $name && mount --bind '$dir/nodes.d/$name' '$dir/node-local' && set -a && . '$dir/env' && set +a && $*"
 }
 
 case $cmd in

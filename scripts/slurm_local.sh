@@ -11,6 +11,14 @@
 #   scripts/slurm_local.sh down DIR    cancel every job, stop the daemons, kill
 #                                      leftover slurmstepd; idempotent
 #
+# Several nodes: with CLUSTER=DIR2, a cluster made by scripts/local_cluster.sh
+# (network namespaces node1..nodeN at 10.99.0.K), `up` declares one Slurm
+# node a namespace node (NodeName=nodeK NodeAddr=10.99.0.K) and starts
+# slurmctld on node1 and one slurmd on each node, inside its namespaces, so
+# `sbatch -N 2` allocates two nodes and srun/mpirun start ranks on both.
+# Clients must then run on a node: `scripts/local_cluster.sh exec DIR2 node1
+# sbatch ...` (the printed SLURM_CONF line is the same).
+#
 # `up` exits 77 with a one-line reason on stderr when Slurm cannot run here
 # (not root, packages missing, a daemon does not come up), so tests can skip.
 # It needs root (the daemons run as root, no cgroups) and the Debian packages
@@ -33,6 +41,20 @@ dir=${dir%/}
 conf=$dir/slurm.conf
 marker="WIOLA_SLURM_LOCAL=$dir"
 want_cpus=${SLURM_LOCAL_CPUS:-4}
+cluster=${CLUSTER:-}
+[ -z "$cluster" ] || [ -f "$cluster/nodes" ] || { echo "slurm_local: CLUSTER=$cluster is not a cluster that is up (no $cluster/nodes)" >&2; exit 2; }
+lc=$(dirname "$0")/local_cluster.sh
+
+# A client command (squeue, scancel, ...): on node1 when the cluster is
+# several namespace nodes (the controller's address is only there).
+client() {
+  if [ -n "$cluster" ]; then bash "$lc" exec "$cluster" node1 "$@"; else "$@"; fi
+}
+# The Slurm node names and addresses: "localhost 127.0.0.1", or one line a
+# namespace node.
+slurm_nodes() {
+  if [ -n "$cluster" ]; then awk '{print $1, $3}' "$cluster/nodes"; else echo "localhost 127.0.0.1"; fi
+}
 
 say() { echo "slurm_local: $*" >&2; }
 skip() { say "cannot start Slurm here: $*"; exit 77; }
@@ -96,36 +118,41 @@ do_down() {
   export SLURM_CONF=$conf
   if [ -f "$conf" ] && pid_of "$dir/slurmctld.pid" >/dev/null; then
     # Cancel every job (this cluster is ours alone) and wait for an empty queue.
-    timeout 5 scancel --quiet --partition=local 2>/dev/null
+    client timeout 5 scancel --quiet --partition=local 2>/dev/null
     for ((i = 0; i < 150; i++)); do
-      [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ] && break
+      [ -z "$(client timeout 5 squeue -h -o %i 2>/dev/null)" ] && break
       sleep 0.2
     done
   fi
   # The three daemons stop together.
   local daemons=()
-  for f in slurmd.pid slurmctld.pid munge/munged.pid; do
-    p=$(pid_of "$dir/$f") && daemons+=("$p")
+  for f in "$dir"/slurmd*.pid "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do
+    p=$(pid_of "$f") && daemons+=("$p")
   done
   stop_pids ${daemons[@]+"${daemons[@]}"}
   # Leftovers (slurmstepd, job processes), by PID.
   for p in $(leftover_pids); do kill -KILL "$p" 2>/dev/null; done
-  rm -f "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munge/munged.pid" "$dir/munge/munge.sock"
+  rm -f "$dir"/slurmd*.pid "$dir/slurmctld.pid" "$dir/munge/munged.pid" "$dir/munge/munge.sock"
   return 0
 }
 
 do_status() {
   local ok=0 p f
-  for f in munge/munged.pid slurmctld.pid slurmd.pid; do
+  local files=(munge/munged.pid slurmctld.pid) name addr
+  while read -r name addr; do files+=("$(slurmd_pid_file "$name")"); done < <(slurm_nodes)
+  for f in "${files[@]}"; do
     if p=$(pid_of "$dir/$f"); then echo "${f#munge/}: running (pid $p)"; else echo "${f#munge/}: not running"; ok=1; fi
   done
   [ $ok -eq 0 ] || return 1
   export SLURM_CONF=$conf
-  timeout 5 scontrol ping | head -1 || return 1
-  timeout 5 sinfo -N -o '%N %T %c' || return 1
-  timeout 5 squeue -o '%i %j %T %r %M' || return 1
+  client timeout 5 scontrol ping | head -1 || return 1
+  client timeout 5 sinfo -N -o '%N %T %c' || return 1
+  client timeout 5 squeue -o '%i %j %T %r %M' || return 1
   echo "SLURM_CONF=$conf"
 }
+
+# slurmd's pid file (SlurmdPidFile=DIR/slurmd-%n.pid): one a node.
+slurmd_pid_file() { [ "$1" = localhost ] && echo slurmd.pid || echo "slurmd-$1.pid"; }
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -153,8 +180,16 @@ do_up() {
   while [ $((b * s * cores * t)) -lt "$want_cpus" ]; do cores=$((cores + 1)); done
   cpus=$((b * s * cores * t))
 
+  local ctl_host=localhost slurmd_pid=slurmd.pid slurmd_log=slurmd.log spool_sub="" tmpfs=$dir/tmp name addr
+  if [ -n "$cluster" ]; then
+    ctl_host="node1($(awk '$1 == "node1" {print $3}' "$cluster/nodes"))"
+    slurmd_pid='slurmd-%n.pid' slurmd_log='slurmd-%n.log' spool_sub='/%n'
+    tmpfs=$cluster/node-local  # each node's own, as PMIx needs
+    while read -r name addr; do mkdir -p "$dir/spool/$name"; done < <(slurm_nodes)
+  fi
   local pc=6817
-  while ! { port_free $pc && port_free $((pc + 1)); }; do
+  # Namespace nodes are fresh: their ports are free.
+  while [ -z "$cluster" ] && ! { port_free $pc && port_free $((pc + 1)); }; do
     pc=$((pc + 2)); [ $pc -lt 6917 ] || skip "no free port pair in 6817..6916"
   done
 
@@ -166,7 +201,7 @@ do_up() {
   cat > "$conf" <<EOF
 # Generated by scripts/slurm_local.sh: a one-node test cluster (root, no cgroups).
 ClusterName=wiolalocal
-SlurmctldHost=localhost
+SlurmctldHost=$ctl_host
 SlurmctldPort=$pc
 SlurmdPort=$((pc + 1))
 SlurmUser=root
@@ -175,14 +210,14 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$dir/munge/munge.sock
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool$spool_sub
 # Slurm's PMIx plugin makes spmix_appdir_UID_JOB.STEP under TmpFS; in /tmp a
 # leftover of an earlier cluster (job ids restart at 1) breaks the launch.
-TmpFS=$dir/tmp
+TmpFS=$tmpfs
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/$slurmd_pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/$slurmd_log
 PlugStackConfig=$dir/plugstack.conf
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -197,9 +232,13 @@ ReturnToService=2
 MinJobAge=4
 KillWait=10
 MailProg=/bin/true
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus Boards=$b SocketsPerBoard=$s CoresPerSocket=$cores ThreadsPerCore=$t RealMemory=$mem State=UNKNOWN
-PartitionName=local Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
+  local name addr names=""
+  while read -r name addr; do
+    echo "NodeName=$name NodeAddr=$addr CPUs=$cpus Boards=$b SocketsPerBoard=$s CoresPerSocket=$cores ThreadsPerCore=$t RealMemory=$mem State=UNKNOWN" >> "$conf"
+    names+=${names:+,}$name
+  done < <(slurm_nodes)
+  echo "PartitionName=local Nodes=$names Default=YES MaxTime=INFINITE State=UP" >> "$conf"
 
   fail() { # reason; last log lines; tear down; 77
     say "$1"
@@ -214,20 +253,30 @@ EOF
     --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
     --seed-file="$dir/munge/munged.seed" 2>>"$dir/munge/munged.log" ||
     fail "munged did not start"
-  env "$marker" SLURM_CONF="$conf" slurmctld -c -f "$conf" 2>>"$dir/log/slurmctld.log" ||
+  on_node() { # NODE CMD...: on that namespace node (the cluster), else here
+    local node=$1
+    shift
+    if [ -n "$cluster" ]; then bash "$lc" exec "$cluster" "$node" "$@"; else "$@"; fi
+  }
+  on_node node1 env "$marker" SLURM_CONF="$conf" slurmctld -c -f "$conf" 2>>"$dir/log/slurmctld.log" ||
     fail "slurmctld did not start"
-  env "$marker" SLURM_CONF="$conf" slurmd -f "$conf" -N localhost 2>>"$dir/log/slurmd.log" ||
-    fail "slurmd did not start"
+  local n_nodes=0
+  while read -r name addr; do
+    on_node "$name" env "$marker" SLURM_CONF="$conf" slurmd -f "$conf" -N "$name" 2>>"$dir/log/slurmd.log" ||
+      fail "slurmd of $name did not start"
+    n_nodes=$((n_nodes + 1))
+  done < <(slurm_nodes)
 
   export SLURM_CONF=$conf
-  local i state=""
+  local i idle=0
   for ((i = 0; i < 150; i++)); do
-    state=$(timeout 5 sinfo -h -N -o %T 2>/dev/null | head -1)
-    [ "$state" = idle ] && break
+    idle=$(client timeout 5 sinfo -h -N -o %T 2>/dev/null | grep -c '^idle$')
+    [ "$idle" -ge "$n_nodes" ] && break
     sleep 0.2
   done
-  [ "$state" = idle ] || fail "the node did not become idle within 30 s (state '${state:-none}')"
-  say "up: localhost, $cpus CPUs declared, ports $pc/$((pc + 1)), logs in $dir/log"
+  [ "$idle" -ge "$n_nodes" ] ||
+    fail "$((n_nodes - idle)) of $n_nodes node(s) did not become idle within 30 s: $(client timeout 5 sinfo -h -N -o '%N %T' 2>/dev/null | tr '\n' ' ')"
+  say "up: $(slurm_nodes | awk '{print $1}' | tr '\n' ' ')with $cpus CPUs declared each, ports $pc/$((pc + 1)), logs in $dir/log"
   echo "SLURM_CONF=$conf"
 }
 

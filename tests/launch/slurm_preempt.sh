@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Preemption under Slurm, end to end, on a one-node cluster on localhost
-# (scripts/slurm_local.sh; exits 77, "skipped", where Slurm cannot run):
+# Preemption under Slurm, end to end, on a two-node cluster of network
+# namespaces (scripts/local_cluster.sh + scripts/slurm_local.sh with
+# CLUSTER=: `sbatch -N 2`, one rank a node, DP across the nodes), or on a
+# one-node cluster on localhost where namespaces cannot be made (exits 77,
+# "skipped", where Slurm cannot run):
 #
 #  1. an uninterrupted 2-rank run (dp = 2) through launch/wiola.sbatch,
 #     `sbatch --wait`: exit status 0 comes back;
@@ -29,10 +32,13 @@ fail() { say "FAIL: $*"; exit 1; }
 rm -rf "$work"; mkdir -p "$work"
 # The cluster's scratch goes under /tmp: unix socket paths must stay short.
 slurm=$(mktemp -d /tmp/wiola-slurm.XXXXXX)
+cluster=$slurm/cluster
+lc=$root/scripts/local_cluster.sh
 cleanup() {
   local rc=$?
   say "tearing Slurm down"
   "$root/scripts/slurm_local.sh" down "$slurm" || true
+  [ -n "${CLUSTER:-}" ] && bash "$lc" down "$cluster"
   say "Slurm down"
   cp -r "$slurm/log" "$work/slurm-log" 2>/dev/null || true
   rm -rf "$slurm"
@@ -40,6 +46,22 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
+
+set +e
+bash "$lc" up "$cluster" --nodes 2 --rate 10gbit --slots 1
+rc=$?
+set -e
+nodes=(-n 2)
+if [ $rc -eq 0 ]; then
+  export CLUSTER=$cluster
+  nodes=(-N 2 --ntasks-per-node=1)
+  say "two namespace nodes up: the jobs run one rank on each"
+else
+  say "no namespace nodes here (local_cluster.sh exited $rc): one node"
+fi
+# Slurm's clients run on node1 (the controller's address is only there).
+on1=(env)
+[ -z "${CLUSTER:-}" ] || on1=(bash "$lc" exec "$cluster" node1)
 
 say "bringing up Slurm in $slurm"
 set +e
@@ -61,7 +83,7 @@ args=(--set model.preset=wiola-tiny --set model.vocab_size=32000 --set train.mic
 
 job_field() { # JOBID FIELD -> value from scontrol show job ("" once the job is gone)
   local out
-  out=$(scontrol show job "$1" 2>/dev/null) || return 0
+  out=$("${on1[@]}" scontrol show job "$1" 2>/dev/null) || return 0
   tr ' ' '\n' <<<"$out" | sed -n "s/^$2=//p" | head -1
 }
 lines() { [ -f "$1" ] && wc -l < "$1" || echo 0; }
@@ -78,7 +100,7 @@ wait_lines() { # FILE N BOUND_S JOBID: until FILE has N lines, the job running
 # 1. Reference: uninterrupted, exit status through sbatch --wait.
 say "run 1: uninterrupted reference ($steps steps, 2 ranks)"
 set +e
-timeout 120 sbatch --wait --quiet -n 2 -o "$work/ref.out" "$sbatch_script" "${args[@]}" \
+timeout 120 "${on1[@]}" sbatch --wait --quiet "${nodes[@]}" -o "$work/ref.out" "$sbatch_script" "${args[@]}" \
   --set "train.run_dir=$work/ref"
 rc=$?
 set -e
@@ -86,15 +108,23 @@ cat "$work/ref.out"
 [ $rc -eq 0 ] || fail "reference job: sbatch --wait exited $rc"
 # (Slurm 22.05's srun exits 0 even when its tasks fail to launch: count steps.)
 [ "$(lines "$work/ref/metrics.jsonl")" -eq $steps ] || fail "reference job: $work/ref/metrics.jsonl lacks $steps steps"
+if [ -n "${CLUSTER:-}" ]; then  # one rank a node: DP across the nodes
+  "$python" - "$work/ref/report.json" <<'PY' || fail "reference job: not placed one rank a node"
+import json, sys
+p = json.load(open(sys.argv[1]))["placement"]
+print("placement:", p)
+assert p["rank_node"] == ["node1", "node2"] and p["links"]["dp"] == "inter", p
+PY
+fi
 
 # 2. Preempted and requeued.
 say "run 2: with checkpoints, preempted by USR1"
-job=$(sbatch --parsable -n 2 -o "$work/pre.out" "$sbatch_script" "${args[@]}" \
+job=$("${on1[@]}" sbatch --parsable "${nodes[@]}" -o "$work/pre.out" "$sbatch_script" "${args[@]}" \
   --set "train.run_dir=$work/pre" --set "checkpoint.dir=$work/pre-ckpt" --set checkpoint.every=5)
 wait_lines "$work/pre/metrics.jsonl" 8 60 "$job"
 at=$(lines "$work/pre/metrics.jsonl")
 say "job $job at step $at: scancel --signal=USR1 --batch $job"
-scancel --signal=USR1 --batch "$job"
+"${on1[@]}" scancel --signal=USR1 --batch "$job"
 requeued=0
 for ((i = 0; i < 300; i++)); do
   if [ "$(job_field "$job" Restarts)" = 1 ] && [ "$(job_field "$job" JobState)" = PENDING ]; then
@@ -102,7 +132,7 @@ for ((i = 0; i < 300; i++)); do
   fi
   sleep 0.2
 done
-[ $requeued = 1 ] || { scontrol show job "$job" || true; cat "$work/pre.out"; fail "job $job was not requeued within 60 s"; }
+[ $requeued = 1 ] || { "${on1[@]}" scontrol show job "$job" || true; cat "$work/pre.out"; fail "job $job was not requeued within 60 s"; }
 stopped=$(lines "$work/pre/metrics.jsonl")
 say "requeued (Restarts=1, $(job_field "$job" Reason)) after stopping at step $stopped; starting it now"
 [ "$stopped" -lt $steps ] || fail "the run had finished before it was preempted; nothing was tested"
@@ -111,7 +141,7 @@ say "requeued (Restarts=1, $(job_field "$job" Reason)) after stopping at step $s
 # Slurm's own ~2 minute delay of requeued jobs avoids that, so the test only
 # waits a couple of seconds.
 sleep 2
-scontrol update JobId="$job" StartTime=now
+"${on1[@]}" scontrol update JobId="$job" StartTime=now
 state=""
 for ((i = 0; i < 600; i++)); do
   state=$(job_field "$job" JobState)
@@ -130,10 +160,10 @@ grep -q "^wiola train: resuming from" "$work/pre.out" || fail "the second start 
 
 # 3. A plain scancel (SIGTERM): cancelled, never requeued.
 say "run 3: plain scancel"
-job=$(sbatch --parsable -n 2 -o "$work/cancel.out" "$sbatch_script" "${args[@]}" \
+job=$("${on1[@]}" sbatch --parsable "${nodes[@]}" -o "$work/cancel.out" "$sbatch_script" "${args[@]}" \
   --set "train.run_dir=$work/cancel" --set "checkpoint.dir=$work/cancel-ckpt" --set checkpoint.every=100)
 wait_lines "$work/cancel/metrics.jsonl" 3 60 "$job"
-scancel "$job"
+"${on1[@]}" scancel "$job"
 state=""
 for ((i = 0; i < 150; i++)); do
   state=$(job_field "$job" JobState)
