@@ -21,14 +21,13 @@ namespace {
 
 // The link of `kind`'s groups: none (single ranks), intra (every group on
 // one node) or inter; `across` gets the first group that spans nodes.
-LinkKind links_of(const GridConfig& g, const std::vector<std::string>& node, GroupKind kind,
-                  std::vector<int>* across) {
+LinkKind links_of(const GridConfig& g, const std::vector<std::string>& node, GroupKind kind, std::vector<int>* across) {
   LinkKind out = LinkKind::None;
   for (int r = 0; r < g.world(); ++r) {
     const std::vector<int> group = group_ranks(g, r, kind);
     if (group.size() < 2 || group.front() != r) continue;  // each group once, from its first rank
-    const bool one_node = std::all_of(group.begin(), group.end(),
-                                      [&](int q) { return node[size_t(q)] == node[size_t(group.front())]; });
+    const bool one_node =
+        std::all_of(group.begin(), group.end(), [&](int q) { return node[size_t(q)] == node[size_t(group.front())]; });
     if (one_node) {
       if (out == LinkKind::None) out = LinkKind::Intra;
       continue;

@@ -19,7 +19,7 @@ struct Placement {
   std::vector<std::string> rank_node;  // world rank -> node name
   std::vector<std::string> nodes;      // distinct nodes, in the order of their first rank
   LinkKind tp = LinkKind::None, pp = LinkKind::None, dp = LinkKind::None;
-  std::vector<int> tp_across;          // the first TP group that spans nodes (empty: none does)
+  std::vector<int> tp_across;  // the first TP group that spans nodes (empty: none does)
 
   // "node1 ranks 0-1, node2 ranks 2-3" (ranges of consecutive ranks).
   std::string nodes_summary() const;

@@ -126,9 +126,13 @@ int calibrate_link(int argc, char** argv, const std::string& out) {
     const nlohmann::json j = perf::calibrate_link(*world);
     if (world->rank() == 0) {
       write_text_atomic(out, j.dump(2) + "\n");
-      std::printf("plan --calibrate-link: %d ranks: %.1f us per ring step, %.2f GB/s on the wire -> %s\n",
-                  j.at("ranks").get<int>(), j.at("latency_s").get<double>() * 1e6, j.at("gbs").get<double>(),
-                  out.c_str());
+      std::printf("plan --calibrate-link: %d ranks: %.1f us per ring step, %.2f GB/s on the wire",
+                  j.at("ranks").get<int>(), j.at("latency_s").get<double>() * 1e6, j.at("gbs").get<double>());
+      if (j.contains("inter"))
+        std::printf("; %d nodes (%s), between them %.1f us, %.2f GB/s", j.at("nodes").get<int>(),
+                    j.at("placement").get<std::string>().c_str(), j["inter"]["latency_s"].get<double>() * 1e6,
+                    j["inter"]["gbs"].get<double>());
+      std::printf(" -> %s\n", out.c_str());
     }
     return 0;
   });
@@ -176,6 +180,11 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
   app.add_option("--threads", r.threads, "--cpu: threads per rank (default: cores / ranks)");
   app.add_option("--reps", r.reps, "--cpu: timed repeats per stage (median)")->capture_default_str();
   app.add_option("--link", a.link, "--cpu: the transport measured by --calibrate-link (default: memcpy-based guess)");
+  app.add_option("--placement", a.req.placement,
+                 "--cpu with a link measured on several nodes: block (rank r on node r / ranks per node) or "
+                 "round-robin (r % nodes)")
+      ->check(CLI::IsMember({"block", "round-robin"}))
+      ->capture_default_str();
   app.add_option("--calibrate-link", a.calibrate_out, "under mpirun: measure the CPU transport into this JSON file");
   app.add_option("--json", r.json_out, "also write the predictions as JSON here");
   app.add_option("--config", a.config, "take the model and layout of this run config (as wiola train)");
@@ -214,7 +223,14 @@ void resolve_model_and_layout(PlanArgs& a) {
 // --link: the CPU transport --calibrate-link measured.
 MeasuredLink read_link(const std::string& file) {
   const auto lj = nlohmann::json::parse(wiola::read_file(file));
-  return MeasuredLink{file, lj.at("gbs").get<double>(), lj.at("latency_s").get<double>()};
+  MeasuredLink l{file, lj.at("gbs").get<double>(), lj.at("latency_s").get<double>()};
+  if (lj.value("nodes", 1) > 1) {
+    l.nodes = lj.at("nodes").get<int>();
+    l.per_node = lj.at("per_node").get<int>();
+    l.inter_gbs = lj.at("inter").at("gbs").get<double>();
+    l.inter_latency_s = lj.at("inter").at("latency_s").get<double>();
+  }
+  return l;
 }
 
 }  // namespace

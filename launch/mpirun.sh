@@ -50,7 +50,8 @@ done
 # From the command line of `wiola train`: the ranks (its --config file's
 # [parallel] tp, pp, dp, then --set parallel.{tp,pp,dp}=V overrides) and the
 # run folder (train.run_dir, for the post-mortem of a failed job).
-read -r guess run_dir < <(/usr/bin/env python3 - "$@" <<'EOF' || true
+guess="" run_dir="" why=$(mktemp)
+read -r guess run_dir < <(/usr/bin/env python3 - "$@" 2>"$why" <<'EOF' || true
 import sys, tomllib
 args, cfg, sets = sys.argv[1:], None, []
 if "train" not in args: sys.exit("mpirun.sh: the command is not `wiola train ...`")
@@ -78,11 +79,12 @@ try:
 except Exception as e:
     sys.exit(f"mpirun.sh: {e}")
 EOF
-)
+) || true
 if [ -z "$np" ]; then
-  np=${guess:-}
-  [ -n "$np" ] || { echo "mpirun.sh: cannot infer the number of ranks from the command; give -np N" >&2; exit 2; }
+  np=$guess
+  [ -n "$np" ] || { cat "$why" >&2; rm -f "$why"; echo "mpirun.sh: cannot infer the number of ranks from the command; give -np N" >&2; exit 2; }
 fi
+rm -f "$why"
 
 cores=$(nproc)
 if [ -z "$threads" ]; then

@@ -4,7 +4,10 @@
 // included), fitted to latency x ring steps + wire bytes / rate by least
 // squares. A microbenchmark of the link, like nccl-tests for GPUs; no
 // training run is involved. `wiola plan --calibrate-link FILE` runs it under
-// mpirun and `wiola plan --cpu --link FILE` reads its result.
+// mpirun and `wiola plan --cpu --link FILE` reads its result. Across several
+// nodes (ranks placed by host name) it measures the link inside a node (each
+// node's ranks together) and between nodes (the ranks of equal place on
+// each node together), every group at once, as training loads them.
 #pragma once
 
 #include <vector>
@@ -19,8 +22,8 @@ struct LinkPoint {
   double ring_steps = 0, wire_bytes = 0, seconds = 0;
 };
 struct LinkFit {
-  double latency_s = 0;      // per ring step
-  double bytes_per_s = 0;    // on the wire
+  double latency_s = 0;    // per ring step
+  double bytes_per_s = 0;  // on the wire
 };
 
 // t = latency_s * ring_steps + wire_bytes / bytes_per_s, least squares

@@ -133,6 +133,23 @@ struct PlanMachine {
   Precision prec{DType::BF16, DType::F32, DType::BF16, true};
 };
 
+// A measured cluster of several nodes: the inter-node link and where each
+// rank runs (the ranks share this machine's cores however they are placed:
+// the namespace nodes of scripts/local_cluster.sh).
+void set_cpu_nodes(const MeasuredLink& l, const std::string& placement, Cluster& cl) {
+  WIOLA_CHECK(placement == "block" || placement == "round-robin",
+              "plan: --placement must be block or round-robin (got '", placement, "')");
+  WIOLA_CHECK(cl.devices == l.nodes * l.per_node, "plan: --ranks ", cl.devices, " but the link file ", l.file,
+              " was measured on ", l.nodes, " nodes x ", l.per_node, " ranks");
+  cl.per_node = l.per_node;
+  if (l.per_node < 2) cl.intra_gbs = l.inter_gbs, cl.latency_s = l.inter_latency_s;  // never used: no intra group
+  cl.inter_gbs = l.inter_gbs;
+  cl.inter_latency_s = l.inter_latency_s;
+  cl.rank_node.clear();
+  for (int r = 0; r < cl.devices; ++r)
+    cl.rank_node.push_back("node" + std::to_string(1 + (placement == "block" ? r / l.per_node : r % l.nodes)));
+}
+
 PlanMachine cpu_machine(const PlanRequest& r) {
   PlanMachine m;
   int threads = r.threads;
@@ -143,6 +160,7 @@ PlanMachine cpu_machine(const PlanRequest& r) {
   if (r.link) {
     m.cluster.intra_gbs = m.cluster.inter_gbs = r.link->gbs;
     m.cluster.latency_s = m.cluster.inter_latency_s = r.link->latency_s;
+    if (r.link->nodes > 1) set_cpu_nodes(*r.link, r.placement, m.cluster);
   }
   m.compute = std::move(cc);
   m.prec = Precision{DType::F32, DType::F32, DType::F32, false};
@@ -182,9 +200,15 @@ void print_machine(const PlanRequest& r, const PlanMachine& m) {
         "  link: shared memory at %.1f GB/s (half the memcpy rate), 5 us per collective step (assumed; "
         "--link for a measured one)\n",
         cl.intra_gbs);
-  else
+  else if (r.link->nodes <= 1)
     std::printf("  link: %s: %.2f GB/s on the wire, %.1f us per ring step (measured)\n", r.link->file.c_str(),
                 cl.intra_gbs, cl.latency_s * 1e6);
+  else
+    std::printf(
+        "  links: %s: %d nodes x %d ranks (%s placement); inside a node %.2f GB/s, %.1f us per ring step; between "
+        "nodes %.2f GB/s, %.1f us (measured)\n",
+        r.link->file.c_str(), r.link->nodes, r.link->per_node, r.placement.c_str(), cl.intra_gbs, cl.latency_s * 1e6,
+        cl.inter_gbs, cl.inter_latency_s * 1e6);
 }
 
 // The given layout's prediction (held to wiola train's rules), or the

@@ -28,8 +28,11 @@ struct ProfileFitRequest {
 // (perf/link_calibration.h), as read from its file.
 struct MeasuredLink {
   std::string file;
-  double gbs = 0;        // on the wire
+  double gbs = 0;        // on the wire (several nodes: inside a node)
   double latency_s = 0;  // per ring step
+  // Several nodes: how many, the ranks on each, and the link between them.
+  int nodes = 1, per_node = 0;
+  double inter_gbs = 0, inter_latency_s = 0;
 };
 
 struct PlanRequest {
@@ -48,6 +51,10 @@ struct PlanRequest {
   ProfileFitRequest fit;
   int threads = 0, reps = 7;         // CPU: threads per rank (0: cores / ranks), timed repeats per stage
   std::optional<MeasuredLink> link;  // CPU: the transport measured (none: a memcpy-based guess)
+  // CPU, several nodes: rank r on node r / per_node ("block": mpirun's
+  // --map-by slot, Slurm's block distribution) or r % nodes ("round-robin":
+  // --map-by node, cyclic).
+  std::string placement = "block";
   // The run estimate and the report.
   double tokens = 0;  // training tokens (0: Chinchilla, 20 x params)
   double ckpt_minutes = 30;

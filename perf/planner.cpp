@@ -6,6 +6,7 @@
 #include <string>
 
 #include "dist/grid.h"
+#include "dist/placement.h"
 #include "dist/optimizer.h"
 #include "model/flops.h"
 #include "util/error.h"
@@ -257,8 +258,14 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
   p.layout = lay;
   p.bubble_analytic = w.bubble_analytic;
   const int pp = lay.pp;
-  const Link tp_link = link_for(cl, lay.tp), pp_link = link_for(cl, lay.tp * lay.pp),
-             dp_link = link_for(cl, lay.world());
+  Link tp_link = link_for(cl, lay.tp), pp_link = link_for(cl, lay.tp * lay.pp), dp_link = link_for(cl, lay.world());
+  if (int(cl.rank_node.size()) == lay.world()) {  // a known placement: each dimension's groups
+    const dist::Placement pl = dist::placement_of(dist::GridConfig{lay.tp, lay.pp, lay.dp}, cl.rank_node);
+    const auto of = [&](dist::LinkKind k) {
+      return k == dist::LinkKind::Inter ? Link{cl.inter_gbs, cl.inter_latency_s} : Link{cl.intra_gbs, cl.latency_s};
+    };
+    tp_link = of(pl.tp), pp_link = of(pl.pp), dp_link = of(pl.dp);
+  }
   // The pipeline's units: the stages, or (interleaved, zb-v) the p·v
   // chunks, global chunk g on rank dist::chunk_rank(p, g).
   const int v = chunks_per_rank(lay);

@@ -34,23 +34,23 @@ struct GptConfig {
 struct StageWork {
   double fwd_flops = 0, bwd_flops = 0;  // per micro-batch, recompute included in bwd
   double bwd_weight_flops = 0;          // the weight-gradient GEMMs of bwd (W of a split backward)
-  double tp_bytes = 0;     // TP wire bytes per micro-batch (fwd + bwd)
-  int tp_ops = 0;          // TP collectives per micro-batch
-  double pp_msg_bytes = 0; // one forward message out of the stage (the backward one is as big)
-  double dp_bytes = 0;     // DP wire bytes per step
-  int dp_ops = 0;          // DP collectives per step (buckets x reduce-scatter + all-gather)
-  double embed_bytes = 0;  // tied-embedding sum per step (first and last stage, pp > 1)
-  double opt_elems = 0;    // parameters AdamW updates here
-  Traffic traffic;         // per step, by group
+  double tp_bytes = 0;                  // TP wire bytes per micro-batch (fwd + bwd)
+  int tp_ops = 0;                       // TP collectives per micro-batch
+  double pp_msg_bytes = 0;              // one forward message out of the stage (the backward one is as big)
+  double dp_bytes = 0;                  // DP wire bytes per step
+  int dp_ops = 0;                       // DP collectives per step (buckets x reduce-scatter + all-gather)
+  double embed_bytes = 0;               // tied-embedding sum per step (first and last stage, pp > 1)
+  double opt_elems = 0;                 // parameters AdamW updates here
+  Traffic traffic;                      // per step, by group
   Memory memory;
-  StageKinds kinds;        // the same work by kind, for a device profile (Wiola workloads)
+  StageKinds kinds;  // the same work by kind, for a device profile (Wiola workloads)
 };
 
 struct Workload {
-  std::string model;       // name
-  double params = 0;       // whole model
+  std::string model;  // name
+  double params = 0;  // whole model
   int T = 0;
-  double step_flops = 0;   // model FLOPs of one optimizer step (the MFU numerator)
+  double step_flops = 0;  // model FLOPs of one optimizer step (the MFU numerator)
   Layout layout;
   std::vector<StageWork> stages;
   double bubble_analytic = 0;  // (p-1)/(m+p-1); interleaved: ((p-1)/v)/(m+(p-1)/v)
@@ -82,12 +82,16 @@ struct Cluster {
   std::string device = "cpu";  // an accelerator key, or "cpu"
   int devices = 1;
   int per_node = 8;
-  double memory_bytes = 0;     // per device (0: no limit, the CPU)
+  double memory_bytes = 0;  // per device (0: no limit, the CPU)
   double intra_gbs = 0, inter_gbs = 0, latency_s = 0, inter_latency_s = 0;
-  double peak_flops = 0;       // per device, the MFU denominator
-  bool hidden_dp = false;      // DP reduce-scatter hidden behind the last backward (NCCL streams)
-  double host_copy_gbs = 25;   // device -> host snapshot for async checkpoints (PCIe Gen5 x16 ~ 64 GB/s peak; assumed)
-  double ckpt_write_gbs = 1;   // per rank, to the checkpoint file system (assumed)
+  double peak_flops = 0;   // per device, the MFU denominator
+  bool hidden_dp = false;  // DP reduce-scatter hidden behind the last backward (NCCL streams)
+  // Where each rank runs, by world rank (a measured CPU cluster of several
+  // nodes; empty: ranks fill nodes of per_node in rank order): a dimension
+  // whose groups span nodes uses the inter-node link (dist/placement.h).
+  std::vector<std::string> rank_node;
+  double host_copy_gbs = 25;  // device -> host snapshot for async checkpoints (PCIe Gen5 x16 ~ 64 GB/s peak; assumed)
+  double ckpt_write_gbs = 1;  // per rank, to the checkpoint file system (assumed)
   static Cluster gpu(const std::string& gpu_key, int devices, const std::string& inter_key = "");
 };
 
@@ -110,10 +114,10 @@ std::unique_ptr<ComputeModel> flops_compute_model(double peak_flops, double effi
 struct Prediction {
   Layout layout;
   bool fits = true;
-  std::string why_not;         // when it does not fit or is not a legal layout
+  std::string why_not;  // when it does not fit or is not a legal layout
   double step_s = 0, tokens_per_s = 0, mfu = 0;
-  double pipeline_s = 0;       // the schedule's makespan (compute + TP + pipeline transfers)
-  double compute_s = 0;        // the busiest rank's compute per step
+  double pipeline_s = 0;  // the schedule's makespan (compute + TP + pipeline transfers)
+  double compute_s = 0;   // the busiest rank's compute per step
   double tp_s = 0, pp_s = 0, dp_exposed_s = 0, embed_s = 0, optimizer_s = 0;
   double bubble_analytic = 0, bubble_sim = 0;
   // bubble_sim split (dist::PipelineSim): the schedule's bubble with every
@@ -124,21 +128,21 @@ struct Prediction {
   // Per rank, the activations alive at the schedule's peak, in micro-batches
   // of the rank's layers (interleaved: live chunk activations / v).
   std::vector<double> peak_live;
-  Traffic traffic;             // max over ranks, per group
-  Memory memory;               // the fullest rank
+  Traffic traffic;  // max over ranks, per group
+  Memory memory;    // the fullest rank
   // The schedule choice (predict_schedules; the search, pp > 1, Wiola):
   // every schedule predicted for this layout, and why layout.schedule won.
   struct ScheduleOption {
-    std::string name;          // "1f1b", "zb-h1", "interleaved v2", "zb-v", ...
-    bool runnable = true;      // pickable: wiola train runs it as predicted (interleaved, zb-v on GPUs:
-                               // their pipeline messages through host memory, not predicted)
+    std::string name;      // "1f1b", "zb-h1", "interleaved v2", "zb-v", ...
+    bool runnable = true;  // pickable: wiola train runs it as predicted (interleaved, zb-v on GPUs:
+                           // their pipeline messages through host memory, not predicted)
     bool fits = true;
     double step_s = 0, bubble_sim = 0;
     double activation_bytes = 0;  // the fullest rank's activations
     double pp_bytes = 0;          // pipeline wire bytes per step, the busiest rank
   };
   std::vector<ScheduleOption> schedule_options;
-  std::string schedule_why;    // empty: the layout's schedule was given, not chosen
+  std::string schedule_why;  // empty: the layout's schedule was given, not chosen
 };
 
 Prediction predict(const Workload& w, const Cluster& cl, ComputeModel& cm);
@@ -180,10 +184,10 @@ Prediction predict_schedules(const ModelConfig& c, const Layout& lay, const Clus
 // L; micro-batch sizes 1, 2, 4, ...; ZeRO and recompute on and off), ranked
 // fastest first, those that do not fit last.
 struct SearchSpace {
-  int global_batch = 0;        // sequences per optimizer step
+  int global_batch = 0;  // sequences per optimizer step
   std::vector<int> micro_batch_sizes = {1, 2, 4, 8, 16};
   bool try_recompute = true, try_no_zero = true;
-  int max_pp = 0;              // 0: L
+  int max_pp = 0;  // 0: L
   // Wiola, pp > 1: choose each layout's schedule (predict_schedules);
   // false: 1f1b only. try_interleaved: predict the chunked schedules
   // (interleaved, zb-v) too (more stage shapes to time for a CPU compute
@@ -195,8 +199,8 @@ struct SearchSpace {
   // way (the chunked schedules are never picked).
   bool balance_chunks_everywhere = false;
 };
-std::vector<Prediction> search_wiola(const ModelConfig& c, const Cluster& cl, ComputeModel& cm,
-                                     const SearchSpace& sp, const Precision& prec);
+std::vector<Prediction> search_wiola(const ModelConfig& c, const Cluster& cl, ComputeModel& cm, const SearchSpace& sp,
+                                     const Precision& prec);
 std::vector<Prediction> search_gpt(const GptConfig& g, const Cluster& cl, ComputeModel& cm, const SearchSpace& sp);
 
 // Wall clock and GPU-hours of a run of `tokens` training tokens at the
@@ -205,7 +209,7 @@ struct RunEstimate {
   double steps = 0, wall_s = 0, device_hours = 0, checkpoint_s = 0;
   int checkpoints = 0;
 };
-RunEstimate estimate_run(const Prediction& p, const Workload& w, const Cluster& cl, double tokens,
-                         double ckpt_minutes, bool async_ckpt);
+RunEstimate estimate_run(const Prediction& p, const Workload& w, const Cluster& cl, double tokens, double ckpt_minutes,
+                         bool async_ckpt);
 
 }  // namespace wiola::perf
