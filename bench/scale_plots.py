@@ -3,6 +3,7 @@
 DIR/throughput.png  tokens/s per configuration, with the ideal (baseline x busy cores)
 DIR/breakdown.png   time per step stacked by part (mean over ranks)
 DIR/memory.png      the most memory any rank holds, stacked by class, and its peak
+DIR/predicted.png   the planner's predicted step beside the measured one (a sweep with --link)
 
 usage: scale_plots.py DIR"""
 import csv
@@ -58,7 +59,23 @@ def main():
             "ms per step (mean over ranks)", "Where a step's time goes")
     stacked("memory.png", ["params", "grads", "optimizer", "activations"], "_mib",
             "MiB (the fullest rank per class)", "Memory per rank by class", peak=True)
-    print(f"plots: {out}/throughput.png {out}/breakdown.png {out}/memory.png")
+    pred = [fl(r, "step_predicted_ms") if "step_predicted_ms" in r else 0.0 for r in rows]
+    if any(p > 0 for p in pred):
+        fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(rows) + 2), 4.5))
+        ax.bar([x - 0.2 for x in xs], pred, 0.4, label="predicted (wiola plan --cpu --link)")
+        ax.bar([x + 0.2 for x in xs], [fl(r, "step_measured_ms") for r in rows], 0.4, label="measured")
+        for x, p, r in zip(xs, pred, rows):
+            m = fl(r, "step_measured_ms")
+            if p > 0 and m > 0:
+                ax.text(x, max(p, m), f"{100 * (p / m - 1):+.0f}%", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(xs, names, rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("ms per step")
+        ax.set_title("The planner's step against the measured one")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(f"{out}/predicted.png", dpi=110)
+    print(f"plots: {out}/throughput.png {out}/breakdown.png {out}/memory.png"
+          f"{' ' + out + '/predicted.png' if any(p > 0 for p in pred) else ''}")
     return 0
 
 

@@ -3,7 +3,8 @@
 // each a real `wiola train` (under mpirun when it has several ranks) whose
 // report.json gives the figures. Writes DIR/report.md, DIR/scale.csv and plots
 // (throughput per layout with the ideal line, time breakdown, memory per rank
-// per class; by bench/scale_plots.py). A configuration that fails is a row
+// per class, and, with a measured link, the planner's predicted step beside
+// the measured one; by bench/scale_plots.py). A configuration that fails is a row
 // saying why. launch/cmd_bench_scale.cpp parses the command line into a
 // ScaleSweep.
 #pragma once
@@ -24,12 +25,17 @@ ScaleGrid parse_scale_layout(const std::string& name);
 struct ScaleSweep {
   std::string out;  // the output directory
   std::vector<std::string> models, layouts;
-  std::vector<int> micro_batches;      // per step per DP replica
+  std::vector<int> micro_batches;  // per step per DP replica
   std::vector<bool> zero, recompute;
   int global_batch = 8, steps = 8;
-  int threads = 0;                     // per rank; 0: cores / ranks, at least 1
-  std::string data;                    // token shards; "": the bundled Brown corpus, prepared once
-  std::vector<std::string> sets;       // more `wiola train` overrides
+  int threads = 0;                // per rank; 0: cores / ranks, at least 1
+  std::string data;               // token shards; "": the bundled Brown corpus, prepared once
+  std::vector<std::string> sets;  // more `wiola train` overrides
+  // Several nodes: runs of more than one rank start through
+  // launch/mpirun.sh --hostfile (placement "round-robin": --map-by node);
+  // with `link` (wiola plan --calibrate-link's file) each configuration is
+  // also predicted (wiola plan --cpu --link --placement) beside its measure.
+  std::string hostfile, link, placement = "block";
 };
 
 // One configuration of the sweep.

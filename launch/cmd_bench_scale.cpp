@@ -57,15 +57,26 @@ int wiola_bench_scale(int argc, char** argv) {
   wiola::bench::ScaleSweep s;
   app.add_option("--out", out, "output directory")->capture_default_str();
   app.add_option("--models", models, "model presets, comma-separated")->capture_default_str();
-  app.add_option("--layouts", layouts, "single, or tpN/ppN/dpN joined by x (tp2xpp2), comma-separated")->capture_default_str();
-  app.add_option("--micro-batches", mbs, "micro-batches per step per DP replica, comma-separated")->capture_default_str();
+  app.add_option("--layouts", layouts, "single, or tpN/ppN/dpN joined by x (tp2xpp2), comma-separated")
+      ->capture_default_str();
+  app.add_option("--micro-batches", mbs, "micro-batches per step per DP replica, comma-separated")
+      ->capture_default_str();
   app.add_option("--zero", zero, "ZeRO for dp > 1: on, off or on,off")->capture_default_str();
   app.add_option("--recompute", recompute, "activation recompute: off, on or off,on")->capture_default_str();
-  app.add_option("--global-batch", s.global_batch, "sequences per optimizer step, every configuration")->capture_default_str();
+  app.add_option("--global-batch", s.global_batch, "sequences per optimizer step, every configuration")
+      ->capture_default_str();
   app.add_option("--steps", s.steps, "steps per run (figures from steps 2..)")->capture_default_str();
   app.add_option("--threads", s.threads, "threads per rank (default: cores / ranks, at least 1)");
   app.add_option("--data", s.data, "token shards (manifest.json); default: the bundled Brown corpus, prepared once");
   app.add_option("--set", s.sets, "more `wiola train` overrides (section.key=value)");
+  app.add_option("--hostfile", s.hostfile,
+                 "several nodes: start multi-rank runs with launch/mpirun.sh --hostfile FILE");
+  app.add_option("--link", s.link,
+                 "wiola plan --calibrate-link's file: predict each configuration's step beside its measure");
+  app.add_option("--placement", s.placement,
+                 "with --hostfile: block (mpirun --map-by slot) or round-robin (--map-by node)")
+      ->check(CLI::IsMember({"block", "round-robin"}))
+      ->capture_default_str();
   if (const int rc = wiola::cli::parse(app, argc, argv, "bench scale"); rc >= 0) return rc;
   s.out = out;
   s.models = split_list(models);
