@@ -370,7 +370,7 @@ StepOutcome Trainer::skip_data_step(int64_t t) {
     data_->loader->next_batch(data_->batch.data());  // read and dropped: the data after the window is the same
   }
   StepOutcome out;
-  out.loss = out.grad_norm = std::nan("");
+  out.loss = out.grad_norm = out.z_loss = std::nan("");
   out.lr = lr_at(t, p.budget.t_max, p.budget.warmup, p.rc.train.lr_max, p.rc.train.lr_min);
   out.adam_step = optimizer_->adam->applied_steps();
   progress_.step = t;
