@@ -36,6 +36,7 @@ void Timeline::begin_step(int64_t t) {
   if (!traced(t)) return;
   open_ = t;
   step_t0_ = trace::Clock::now();
+  starts_.emplace_back(t, step_t0_);
   trace::set_recording(true);
 }
 
@@ -43,11 +44,20 @@ void Timeline::end_step() {
   if (!open_) return;
   trace::record("step", "step " + std::to_string(open_), step_t0_, trace::Clock::now());
   trace::set_recording(false);
-  for (const trace::Event& e : trace::take()) events_.push_back(event_json(e, open_));
+  keep_events();
   open_ = 0;
 }
 
-nlohmann::json Timeline::event_json(const trace::Event& e, int64_t step) const {
+// A span may end after its step (a background checkpoint write): it
+// belongs to the step it began in.
+void Timeline::keep_events() {
+  for (const trace::Event& e : trace::take()) events_.push_back(event_json(e));
+}
+
+nlohmann::json Timeline::event_json(const trace::Event& e) const {
+  int64_t step = starts_.empty() ? 0 : starts_.front().first;
+  for (const auto& [t, t0] : starts_)
+    if (t0 <= e.begin) step = t;
   const auto us = [this](trace::Clock::time_point t) {
     return std::chrono::duration<double, std::micro>(t - origin_).count();
   };
@@ -66,6 +76,7 @@ nlohmann::json Timeline::event_json(const trace::Event& e, int64_t step) const {
 void Timeline::write() {
   if (!on()) return;
   end_step();
+  keep_events();  // what ended after the last traced step
   const fs::path dir = run_.rc.train.run_dir;
   std::set<int> tids;
   for (const auto& e : events_) tids.insert(e.at("tid").get<int>());

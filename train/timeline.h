@@ -36,7 +36,9 @@ class Timeline {
   void write();
 
  private:
-  nlohmann::json event_json(const trace::Event& e, int64_t step) const;
+  nlohmann::json event_json(const trace::Event& e) const;
+  // The spans recorded so far, each with the traced step it began in.
+  void keep_events();
   void merge_parts() const;
 
   const RunSettings& run_;
@@ -44,7 +46,8 @@ class Timeline {
   trace::Clock::time_point origin_;
   int64_t open_ = 0;  // the step being recorded, 0: none
   trace::Clock::time_point step_t0_;
-  nlohmann::json events_ = nlohmann::json::array();  // this rank's, of the steps ended
+  std::vector<std::pair<int64_t, trace::Clock::time_point>> starts_;  // each traced step's start
+  nlohmann::json events_ = nlohmann::json::array();                   // this rank's, of the steps ended
 };
 
 }  // namespace wiola
