@@ -545,6 +545,17 @@ void check_ranges(const RunConfig& rc) {
 
 // [train] and what it needs of the others. The values of enum keys were
 // checked when read (assign).
+// Step windows [from, to]: 1 <= from <= to, sorted and disjoint.
+void check_windows(const std::vector<StepWindow>& ws, const char* key) {
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const StepWindow& w = ws[i];
+    WIOLA_CHECK(w.from >= 1 && w.to >= w.from, key, ": window ", i + 1, " [", w.from, ", ", w.to,
+                "] must have 1 <= from <= to");
+    WIOLA_CHECK(i == 0 || w.from > ws[i - 1].to, key, ": window ", i + 1, " [", w.from, ", ", w.to,
+                "] must start after window ", i, " ends (sorted, disjoint)");
+  }
+}
+
 void check_train(const RunConfig& rc) {
   const auto& t = rc.train;
   const auto& c = rc.checkpoint;
@@ -561,13 +572,8 @@ void check_train(const RunConfig& rc) {
               "train.spike_sigma / train.spike_skipped rewind to a checkpoint: set checkpoint.dir");
   WIOLA_CHECK(!(t.spike_skipped > 0 && t.nonfinite_fatal),
               "train.spike_skipped counts skipped steps, but train.nonfinite_fatal stops at the first: set one");
-  for (size_t i = 0; i < t.skip_batches.size(); ++i) {
-    const StepWindow& w = t.skip_batches[i];
-    WIOLA_CHECK(w.from >= 1 && w.to >= w.from, "train.skip_batches: window ", i + 1, " [", w.from, ", ", w.to,
-                "] must have 1 <= from <= to");
-    WIOLA_CHECK(i == 0 || w.from > t.skip_batches[i - 1].to, "train.skip_batches: window ", i + 1, " [", w.from, ", ",
-                w.to, "] must start after window ", i, " ends (sorted, disjoint)");
-  }
+  check_windows(t.skip_batches, "train.skip_batches");
+  check_windows(t.trace_steps, "train.trace_steps");
   WIOLA_CHECK(t.seed <= uint64_t(INT64_MAX), "train.seed must be <= ", INT64_MAX, " (got ", t.seed, ")");
   WIOLA_CHECK(t.lr_min >= 0 && t.lr_min <= t.lr_max, "train.lr_min (", t.lr_min,
               ") must be in [0, train.lr_max] = [0, ", t.lr_max, "]");

@@ -89,6 +89,10 @@ constexpr std::array<std::string_view, 3> enum_names(DataPlaneMode) { return {"a
     "AdamW decoupled decay on matrices and the embedding, never on γ, δ, φ ([model.md " \
     "§4](model.md#4-training))") \
   X(double, clip, 1.0, kAnyValue, "max global gradient L2 norm, as PyTorch's `clip_grad_norm_`; ≤ 0: no clipping") \
+  X(double, z_loss, 0, at_least(0), \
+    "z-loss coefficient z: the loss trained on gains z · mean(lse²) over the counted targets (lse = " \
+    "log Σ exp(logits), the softmax's log-normaliser; [model.md §4](model.md#4-training)), logged as " \
+    "`z_loss` beside `loss` (which stays the cross-entropy); 0: off") \
   X(bool, nonfinite_fatal, false, kAnyValue, \
     "a non-finite gradient norm stops the run instead of skipping the step ([model.md " \
     "§4](model.md#4-training))") \
@@ -128,6 +132,11 @@ constexpr std::array<std::string_view, 3> enum_names(DataPlaneMode) { return {"a
   X(bool, tensorboard, false, kAnyValue, \
     "rank 0 also writes every `metrics.jsonl` number as TensorBoard scalars into " \
     "`RUN_DIR/tensorboard/` ([performance.md](performance.md#tensorboard))") \
+  X(std::vector<StepWindow>, trace_steps, {}, kAnyValue, \
+    "steps to trace: `[[from, to], ...]`, inclusive, sorted and disjoint. Every rank's schedule " \
+    "actions, messages, reductions, optimizer and checkpoint writes on those steps go into one " \
+    "Chrome trace, `RUN_DIR/trace.json` (Perfetto, chrome://tracing; " \
+    "[performance.md](performance.md#timeline)); on a GPU the same names are NVTX ranges. Empty: off") \
   X(double, straggler_share, 0.2, at_least(0), \
     "warn (log and `report.json`) about a rank whose median own work per step (step time minus " \
     "waiting on other ranks) exceeds its peers' median by more than this share; 0: no " \

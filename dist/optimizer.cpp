@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/trace.h"
 
 namespace wiola::dist {
 
@@ -30,22 +31,27 @@ size_t zero_padded_elems(size_t n, int dp, size_t bucket_bytes) {
   return total;
 }
 
-DistAdamW::DistAdamW(Ops<float>& ops, float* params, float* grads, size_t n,
-                     std::vector<ParamSegment> segments, AdamWConfig cfg,
-                     Comm* dp, Comm* norm_group, Comm* dp_ctrl)
-    : ops_(ops), params_(params), grads_(grads), n_(n),
-      segs_(std::move(segments)), cfg_(cfg), dp_(dp), norm_(norm_group),
+DistAdamW::DistAdamW(Ops<float>& ops, float* params, float* grads, size_t n, std::vector<ParamSegment> segments,
+                     AdamWConfig cfg, Comm* dp, Comm* norm_group, Comm* dp_ctrl)
+    : ops_(ops),
+      params_(params),
+      grads_(grads),
+      n_(n),
+      segs_(std::move(segments)),
+      cfg_(cfg),
+      dp_(dp),
+      norm_(norm_group),
       dp_ctrl_(dp_ctrl ? dp_ctrl : dp) {
   WIOLA_CHECK(n_ > 0, "DistAdamW: empty parameter buffer");
   size_t at = 0;
   for (const ParamSegment& s : segs_) {
     WIOLA_CHECK(s.offset == at && s.size > 0,
                 "DistAdamW: segments must cover [0, n) in order without gaps; "
-                "segment at ", s.offset, " (size ", s.size, ") after ", at);
+                "segment at ",
+                s.offset, " (size ", s.size, ") after ", at);
     at += s.size;
   }
-  WIOLA_CHECK(at == n_, "DistAdamW: segments cover ", at, " of ", n_,
-              " elements");
+  WIOLA_CHECK(at == n_, "DistAdamW: segments cover ", at, " of ", n_, " elements");
   if (dp_) {
     dp_size_ = dp_->size();
     dp_rank_ = dp_->rank();
@@ -108,6 +114,7 @@ float* DistAdamW::grad_at(const Piece& p) {
 void DistAdamW::launch(int k) {
   Bucket& b = buckets_[k];
   if (dp_size_ == 1) return;
+  const trace::Span span("reduce", trace::wanted() ? "DP reduction start, bucket " + std::to_string(k) : "");
   float* g = grads_ + b.start;
   if (!zero_active()) {
     b.req = dp_->iall_reduce(g, g, b.len, DType::F32, ReduceOp::Sum);
@@ -118,26 +125,23 @@ void DistAdamW::launch(int k) {
     ops_.copy(tmp_.data(), g, b.len * sizeof(float));
     g = tmp_.data();
   }
-  b.req = dp_->ireduce_scatter_sum(g, g + size_t(dp_rank_) * b.chunk, b.chunk,
-                                   DType::F32);
+  b.req = dp_->ireduce_scatter_sum(g, g + size_t(dp_rank_) * b.chunk, b.chunk, DType::F32);
 }
 
 void DistAdamW::launch_ready() {
-  while (next_launch_ >= 0 &&
-         buckets_[next_launch_].ready == buckets_[next_launch_].len)
-    launch(next_launch_--);
+  while (next_launch_ >= 0 && buckets_[next_launch_].ready == buckets_[next_launch_].len) launch(next_launch_--);
 }
 
 void DistAdamW::grad_ready(size_t offset, size_t size) {
-  WIOLA_CHECK(offset + size <= n_, "DistAdamW::grad_ready: range [", offset,
-              ", ", offset + size, ") outside [0, ", n_, ")");
+  WIOLA_CHECK(offset + size <= n_, "DistAdamW::grad_ready: range [", offset, ", ", offset + size, ") outside [0, ", n_,
+              ")");
   for (Bucket& b : buckets_) {
     const size_t lo = std::max(offset, b.start);
     const size_t hi = std::min(offset + size, b.start + b.len);
     if (lo >= hi) continue;
     b.ready += hi - lo;
-    WIOLA_CHECK(b.ready <= b.len, "DistAdamW::grad_ready: elements of bucket at ",
-                b.start, " declared ready more than once this step");
+    WIOLA_CHECK(b.ready <= b.len, "DistAdamW::grad_ready: elements of bucket at ", b.start,
+                " declared ready more than once this step");
   }
   launch_ready();
   progress();
@@ -161,10 +165,12 @@ StepResult DistAdamW::step(double lr, long t) {
   WIOLA_CHECK(t >= 1, "DistAdamW::step: bias-correction step t must be >= 1, got ", t);
   // 1. DP reduction of every bucket (those not started by grad_ready now).
   while (next_launch_ >= 0) launch(next_launch_--);
+  trace::Span wait("reduce", dp_size_ > 1 ? "DP gradient reduction (wait)" : "");
   for (Bucket& b : buckets_) {
     b.req.wait();
     b.ready = 0;
   }
+  wait.end();
   next_launch_ = int(buckets_.size()) - 1;
 
   // 2. Mean over DP, on what this rank updates.
@@ -179,14 +185,16 @@ StepResult DistAdamW::step(double lr, long t) {
   for (const Piece& p : pieces_)
     if (p.in_norm) ops_.sum_squares(grad_at(p), p.size, sq_.data());
   double sq = 0;
+  trace::Span norm("reduce", "gradient norm");
   ops_.download(&sq, sq_.data(), sizeof sq);
   if (zero_active()) sq = sum_over(dp_ctrl_, sq);
   sq = sum_over(norm_, sq);
+  norm.end();
   StepResult r;
   r.grad_norm = std::sqrt(sq);
   if (!std::isfinite(r.grad_norm)) {
-    WIOLA_CHECK(!cfg_.nonfinite_fatal, "non-finite gradient norm (", r.grad_norm,
-                ") at optimizer step ", t, " (train.nonfinite_fatal is set)");
+    WIOLA_CHECK(!cfg_.nonfinite_fatal, "non-finite gradient norm (", r.grad_norm, ") at optimizer step ", t,
+                " (train.nonfinite_fatal is set)");
     r.skipped = true;
     if (cfg_.zero_grads) ops_.zero(grads_, n_ * sizeof(float));
     return r;
@@ -208,14 +216,14 @@ StepResult DistAdamW::step(double lr, long t) {
   float* master = zero_active() ? master_.data() : params_;
   const bool fused = !zero_active() || dp_size_ == 1;
   for (const Piece& p : pieces_)
-    ops_.adamw(master + p.local, grad_at(p), m_.data() + p.local,
-               v_.data() + p.local, p.size, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
-               p.decay ? cfg_.weight_decay : 0.0, bc1, bc2,
+    ops_.adamw(master + p.local, grad_at(p), m_.data() + p.local, v_.data() + p.local, p.size, lr, cfg_.beta1,
+               cfg_.beta2, cfg_.eps, p.decay ? cfg_.weight_decay : 0.0, bc1, bc2,
                fused && weights_ ? weights_ + p.global : nullptr, fused && cfg_.zero_grads);
   ++applied_;
 
   // 6. ZeRO: all-gather the updated parameters bucket by bucket.
   if (zero_active()) {
+    const trace::Span gather("reduce", "ZeRO parameter all-gather");
     const size_t D = size_t(dp_size_);
     for (int k = int(buckets_.size()) - 1; k >= 0; --k) {
       Bucket& b = buckets_[k];
@@ -231,8 +239,7 @@ StepResult DistAdamW::step(double lr, long t) {
     }
     for (Bucket& b : buckets_) {
       b.req.wait();
-      if (b.padded)
-        ops_.copy(params_ + b.start, tmp_.data(), b.len * sizeof(float));
+      if (b.padded) ops_.copy(params_ + b.start, tmp_.data(), b.len * sizeof(float));
     }
   }
   // 7. Sharded over several ranks: the copy and the zeroing as passes of their
@@ -244,9 +251,7 @@ StepResult DistAdamW::step(double lr, long t) {
   return r;
 }
 
-size_t DistAdamW::state_bytes_this_rank() const {
-  return 3 * shard_elems_ * sizeof(float);
-}
+size_t DistAdamW::state_bytes_this_rank() const { return 3 * shard_elems_ * sizeof(float); }
 
 size_t DistAdamW::workspace_bytes() const { return tmp_.bytes(); }
 
@@ -256,10 +261,8 @@ std::vector<DistAdamW::Range> DistAdamW::owned_ranges() const {
     const size_t real = zero_active() ? chunk_real(b) : b.len;
     const size_t g0 = zero_active() ? b.start + size_t(dp_rank_) * b.chunk : b.start;
     if (!real) continue;
-    if (!out.empty() && out.back().offset + out.back().size == g0)
-      out.back().size += real;
-    else
-      out.push_back({g0, real});
+    if (!out.empty() && out.back().offset + out.back().size == g0) out.back().size += real;
+    else out.push_back({g0, real});
   }
   return out;
 }
@@ -268,15 +271,11 @@ void DistAdamW::reload_master() {
   if (!zero_active()) return;
   for (const Bucket& b : buckets_) {
     const size_t real = chunk_real(b);
-    if (real)
-      ops_.copy(master_.data() + b.local,
-                params_ + b.start + size_t(dp_rank_) * b.chunk,
-                real * sizeof(float));
+    if (real) ops_.copy(master_.data() + b.local, params_ + b.start + size_t(dp_rank_) * b.chunk, real * sizeof(float));
   }
 }
 
-void DistAdamW::gather_moments(std::vector<float>& m_full,
-                               std::vector<float>& v_full) {
+void DistAdamW::gather_moments(std::vector<float>& m_full, std::vector<float>& v_full) {
   m_full.assign(n_, 0.0f);
   v_full.assign(n_, 0.0f);
   if (!zero_active()) {
@@ -292,16 +291,13 @@ void DistAdamW::gather_moments(std::vector<float>& m_full,
       float* mine = work.data() + size_t(dp_rank_) * b.chunk;
       ops_.copy(mine, src, b.chunk * sizeof(float));
       if (D > 1) dp_->all_gather(mine, work.data(), b.chunk, DType::F32);
-      ops_.download((which == 0 ? m_full : v_full).data() + b.start, work.data(),
-                    b.len * sizeof(float));
+      ops_.download((which == 0 ? m_full : v_full).data() + b.start, work.data(), b.len * sizeof(float));
     }
   }
 }
 
-void DistAdamW::set_moments(const std::vector<float>& m_full,
-                            const std::vector<float>& v_full, long applied) {
-  WIOLA_CHECK(m_full.size() == n_ && v_full.size() == n_,
-              "DistAdamW::set_moments: expected ", n_, " elements, got ",
+void DistAdamW::set_moments(const std::vector<float>& m_full, const std::vector<float>& v_full, long applied) {
+  WIOLA_CHECK(m_full.size() == n_ && v_full.size() == n_, "DistAdamW::set_moments: expected ", n_, " elements, got ",
               m_full.size(), " and ", v_full.size());
   ops_.zero(m_.data(), m_.bytes());
   ops_.zero(v_.data(), v_.bytes());
@@ -350,8 +346,8 @@ void DistAdamW::download_owned(std::vector<float>& m, std::vector<float>& v) con
 void DistAdamW::upload_owned(const std::vector<float>& m, const std::vector<float>& v, long applied) {
   size_t total = 0;
   for (const Range& r : owned_ranges()) total += r.size;
-  WIOLA_CHECK(m.size() == total && v.size() == total, "DistAdamW::upload_owned: expected ", total,
-              " elements, got ", m.size(), " and ", v.size());
+  WIOLA_CHECK(m.size() == total && v.size() == total, "DistAdamW::upload_owned: expected ", total, " elements, got ",
+              m.size(), " and ", v.size());
   if (!zero_active()) {
     ops_.upload(m_.data(), m.data(), n_ * sizeof(float));
     ops_.upload(v_.data(), v.data(), n_ * sizeof(float));
@@ -390,22 +386,19 @@ std::vector<uint8_t> DistAdamW::save_shard() const {
 
 void DistAdamW::load_shard(const std::vector<uint8_t>& blob) {
   ShardHeader h, want;
-  WIOLA_CHECK(blob.size() >= sizeof(h), "optimizer shard: truncated (",
-              blob.size(), " bytes)");
+  WIOLA_CHECK(blob.size() >= sizeof(h), "optimizer shard: truncated (", blob.size(), " bytes)");
   std::memcpy(&h, blob.data(), sizeof(h));
   WIOLA_CHECK(std::memcmp(h.magic, want.magic, 8) == 0 && h.version == 1,
               "optimizer shard: not a wiola optimizer shard (bad magic/version)");
-  WIOLA_CHECK(h.n == n_ && h.dp_size == uint64_t(dp_size_) &&
-                  h.dp_rank == uint64_t(dp_rank_) &&
+  WIOLA_CHECK(h.n == n_ && h.dp_size == uint64_t(dp_size_) && h.dp_rank == uint64_t(dp_rank_) &&
                   h.zero == uint64_t(zero_active()) && h.bucket == bucket_,
-              "optimizer shard: saved with n=", h.n, " dp=", h.dp_size,
-              " rank=", h.dp_rank, " zero=", h.zero, " bucket=", h.bucket,
-              ", this run has n=", n_, " dp=", dp_size_, " rank=", dp_rank_,
+              "optimizer shard: saved with n=", h.n, " dp=", h.dp_size, " rank=", h.dp_rank, " zero=", h.zero,
+              " bucket=", h.bucket, ", this run has n=", n_, " dp=", dp_size_, " rank=", dp_rank_,
               " zero=", zero_active(), " bucket=", bucket_,
               "; resume from full moments (set_moments) to change layout");
   const size_t sb = shard_elems_ * sizeof(float);
-  WIOLA_CHECK(blob.size() == sizeof(h) + 2 * sb, "optimizer shard: size ",
-              blob.size(), " bytes, expected ", sizeof(h) + 2 * sb);
+  WIOLA_CHECK(blob.size() == sizeof(h) + 2 * sb, "optimizer shard: size ", blob.size(), " bytes, expected ",
+              sizeof(h) + 2 * sb);
   ops_.upload(m_.data(), blob.data() + sizeof(h), sb);
   ops_.upload(v_.data(), blob.data() + sizeof(h) + sb, sb);
   applied_ = h.applied;

@@ -253,6 +253,14 @@ WIOLA_OP(ce_loss_grad, cross_entropy,
          (Ptr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp, CPtr tgt,
           double scale, Ptr loss),
          (logits, targets, N, V_local, v0, row_max, sumexp, tgt, scale, loss))
+// Phase 3 with z-loss (train.z_loss, docs/model.md §4): as ce_loss_grad, and
+// zloss[N] = z * lse^2 with lse = log(sumexp) + row_max, the gradient of
+// CE + z lse^2: logits <- scale * ((1 + 2 z lse) softmax - onehot(target)).
+// A masked target (negative): loss 0, zloss 0, a zero gradient row.
+WIOLA_OP(ce_loss_grad_z, cross_entropy,
+         (Ptr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp, CPtr tgt,
+          double scale, double z, Ptr loss, Ptr zloss),
+         (logits, targets, N, V_local, v0, row_max, sumexp, tgt, scale, z, loss, zloss))
 // Logits-only softmax statistics for evaluation (no gradient).
 WIOLA_OP(ce_loss, cross_entropy,
          (CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp, CPtr tgt,

@@ -100,6 +100,8 @@ struct Model<T>::Impl {
   DynBuffer<T> xf, logits, dxf;          // [N, d], [N, V_local], [N, d]
   Buffer<T> row_max, sumexp, tgt, loss;  // [N] statistics
   Buffer<T, double> loss_sum;            // [1] CE sum since take_loss_sum()
+  Buffer<T> zloss;                       // [N] z * lse^2 (z-loss on)
+  Buffer<T, double> zloss_sum;           // [1] their sum since take_z_loss_sum() (z-loss on)
   LayerCtx<T> ctx(Ops<T>& ops, const ModelConfig& cfg, const LocalDims& ld, TpCollectives* tp, int n, CPtr table,
                   const Precision& prec, const int32_t* doc = nullptr) const {
     return LayerCtx<T>{ops, cfg, ld, tp, B, n, table, prec, work.proj, doc};
@@ -124,6 +126,11 @@ struct Model<T>::Impl {
     targets = Buffer<T, int32_t>(ops, size_t(N));
     loss_sum = Buffer<T, double>(ops, 1);
     ops.zero(loss_sum.data(), loss_sum.bytes());
+    if (opt.z_loss > 0) {
+      zloss = Buffer<T>(ops, size_t(N));
+      zloss_sum = Buffer<T, double>(ops, 1);
+      ops.zero(zloss_sum.data(), zloss_sum.bytes());
+    }
     const LayerCtx<T> c = ctx(ops, cfg, ld, tp, T_, srpe.data(), prec);
     allocate_slots(c, opt, summaries, last);
     allocate_backward(c, opt, summaries);
@@ -322,6 +329,15 @@ double Model<T>::take_loss_sum() {
   double s = 0;
   ops_.download(&s, impl_->loss_sum.data(), sizeof s);
   ops_.zero(impl_->loss_sum.data(), impl_->loss_sum.bytes());
+  return s;
+}
+
+template <class T>
+double Model<T>::take_z_loss_sum() {
+  if (opt_.z_loss <= 0) return 0;
+  double s = 0;
+  ops_.download(&s, impl_->zloss_sum.data(), sizeof s);
+  ops_.zero(impl_->zloss_sum.data(), impl_->zloss_sum.bytes());
   return s;
 }
 
@@ -581,9 +597,16 @@ void Model<T>::head_loss(Slot& sl, const int32_t* targets_host, double loss_scal
     ops_.sum(m.loss.data(), size_t(N), m.loss_sum.data());
     return;
   }
-  // logits become loss_scale * dCE/dlogits in place.
-  ops_.ce_loss_grad(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(), m.sumexp.data(), m.tgt.data(),
-                    loss_scale, m.loss.data());
+  // logits become loss_scale * dCE/dlogits (with z-loss: of CE + z lse^2)
+  // in place.
+  if (opt_.z_loss > 0) {
+    ops_.ce_loss_grad_z(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(), m.sumexp.data(),
+                        m.tgt.data(), loss_scale, opt_.z_loss, m.loss.data(), m.zloss.data());
+    ops_.sum(m.zloss.data(), size_t(N), m.zloss_sum.data());
+  } else {
+    ops_.ce_loss_grad(m.logits.data(), m.targets.data(), N, Vl, ld_.v0, m.row_max.data(), m.sumexp.data(), m.tgt.data(),
+                      loss_scale, m.loss.data());
+  }
   ops_.sum(m.loss.data(), size_t(N), m.loss_sum.data());
   // Head: dxf = dlogits E (TP-partial over vocab), dE += dlogits^T xf.
   ops_.gemm(Trans::N, Trans::N, N, d, Vl, T(1), m.logits.data(), Vl, w_.embed, d, T(0), m.dxf.data(), d);

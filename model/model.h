@@ -42,6 +42,10 @@ struct ModelOptions {
   // alone, and the targets of EOS positions are masked (no loss, no
   // gradient); -1: each window is one document, every target counts.
   int documents_eos = -1;
+  // z-loss (train.z_loss, docs/model.md §4): training adds z * lse^2 of
+  // every counted target to the loss it differentiates (scaled like the
+  // CE); 0: off, the cross-entropy alone (take_z_loss_sum gives 0).
+  double z_loss = 0;
 };
 
 // Documents: the first position of each position's document in windows of
@@ -136,6 +140,9 @@ class Model {
   // call (accumulated in double on the backend), downloaded, and reset.
   // 0 on other stages.
   double take_loss_sum();
+  // The same for the z-loss terms z * lse^2 of the training forwards (0
+  // without z-loss).
+  double take_z_loss_sum();
   // Logits [B, T, V_local] of the last forward (host copy), when
   // keep_logits is set or after eval_logits.
   const std::vector<T>& last_logits() const { return logits_host_; }

@@ -11,6 +11,7 @@
 #include "train/run_settings.h"
 #include "train/stragglers.h"
 #include "util/files.h"
+#include "util/trace.h"
 
 namespace wiola {
 
@@ -97,15 +98,37 @@ bool waits(Phase p) { return p == Phase::Schedule || p == Phase::Optimizer; }
 
 }  // namespace
 
-Accounting::Scope::Scope(Accounting& a, Phase p) : a_(a), p_(p) {
+// Each phase is also a span of the timeline (util/trace.h: recorded on the
+// traced steps, an NVTX range on a GPU) with the accounting's own times.
+Accounting::Scope::Scope(Accounting& a, Phase p, std::string name) : a_(a), p_(p) {
   if (p == Phase::Schedule) a.busy_ = 0;
   if (waits(p)) w0_ = WaitClock::read(*a.comms_.grid);
+  if (trace::wanted()) {
+    name_ = name.empty() ? phase_name(p) : std::move(name);
+    trace::push_range(name_.c_str());
+  }
   t0_ = Clock::now();
 }
 
 Accounting::Scope::~Scope() {
   if ((p_ == Phase::Compute || p_ == Phase::Optimizer) && a_.sync_phases_) a_.run_.ops.synchronize();
-  a_.close(p_, seconds_since(t0_), w0_);
+  const Clock::time_point t1 = Clock::now();
+  a_.close(p_, std::chrono::duration<double>(t1 - t0_).count(), w0_);
+  if (name_.empty()) return;
+  trace::record(p_ == Phase::Compute ? "compute" : "phase", std::move(name_), t0_, t1);
+  trace::pop_range();
+}
+
+const char* Accounting::phase_name(Phase p) {
+  switch (p) {
+    case Phase::Data: return "data";
+    case Phase::Schedule: return "schedule";
+    case Phase::Compute: return "compute";
+    case Phase::Comm: return "embedding sum and loss";
+    case Phase::Optimizer: return "optimizer";
+    case Phase::Checkpoint: return "checkpoint";
+  }
+  return "?";
 }
 
 Accounting::Accounting(const RunSettings& run, RankComms& comms, const RankModel& model, const RankOptimizer& optimizer)
@@ -117,7 +140,11 @@ Accounting::Accounting(const RunSettings& run, RankComms& comms, const RankModel
 
 Accounting::~Accounting() = default;
 
-void Accounting::compute_begins(const dist::Action&) { compute_.emplace(*this, Phase::Compute); }
+// On the timeline an action is named as dist::to_string writes it (F3.1:
+// forward of micro-batch 3 on chunk 1; B, I (input) and W (weight) backward).
+void Accounting::compute_begins(const dist::Action& a) {
+  compute_.emplace(*this, Phase::Compute, trace::wanted() ? dist::to_string(a) : std::string());
+}
 void Accounting::compute_ends(const dist::Action&) { compute_.reset(); }
 
 void Accounting::measure_peak() {

@@ -134,7 +134,8 @@ class Accounting final : public ScheduleObserver {
   // synchronise at their end so that the time is the work's.
   class Scope {
    public:
-    Scope(Accounting& a, Phase p);
+    // name: the span's on the timeline (util/trace.h); empty: the phase's.
+    Scope(Accounting& a, Phase p, std::string name = {});
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
@@ -144,6 +145,7 @@ class Accounting final : public ScheduleObserver {
     Phase p_;
     std::chrono::steady_clock::time_point t0_;
     WaitClock w0_;
+    std::string name_;  // on the timeline (util/trace.h), when wanted
   };
 
   // Reads WIOLA_SLOW_RANK (the straggler watch); no collective. It reads
@@ -156,6 +158,8 @@ class Accounting final : public ScheduleObserver {
   void measure_peak();
 
   [[nodiscard]] Scope phase(Phase p) { return Scope(*this, p); }
+  // The name a phase has on the timeline (train.trace_steps).
+  static const char* phase_name(Phase p);
   // The runner's actions: each compute a Phase::Compute.
   void compute_begins(const dist::Action&) override;
   void compute_ends(const dist::Action&) override;

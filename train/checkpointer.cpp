@@ -15,6 +15,7 @@
 #include "util/error.h"
 #include "util/files.h"
 #include "util/json.h"
+#include "util/trace.h"
 
 namespace fs = std::filesystem;
 
@@ -398,6 +399,8 @@ void Checkpointer::save(const ResumeState& state) {
                            grid_.coord().tp, grid_.coord().pp, grid_.coord().dp};
   done_ = false;
   writer_ = std::thread([this, tmpdir, h, pieces = std::move(pieces)]() mutable {
+    trace::name_thread("checkpoint writer");
+    const trace::Span span("checkpoint", "checkpoint write, step " + std::to_string(h.step));
     try {
       ckpt::fail_if_injected("mkdir", h.step, h.rank, tmpdir.string());
       std::error_code ec;

@@ -100,6 +100,10 @@ void DumpRecorder::finish(int64_t t, const StepOutcome& out) {
                        {"weight_decay", tr.weight_decay},
                        {"clip", tr.clip}};
   dump_.int_attrs = {{"step", t}, {"adam_step", out.adam_step}, {"t_max", p.budget.t_max}, {"warmup", p.budget.warmup}};
+  if (tr.z_loss > 0) {  // z-loss: its coefficient and the step's mean term (docs/model.md §7)
+    dump_.float_attrs["z_loss"] = tr.z_loss;
+    dump_.float_attrs["z_loss_term"] = out.z_loss;
+  }
   if (p.documents_eos >= 0) {  // documents: the EOS id and each position's document start
     dump_.int_attrs["documents"] = 1;
     dump_.int_attrs["eos_id"] = p.documents_eos;

@@ -79,7 +79,8 @@ Outputs::Outputs(const RunSettings& run, const TrainData& data, const RankComms&
       model_(model),
       optimizer_(optimizer),
       run_dir_(run.rc.train.run_dir),
-      board_(dist::RankStateBoard::open(run.world, (run_dir_ / "ranks").string())) {}
+      board_(dist::RankStateBoard::open(run.world, (run_dir_ / "ranks").string())),
+      timeline_(std::make_unique<Timeline>(run)) {}
 
 Outputs::~Outputs() = default;
 
@@ -224,6 +225,7 @@ void Outputs::log_step(int64_t t, const StepOutcome& out, bool evaluated, const 
                       {"tokens_per_s", tps},
                       {"step_ms", out.seconds * 1e3},
                       {"skipped", progress.skipped}};
+  if (s.rc.train.z_loss > 0) j["z_loss"] = std::isfinite(out.z_loss) ? nlohmann::json(out.z_loss) : nlohmann::json();
   if (data_skipped) j["data_skipped"] = true;
   if (nlohmann::json r = spikes.take_rewind_record(); !r.is_null())  // the first record after a loss-spike rewind
     j["rewind"] = std::move(r);
@@ -258,6 +260,7 @@ void Outputs::log_step(int64_t t, const StepOutcome& out, bool evaluated, const 
   std::printf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %.0f ms | ETA %s", (long long)t,
               (long long)last_step, out.loss, out.lr, out.grad_norm, tps, out.seconds * 1e3,
               human_duration(acct.ema_step_seconds() * double(last_step - t)).c_str());
+  if (s.rc.train.z_loss > 0) std::printf(" | z-loss %.4f", out.z_loss);
   if (acct.job_peak() > 0 && !data_skipped) std::printf(" | MFU %.1f%%", 100.0 * mfu);
   if (acct.breakdown() && acct.step_times().total > 0 && !data_skipped) {
     const StepTimes& jt = acct.step_times();
@@ -281,6 +284,8 @@ void Outputs::log_step(int64_t t, const StepOutcome& out, bool evaluated, const 
 void Outputs::report(const TrainSummary& sum, const Accounting& acct) {
   dist::set_context("run report");
   write_run_report(run_, comms_, optimizer_, model_, acct, sum, run_dir_);
+  dist::set_context("timeline");
+  timeline_->write();
 }
 
 }  // namespace wiola

@@ -4,7 +4,9 @@
 // actions it executed (RUN_DIR/schedule_trace/rank<R>.txt). Rank 0: the
 // effective config (RUN_DIR/config.toml), the banner, one metrics.jsonl
 // record per step (and TensorBoard's events, train/tensorboard.h), the
-// progress lines, and at the end the run report (train/run_report.h).
+// progress lines, and at the end the run report (train/run_report.h) and,
+// with train.trace_steps, the job's timeline (RUN_DIR/trace.json,
+// train/timeline.h).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include "dist/schedule.h"
 #include "train/schedule_runner.h"
 #include "train/tensorboard.h"
+#include "train/timeline.h"
 #include "train/trainer.h"
 
 namespace wiola {
@@ -59,13 +62,18 @@ class Outputs final : public ScheduleObserver {
   }
   void schedule_done(int64_t t) override;
 
+  // The timeline (train.trace_steps, train/timeline.h): step t starts, and
+  // the step in progress ends (after its checkpoint work and log).
+  void trace_begin(int64_t t) { timeline_->begin_step(t); }
+  void trace_end() { timeline_->end_step(); }
+
   // Rank 0: step t's metrics record and, every log_every, its progress line.
   void log_step(int64_t t, const StepOutcome& out, bool evaluated, const TrainProgress& progress,
                 const Accounting& acct, const Validator& val, SpikePolicy& spikes, bool checkpoints);
   // After a rewind to checkpoint step `step` (rank 0): metrics.jsonl and
   // TensorBoard without the later records, config.toml with `windows`.
   void rewound(int64_t step, const std::vector<StepWindow>& windows);
-  // The run report (collective).
+  // The run report and the timeline's trace.json (collective).
   void report(const TrainSummary& sum, const Accounting& acct);
 
  private:
@@ -84,6 +92,7 @@ class Outputs final : public ScheduleObserver {
   std::ofstream metrics_;                  // world rank 0
   std::unique_ptr<TensorBoardWriter> tb_;  // world rank 0, train.tensorboard
   std::ofstream trace_;                    // this rank's executed actions
+  std::unique_ptr<Timeline> timeline_;     // train.trace_steps
   std::vector<dist::Action> executed_;     // of the step in progress
 };
 

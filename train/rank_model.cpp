@@ -17,6 +17,7 @@ void RankModel::build(const RunSettings& run, const StageLayers& layers, const S
   mo.split_backward = dist::split_backward(rc.parallel.schedule);  // B and W as separate actions
   mo.param_align = run.opt.param_align;
   mo.documents_eos = run.documents_eos;
+  mo.z_loss = rc.train.z_loss;
   if (layers.v > 1) make_store(run, layers.chunk_layers);
   for (int c = 0; c < layers.v; ++c) {
     mo.slots = schedule.chunk_slots[size_t(c)];

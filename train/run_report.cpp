@@ -182,9 +182,13 @@ void report_measured_pipeline(const RankFigures& f, int64_t steps, int64_t run_s
                               const dist::PipelineSim& bubble, const perf::Layout& layout, nlohmann::json& report) {
   const int n = int(f.busy.size());
   double idle = 0;
-  for (int r = 0; r < n; ++r) idle += f.sched[size_t(r)] > 0 ? 1.0 - f.busy[size_t(r)] / f.sched[size_t(r)] : 0.0;
+  std::vector<double> per_rank;
+  for (int r = 0; r < n; ++r)
+    per_rank.push_back(f.sched[size_t(r)] > 0 ? 1.0 - f.busy[size_t(r)] / f.sched[size_t(r)] : 0.0);
+  for (double x : per_rank) idle += x;
   idle /= n;
   report["bubble_measured"] = idle;
+  report["bubble_measured_per_rank"] = per_rank;  // each rank's idle share of its schedule time
   // Compute seconds per step of every rank: shows stage imbalance (the
   // last stage also runs the head and the loss).
   std::vector<double> busy_per_step;

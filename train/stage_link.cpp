@@ -1,8 +1,20 @@
 #include "train/stage_link.h"
 
 #include "util/error.h"
+#include "util/trace.h"
 
 namespace wiola {
+
+namespace {
+// A message's span on the timeline (util/trace.h): "send to stage 2", its
+// tag and bytes as arguments.
+trace::Span message_span(const char* what, int peer, int tag, size_t bytes) {
+  if (!trace::wanted()) return trace::Span("p2p", {});
+  return trace::Span("p2p", std::string(what) + " stage " + std::to_string(peer),
+                     "{\"peer\":" + std::to_string(peer) + ",\"tag\":" + std::to_string(tag) +
+                         ",\"bytes\":" + std::to_string(bytes) + "}");
+}
+}  // namespace
 
 StageLink::StageLink(Ops<float>& ops, dist::Comm& pp_data, DType t, size_t tensor_elems)
     : ops_(ops), pp_(pp_data), t_(t), each_(tensor_elems) {}
@@ -11,6 +23,7 @@ StageLink::~StageLink() { flush(); }
 
 void StageLink::send(const std::vector<CPtr>& ts, int peer, int tag) {
   const size_t n = ts.size() * each_, bytes = each_ * dtype_bytes(t_);
+  const trace::Span span = message_span("send to", peer, tag, n * dtype_bytes(t_));
   if (peer == pp_.rank()) {
     WIOLA_CHECK(!mailbox_.count(tag), "internal: a second pipeline message with tag ", tag, " to this rank");
     DynBuffer<float>& box = mailbox_[tag];
@@ -37,10 +50,11 @@ void StageLink::send(const std::vector<CPtr>& ts, int peer, int tag) {
 
 void StageLink::recv(const std::vector<Ptr>& ts, int peer, int tag) {
   const size_t n = ts.size() * each_, bytes = each_ * dtype_bytes(t_);
+  const trace::Span span = message_span("receive from", peer, tag, n * dtype_bytes(t_));
   if (peer == pp_.rank()) {
     auto it = mailbox_.find(tag);
-    WIOLA_CHECK(it != mailbox_.end() && it->second.size() == n, "internal: no pipeline message with tag ", tag,
-                " of ", n, " elements from this rank itself (the schedule receives before it sends)");
+    WIOLA_CHECK(it != mailbox_.end() && it->second.size() == n, "internal: no pipeline message with tag ", tag, " of ",
+                n, " elements from this rank itself (the schedule receives before it sends)");
     for (size_t i = 0; i < ts.size(); ++i) ops_.copy(ts[i].raw(), (it->second.data() + i * each_).raw(), bytes);
     spare_.push_back(std::move(it->second));
     mailbox_.erase(it);
@@ -52,6 +66,7 @@ void StageLink::recv(const std::vector<Ptr>& ts, int peer, int tag) {
 }
 
 void StageLink::flush() {
+  const trace::Span span("p2p", trace::wanted() && !pending_.empty() ? "wait for sends" : std::string());
   for (auto& p : pending_) p.req.wait();
 }
 

@@ -62,20 +62,24 @@ std::string event(double wall_time, int64_t step) {
   return e;
 }
 
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double wall_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // metrics.jsonl key -> tag (docs/performance.md).
 const std::map<std::string, std::string>& known_tags() {
-  static const std::map<std::string, std::string> m = {
-      {"loss", "train/loss"},           {"lr", "train/lr"},
-      {"grad_norm", "train/grad_norm"}, {"tokens", "train/tokens"},
-      {"skipped", "train/skipped_steps"}, {"tokens_per_s", "perf/tokens_per_s"},
-      {"step_ms", "perf/step_ms"},      {"checkpoint_ms", "perf/checkpoint_ms"},
-      {"mfu", "perf/mfu"},              {"atm_mu", "atm/mu"},
-      {"atm_saved_attention_gflop", "atm/saved_attention_gflop"},
-      {"peak_mem_mib", "memory/peak_mib"}, {"val_loss", "val/loss"}};
+  static const std::map<std::string, std::string> m = {{"loss", "train/loss"},
+                                                       {"lr", "train/lr"},
+                                                       {"grad_norm", "train/grad_norm"},
+                                                       {"tokens", "train/tokens"},
+                                                       {"skipped", "train/skipped_steps"},
+                                                       {"tokens_per_s", "perf/tokens_per_s"},
+                                                       {"step_ms", "perf/step_ms"},
+                                                       {"checkpoint_ms", "perf/checkpoint_ms"},
+                                                       {"mfu", "perf/mfu"},
+                                                       {"atm_mu", "atm/mu"},
+                                                       {"atm_saved_attention_gflop", "atm/saved_attention_gflop"},
+                                                       {"peak_mem_mib", "memory/peak_mib"},
+                                                       {"val_loss", "val/loss"},
+                                                       {"z_loss", "train/z_loss"}};
   return m;
 }
 
@@ -178,8 +182,10 @@ void TensorBoardWriter::write_record(const std::string& data) {
   out_.flush();
   if (!out_.good()) {  // a full disk: the run goes on, metrics.jsonl keeps the numbers
     failed_ = true;
-    std::fprintf(stderr, "wiola train: warning: cannot write the TensorBoard event file '%s'; no more "
-                 "TensorBoard events in this run\n", path_.string().c_str());
+    std::fprintf(stderr,
+                 "wiola train: warning: cannot write the TensorBoard event file '%s'; no more "
+                 "TensorBoard events in this run\n",
+                 path_.string().c_str());
   }
 }
 

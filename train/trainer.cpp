@@ -270,6 +270,7 @@ StepOutcome Trainer::step(int64_t t) {
   load_batch(t);
   forward_backward(t, dumping);
   out.loss = embedding_sum_and_loss(t, dumping);
+  out.z_loss = z_loss_;
   out.lr = lr_at(t, run.budget.t_max, run.budget.warmup, run.rc.train.lr_max, run.rc.train.lr_min);
   dumps_->grads();                                        // dump steps: the gradient the update is about to use
   out.adam_step = optimizer_->adam->applied_steps() + 1;  // bias correction counts applied updates only
@@ -328,8 +329,10 @@ double Trainer::embedding_sum_and_loss(int64_t t, bool dumping) {
         .all_reduce(grads + embed->offset, grads + embed->offset, embed->size(), DType::F32, ReduceOp::Sum);
   // (Its span: the padding after it belongs to no other report.)
   if (embed && optimizer_->overlap && !dumping) optimizer_->adam->grad_ready(embed->offset, embed->span);
-  if (run_->documents_eos >= 0) return world_loss() / counted_targets_;
-  return world_loss() / double(run_->GB * run_->T);
+  const double targets = run_->documents_eos >= 0 ? counted_targets_ : double(run_->GB * run_->T);
+  const double loss = world_loss() / targets;
+  z_loss_ = z_loss_sum_ / targets;
+  return loss;
 }
 
 // The DP reduction (bucketed; it may have started during the backward),
@@ -342,16 +345,19 @@ dist::StepResult Trainer::update(int64_t t, double lr, int64_t adam_step) {
 }
 
 // Sum over the world of the last stage's CE sums (tp rank 0 of each DP
-// replica's last stage contributes): the control plane, host doubles.
+// replica's last stage contributes; the z-loss sum beside it, kept in
+// z_loss_sum_): the control plane, host doubles.
 // ATM's figures ride along (this rank's in, the job-wide sums out to the
 // accounting), so the accounting adds no collective of its own.
 double Trainer::world_loss() {
   const RunSettings& run = *run_;
-  const double local = model_->head().take_loss_sum();
+  const double local = model_->head().take_loss_sum(), local_z = model_->head().take_z_loss_sum();
   const AtmSaving& mine = acct_->step_atm();
-  double sums[4] = {(layers_->last && run.me.tp == 0) ? local : 0.0, mine.mu_sum, mine.layers, mine.saved_flops};
-  if (run.world.size() > 1) run.world.all_reduce(sums, 4, ReduceOp::Sum);
+  const bool speaks = layers_->last && run.me.tp == 0;
+  double sums[5] = {speaks ? local : 0.0, mine.mu_sum, mine.layers, mine.saved_flops, speaks ? local_z : 0.0};
+  if (run.world.size() > 1) run.world.all_reduce(sums, 5, ReduceOp::Sum);
   acct_->job_atm() = {sums[1], sums[2], sums[3]};
+  z_loss_sum_ = sums[4];
   return sums[0];
 }
 
@@ -364,7 +370,7 @@ StepOutcome Trainer::skip_data_step(int64_t t) {
     data_->loader->next_batch(data_->batch.data());  // read and dropped: the data after the window is the same
   }
   StepOutcome out;
-  out.loss = out.grad_norm = std::nan("");
+  out.loss = out.grad_norm = out.z_loss = std::nan("");
   out.lr = lr_at(t, p.budget.t_max, p.budget.warmup, p.rc.train.lr_max, p.rc.train.lr_min);
   out.adam_step = optimizer_->adam->applied_steps();
   progress_.step = t;
@@ -401,6 +407,7 @@ TrainSummary Trainer::run() {
   const int64_t first = progress_.step + 1;
   for (int64_t t = first; t <= last_step; ++t) {
     const bool data_skip = spikes_->skipping(t);
+    outputs_->trace_begin(t);
     const StepOutcome out = data_skip ? skip_data_step(t) : step(t);
     // After the step: spike detection (before any save: a spike's update is
     // never saved), validation, checkpoints, accounting and the log.
@@ -434,6 +441,7 @@ TrainSummary Trainer::run() {
     const bool unusual = dumps_->due(t) || data_skip;  // not a step of the accounting's means
     acct_->close_step(t, t > 1 && !unusual, last_step);
     outputs_->log_step(t, logged, eval_now, progress_, *acct_, *validator_, *spikes_, checkpoints_->on());
+    outputs_->trace_end();
     if (stop) {
       sum.stopped = true;
       break;

@@ -100,6 +100,7 @@ struct TrainProgress {
 // What one step reports.
 struct StepOutcome {
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  double z_loss = 0;              // train.z_loss: the mean z lse^2 term trained on beside the loss
   double checkpoint_seconds = 0;  // the loop's wait for checkpoint work after the step
   int64_t adam_step = 0;          // AdamW bias-correction step of this update (applied steps + 1)
   bool skipped = false;
@@ -189,7 +190,8 @@ class Trainer {
   std::unique_ptr<RankModel> model_;
   std::unique_ptr<RankOptimizer> optimizer_;
   TrainProgress progress_;
-  double counted_targets_ = 0;  // documents: this step's, over the global batch
+  double counted_targets_ = 0;          // documents: this step's, over the global batch
+  double z_loss_sum_ = 0, z_loss_ = 0;  // train.z_loss: the last world sum, and the step's mean term
   std::unique_ptr<Validator> validator_;
   std::unique_ptr<Accounting> acct_;
   std::unique_ptr<Outputs> outputs_;

@@ -61,6 +61,9 @@ template <class T>
 void ce_loss_grad(T* logits, const int32_t* targets, int N, int V_local, int v0, const T* row_max, const T* sumexp,
                   const T* tgt, double scale, T* loss);
 template <class T>
+void ce_loss_grad_z(T* logits, const int32_t* targets, int N, int V_local, int v0, const T* row_max, const T* sumexp,
+                    const T* tgt, double scale, double z, T* loss, T* zloss);
+template <class T>
 void ce_loss(const T* logits, const int32_t* targets, int N, int V_local, int v0, const T* row_max, const T* sumexp,
              const T* tgt, T* loss);
 

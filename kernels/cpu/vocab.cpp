@@ -125,43 +125,60 @@ void ce_sumexp_target<float>(const float* logits, const int32_t* targets, int N,
   }
 }
 
-template <class T>
-void ce_loss_grad(T* logits, const int32_t* targets, int N, int V_local, int v0, const T* row_max, const T* sumexp,
-                  const T* tgt, double scale, T* loss) {
+// Phase 3 of the training cross-entropy, with z-loss where zloss is set:
+// each counted row's CE (and z lse^2), and its logits made the gradient
+// scale * ((1 + 2 z lse) softmax - onehot). Without z-loss the factor is
+// scale / sumexp, computed as it always was (the default path's bits).
+template <class T, class Row>
+void ce_grad_rows(T* logits, const int32_t* targets, int N, int V_local, int v0, const T* row_max, const T* sumexp,
+                  const T* tgt, double scale, double z, T* loss, T* zloss, Row row) {
 #pragma omp parallel for schedule(static) if (size_t(N) * V_local >= kParallelMin)
   for (int i = 0; i < N; ++i) {
     T* l = logits + size_t(i) * V_local;
     if (targets[i] < 0) {  // masked (documents): no loss, no gradient
       loss[i] = T(0);
+      if (zloss) zloss[i] = T(0);
       std::fill_n(l, V_local, T(0));
       continue;
     }
-    const T m = row_max[i];
-    loss[i] = T(std::log(double(sumexp[i])) + double(m) - double(tgt[i]));
-    const T f = T(scale / double(sumexp[i]));
-#pragma omp simd
-    for (int j = 0; j < V_local; ++j) l[j] = f * texp(l[j] - m);
+    const double lg = std::log(double(sumexp[i]));
+    loss[i] = T(lg + double(row_max[i]) - double(tgt[i]));
+    double f = scale / double(sumexp[i]);
+    if (zloss) {
+      const double lse = lg + double(row_max[i]);
+      zloss[i] = T(z * lse * lse);
+      f = scale * (1.0 + 2.0 * z * lse) / double(sumexp[i]);
+    }
+    row(l, V_local, row_max[i], T(f));
     const long c = long(targets[i]) - v0;
     if (c >= 0 && c < V_local) l[c] -= T(scale);
   }
 }
+
+// l_j = f exp(l_j - m) of one row: Highway for float, scalar otherwise.
+template <class T>
+auto grad_row() {
+  return [](T* l, int V, T m, T f) {
+#pragma omp simd
+    for (int j = 0; j < V; ++j) l[j] = f * texp(l[j] - m);
+  };
+}
 template <>
-void ce_loss_grad<float>(float* logits, const int32_t* targets, int N, int V_local, int v0, const float* row_max,
-                         const float* sumexp, const float* tgt, double scale, float* loss) {
+auto grad_row<float>() {
   const auto fn = WIOLA_DISPATCH(GradRowF);
-#pragma omp parallel for schedule(static) if (size_t(N) * V_local >= kParallelMin)
-  for (int i = 0; i < N; ++i) {
-    float* l = logits + size_t(i) * V_local;
-    if (targets[i] < 0) {  // masked (documents): no loss, no gradient
-      loss[i] = 0.0f;
-      std::fill_n(l, V_local, 0.0f);
-      continue;
-    }
-    loss[i] = float(std::log(double(sumexp[i])) + double(row_max[i]) - double(tgt[i]));
-    fn(l, size_t(V_local), row_max[i], float(scale / double(sumexp[i])));
-    const long c = long(targets[i]) - v0;
-    if (c >= 0 && c < V_local) l[c] -= float(scale);
-  }
+  return [fn](float* l, int V, float m, float f) { fn(l, size_t(V), m, f); };
+}
+
+template <class T>
+void ce_loss_grad(T* logits, const int32_t* targets, int N, int V_local, int v0, const T* row_max, const T* sumexp,
+                  const T* tgt, double scale, T* loss) {
+  ce_grad_rows<T>(logits, targets, N, V_local, v0, row_max, sumexp, tgt, scale, 0.0, loss, nullptr, grad_row<T>());
+}
+
+template <class T>
+void ce_loss_grad_z(T* logits, const int32_t* targets, int N, int V_local, int v0, const T* row_max, const T* sumexp,
+                    const T* tgt, double scale, double z, T* loss, T* zloss) {
+  ce_grad_rows<T>(logits, targets, N, V_local, v0, row_max, sumexp, tgt, scale, z, loss, zloss, grad_row<T>());
 }
 
 template <class T>
@@ -175,14 +192,15 @@ void ce_loss(const T* logits, const int32_t* targets, int N, int V_local, int v0
 #define WIOLA_INST(T) \
   template void embedding_fwd<T>(const int32_t*, int, const T*, int, int, int, T*); \
   template void embedding_bwd<T>(const int32_t*, int, const T*, int, int, int, T*); \
-  template void ce_loss<T>(const T*, const int32_t*, int, int, int, const T*, const T*, const T*, T*);
+  template void ce_loss<T>(const T*, const int32_t*, int, int, int, const T*, const T*, const T*, T*); \
+  template void ce_loss_grad<T>(T*, const int32_t*, int, int, int, const T*, const T*, const T*, double, T*); \
+  template void ce_loss_grad_z<T>(T*, const int32_t*, int, int, int, const T*, const T*, const T*, double, double, T*, \
+                                  T*);
 WIOLA_INST(float)
 WIOLA_INST(double)
 #undef WIOLA_INST
 template void ce_row_max<double>(const double*, int, int, double*);
 template void ce_sumexp_target<double>(const double*, const int32_t*, int, int, int, const double*, double*, double*);
-template void ce_loss_grad<double>(double*, const int32_t*, int, int, int, const double*, const double*, const double*,
-                                   double, double*);
 
 }  // namespace wiola::cpu
 #endif  // HWY_ONCE

@@ -93,6 +93,7 @@ class CudaOps final : public Ops<float> {
     check_blas(cuda::cublas().set_math_mode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     tuner_ = std::make_unique<cuda::GemmTuner>(mem_, stream_, blas_, device);
     tuner_->set_mode(options.gemm);
+    cuda::install_nvtx_ranges();
   }
   ~CudaOps() override {
     cudaStreamSynchronize(stream_);

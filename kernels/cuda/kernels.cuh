@@ -56,6 +56,8 @@ using T = float;  // the compute type of the CUDA backend (Ops<float>)
 #include "kernels/op_list.h"
 // The op convert's kernel, which CudaOps and the GEMMs' operand rounding use.
 void convert(Ctx c, CPtr src, Ptr dst, size_t n);
+// nvtx.cu: the timeline's spans (util/trace.h) as NVTX ranges from now on.
+void install_nvtx_ranges();
 
 // ---- attention.cu --------------------------------------------------------------------
 // attention_tc.cu: the tensor-core forward and backward for bf16 (head dims

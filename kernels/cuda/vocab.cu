@@ -82,6 +82,32 @@ __global__ void k_ce_loss(A* logits, const int32_t* targets, int V, int v0, cons
   }
 }
 
+// ce_loss_grad with z-loss: lse = log(sumexp) + row_max, zloss = z lse^2,
+// the gradient scale * ((1 + 2 z lse) softmax - onehot); a masked target
+// (negative) gives zeros.
+template <class A>
+__global__ void k_ce_loss_grad_z(A* logits, const int32_t* targets, int V, int v0, const float* row_max,
+                                 const float* sumexp, const float* tgt, float scale, float z, float* loss,
+                                 float* zloss) {
+  const size_t row = blockIdx.x;
+  if (targets[row] < 0) {
+    if (threadIdx.x == 0) loss[row] = zloss[row] = 0.f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) st(logits + row * V + j, 0.f);
+    return;
+  }
+  const float m = row_max[row], se = sumexp[row], lse = logf(se) + m;
+  if (threadIdx.x == 0) {
+    loss[row] = lse - tgt[row];
+    zloss[row] = z * lse * lse;
+  }
+  const float f = (1.f + 2.f * z * lse) / se;
+  const int t = targets[row] - v0;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    A* p = logits + row * V + j;
+    st(p, scale * (__expf(ld(p) - m) * f - (j == t ? 1.f : 0.f)));
+  }
+}
+
 }  // namespace
 
 void embedding_fwd(Ctx c, const int32_t* ids, int N, CPtr E, int v0, int V_local, int d, Ptr out) {
@@ -145,6 +171,17 @@ void ce_loss_grad(Ctx c, Ptr logits, const int32_t* targets, int N, int V_local,
                                                 dev<float>(sumexp), dev<float>(tgt), float(scale), dev<float>(loss));
   });
   after_launch("ce_loss_grad");
+}
+void ce_loss_grad_z(Ctx c, Ptr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp,
+                    CPtr tgt, double scale, double z, Ptr loss, Ptr zloss) {
+  if (N <= 0) return;
+  dispatch(logits.dtype(), "ce_loss_grad_z", [&](auto e) {
+    using A = decltype(e);
+    k_ce_loss_grad_z<A><<<N, kThreads, 0, c.s>>>(dev<A>(logits), targets, V_local, v0, dev<float>(row_max),
+                                                 dev<float>(sumexp), dev<float>(tgt), float(scale), float(z),
+                                                 dev<float>(loss), dev<float>(zloss));
+  });
+  after_launch("ce_loss_grad_z");
 }
 void ce_loss(Ctx c, CPtr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp,
              CPtr tgt, Ptr loss) {

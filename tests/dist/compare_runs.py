@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Equivalence of two training runs (docs/model.md §5, issue 4):
-  - every loss of metrics.jsonl within --tol relative;
+  - every loss of metrics.jsonl within --tol relative (and every z-loss
+    term, train.z_loss, where the reference has them);
   - the final parameters (/params_after of the step dumps) within --tol
     relative, norm-wise over the whole model: ||a-b||_2 / ||a||_2;
   - each tensor norm-wise within --tol-tensor (default 1e-4).
@@ -23,10 +24,11 @@ import h5py
 import numpy as np
 
 
-def losses(run_dir):
-    """The run's losses; a non-finite one (written as null) reads as NaN."""
+def losses(run_dir, key="loss"):
+    """The run's losses (or another field); a non-finite one (written as
+    null) or a missing one reads as NaN."""
     with open(f"{run_dir}/metrics.jsonl") as f:
-        out = [json.loads(line)["loss"] for line in f if line.strip()]
+        out = [json.loads(line).get(key) for line in f if line.strip()]
     return [float("nan") if x is None else x for x in out]
 
 
@@ -53,6 +55,10 @@ def main():
         worst_loss = max(worst_loss, rel)
         if not rel < a.tol:
             bad.append(f"step {i + 1}: loss {y!r} vs reference {x!r} (rel {rel:.2e})")
+    zr, zo = losses(a.ref_run, "z_loss"), losses(a.run, "z_loss")
+    for i, (x, y) in enumerate(zip(zr, zo)):
+        if x == x and not abs(x - y) / abs(x) < a.tol:  # the reference trained with z-loss
+            bad.append(f"step {i + 1}: z_loss {y!r} vs reference {x!r}")
     worst_p, worst_name, n, worst_e = 0.0, "", 0, 0.0
     sq_d, sq_r = 0.0, 0.0
     with h5py.File(a.ref_dump, "r") as fr, h5py.File(a.dump, "r") as fo:

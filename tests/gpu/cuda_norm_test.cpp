@@ -67,6 +67,21 @@ TEST(CudaOps, NormEmbeddingCrossEntropy) {
     return std::vector<Vec>{r.out(mx, N),   r.out(se, N), r.out(t, N),
                             r.out(loss, N), r.out(l2, N), r.out(lg, logits.size())};
   });
+  // With z-loss (train.z_loss): the term and the gradient of CE + z lse^2,
+  // masked targets (negative) included.
+  std::vector<int32_t> tgm = tg;
+  for (int i = 0; i < N; i += 7) tgm[size_t(i)] = -1;
+  same_on_gpu("cross-entropy with z-loss", 2e-5, [&](Ops<float>& o) {
+    OnBackend r(o);
+    Buffer<float, int32_t> bt(o, N);
+    o.upload(bt.data(), tgm.data(), N * 4);
+    float *lg = r.in(logits), *mx = r.in(Vec(N)), *se = r.in(Vec(N)), *t = r.in(Vec(N)), *loss = r.in(Vec(N));
+    float* zl = r.in(Vec(N, 3.f));
+    o.ce_row_max(lg, N, V, mx);
+    o.ce_sumexp_target(lg, bt.data(), N, V, v0, mx, se, t);
+    o.ce_loss_grad_z(lg, bt.data(), N, V, v0, mx, se, t, 0.01, 0.02, loss, zl);
+    return std::vector<Vec>{r.out(loss, N), r.out(zl, N), r.out(lg, logits.size())};
+  });
 }
 
 }  // namespace

@@ -181,5 +181,86 @@ TEST(CrossEntropy, VocabSplitMatchesUnsplit) {
   EXPECT_LT(err, 1e-13);
 }
 
+// z-loss (train.z_loss, docs/model.md §4) over vocabulary slices [v0 of
+// each, ...) of z[N, V] (one slice: unsplit), the phases combined as TP's
+// all-reduces would: loss and zloss per row, z's slices made the gradient of
+// scale * sum(loss + zloss).
+template <class T>
+void ce_z_sliced(Ops<T>& ops, std::vector<T>& z, const std::vector<int32_t>& tg, int N, int V,
+                 const std::vector<int>& cuts, double scale, double zc, std::vector<T>& loss, std::vector<T>& zl) {
+  const size_t ns = cuts.size() + 1;
+  std::vector<std::vector<T>> part(ns);
+  std::vector<int> v0(ns + 1, 0);
+  for (size_t k = 0; k < cuts.size(); ++k) v0[k + 1] = cuts[k];
+  v0[ns] = V;
+  for (size_t k = 0; k < ns; ++k)
+    for (int i = 0; i < N; ++i) part[k].insert(part[k].end(), z.begin() + i * V + v0[k], z.begin() + i * V + v0[k + 1]);
+  std::vector<T> mx(N, -INFINITY), se(N, 0), tt(N, 0), m1(N), s1(N), t1(N);
+  for (size_t k = 0; k < ns; ++k) {
+    ops.ce_row_max(part[k].data(), N, v0[k + 1] - v0[k], m1.data());
+    for (int i = 0; i < N; ++i) mx[i] = std::max(mx[i], m1[i]);
+  }
+  for (size_t k = 0; k < ns; ++k) {
+    ops.ce_sumexp_target(part[k].data(), tg.data(), N, v0[k + 1] - v0[k], v0[k], mx.data(), s1.data(), t1.data());
+    for (int i = 0; i < N; ++i) se[i] += s1[i], tt[i] += t1[i];
+  }
+  loss.assign(N, 0);
+  zl.assign(N, 0);
+  for (size_t k = 0; k < ns; ++k) {  // every slice computes the same rows' loss and zloss
+    ops.ce_loss_grad_z(part[k].data(), tg.data(), N, v0[k + 1] - v0[k], v0[k], mx.data(), se.data(), tt.data(), scale,
+                       zc, loss.data(), zl.data());
+    for (int i = 0; i < N; ++i)
+      std::copy(part[k].begin() + (v0[k + 1] - v0[k]) * i, part[k].begin() + (v0[k + 1] - v0[k]) * (i + 1),
+                z.begin() + i * V + v0[k]);
+  }
+}
+
+// z-loss: the term z lse^2 per row against a naive sum, its gradient
+// against finite differences of scale * sum(CE + z lse^2) (double), masked
+// rows zero, two vocabulary slices equal to one, float equal to double.
+TEST(CrossEntropy, ZLoss) {
+  const int N = 6, V = 11;
+  const double scale = 0.4, zc = 0.05;
+  Vec z = randn(size_t(N) * V, 3.0);
+  const std::vector<int32_t> tg = {0, 10, -1, 3, 3, 7};
+  Vec g = z, loss, zl;
+  ce_z_sliced(D, g, tg, N, V, {}, scale, zc, loss, zl);
+  Vec lref, gref;
+  ce_ref(z, {0, 10, 0, 3, 3, 7}, N, V, scale, lref, gref);
+  for (int i = 0; i < N; ++i) {
+    double s = 0;
+    for (int j = 0; j < V; ++j) s += std::exp(z[size_t(i) * V + j]);
+    const bool masked = tg[size_t(i)] < 0;
+    EXPECT_NEAR(zl[size_t(i)], masked ? 0.0 : zc * std::log(s) * std::log(s), 1e-12) << i;
+    EXPECT_NEAR(loss[size_t(i)], masked ? 0.0 : lref[size_t(i)], 1e-12) << i;
+    for (int j = 0; j < V; ++j) {
+      const double sm = std::exp(z[size_t(i) * V + j]) / s;
+      const double want = masked ? 0.0 : gref[size_t(i) * V + j] + scale * 2 * zc * std::log(s) * sm;
+      EXPECT_NEAR(g[size_t(i) * V + j], want, 1e-12) << i << " " << j;
+    }
+  }
+  auto L = [&] {
+    Vec zz = z, l, q;
+    ce_z_sliced(D, zz, tg, N, V, {}, scale, zc, l, q);
+    double s = 0;
+    for (int i = 0; i < N; ++i) s += l[size_t(i)] + q[size_t(i)];
+    return scale * s;
+  };
+  fd_check("cross_entropy + z-loss dlogits", z, g, L);
+
+  Vec g2 = z, loss2, zl2;  // vocab-parallel: slices [0,4), [4,9), [9,11)
+  ce_z_sliced(D, g2, tg, N, V, {4, 9}, scale, zc, loss2, zl2);
+  report("ce z-loss vocab split grad", rel_err(g2, g));
+  EXPECT_LT(rel_err(g2, g), 1e-13);
+  EXPECT_LT(rel_err(zl2, zl), 1e-13);
+  EXPECT_LT(rel_err(loss2, loss), 1e-13);
+
+  std::vector<float> zf = to_float(z), lf, qf;
+  ce_z_sliced(F, zf, tg, N, V, {4, 9}, scale, zc, lf, qf);
+  report("f32 vs f64 ce z-loss grad", rel_err(Vec(zf.begin(), zf.end()), g));
+  EXPECT_LT(rel_err(Vec(zf.begin(), zf.end()), g), 1e-5);
+  EXPECT_LT(rel_err(Vec(qf.begin(), qf.end()), zl), 1e-5);
+}
+
 }  // namespace
 }  // namespace wiola::test

@@ -97,6 +97,9 @@ def read_config(f) -> (W.WiolaConfig, dict):
     # Documents (docs/model.md §2, §7): the EOS id, or None (each window one document).
     docs = read_attr(a, "documents", int, default=0, required=False)
     hp["documents_eos"] = read_attr(a, "eos_id", int) if docs else None
+    # z-loss (train.z_loss, docs/model.md §4, §7): the coefficient, and the step's mean term.
+    hp["z_loss"] = read_attr(a, "z_loss", float, default=0.0, required=False)
+    hp["z_loss_term"] = read_attr(a, "z_loss_term", float, default=0.0, required=False)
     return cfg, hp
 
 
@@ -302,8 +305,15 @@ def run(a) -> int:
                      f"(lengths {min(n for n, _ in lens)}..{max(n for n, _ in lens)}, "
                      f"{sum(1 for n, e in lens if n == 1 and e)} only an EOS), "
                      f"{counted}/{inputs.numel()} targets counted")
+        objective = loss
+        if hp["z_loss"] > 0:  # the z-loss term over the same counted targets, beside the CE
+            zt = W.z_loss_term(logits, None if eos is None else inputs != eos)
+            objective = loss + hp["z_loss"] * zt
+            zv, dz = hp["z_loss"] * float(zt.detach()), hp["z_loss_term"]
+            rep.check(step, "z_loss term", "rel", abs(zv - dz) / max(abs(dz), 1e-30), a.tol_loss,
+                      f"ref {zv:.8f} dump {dz:.8f} (z = {hp['z_loss']:g})")
         names = list(shapes)
-        grads = dict(zip(names, torch.autograd.grad(loss, [params[n] for n in names])))
+        grads = dict(zip(names, torch.autograd.grad(objective, [params[n] for n in names])))
 
         for l in sorted(inject):
             own = aux["own_merge_open"][l]

@@ -393,6 +393,21 @@ def test_float32_float64():
     assert float((a - b.double()).norm() / a.norm()) < 1e-5
 
 
+def test_z_loss_gradient():
+    # z-loss (docs/model.md §4): d(z mean lse^2)/dlogit = 2 z lse softmax / n
+    # on the counted rows, zero on the masked ones, by autograd in float64.
+    g = torch.Generator().manual_seed(21)
+    logits = (torch.randn(2, 5, 11, generator=g, dtype=torch.float64) * 3).requires_grad_(True)
+    keep = torch.ones(2, 5, dtype=torch.bool)
+    keep[0, 2] = keep[1, 4] = False
+    z = 0.3
+    (dz,) = torch.autograd.grad(z * W.z_loss_term(logits, keep), [logits])
+    lse = torch.logsumexp(logits.detach(), dim=-1, keepdim=True)
+    want = 2 * z * lse * torch.softmax(logits.detach(), dim=-1) * keep.unsqueeze(-1) / int(keep.sum())
+    assert float((dz - want).abs().max()) < 1e-15
+    assert abs(float(W.z_loss_term(logits.detach(), keep)) - float((lse.squeeze(-1)[keep] ** 2).mean())) < 1e-12
+
+
 def _run(args):
     r = subprocess.run([sys.executable] + args, capture_output=True, text=True, cwd=HERE)
     return r.returncode, r.stdout + r.stderr

@@ -448,6 +448,16 @@ def cross_entropy_loss(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long())
 
 
+def z_loss_term(logits: Tensor, keep: Optional[Tensor] = None) -> Tensor:
+    """z-loss's term (docs/model.md §4, train.z_loss): the mean of lse^2,
+    lse = log sum_j exp(logit_j), over the counted targets (keep: a bool
+    mask of the B*T positions; None: all count)."""
+    lse = torch.logsumexp(logits.reshape(-1, logits.shape[-1]), dim=-1)
+    if keep is not None:
+        lse = lse[keep.reshape(-1)]
+    return lse.pow(2).sum() / max(lse.numel(), 1)
+
+
 # --------------------------------------------------------------------------
 # Documents (docs/model.md §2 "Documents"): a packed window computed as its
 # documents, each run alone through forward() from position 0.

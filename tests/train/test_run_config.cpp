@@ -311,6 +311,11 @@ TEST_F(RunConfigTest, ValidationOfTrainParallelCheckpoint) {
       {"train.eval_batches=0", "train.eval_batches"},
       {"train.threads=-1", "train.threads"},
       {"train.straggler_share=-0.1", "train.straggler_share"},
+      {"train.z_loss=-1e-4", "train.z_loss"},
+      {"train.z_loss=1e-4", ""},
+      {"train.trace_steps=[[3, 2]]", "train.trace_steps: window 1 [3, 2] must have 1 <= from <= to"},
+      {"train.trace_steps=[[2, 4], [4, 5]]", "train.trace_steps: window 2 [4, 5] must start after window 1"},
+      {"train.trace_steps=[[2, 3], [5, 5]]", ""},
       {"train.seed=9223372036854775807", ""},  // INT64_MAX is fine
       {"data.prefetch=-1", "data.prefetch"},
       {"data.max_open_shards=-1", "data.max_open_shards"},
