@@ -199,7 +199,7 @@ def plot(rows, path, title):
 
 def layout_args(a, shards, t, sets):
     args = []
-    for s in [f"model.preset={a.model}", "train.micro_batch=2", f"train.threads={t}",
+    for s in [f"model.preset={a.model}", "model.vocab_size=32000", "train.micro_batch=2", f"train.threads={t}",
               f"data.path={shards}/manifest.json", "train.lr_max=1e-3", f"train.steps={a.steps}"] + sets:
         args += ["--set", s]
     return args
