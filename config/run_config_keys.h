@@ -37,11 +37,20 @@ struct KeyRange {
 inline constexpr KeyRange kAnyValue{};
 constexpr KeyRange at_least(double lo) { return {lo, false}; }
 constexpr KeyRange above(double lo) { return {lo, true}; }
-constexpr KeyRange in_co(double lo, double hi) { return {lo, false, hi, true}; }  // [lo, hi)
+constexpr KeyRange in_co(double lo, double hi) { return {lo, false, hi, true}; }   // [lo, hi)
+constexpr KeyRange in_cc(double lo, double hi) { return {lo, false, hi, false}; }  // [lo, hi]
 
 // parallel.data_plane: how backend tensors travel between ranks (train/data_plane.h).
 enum class DataPlaneMode { Auto, Nccl, Staged };
 constexpr std::array<std::string_view, 3> enum_names(DataPlaneMode) { return {"auto", "nccl", "staged"}; }
+
+// train.lr_schedule: the learning-rate schedule after the warmup (train/lr_schedule.h).
+enum class LrScheduleKind { Cosine, Wsd };
+constexpr std::array<std::string_view, 2> enum_names(LrScheduleKind) { return {"cosine", "wsd"}; }
+
+// train.decay_shape: the shape of a WSD schedule's decay (train/lr_schedule.h).
+enum class DecayShape { Linear, Cosine, OneMinusSqrt };
+constexpr std::array<std::string_view, 3> enum_names(DecayShape) { return {"linear", "cosine", "1-sqrt"}; }
 
 }  // namespace wiola
 
@@ -82,6 +91,17 @@ constexpr std::array<std::string_view, 3> enum_names(DataPlaneMode) { return {"a
   X(int64_t, warmup, -1, at_least(-1), \
     "warmup steps T_w; -1: floor((T_max + 10)/20) in integer arithmetic, i.e. 0.05·T_max " \
     "rounded half up ([model.md §4](model.md#4-training))") \
+  X(LrScheduleKind, lr_schedule, LrScheduleKind::Cosine, kAnyValue, \
+    "after the warmup: `\"cosine\"` to `lr_min` at T_max, or `\"wsd\"` (warmup-stable-decay): " \
+    "`lr_max` until the decay's last `decay_steps`, then `decay_shape` down to `lr_min` at T_max; " \
+    "a WSD run extends by resuming with more `steps` " \
+    "([model.md §4](model.md#wsd))") \
+  X(DecayShape, decay_shape, DecayShape::OneMinusSqrt, kAnyValue, \
+    "WSD decay shape over its progress p in (0, 1]: `\"linear\"` 1 − p, `\"cosine\"` (1 + cos πp)/2, " \
+    "`\"1-sqrt\"` 1 − √p") \
+  X(int64_t, decay_steps, 0, at_least(0), "WSD decay length in steps (≤ T_max − T_w); 0: `decay_share` of T_max") \
+  X(double, decay_share, 0.2, in_cc(0, 1), \
+    "WSD decay length as a share of T_max when `decay_steps` = 0 (rounded to steps, at most T_max − T_w)") \
   X(double, beta1, 0.9, in_co(0, 1), "AdamW β1") \
   X(double, beta2, 0.95, in_co(0, 1), "AdamW β2") \
   X(double, adam_eps, 1e-8, above(0), "AdamW ε") \

@@ -5,6 +5,7 @@
 
 #include "data/sha256.h"
 #include "data/text_input.h"
+#include "dist/agree.h"
 #include "dist/diagnostics.h"
 #include "kernels/cpu_info.h"
 #include "kernels/backend.h"
@@ -68,11 +69,7 @@ nlohmann::json checkpoint_info(const RunSettings& run, const StageLayers& layers
           {"simd", cpu_simd_target()},  // the kernels' run-time target on this rank
           {"cpu", host_cpu_model()},
           {"blas", run.ops.device_name().empty() ? cpu_blas_json() : nlohmann::json()},  // the CPU backend's kernels
-          {"schedule",
-           {{"t_max", run.budget.t_max},
-            {"warmup", run.budget.warmup},
-            {"lr_max", rc.train.lr_max},
-            {"lr_min", rc.train.lr_min}}},
+          {"schedule", run.budget.lr.to_json()},
           {"data_path", rc.data.path},
           {"data_blend", blend_json(rc.data.blend)}};
 }
@@ -127,6 +124,7 @@ std::optional<ResumeState> CheckpointPolicy::setup() {
     const ResumeState& st = resumed.emplace(ckpt_->resume(folder));
     resumed_from_ = st.step;
     resumed_gemm_ = st.gemm;
+    check_schedule(folder, st);
     if (p.root()) {
       std::printf("wiola train: resuming from %s (step %lld, %lld tokens, layout of this run: tp %d x pp %d x dp %d)\n",
                   folder.c_str(), (long long)st.step, (long long)st.tokens, rc.parallel.tp, rc.parallel.pp,
@@ -143,6 +141,20 @@ std::optional<ResumeState> CheckpointPolicy::setup() {
   if (ckpt_ && p.root()) attach_tokenizer();
   std::fflush(stdout);
   return resumed;
+}
+
+// A WSD schedule may change on a resume (a longer stable phase, a decay
+// branched off) as long as the rate at the checkpoint's step stays what it
+// was; every rank meets the same finding, rank 0 reports it.
+void CheckpointPolicy::check_schedule(const std::string& folder, const ResumeState& st) const {
+  if (st.schedule.is_null()) return;
+  const LrSchedule then = LrSchedule::from_json(st.schedule, folder + "/manifest.json: schedule");
+  const std::string jump = lr_jump(then, run_.budget.lr, st.step);
+  if (jump.empty()) return;
+  if (!run_.root()) throw dist::SetupFailed();
+  fail("cannot resume from '", folder, "': ", jump,
+       ". A resume may extend a WSD run's stable phase or start its decay at or after the checkpoint's step, "
+       "not change the rate it has reached (docs/model.md#wsd)");
 }
 
 // The tokenizer the data was made with (the prep manifest names it, with its

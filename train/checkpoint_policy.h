@@ -63,6 +63,7 @@ class CheckpointPolicy {
 
  private:
   void attach_tokenizer();
+  void check_schedule(const std::string& folder, const ResumeState& st) const;
 
   const RunSettings& run_;
   const TrainData& data_;

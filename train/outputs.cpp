@@ -151,6 +151,10 @@ void Outputs::banner(bool checkpoints) {
   std::printf("  steps T_max = %lld (from %s), warmup %lld, lr %.3g -> %.3g, backend %s, %d threads per rank\n",
               (long long)s.budget.t_max, s.budget.source, (long long)s.budget.warmup, rc.train.lr_max, rc.train.lr_min,
               s.ops.name(), cpu_threads());
+  if (s.budget.lr.kind == LrScheduleKind::Wsd)
+    std::printf("  lr schedule wsd: stable to step %lld, then %s decay over %lld steps\n",
+                (long long)s.budget.lr.decay_start, to_string(s.budget.lr.shape).data(),
+                (long long)(s.budget.t_max - s.budget.lr.decay_start));
   std::string compiled;
   for (const auto& n : cpu_simd_compiled_targets()) compiled += (compiled.empty() ? "" : " ") + n;
   std::printf("  CPU %s, SIMD %s (compiled: %s; -march=%s)\n", host_cpu_model().c_str(), cpu_simd_target(),

@@ -867,6 +867,43 @@ case_spike_refusals() {
     train1 $(where "$t/badpair") --set "train.skip_batches=[[4]]"
 }
 
+# ---- WSD schedules: extending and branching a run (docs/model.md §4) -------------
+# steps 1..2 warmup, stable to T_max - round(0.2 T_max): 8 steps decay from 6, 16 from 13.
+wsd=(--set train.lr_schedule=wsd --set train.warmup=2 --set checkpoint.every=4)
+case_wsd_extend() {
+  # A run of 8 steps stopped at step 4 (stable), extended to 16: steps 5..8
+  # equal bit for bit a run told 16 from the start (the old decay began at 6).
+  # shellcheck disable=SC2046
+  expect_ok short train1 $(where "$t/ext") "${wsd[@]}" --set train.max_steps=4
+  # shellcheck disable=SC2046
+  expect_ok extended train1 $(where "$t/ext") "${wsd[@]}" --set train.steps=16 --set train.max_steps=8
+  grep -q "resuming from .*/step-00000004" "$t/extended.out" || fail "did not resume from step 4"
+  # shellcheck disable=SC2046
+  expect_ok long train1 $(where "$t/long") "${wsd[@]}" --set train.steps=16 --set train.max_steps=8
+  same_as_ref "$t/ext" "$t/long"
+  "$python" - "$t/ext/run" "$t/long/run" <<'EOF2' || fail "the learning rates differ"
+import json, sys
+a, b = ([json.loads(l)["lr"] for l in open(f"{d}/metrics.jsonl")] for d in sys.argv[1:])
+assert a == b and a[1] == a[7] == 3e-4 and a[0] == 1.5e-4, (a, b)
+EOF2
+  # A decay branched off the stable checkpoint at step 4 into its own folders
+  # (steps 5..6), and one that would have begun before it: refused naming the keys.
+  mkdir -p "$t/branch/ck" "$t/early/ck"
+  cp -a "$(step_dir "$t/ext/ck" 4)" "$t/branch/ck/"
+  cp -a "$(step_dir "$t/ext/ck" 4)" "$t/early/ck/"
+  # shellcheck disable=SC2046
+  expect_ok branch train1 $(where "$t/branch") "${wsd[@]}" --set train.steps=6 --set train.decay_steps=2
+  "$python" - "$t/branch/run" <<'EOF2' || fail "the branch did not decay over steps 5..6"
+import json, sys
+rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
+assert [r["step"] for r in rows] == [5, 6] and 0 < rows[0]["lr"] < 3e-4 and rows[1]["lr"] == 0, rows
+EOF2
+  # shellcheck disable=SC2046
+  expect_fail early "cannot resume from .*step-00000004': the learning rate at step 4 would jump from 0.0003 to .*T_max \(train.steps / train.tokens\) 8 -> 6.*the decay's start \(train.decay_steps / train.decay_share\) step 6 -> 3" \
+    train1 $(where "$t/early") "${wsd[@]}" --set train.steps=6 --set train.decay_steps=3
+  one_error "$t/early.err"
+}
+
 fn=case_$what
 declare -F "$fn" > /dev/null || { echo "ckpt_tests.sh: unknown case '$what'" >&2; exit 2; }
 start=$SECONDS
