@@ -142,8 +142,9 @@ constexpr std::array<std::string_view, 3> enum_names(DecayShape) { return {"line
     "([performance.md](performance.md)); on a GPU it synchronises the stream at phase ends. MFU " \
     "is reported either way") \
   X(double, peak_tflops, 0, at_least(0), \
-    "MFU denominator per rank in TFLOP/s; 0: the OpenBLAS sgemm 1024³ rate measured at " \
-    "start on the CPU, the dense BF16 (or TF32) datasheet peak of a known GPU " \
+    "MFU denominator per rank in TFLOP/s; 0: the FMA peak of the rank's cores on the CPU (or the " \
+    "OpenBLAS sgemm 1024³ rate measured at start where that is higher), the dense BF16 (or TF32) " \
+    "datasheet peak of a known GPU " \
     "([performance.md](performance.md#hardware-table))") \
   X(bool, tensorboard, false, kAnyValue, \
     "rank 0 also writes every `metrics.jsonl` number as TensorBoard scalars into " \

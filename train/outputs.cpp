@@ -129,7 +129,7 @@ void Outputs::schedule_done(int64_t t) {
   executed_.clear();
 }
 
-void Outputs::banner(bool checkpoints) {
+void Outputs::banner(bool checkpoints, const Accounting& acct) {
   const RunSettings& s = run_;
   if (!s.root()) return;
   const RunConfig& rc = s.rc;
@@ -160,6 +160,8 @@ void Outputs::banner(bool checkpoints) {
   std::printf("  CPU %s, SIMD %s (compiled: %s; -march=%s)\n", host_cpu_model().c_str(), cpu_simd_target(),
               compiled.c_str(), cpu_build_march());
   if (s.ops.device_name().empty()) std::printf("  BLAS %s\n", cpu_blas().summary.c_str());
+  if (acct.peak().flops > 0)
+    std::printf("  MFU against %.4g GFLOP/s per rank: %s\n", acct.peak().flops / 1e9, acct.peak().source.c_str());
   if (s.world.size() > 1)
     std::printf(
         "  layout: %d ranks = tp %d x pp %d x dp %d; ZeRO %s; schedule %s%s with %d micro-batches, "

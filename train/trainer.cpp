@@ -121,7 +121,7 @@ Trainer::Trainer(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, 
   outputs_->open(progress_.step, spikes_->windows());
   share_gemm_tuning(false);
   check_resumed_gemm();
-  outputs_->banner(checkpoints_->on());
+  outputs_->banner(checkpoints_->on(), *acct_);
 }
 
 // The communicators (control plane MPI; data plane for the backend's
