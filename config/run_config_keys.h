@@ -14,7 +14,7 @@
 // The doc is the meaning column of docs/config.md (Markdown, one line);
 // scripts/config_docs.py writes that file's key tables from it.
 // The lists are expanded in run_config.h, whose includes declare the types
-// they name (BlendSource, StepWindow, dist::Schedule, perf::StageBalance,
+// they name (BlendSource, DataStage, StepWindow, dist::Schedule, perf::StageBalance,
 // BackendKind).
 #pragma once
 
@@ -183,6 +183,12 @@ constexpr std::array<std::string_view, 3> enum_names(DecayShape) { return {"line
     "tokenizer. Order, validation and resume: " \
     "[data.md](data.md#blends-several-sources-in-fixed-shares). Setting both `path` and `blend` " \
     "is an error") \
+  X(std::vector<DataStage>, stages, {}, kAnyValue, \
+    "data stages of a blend: `[{ from = step, weights = [w1, w2, ...] }, ...]` (or `[[data.stages]]` " \
+    "sections), steps increasing from 2; from its step on, a stage's weights (one per `blend` " \
+    "source, ≥ 0, not all 0) replace the blend's, each source keeping its place in its stream. The " \
+    "stage is `data_stage` in `metrics.jsonl`; a resume may change only stages after its step " \
+    "([data.md](data.md#stages-other-shares-from-a-step-on))") \
   X(bool, shuffle, true, kAnyValue, \
     "visit the windows in a seeded permutation per epoch ([model.md §6](model.md#6-data)); false: " \
     "in order") \

@@ -42,6 +42,20 @@ nlohmann::json blend_json(const std::vector<BlendSource>& blend) {
   return j;
 }
 
+nlohmann::json stages_json(const std::vector<DataStage>& stages) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const DataStage& s : stages) j.push_back({{"from", s.from}, {"weights", s.weights}});
+  return j;
+}
+
+// The data stages that began by step `step` (a resume may change only later ones).
+nlohmann::json stages_until(const nlohmann::json& stages, int64_t step) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& s : stages)
+    if (s.at("from").get<int64_t>() <= step) j.push_back(s);
+  return j;
+}
+
 // What a manifest records about the run besides its identity (informative:
 // resume checks only the identity).
 nlohmann::json checkpoint_info(const RunSettings& run, const StageLayers& layers, bool zero) {
@@ -71,7 +85,8 @@ nlohmann::json checkpoint_info(const RunSettings& run, const StageLayers& layers
           {"blas", run.ops.device_name().empty() ? cpu_blas_json() : nlohmann::json()},  // the CPU backend's kernels
           {"schedule", run.budget.lr.to_json()},
           {"data_path", rc.data.path},
-          {"data_blend", blend_json(rc.data.blend)}};
+          {"data_blend", blend_json(rc.data.blend)},
+          {"data_stages", stages_json(rc.data.stages)}};
 }
 
 }  // namespace
@@ -145,16 +160,28 @@ std::optional<ResumeState> CheckpointPolicy::setup() {
 
 // A WSD schedule may change on a resume (a longer stable phase, a decay
 // branched off) as long as the rate at the checkpoint's step stays what it
-// was; every rank meets the same finding, rank 0 reports it.
+// was; data stages may change from the step after it on (an anneal branched
+// off). Every rank meets the same finding, rank 0 reports it.
 void CheckpointPolicy::check_schedule(const std::string& folder, const ResumeState& st) const {
-  if (st.schedule.is_null()) return;
-  const LrSchedule then = LrSchedule::from_json(st.schedule, folder + "/manifest.json: schedule");
-  const std::string jump = lr_jump(then, run_.budget.lr, st.step);
-  if (jump.empty()) return;
+  if (!st.schedule.is_null()) {
+    const LrSchedule then = LrSchedule::from_json(st.schedule, folder + "/manifest.json: schedule");
+    const std::string jump = lr_jump(then, run_.budget.lr, st.step);
+    if (!jump.empty()) {
+      if (!run_.root()) throw dist::SetupFailed();
+      fail("cannot resume from '", folder, "': ", jump,
+           ". A resume may extend a WSD run's stable phase or start its decay at or after the checkpoint's step, "
+           "not change the rate it has reached (docs/model.md#wsd)");
+    }
+  }
+  // Data stages: those that began by the checkpoint's step made its loader state.
+  const nlohmann::json then =
+      stages_until(st.data_stages.is_array() ? st.data_stages : nlohmann::json::array(), st.step);
+  const nlohmann::json now = stages_until(stages_json(run_.rc.data.stages), st.step);
+  if (then == now) return;
   if (!run_.root()) throw dist::SetupFailed();
-  fail("cannot resume from '", folder, "': ", jump,
-       ". A resume may extend a WSD run's stable phase or start its decay at or after the checkpoint's step, "
-       "not change the rate it has reached (docs/model.md#wsd)");
+  fail("cannot resume from '", folder, "': data.stages that began by its step ", st.step, " differ: ", then.dump(),
+       " in the checkpoint, ", now.dump(), " in this run. A resume may change or add only stages from step ",
+       st.step + 1, " on (docs/data.md#stages-other-shares-from-a-step-on)");
 }
 
 // The tokenizer the data was made with (the prep manifest names it, with its

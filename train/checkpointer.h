@@ -65,8 +65,9 @@ struct ResumeState {
   // The CPU kernels it computed with: the SIMD target and the BLAS kernels
   // (manifest "simd", "blas"; null where absent: older checkpoints, GPU runs).
   nlohmann::json simd, blas;
-  // The learning-rate schedule it ran (manifest "schedule", LrSchedule::to_json).
-  nlohmann::json schedule;
+  // The learning-rate schedule it ran (manifest "schedule", LrSchedule::to_json)
+  // and its data stages ("data_stages"; null in older checkpoints: none).
+  nlohmann::json schedule, data_stages;
 };
 
 class Checkpointer {

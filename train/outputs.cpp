@@ -145,6 +145,11 @@ void Outputs::banner(bool checkpoints, const Accounting& acct) {
       rc.data.blend.empty() ? rc.data.path.c_str() : "blend", (unsigned long long)di.num_samples, (long long)s.GB, s.B,
       s.m, par.dp, (long long)(s.GB * s.T));
   if (!rc.data.blend.empty()) print_blend(*data_.loader, s.budget.t_max * s.GB);
+  for (size_t j = 0; j < rc.data.stages.size(); ++j) {
+    std::printf("    data stage %zu from step %lld: weights", j + 1, (long long)rc.data.stages[j].from);
+    for (double w : rc.data.stages[j].weights) std::printf(" %g", w);
+    std::printf("\n");
+  }
   std::printf("  Chinchilla budget: D = 20 x %lld = %lld tokens; T_max = ceil(D / (%lld x %d)) = %lld steps\n",
               (long long)n_params, (long long)(20 * n_params), (long long)s.GB, s.T,
               (long long)chinchilla_steps(n_params, s.GB, s.T));
@@ -212,6 +217,7 @@ void Outputs::log_step(int64_t t, const StepOutcome& out, bool evaluated, const 
                       {"step_ms", out.seconds * 1e3},
                       {"skipped", progress.skipped}};
   if (data_skipped) j["data_skipped"] = true;
+  if (!s.rc.data.stages.empty()) j["data_stage"] = data_stage_at(s.rc.data.stages, t);  // 0: data.blend's weights
   if (nlohmann::json r = spikes.take_rewind_record(); !r.is_null())  // the first record after a loss-spike rewind
     j["rewind"] = std::move(r);
   if (checkpoints) j["checkpoint_ms"] = out.checkpoint_seconds * 1e3;

@@ -904,6 +904,56 @@ EOF2
   one_error "$t/early.err"
 }
 
+# ---- data stages: other shares from a step on (docs/data.md) -------------------
+# Two sources at 1:1 for steps 1..3, then an anneal on source 2 alone with a
+# WSD decay over the same steps: one config, the optimizer state kept.
+stages=(--set 'data.path=""' --set "data.blend=[{path=\"$shards\", weight=1}, {path=\"$work/shards_other\", weight=1}]"
+        --set 'data.stages=[{from=4, weights=[0, 1]}]' --set train.lr_schedule=wsd --set train.decay_steps=5)
+case_stages() {
+  # shellcheck disable=SC2046
+  expect_ok full train1 $(where "$t/full") "${stages[@]}"
+  grep -q "data stage 1 from step 4: weights 0 1" "$t/full.out" || fail "no stage in the banner"
+  "$python" - "$t/full" "$steps" <<'EOF2' || fail "the stages' samples or metrics"
+import json, sys
+d, n = sys.argv[1], int(sys.argv[2])
+rows = [json.loads(l) for l in open(f"{d}/run/metrics.jsonl")]
+assert [r["data_stage"] for r in rows] == [0, 0, 0, 1, 1, 1, 1, 1], [r.get("data_stage") for r in rows]
+assert rows[2]["lr"] == 3e-4 > rows[3]["lr"] > rows[6]["lr"] > rows[7]["lr"] == 0, [r["lr"] for r in rows]
+drawn = lambda s: [c["drawn"] for c in json.load(open(f"{d}/ck/step-{s:08d}/manifest.json"))["loader"]["blend"]]
+assert drawn(2) == [8, 8] and drawn(4) == [12, 20] and drawn(n) == [12, 52], (drawn(2), drawn(4), drawn(n))
+EOF2
+  # Killed inside either stage: resumed from step 2 (stage 0) and step 6 (stage 1).
+  local s
+  for s in 2 6; do
+    mkdir -p "$t/res$s/ck" "$t/res$s/run"
+    cp -a "$(step_dir "$t/full/ck" $s)" "$t/res$s/ck/"
+    head -n $s "$t/full/run/metrics.jsonl" > "$t/res$s/run/metrics.jsonl"
+    # shellcheck disable=SC2046
+    expect_ok "resume$s" train1 $(where "$t/res$s") "${stages[@]}"
+    grep -q "resuming from .*/step-0000000$s" "$t/resume$s.out" || fail "did not resume from step $s"
+    same_as_ref "$t/res$s" "$t/full"
+  done
+  # The same from step 6 on two ranks (dp=2, resharded): the same samples, the
+  # same losses up to summation order.
+  mkdir -p "$t/dp2/ck"
+  cp -a "$(step_dir "$t/full/ck" 6)" "$t/dp2/ck/"
+  # shellcheck disable=SC2046
+  expect_ok dp2 train2 $(where "$t/dp2") "${stages[@]}"
+  "$python" - "$t/full" "$t/dp2" "$steps" <<'EOF2' || fail "dp=2 differs from one process"
+import json, sys
+ref, run, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+a, b = ([json.loads(l) for l in open(f"{d}/run/metrics.jsonl")] for d in (ref, run))
+assert [r["step"] for r in b] == list(range(7, n + 1)), [r["step"] for r in b]
+worst = max(abs(x["loss"] - y["loss"]) / x["loss"] for x, y in zip(a[6:], b))
+assert worst < 1e-5, f"worst loss difference {worst:.2e}"
+m = lambda d: json.load(open(f"{d}/ck/step-{n:08d}/manifest.json"))["loader"]
+assert m(ref) == m(run), (m(ref), m(run))
+EOF2
+  # A stage may be added or changed after the checkpoint's step, not at or before it.
+  REFUSED_FROM=$t/full refused moved "^wiola train: error: ${cannot}data.stages that began by its step 8 differ: \[\{\"from\":4,\"weights\":\[0.0,1.0\]\}\] in the checkpoint, \[\{\"from\":5," \
+    train1 "${stages[@]}" --set 'data.stages=[{from=5, weights=[0, 1]}]' --set train.decay_steps=4
+}
+
 fn=case_$what
 declare -F "$fn" > /dev/null || { echo "ckpt_tests.sh: unknown case '$what'" >&2; exit 2; }
 start=$SECONDS

@@ -41,7 +41,7 @@ TEST(LrSchedule, WsdEqualsItsFormulaAtEveryStep) {
   for (const DecayShape shape : {DecayShape::Linear, DecayShape::Cosine, DecayShape::OneMinusSqrt})
     for (const auto& [t_max, warmup, decay_steps, share, decay] :
          std::initializer_list<std::tuple<int64_t, int64_t, int64_t, double, int64_t>>{
-             {1000, 50, 0, 0.2, 200},  // a share of T_max
+             {1000, 50, 0, 0.2, 200},    // a share of T_max
              {1000, 50, 123, 0.2, 123},  // decay_steps wins
              {97, 5, 0, 0.25, 24},       // 24.25 rounds to 24
              {10, 9, 0, 0.5, 1},         // the share clipped to T_max - T_w
@@ -83,19 +83,18 @@ TEST(LrSchedule, ManifestRoundTrip) {
 // decay that starts at or after its step; nothing may move the rate it has.
 TEST(LrSchedule, ResumeMayExtendOrBranchButNotJump) {
   const TrainSection tr = wsd(0, 0.2, DecayShape::OneMinusSqrt);
-  const LrSchedule run = LrSchedule::of(tr, 100, 10);  // stable to step 80
+  const LrSchedule run = LrSchedule::of(tr, 100, 10);            // stable to step 80
   EXPECT_EQ(lr_jump(run, LrSchedule::of(tr, 200, 10), 50), "");  // twice the steps: stable to 160
   TrainSection branch = tr;
   branch.decay_steps = 20;
-  EXPECT_EQ(lr_jump(run, LrSchedule::of(branch, 70, 10), 50), "");  // the decay from step 50 on
+  EXPECT_EQ(lr_jump(run, LrSchedule::of(branch, 70, 10), 50), "");             // the decay from step 50 on
   const std::string early = lr_jump(run, LrSchedule::of(branch, 60, 10), 50);  // it would have started at 40
   EXPECT_NE(early.find("the learning rate at step 50 would jump"), std::string::npos) << early;
   EXPECT_NE(early.find("T_max (train.steps / train.tokens) 100 -> 60"), std::string::npos) << early;
   EXPECT_NE(early.find("the decay's start (train.decay_steps / train.decay_share) step 80 -> 40"), std::string::npos);
   TrainSection hotter = tr;
   hotter.lr_max = 6e-4;
-  EXPECT_NE(lr_jump(run, LrSchedule::of(hotter, 100, 10), 50).find("train.lr_max 0.0003 -> 0.0006"),
-            std::string::npos);
+  EXPECT_NE(lr_jump(run, LrSchedule::of(hotter, 100, 10), 50).find("train.lr_max 0.0003 -> 0.0006"), std::string::npos);
   // In the decay already: a longer run would move the rate.
   EXPECT_NE(lr_jump(run, LrSchedule::of(tr, 200, 10), 90), "");
   // Cosine to WSD moves it; cosine to cosine is not checked (docs/checkpoints.md).
@@ -111,8 +110,7 @@ TEST(LrSchedule, ConfigKeys) {
   EXPECT_EQ(rc.train.decay_shape, DecayShape::Linear);
   const std::string bad =
       test::error_of([] { (void)run_config_from_toml_text("[train]\ndecay_shape = \"sqrt\"\n", "t.toml"); });
-  EXPECT_NE(bad.find("t.toml:2:15: train.decay_shape: must be \"linear\", \"cosine\" or \"1-sqrt\""),
-            std::string::npos)
+  EXPECT_NE(bad.find("t.toml:2:15: train.decay_shape: must be \"linear\", \"cosine\" or \"1-sqrt\""), std::string::npos)
       << bad;
   const std::string share =
       test::error_of([] { (void)run_config_from_toml_text("[train]\ndecay_share = 1.5\n", "t.toml"); });
