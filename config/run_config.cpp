@@ -331,92 +331,95 @@ using Entries = std::map<std::string, std::map<std::string, Entry>>;  // section
   fail(e.origin, ": ", sec, ".", key, ": ", problem);
 }
 
-// data.blend: an array of {path = "...", weight = w} tables (inline, or
-// [[data.blend]] sections).
-std::vector<BlendSource> read_blend(const toml::node& n, const Entry& e, std::string_view sec, const char* key) {
+// An array of tables (inline, or [[section.key]] sections): f(item, table)
+// for each, item naming it ("source 2 of 3"); `shape` is a table's form in
+// the messages.
+template <class F>
+void for_each_table(const toml::node& n, const Entry& e, std::string_view sec, const char* key, const char* noun,
+                    const char* shape, F&& f) {
   const auto* arr = n.as_array();
-  if (!arr)
-    key_error(e, sec, key,
-              detail::concat("expected an array of {path = \"...\", weight = w} tables, got ", describe(n)));
-  std::vector<BlendSource> out;
+  if (!arr) key_error(e, sec, key, detail::concat("expected an array of ", shape, " tables, got ", describe(n)));
   for (size_t i = 0; i < arr->size(); ++i) {
-    const std::string item = detail::concat("source ", i + 1, " of ", arr->size());
+    const std::string item = detail::concat(noun, " ", i + 1, " of ", arr->size());
     const auto* t = (*arr)[i].as_table();
-    if (!t)
-      key_error(e, sec, key,
-                detail::concat(item, ": expected a table {path = \"...\", weight = w}, got ", describe((*arr)[i])));
-    BlendSource b;
-    bool has_path = false, has_weight = false;
-    for (const auto& [name, v] : *t) {
-      if (name == "path") {
-        if (!v.is_string() || v.as_string()->get().empty())
-          key_error(e, sec, key, detail::concat(item, ": path must be a non-empty string, got ", describe(v)));
-        b.path = v.as_string()->get();
-        has_path = true;
-      } else if (name == "weight") {
-        if (auto iv = v.as_integer()) b.weight = static_cast<double>(iv->get());
-        else if (auto fv = v.as_floating_point()) b.weight = fv->get();
-        else key_error(e, sec, key, detail::concat(item, ": weight must be a number, got ", describe(v)));
-        if (!std::isfinite(b.weight) || b.weight <= 0)
-          key_error(e, sec, key,
-                    detail::concat(item, ": weight must be positive and finite (got ", toml_double(b.weight), ")"));
-        has_weight = true;
-      } else {
-        key_error(e, sec, key,
-                  detail::concat(item, ": unknown field '", name.str(), "' (a source has path and weight)"));
-      }
-    }
-    if (!has_path || !has_weight) key_error(e, sec, key, detail::concat(item, ": needs both path and weight"));
-    out.push_back(std::move(b));
+    if (!t) key_error(e, sec, key, detail::concat(item, ": expected a table ", shape, ", got ", describe((*arr)[i])));
+    f(item, *t);
   }
+}
+
+// A TOML integer or float as a double; NaN for anything else.
+double number_of(const toml::node& v) {
+  if (auto iv = v.as_integer()) return static_cast<double>(iv->get());
+  if (auto fv = v.as_floating_point()) return fv->get();
+  return std::nan("");
+}
+
+// data.blend: an array of {path = "...", weight = w} tables.
+std::vector<BlendSource> read_blend(const toml::node& n, const Entry& e, std::string_view sec, const char* key) {
+  std::vector<BlendSource> out;
+  for_each_table(
+      n, e, sec, key, "source", "{path = \"...\", weight = w}", [&](const std::string& item, const toml::table& t) {
+        BlendSource b;
+        bool has_path = false, has_weight = false;
+        for (const auto& [name, v] : t) {
+          if (name == "path") {
+            if (!v.is_string() || v.as_string()->get().empty())
+              key_error(e, sec, key, detail::concat(item, ": path must be a non-empty string, got ", describe(v)));
+            b.path = v.as_string()->get();
+            has_path = true;
+          } else if (name == "weight") {
+            if (!v.is_number())
+              key_error(e, sec, key, detail::concat(item, ": weight must be a number, got ", describe(v)));
+            b.weight = number_of(v);
+            if (!std::isfinite(b.weight) || b.weight <= 0)
+              key_error(e, sec, key,
+                        detail::concat(item, ": weight must be positive and finite (got ", toml_double(b.weight), ")"));
+            has_weight = true;
+          } else {
+            key_error(e, sec, key,
+                      detail::concat(item, ": unknown field '", name.str(), "' (a source has path and weight)"));
+          }
+        }
+        if (!has_path || !has_weight) key_error(e, sec, key, detail::concat(item, ": needs both path and weight"));
+        out.push_back(std::move(b));
+      });
   return out;
 }
 
-// data.stages: an array of {from = step, weights = [w, ...]} tables (inline,
-// or [[data.stages]] sections).
+// data.stages: an array of {from = step, weights = [w, ...]} tables.
 std::vector<DataStage> read_stages(const toml::node& n, const Entry& e, std::string_view sec, const char* key) {
-  const auto* arr = n.as_array();
-  if (!arr)
-    key_error(e, sec, key,
-              detail::concat("expected an array of {from = step, weights = [...]} tables, got ", describe(n)));
   std::vector<DataStage> out;
-  for (size_t i = 0; i < arr->size(); ++i) {
-    const std::string item = detail::concat("stage ", i + 1, " of ", arr->size());
-    const auto* t = (*arr)[i].as_table();
-    if (!t)
-      key_error(e, sec, key,
-                detail::concat(item, ": expected a table {from = step, weights = [...]}, got ", describe((*arr)[i])));
-    DataStage st;
-    bool has_from = false, has_weights = false;
-    for (const auto& [name, v] : *t) {
-      if (name == "from") {
-        if (!v.is_integer() || v.as_integer()->get() < 2)
-          key_error(e, sec, key, detail::concat(item, ": from must be a step >= 2, got ", describe(v)));
-        st.from = v.as_integer()->get();
-        has_from = true;
-      } else if (name == "weights") {
-        const auto* w = v.as_array();
-        if (!w)
-          key_error(e, sec, key, detail::concat(item, ": weights must be an array of numbers, got ", describe(v)));
-        for (size_t k = 0; k < w->size(); ++k) {
-          const toml::node& x = (*w)[k];
-          double d = -1;
-          if (auto iv = x.as_integer()) d = double(iv->get());
-          else if (auto fv = x.as_floating_point()) d = fv->get();
-          if (!std::isfinite(d) || d < 0)
+  for_each_table(
+      n, e, sec, key, "stage", "{from = step, weights = [...]}", [&](const std::string& item, const toml::table& t) {
+        DataStage st;
+        bool has_from = false, has_weights = false;
+        for (const auto& [name, v] : t) {
+          if (name == "from") {
+            if (!v.is_integer() || v.as_integer()->get() < 2)
+              key_error(e, sec, key, detail::concat(item, ": from must be a step >= 2, got ", describe(v)));
+            st.from = v.as_integer()->get();
+            has_from = true;
+          } else if (name == "weights") {
+            const auto* w = v.as_array();
+            if (!w)
+              key_error(e, sec, key, detail::concat(item, ": weights must be an array of numbers, got ", describe(v)));
+            for (size_t k = 0; k < w->size(); ++k) {
+              const double d = number_of((*w)[k]);
+              if (!std::isfinite(d) || d < 0)
+                key_error(
+                    e, sec, key,
+                    detail::concat(item, ": weight ", k + 1, " must be a finite number >= 0, got ", describe((*w)[k])));
+              st.weights.push_back(d);
+            }
+            has_weights = true;
+          } else {
             key_error(e, sec, key,
-                      detail::concat(item, ": weight ", k + 1, " must be a finite number >= 0, got ", describe(x)));
-          st.weights.push_back(d);
+                      detail::concat(item, ": unknown field '", name.str(), "' (a stage has from and weights)"));
+          }
         }
-        has_weights = true;
-      } else {
-        key_error(e, sec, key,
-                  detail::concat(item, ": unknown field '", name.str(), "' (a stage has from and weights)"));
-      }
-    }
-    if (!has_from || !has_weights) key_error(e, sec, key, detail::concat(item, ": needs both from and weights"));
-    out.push_back(std::move(st));
-  }
+        if (!has_from || !has_weights) key_error(e, sec, key, detail::concat(item, ": needs both from and weights"));
+        out.push_back(std::move(st));
+      });
   return out;
 }
 
