@@ -933,13 +933,14 @@ EOF2
     grep -q "resuming from .*/step-0000000$s" "$t/resume$s.out" || fail "did not resume from step $s"
     same_as_ref "$t/res$s" "$t/full"
   done
-  # The same from step 6 on two ranks (dp=2, resharded): the same samples, the
-  # same losses up to summation order.
-  mkdir -p "$t/dp2/ck"
-  cp -a "$(step_dir "$t/full/ck" 6)" "$t/dp2/ck/"
+  # The same from step 6 on tp2 x pp2 x dp2 (8 ranks, resharded): the same
+  # samples, the same losses up to summation order.
+  mkdir -p "$t/tp2pp2dp2/ck"
+  cp -a "$(step_dir "$t/full/ck" 6)" "$t/tp2pp2dp2/ck/"
   # shellcheck disable=SC2046
-  expect_ok dp2 train2 $(where "$t/dp2") "${stages[@]}"
-  "$python" - "$t/full" "$t/dp2" "$steps" <<'EOF2' || fail "dp=2 differs from one process"
+  expect_ok tp2pp2dp2 timeout -k 5 "$limit" "$mpiexec" -n 8 --bind-to none "$wiola" train "${common[@]}" "${dp2[@]}" \
+    --set parallel.tp=2 --set parallel.pp=2 $(where "$t/tp2pp2dp2") "${stages[@]}"
+  "$python" - "$t/full" "$t/tp2pp2dp2" "$steps" <<'EOF2' || fail "tp2 x pp2 x dp2 differs from one process"
 import json, sys
 ref, run, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 a, b = ([json.loads(l) for l in open(f"{d}/run/metrics.jsonl")] for d in (ref, run))
