@@ -56,8 +56,8 @@ nlohmann::json stages_until(const nlohmann::json& stages, int64_t step) {
   return j;
 }
 
-// What a manifest records about the run besides its identity (informative:
-// resume checks only the identity).
+// What a manifest records about the run besides its identity (informative,
+// but for "schedule" and "data_stages": check_lr_schedule, check_data_stages).
 nlohmann::json checkpoint_info(const RunSettings& run, const StageLayers& layers, bool zero) {
   const RunConfig& rc = run.rc;
   const auto& par = rc.parallel;
@@ -139,7 +139,8 @@ std::optional<ResumeState> CheckpointPolicy::setup() {
     const ResumeState& st = resumed.emplace(ckpt_->resume(folder));
     resumed_from_ = st.step;
     resumed_gemm_ = st.gemm;
-    check_schedule(folder, st);
+    check_lr_schedule(folder, st);
+    check_data_stages(folder, st);
     if (p.root()) {
       std::printf("wiola train: resuming from %s (step %lld, %lld tokens, layout of this run: tp %d x pp %d x dp %d)\n",
                   folder.c_str(), (long long)st.step, (long long)st.tokens, rc.parallel.tp, rc.parallel.pp,
@@ -160,20 +161,21 @@ std::optional<ResumeState> CheckpointPolicy::setup() {
 
 // A WSD schedule may change on a resume (a longer stable phase, a decay
 // branched off) as long as the rate at the checkpoint's step stays what it
-// was; data stages may change from the step after it on (an anneal branched
-// off). Every rank meets the same finding, rank 0 reports it.
-void CheckpointPolicy::check_schedule(const std::string& folder, const ResumeState& st) const {
-  if (!st.schedule.is_null()) {
-    const LrSchedule then = LrSchedule::from_json(st.schedule, folder + "/manifest.json: schedule");
-    const std::string jump = lr_jump(then, run_.budget.lr, st.step);
-    if (!jump.empty()) {
-      if (!run_.root()) throw dist::SetupFailed();
-      fail("cannot resume from '", folder, "': ", jump,
-           ". A resume may extend a WSD run's stable phase or start its decay at or after the checkpoint's step, "
-           "not change the rate it has reached (docs/model.md#wsd)");
-    }
-  }
-  // Data stages: those that began by the checkpoint's step made its loader state.
+// was. Every rank meets the same finding, rank 0 reports it.
+void CheckpointPolicy::check_lr_schedule(const std::string& folder, const ResumeState& st) const {
+  if (st.schedule.is_null()) return;
+  const LrSchedule then = LrSchedule::from_json(st.schedule, folder + "/manifest.json: schedule");
+  const std::string jump = lr_jump(then, run_.budget.lr, st.step);
+  if (jump.empty()) return;
+  if (!run_.root()) throw dist::SetupFailed();
+  fail("cannot resume from '", folder, "': ", jump,
+       ". A resume may extend a WSD run's stable phase or start its decay at or after the checkpoint's step, "
+       "not change the rate it has reached (docs/model.md#wsd)");
+}
+
+// Data stages may change from the step after the checkpoint's on (an anneal
+// branched off), not those that made its loader state.
+void CheckpointPolicy::check_data_stages(const std::string& folder, const ResumeState& st) const {
   const nlohmann::json then =
       stages_until(st.data_stages.is_array() ? st.data_stages : nlohmann::json::array(), st.step);
   const nlohmann::json now = stages_until(stages_json(run_.rc.data.stages), st.step);
