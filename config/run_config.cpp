@@ -63,7 +63,7 @@ EnumRef enum_ref(E* field) {
 }
 
 using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<BlendSource>*,
-                              std::vector<StepWindow>*, std::vector<int>*, EnumRef>;
+                              std::vector<DataStage>*, std::vector<StepWindow>*, std::vector<int>*, EnumRef>;
 
 template <class T>
 FieldPtr bind(T* field) {
@@ -229,6 +229,16 @@ std::string toml_blend(const std::vector<BlendSource>& blend) {
   return o + "]";
 }
 
+std::string toml_stages(const std::vector<DataStage>& stages) {
+  std::string o = "[";
+  for (size_t i = 0; i < stages.size(); ++i) {
+    o += detail::concat(i ? ", " : "", "{ from = ", stages[i].from, ", weights = [");
+    for (size_t k = 0; k < stages[i].weights.size(); ++k) o += (k ? ", " : "") + toml_double(stages[i].weights[k]);
+    o += "] }";
+  }
+  return o + "]";
+}
+
 std::string toml_windows(const std::vector<StepWindow>& w) {
   std::string o = "[";
   for (size_t i = 0; i < w.size(); ++i) o += detail::concat(i ? ", " : "", "[", w[i].from, ", ", w[i].to, "]");
@@ -249,6 +259,7 @@ std::string toml_value(const FieldPtr& field) {
         if constexpr (std::is_same_v<T, EnumRef>) return toml_string(p.get(p.field));
         else if constexpr (std::is_same_v<T, std::string>) return toml_string(*p);
         else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) return toml_blend(*p);
+        else if constexpr (std::is_same_v<T, std::vector<DataStage>>) return toml_stages(*p);
         else if constexpr (std::is_same_v<T, std::vector<StepWindow>>) return toml_windows(*p);
         else if constexpr (std::is_same_v<T, std::vector<int>>) return toml_ints(*p);
         else if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
@@ -269,7 +280,8 @@ const char* doc_type(const FieldPtr& field) {
         else if constexpr (std::is_same_v<T, double>) return "float";
         else if constexpr (std::is_same_v<T, bool>) return "bool";
         else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, EnumRef>) return "string";
-        else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) return "array of tables";
+        else if constexpr (std::is_same_v<T, std::vector<BlendSource>> || std::is_same_v<T, std::vector<DataStage>>)
+          return "array of tables";
         else if constexpr (std::is_same_v<T, std::vector<int>>) return "array of int";
         else return "array of [int64, int64]";
       },
@@ -319,44 +331,95 @@ using Entries = std::map<std::string, std::map<std::string, Entry>>;  // section
   fail(e.origin, ": ", sec, ".", key, ": ", problem);
 }
 
-// data.blend: an array of {path = "...", weight = w} tables (inline, or
-// [[data.blend]] sections).
-std::vector<BlendSource> read_blend(const toml::node& n, const Entry& e, std::string_view sec, const char* key) {
+// An array of tables (inline, or [[section.key]] sections): f(item, table)
+// for each, item naming it ("source 2 of 3"); `shape` is a table's form in
+// the messages.
+template <class F>
+void for_each_table(const toml::node& n, const Entry& e, std::string_view sec, const char* key, const char* noun,
+                    const char* shape, F&& f) {
   const auto* arr = n.as_array();
-  if (!arr)
-    key_error(e, sec, key,
-              detail::concat("expected an array of {path = \"...\", weight = w} tables, got ", describe(n)));
-  std::vector<BlendSource> out;
+  if (!arr) key_error(e, sec, key, detail::concat("expected an array of ", shape, " tables, got ", describe(n)));
   for (size_t i = 0; i < arr->size(); ++i) {
-    const std::string item = detail::concat("source ", i + 1, " of ", arr->size());
+    const std::string item = detail::concat(noun, " ", i + 1, " of ", arr->size());
     const auto* t = (*arr)[i].as_table();
-    if (!t)
-      key_error(e, sec, key,
-                detail::concat(item, ": expected a table {path = \"...\", weight = w}, got ", describe((*arr)[i])));
-    BlendSource b;
-    bool has_path = false, has_weight = false;
-    for (const auto& [name, v] : *t) {
-      if (name == "path") {
-        if (!v.is_string() || v.as_string()->get().empty())
-          key_error(e, sec, key, detail::concat(item, ": path must be a non-empty string, got ", describe(v)));
-        b.path = v.as_string()->get();
-        has_path = true;
-      } else if (name == "weight") {
-        if (auto iv = v.as_integer()) b.weight = static_cast<double>(iv->get());
-        else if (auto fv = v.as_floating_point()) b.weight = fv->get();
-        else key_error(e, sec, key, detail::concat(item, ": weight must be a number, got ", describe(v)));
-        if (!std::isfinite(b.weight) || b.weight <= 0)
-          key_error(e, sec, key,
-                    detail::concat(item, ": weight must be positive and finite (got ", toml_double(b.weight), ")"));
-        has_weight = true;
-      } else {
-        key_error(e, sec, key,
-                  detail::concat(item, ": unknown field '", name.str(), "' (a source has path and weight)"));
-      }
-    }
-    if (!has_path || !has_weight) key_error(e, sec, key, detail::concat(item, ": needs both path and weight"));
-    out.push_back(std::move(b));
+    if (!t) key_error(e, sec, key, detail::concat(item, ": expected a table ", shape, ", got ", describe((*arr)[i])));
+    f(item, *t);
   }
+}
+
+// A TOML integer or float as a double; NaN for anything else.
+double number_of(const toml::node& v) {
+  if (auto iv = v.as_integer()) return static_cast<double>(iv->get());
+  if (auto fv = v.as_floating_point()) return fv->get();
+  return std::nan("");
+}
+
+// data.blend: an array of {path = "...", weight = w} tables.
+std::vector<BlendSource> read_blend(const toml::node& n, const Entry& e, std::string_view sec, const char* key) {
+  std::vector<BlendSource> out;
+  for_each_table(
+      n, e, sec, key, "source", "{path = \"...\", weight = w}", [&](const std::string& item, const toml::table& t) {
+        BlendSource b;
+        bool has_path = false, has_weight = false;
+        for (const auto& [name, v] : t) {
+          if (name == "path") {
+            if (!v.is_string() || v.as_string()->get().empty())
+              key_error(e, sec, key, detail::concat(item, ": path must be a non-empty string, got ", describe(v)));
+            b.path = v.as_string()->get();
+            has_path = true;
+          } else if (name == "weight") {
+            if (!v.is_number())
+              key_error(e, sec, key, detail::concat(item, ": weight must be a number, got ", describe(v)));
+            b.weight = number_of(v);
+            if (!std::isfinite(b.weight) || b.weight <= 0)
+              key_error(e, sec, key,
+                        detail::concat(item, ": weight must be positive and finite (got ", toml_double(b.weight), ")"));
+            has_weight = true;
+          } else {
+            key_error(e, sec, key,
+                      detail::concat(item, ": unknown field '", name.str(), "' (a source has path and weight)"));
+          }
+        }
+        if (!has_path || !has_weight) key_error(e, sec, key, detail::concat(item, ": needs both path and weight"));
+        out.push_back(std::move(b));
+      });
+  return out;
+}
+
+// data.stages: an array of {from = step, weights = [w, ...]} tables.
+std::vector<DataStage> read_stages(const toml::node& n, const Entry& e, std::string_view sec, const char* key) {
+  std::vector<DataStage> out;
+  for_each_table(
+      n, e, sec, key, "stage", "{from = step, weights = [...]}", [&](const std::string& item, const toml::table& t) {
+        DataStage st;
+        bool has_from = false, has_weights = false;
+        for (const auto& [name, v] : t) {
+          if (name == "from") {
+            if (!v.is_integer() || v.as_integer()->get() < 2)
+              key_error(e, sec, key, detail::concat(item, ": from must be a step >= 2, got ", describe(v)));
+            st.from = v.as_integer()->get();
+            has_from = true;
+          } else if (name == "weights") {
+            const auto* w = v.as_array();
+            if (!w)
+              key_error(e, sec, key, detail::concat(item, ": weights must be an array of numbers, got ", describe(v)));
+            for (size_t k = 0; k < w->size(); ++k) {
+              const double d = number_of((*w)[k]);
+              if (!std::isfinite(d) || d < 0)
+                key_error(
+                    e, sec, key,
+                    detail::concat(item, ": weight ", k + 1, " must be a finite number >= 0, got ", describe((*w)[k])));
+              st.weights.push_back(d);
+            }
+            has_weights = true;
+          } else {
+            key_error(e, sec, key,
+                      detail::concat(item, ": unknown field '", name.str(), "' (a stage has from and weights)"));
+          }
+        }
+        if (!has_from || !has_weights) key_error(e, sec, key, detail::concat(item, ": needs both from and weights"));
+        out.push_back(std::move(st));
+      });
   return out;
 }
 
@@ -407,6 +470,8 @@ void assign(RunConfig& rc, const KeyDef& k, std::string_view sec, const Entry& e
           *p = n.as_string()->get();
         } else if constexpr (std::is_same_v<T, std::vector<BlendSource>>) {
           *p = read_blend(n, e, sec, k.name);
+        } else if constexpr (std::is_same_v<T, std::vector<DataStage>>) {
+          *p = read_stages(n, e, sec, k.name);
         } else if constexpr (std::is_same_v<T, std::vector<StepWindow>>) {
           *p = read_windows(n, e, sec, k.name);
         } else if constexpr (std::is_same_v<T, std::vector<int>>) {
@@ -579,11 +644,28 @@ void check_train(const RunConfig& rc) {
               ") must be in [0, train.lr_max] = [0, ", t.lr_max, "]");
 }
 
+// data.stages against data.blend: a weight per source, steps increasing.
+void check_stages(const DataSection& d) {
+  for (size_t j = 0; j < d.stages.size(); ++j) {
+    const DataStage& st = d.stages[j];
+    WIOLA_CHECK(d.blend.size() >= 2,
+                "data.stages changes the shares of a blend: set data.blend with two sources or more");
+    WIOLA_CHECK(st.weights.size() == d.blend.size(), "data.stages: stage ", j + 1, " (from step ", st.from, ") has ",
+                st.weights.size(), " weights, data.blend ", d.blend.size(), " sources");
+    WIOLA_CHECK(j == 0 || st.from > d.stages[j - 1].from, "data.stages: stage ", j + 1, " (from step ", st.from,
+                ") must start after stage ", j, " (from step ", d.stages[j - 1].from, ")");
+    double total = 0;
+    for (double w : st.weights) total += w;
+    WIOLA_CHECK(total > 0, "data.stages: stage ", j + 1, " (from step ", st.from, ") has no weight above 0");
+  }
+}
+
 void check_data(const RunConfig& rc) {
   WIOLA_CHECK(rc.data.path.empty() || rc.data.blend.empty(),
               "data.path and data.blend are both set; a run reads "
               "one source (data.path) or a blend of several (data.blend), not both (to override the file's "
               "data.path, add --set 'data.path=\"\"')");
+  check_stages(rc.data);
   const BackendKind b = rc.train.backend;
   WIOLA_CHECK(!rc.data.documents || (b != BackendKind::Cuda && b != BackendKind::CudaFp32),
               "data.documents = true is not supported on the CUDA backend yet (train.backend = \"", to_string(b),

@@ -14,7 +14,7 @@
 // The doc is the meaning column of docs/config.md (Markdown, one line);
 // scripts/config_docs.py writes that file's key tables from it.
 // The lists are expanded in run_config.h, whose includes declare the types
-// they name (BlendSource, StepWindow, dist::Schedule, perf::StageBalance,
+// they name (BlendSource, DataStage, StepWindow, dist::Schedule, perf::StageBalance,
 // BackendKind).
 #pragma once
 
@@ -37,11 +37,20 @@ struct KeyRange {
 inline constexpr KeyRange kAnyValue{};
 constexpr KeyRange at_least(double lo) { return {lo, false}; }
 constexpr KeyRange above(double lo) { return {lo, true}; }
-constexpr KeyRange in_co(double lo, double hi) { return {lo, false, hi, true}; }  // [lo, hi)
+constexpr KeyRange in_co(double lo, double hi) { return {lo, false, hi, true}; }   // [lo, hi)
+constexpr KeyRange in_cc(double lo, double hi) { return {lo, false, hi, false}; }  // [lo, hi]
 
 // parallel.data_plane: how backend tensors travel between ranks (train/data_plane.h).
 enum class DataPlaneMode { Auto, Nccl, Staged };
 constexpr std::array<std::string_view, 3> enum_names(DataPlaneMode) { return {"auto", "nccl", "staged"}; }
+
+// train.lr_schedule: the learning-rate schedule after the warmup (train/lr_schedule.h).
+enum class LrScheduleKind { Cosine, Wsd };
+constexpr std::array<std::string_view, 2> enum_names(LrScheduleKind) { return {"cosine", "wsd"}; }
+
+// train.decay_shape: the shape of a WSD schedule's decay (train/lr_schedule.h).
+enum class DecayShape { Linear, Cosine, OneMinusSqrt };
+constexpr std::array<std::string_view, 3> enum_names(DecayShape) { return {"linear", "cosine", "1-sqrt"}; }
 
 }  // namespace wiola
 
@@ -82,6 +91,17 @@ constexpr std::array<std::string_view, 3> enum_names(DataPlaneMode) { return {"a
   X(int64_t, warmup, -1, at_least(-1), \
     "warmup steps T_w; -1: floor((T_max + 10)/20) in integer arithmetic, i.e. 0.05·T_max " \
     "rounded half up ([model.md §4](model.md#4-training))") \
+  X(LrScheduleKind, lr_schedule, LrScheduleKind::Cosine, kAnyValue, \
+    "after the warmup: `\"cosine\"` to `lr_min` at T_max, or `\"wsd\"` (warmup-stable-decay): " \
+    "`lr_max` until the decay's last `decay_steps`, then `decay_shape` down to `lr_min` at T_max; " \
+    "a WSD run extends by resuming with more `steps` " \
+    "([model.md §4](model.md#wsd))") \
+  X(DecayShape, decay_shape, DecayShape::OneMinusSqrt, kAnyValue, \
+    "WSD decay shape over its progress p in (0, 1]: `\"linear\"` 1 − p, `\"cosine\"` (1 + cos πp)/2, " \
+    "`\"1-sqrt\"` 1 − √p") \
+  X(int64_t, decay_steps, 0, at_least(0), "WSD decay length in steps (≤ T_max − T_w); 0: `decay_share` of T_max") \
+  X(double, decay_share, 0.2, in_cc(0, 1), \
+    "WSD decay length as a share of T_max when `decay_steps` = 0 (rounded to steps, at most T_max − T_w)") \
   X(double, beta1, 0.9, in_co(0, 1), "AdamW β1") \
   X(double, beta2, 0.95, in_co(0, 1), "AdamW β2") \
   X(double, adam_eps, 1e-8, above(0), "AdamW ε") \
@@ -126,8 +146,9 @@ constexpr std::array<std::string_view, 3> enum_names(DataPlaneMode) { return {"a
     "([performance.md](performance.md)); on a GPU it synchronises the stream at phase ends. MFU " \
     "is reported either way") \
   X(double, peak_tflops, 0, at_least(0), \
-    "MFU denominator per rank in TFLOP/s; 0: the OpenBLAS sgemm 1024³ rate measured at " \
-    "start on the CPU, the dense BF16 (or TF32) datasheet peak of a known GPU " \
+    "MFU denominator per rank in TFLOP/s; 0: the FMA peak of the rank's cores on the CPU (or the " \
+    "OpenBLAS sgemm 1024³ rate measured at start where that is higher), the dense BF16 (or TF32) " \
+    "datasheet peak of a known GPU " \
     "([performance.md](performance.md#hardware-table))") \
   X(bool, tensorboard, false, kAnyValue, \
     "rank 0 also writes every `metrics.jsonl` number as TensorBoard scalars into " \
@@ -171,6 +192,12 @@ constexpr std::array<std::string_view, 3> enum_names(DataPlaneMode) { return {"a
     "tokenizer. Order, validation and resume: " \
     "[data.md](data.md#blends-several-sources-in-fixed-shares). Setting both `path` and `blend` " \
     "is an error") \
+  X(std::vector<DataStage>, stages, {}, kAnyValue, \
+    "data stages of a blend: `[{ from = step, weights = [w1, w2, ...] }, ...]` (or `[[data.stages]]` " \
+    "sections), steps increasing from 2; from its step on, a stage's weights (one per `blend` " \
+    "source, ≥ 0, not all 0) replace the blend's, each source keeping its place in its stream. The " \
+    "stage is `data_stage` in `metrics.jsonl`; a resume may change only stages after its step " \
+    "([data.md](data.md#stages-other-shares-from-a-step-on))") \
   X(bool, shuffle, true, kAnyValue, \
     "visit the windows in a seeded permutation per epoch ([model.md §6](model.md#6-data)); false: " \
     "in order") \

@@ -97,6 +97,12 @@ size_t blend_pick(const std::vector<double>& p, const std::vector<uint64_t>& dra
   return best;
 }
 
+size_t data_stage_at(const std::vector<DataStage>& stages, int64_t t) {
+  size_t j = 0;
+  while (j < stages.size() && stages[j].from <= t) ++j;
+  return j;
+}
+
 namespace {
 
 // HDF5's cache of decompressed chunks for each open shard of a source: 64 MiB
@@ -122,7 +128,7 @@ struct Source {
   std::string name;  // the manifest or shard read (for messages)
   std::vector<File> files;
   size_t chunk_cache = size_t(4) << 20;  // per open shard: chunk_cache_bytes()
-  std::vector<uint64_t> starts;  // first token of each shard in the stream
+  std::vector<uint64_t> starts;          // first token of each shard in the stream
   DatasetInfo info{};
   size_t max_open = 0;
 
@@ -165,13 +171,12 @@ struct Source {
   // Throws unless shard k's attributes are the manifest's.
   void check(const ShardReader& r, size_t k) const {
     const ShardMeta& s = r.meta();
-    const std::string diff =
-        tokenizer_difference(s.vocab_size, s.eos_id, s.tokenizer_sha256, info.vocab_size, info.eos_id,
-                             info.tokenizer_sha256);
+    const std::string diff = tokenizer_difference(s.vocab_size, s.eos_id, s.tokenizer_sha256, info.vocab_size,
+                                                  info.eos_id, info.tokenizer_sha256);
     if (!diff.empty()) fail(files[k].path, ": shard does not match the manifest ", name, diff);
     if (s.num_tokens != files[k].num_tokens || s.num_documents != files[k].num_documents)
-      fail(files[k].path, ": shard holds ", s.num_tokens, " tokens / ", s.num_documents, " documents, manifest ",
-           name, " says ", files[k].num_tokens, " / ", files[k].num_documents);
+      fail(files[k].path, ": shard holds ", s.num_tokens, " tokens / ", s.num_documents, " documents, manifest ", name,
+           " says ", files[k].num_tokens, " / ", files[k].num_documents);
   }
 
   // Shard k, open (io_mu held).
@@ -255,8 +260,7 @@ Source::Source(const std::string& source, const std::string& split, int T, size_
       }
     }
     if (info.num_tokens != it->second.num_tokens)
-      fail(path, ": split '", split, "' says ", it->second.num_tokens, " tokens but its shards hold ",
-           info.num_tokens);
+      fail(path, ": split '", split, "' says ", it->second.num_tokens, " tokens but its shards hold ", info.num_tokens);
   }
   last_use.assign(files.size(), 0);
   uint64_t first = 0;
@@ -271,13 +275,63 @@ Source::Source(const std::string& source, const std::string& split, int T, size_
   WIOLA_CHECK(info.num_samples < (uint64_t(1) << 32), name, ": more than 2^32 samples");
 }
 
+// A blend's stage (data.stages; stage 0: the blend's own weights from
+// sample 0): where it starts, its normalised weights, and each source's
+// target at its start.
+struct BlendStage {
+  uint64_t start = 0;
+  std::vector<double> p, base;
+};
+
+// The stages of `stages` after the blend's `share` (stage 0), each checked.
+std::vector<BlendStage> blend_stages(const std::vector<double>& share, const std::vector<DataStage>& stages,
+                                     uint64_t G) {
+  std::vector<BlendStage> out{{0, share, std::vector<double>(share.size(), 0.0)}};
+  for (size_t j = 0; j < stages.size(); ++j) {
+    const DataStage& d = stages[j];
+    WIOLA_CHECK(share.size() >= 2, "loader: data stages need a blend of at least two sources");
+    WIOLA_CHECK(d.weights.size() == share.size(), "loader: stage ", j + 1, " has ", d.weights.size(), " weights for ",
+                share.size(), " sources");
+    WIOLA_CHECK(d.from >= 2 && (j == 0 || d.from > stages[j - 1].from), "loader: stage ", j + 1, " from step ", d.from,
+                ": stages start at step 2 or later, in increasing order");
+    double total = 0;
+    for (double w : d.weights) {
+      WIOLA_CHECK(std::isfinite(w) && w >= 0, "loader: stage ", j + 1, " has weight ", w,
+                  "; weights must be finite and >= 0");
+      total += w;
+    }
+    WIOLA_CHECK(total > 0 && std::isfinite(total), "loader: stage ", j + 1, "'s weights must not all be 0");
+    const BlendStage& prev = out.back();
+    BlendStage st{uint64_t(d.from - 1) * G, {}, {}};
+    for (size_t k = 0; k < share.size(); ++k) {
+      st.p.push_back(d.weights[k] / total);
+      st.base.push_back(prev.base[k] + prev.p[k] * double(st.start - prev.start));
+    }
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+// The source of sample n in stage `st` (staged blends; docs above).
+size_t staged_pick(const BlendStage& st, uint64_t n, const std::vector<uint64_t>& drawn) {
+  size_t best = 0;
+  double lag = -1e300;
+  for (size_t k = 0; k < st.p.size(); ++k) {
+    if (st.p[k] == 0) continue;
+    const double l = st.base[k] + st.p[k] * double(n + 1 - st.start) - double(drawn[k]);
+    if (l > lag) lag = l, best = k;
+  }
+  return best;
+}
+
 }  // namespace
 
 struct TokenLoader::Impl {
   std::vector<std::unique_ptr<Source>> sources;
-  std::vector<double> share;  // normalised weights (a blend)
-  DatasetInfo info{};         // the sources' together
-  std::string name;           // for messages: the source, or "the blend of ..."
+  std::vector<double> share;       // normalised weights (a blend)
+  std::vector<BlendStage> stages;  // data.stages after stage 0 (the blend's share); empty: none
+  DatasetInfo info{};              // the sources' together
+  std::string name;                // for messages: the source, or "the blend of ..."
   int T = 0, G = 0, rank = 0, dp = 1, local = 0;
   bool shuffle = true;
   LoaderState state;
@@ -308,12 +362,15 @@ struct TokenLoader::Impl {
       return out;
     }
     std::vector<uint64_t> drawn(sources.size());
-    for (size_t k = 0; k < sources.size(); ++k) drawn[k] = s.blend[k].drawn;
-    for (uint64_t c = 0; c < count; ++c) {
-      const size_t k = blend_pick(share, drawn);
+    uint64_t n = 0;
+    for (size_t k = 0; k < sources.size(); ++k) n += drawn[k] = s.blend[k].drawn;
+    size_t j = 0;
+    for (uint64_t c = 0; c < count; ++c, ++n) {
+      while (j + 1 < stages.size() && stages[j + 1].start <= n) ++j;
+      const size_t k = stages.empty() ? blend_pick(share, drawn) : staged_pick(stages[j], n, drawn);
       SourceCursor& q = s.blend[k];
-      out.push_back({uint32_t(k), sources[k]->advance(blend_source_seed(s.seed, k), shuffle, q.epoch,
-                                                      q.samples_consumed)});
+      out.push_back(
+          {uint32_t(k), sources[k]->advance(blend_source_seed(s.seed, k), shuffle, q.epoch, q.samples_consumed)});
       q.drawn = ++drawn[k];
     }
     return out;
@@ -369,13 +426,14 @@ struct TokenLoader::Impl {
   }
 };
 
-TokenLoader::TokenLoader(const std::string& source, const std::string& split, int T, int global_batch,
-                         int dp_rank, int dp_size, uint64_t seed, bool shuffle, bool prefetch, size_t max_open_shards)
+TokenLoader::TokenLoader(const std::string& source, const std::string& split, int T, int global_batch, int dp_rank,
+                         int dp_size, uint64_t seed, bool shuffle, bool prefetch, size_t max_open_shards)
     : TokenLoader(std::vector<BlendSource>{{source, 1.0}}, split, T, global_batch, dp_rank, dp_size, seed, shuffle,
                   prefetch, max_open_shards) {}
 
 TokenLoader::TokenLoader(const std::vector<BlendSource>& blend, const std::string& split, int T, int global_batch,
-                         int dp_rank, int dp_size, uint64_t seed, bool shuffle, bool prefetch, size_t max_open_shards)
+                         int dp_rank, int dp_size, uint64_t seed, bool shuffle, bool prefetch, size_t max_open_shards,
+                         const std::vector<DataStage>& stages)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   WIOLA_CHECK(T > 0, "loader: sequence length T must be positive (got ", T, ")");
@@ -396,13 +454,14 @@ TokenLoader::TokenLoader(const std::vector<BlendSource>& blend, const std::strin
   double total = 0;
   for (size_t k = 0; k < blend.size(); ++k) {
     const BlendSource& b = blend[k];
-    WIOLA_CHECK(std::isfinite(b.weight) && b.weight > 0, "loader: source ", k + 1, " (", b.path,
-                ") has weight ", b.weight, "; weights must be positive");
+    WIOLA_CHECK(std::isfinite(b.weight) && b.weight > 0, "loader: source ", k + 1, " (", b.path, ") has weight ",
+                b.weight, "; weights must be positive");
     total += b.weight;
     m.sources.push_back(std::make_unique<Source>(b.path, split, T, max_open_shards));
   }
   WIOLA_CHECK(std::isfinite(total), "loader: the blend's weights add up to more than a double holds");
   for (const BlendSource& b : blend) m.share.push_back(b.weight / total);
+  if (!stages.empty()) m.stages = blend_stages(m.share, stages, uint64_t(global_batch));
   m.info = m.sources[0]->info;
   m.name = m.sources[0]->name;
   if (m.blended()) {
@@ -511,8 +570,7 @@ void TokenLoader::restore(const LoaderState& s) {
     WIOLA_CHECK(s.epoch == 0 && s.samples_consumed == 0, m.name, ": a blend's loader state has epoch ", s.epoch,
                 " and samples_consumed ", s.samples_consumed, " (both must be 0)");
     for (size_t k = 0; k < m.sources.size(); ++k)
-      check_cursor(m.sources[k]->name, m.sources[k]->info.num_samples, n.blend[k].epoch,
-                   n.blend[k].samples_consumed);
+      check_cursor(m.sources[k]->name, m.sources[k]->info.num_samples, n.blend[k].epoch, n.blend[k].samples_consumed);
   }
   {
     std::lock_guard<std::mutex> lk(m.mu);
@@ -536,8 +594,7 @@ void TokenLoader::expect(uint32_t model_vocab_size, const std::string& tokenizer
     fail(m.sources[0]->name, ": data was tokenized with a vocabulary of ", m.info.vocab_size,
          " ids but the model's vocabulary has ", model_vocab_size);
   if (!tokenizer_sha256.empty() && tokenizer_sha256 != m.info.tokenizer_sha256)
-    fail(m.sources[0]->name, ": made with tokenizer sha256 ", m.info.tokenizer_sha256, ", expected ",
-         tokenizer_sha256);
+    fail(m.sources[0]->name, ": made with tokenizer sha256 ", m.info.tokenizer_sha256, ", expected ", tokenizer_sha256);
 }
 
 }  // namespace wiola

@@ -19,6 +19,16 @@
 // whatever the batch size or layout, and a blend of one source is that
 // source's plain stream. The state holds each source's cursor and count.
 //
+// Stages (data.stages): from a step on, other weights p'_k. With stage j
+// starting at sample n_j = (from_j - 1) * G and the blend's weights as stage
+// 0 (n_0 = 0), source k's target after n + 1 samples is the sum over the
+// stages of p_jk times the samples of [0, n + 1) in stage j, and sample n
+// comes from argmax_k target_k - drawn_k over the sources with p_jk > 0 in
+// its stage (ties to the lowest k). Without stages that is the rule above,
+// bit for bit; with them each stage's counts stay within a few samples of
+// its shares, each source keeps its cursor across stages, and the state is
+// the same (the stage is a function of the samples drawn).
+//
 // What grows with the corpus: the epoch permutation (4 bytes per sample of
 // the split, made once per epoch, the current and the next kept), and one
 // small entry per shard. Open shards are bounded: each source keeps at most
@@ -43,6 +53,19 @@ struct BlendSource {
   bool operator==(const BlendSource&) const = default;
 };
 
+// A stage of a blend (data.stages): from optimizer step `from` (a step is one
+// global batch) on, the sources' weights are `weights` (one per source, in
+// order, each >= 0, not all 0) instead of the blend's.
+struct DataStage {
+  int64_t from = 0;
+  std::vector<double> weights;
+  bool operator==(const DataStage&) const = default;
+};
+
+// The stage of step t: 0 for the blend's own weights (before the first
+// stage), j + 1 from stages[j].from on.
+size_t data_stage_at(const std::vector<DataStage>& stages, int64_t t);
+
 // Where one source of a blend stands.
 struct SourceCursor {
   uint64_t epoch = 0;
@@ -56,8 +79,8 @@ inline constexpr size_t kDefaultMaxOpenShards = 64;
 
 struct LoaderState {
   uint64_t seed = 0;
-  uint64_t epoch = 0;             // one source: its cursor (0 with a blend)
-  uint64_t samples_consumed = 0;  // samples consumed in the current epoch (global)
+  uint64_t epoch = 0;               // one source: its cursor (0 with a blend)
+  uint64_t samples_consumed = 0;    // samples consumed in the current epoch (global)
   std::vector<SourceCursor> blend;  // a blend of several sources: one cursor per source; else empty
   bool operator==(const LoaderState&) const = default;
 };
@@ -71,7 +94,7 @@ struct DatasetInfo {
   uint32_t vocab_size;
   uint32_t eos_id;
   std::string tokenizer_sha256;
-  uint64_t num_tokens;            // a blend: summed over its sources
+  uint64_t num_tokens;  // a blend: summed over its sources
   uint64_t num_documents;
   uint64_t num_samples;
   std::string tokenizer_file = "";  // as the manifest records it (empty for a bare shard)
@@ -103,21 +126,21 @@ class TokenLoader {
   // Every shard is opened and checked against the manifest here; at most
   // max_open_shards per source stay open (0 = all), and samples do not
   // depend on it.
-  TokenLoader(const std::string& source, const std::string& split, int T, int global_batch, int dp_rank,
-              int dp_size, uint64_t seed, bool shuffle = true, bool prefetch = true,
-              size_t max_open_shards = kDefaultMaxOpenShards);
+  TokenLoader(const std::string& source, const std::string& split, int T, int global_batch, int dp_rank, int dp_size,
+              uint64_t seed, bool shuffle = true, bool prefetch = true, size_t max_open_shards = kDefaultMaxOpenShards);
   // A blend of the same split of several sources (made with one tokenizer);
-  // one source with any weight is the constructor above.
-  TokenLoader(const std::vector<BlendSource>& sources, const std::string& split, int T, int global_batch,
-              int dp_rank, int dp_size, uint64_t seed, bool shuffle = true, bool prefetch = true,
-              size_t max_open_shards = kDefaultMaxOpenShards);
+  // one source with any weight is the constructor above. `stages`: other
+  // weights from their steps on (a blend of at least two sources).
+  TokenLoader(const std::vector<BlendSource>& sources, const std::string& split, int T, int global_batch, int dp_rank,
+              int dp_size, uint64_t seed, bool shuffle = true, bool prefetch = true,
+              size_t max_open_shards = kDefaultMaxOpenShards, const std::vector<DataStage>& stages = {});
   ~TokenLoader();
   TokenLoader(const TokenLoader&) = delete;
   TokenLoader& operator=(const TokenLoader&) = delete;
 
   const DatasetInfo& info() const;  // a blend: its sources' together
-  int local_batch() const;  // global_batch / dp_size
-  int seq_len() const;      // T
+  int local_batch() const;          // global_batch / dp_size
+  int seq_len() const;              // T
 
   // Sources: 1 without a blend. Each one's info, and its normalised weight.
   size_t num_sources() const;

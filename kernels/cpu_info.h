@@ -22,6 +22,21 @@ std::vector<std::string> cpu_simd_compiled_targets();
 // -march of the build (the baseline every other file is compiled for).
 const char* cpu_build_march();
 
+// The fp32 FMA peak of `cores` cores of this CPU, an upper bound on what
+// any kernel reaches: cores x clock x 2 FMA units x fp32 lanes x 2 FLOPs.
+// The clock is the highest this host names: cpufreq's cpuinfo_max_freq,
+// /proc/cpuinfo's "cpu MHz" (any core) or the "@ x.xxGHz" of the model
+// name; the lanes those of the widest vectors the CPU has (16 with
+// AVX-512F, 8 with AVX, else 4), whichever the kernels use; two FMA units
+// per core, the most an x86 core has. 0 flops when no clock is found.
+struct CpuFmaPeak {
+  double flops = 0;
+  int cores = 0, lanes = 0, fma_units = 2;
+  double ghz = 0;
+  std::string clock_source;  // where the clock came from
+};
+CpuFmaPeak cpu_fma_peak(int cores);
+
 // The BLAS the CPU backend's matrix products run on (docs/cpu.md, "BLAS
 // kernels"); the first call selects the kernels (kernels/cpu/blas.h), so it
 // may throw wiola::Error. Call it for CPU backends only.

@@ -1,8 +1,11 @@
 #include "train/accounting.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include "kernels/backend.h"
+#include "kernels/cpu_info.h"
 #include "model/flops.h"
 #include "perf/hardware.h"
 #include "train/rank_comms.h"
@@ -59,9 +62,29 @@ DevicePeak device_peak(const Ops<float>& ops, const RunConfig& rc) {
     p.source = "no datasheet peak for '" + dev + "': set train.peak_tflops (MFU not reported)";
     return p;
   }
-  p.flops = openblas_sgemm_gflops(1024, 5) * 1e9;
-  std::snprintf(buf, sizeof buf, "OpenBLAS sgemm 1024^3 on %d thread%s, measured at start", cpu_threads(),
-                cpu_threads() == 1 ? "" : "s");
+  return cpu_peak();
+}
+
+DevicePeak cpu_peak() {
+  DevicePeak p;
+  char buf[320];
+  const int cores = std::min(cpu_threads(), int(std::max(1u, std::thread::hardware_concurrency())));
+  const CpuFmaPeak fma = cpu_fma_peak(cores);
+  const double probe = openblas_sgemm_gflops(1024, 5) * 1e9;
+  if (fma.flops >= probe) {
+    p.flops = fma.flops;
+    std::snprintf(buf, sizeof buf,
+                  "FMA peak of %d core%s x %.2f GHz (%s) x %d FMA units x %d fp32 lanes x 2; an OpenBLAS sgemm "
+                  "1024^3 probe at start: %.1f GFLOP/s",
+                  cores, cores == 1 ? "" : "s", fma.ghz, fma.clock_source.c_str(), fma.fma_units, fma.lanes,
+                  probe / 1e9);
+  } else {  // the host names a clock below the one it runs at
+    p.flops = probe;
+    std::snprintf(buf, sizeof buf,
+                  "OpenBLAS sgemm 1024^3 on %d thread%s, measured at start (above the FMA peak %.1f GFLOP/s of the "
+                  "clock the host names, %.2f GHz)",
+                  cpu_threads(), cpu_threads() == 1 ? "" : "s", fma.flops / 1e9, fma.ghz);
+  }
   p.source = buf;
   return p;
 }

@@ -65,10 +65,13 @@ struct DevicePeak {
   std::string source;  // how it was found, for the report
 };
 // train.peak_tflops if set; else a GPU's dense datasheet peak (BF16, or
-// FP32 with TF32 off) from perf/hardware.h; else the OpenBLAS sgemm 1024^3
-// rate on this rank's threads, measured now (all ranks at once, so ranks
-// that share cores see each other).
+// FP32 with TF32 off) from perf/hardware.h; else cpu_peak().
 DevicePeak device_peak(const Ops<float>& ops, const RunConfig& rc);
+// The CPU's: the FMA peak of this rank's cores (kernels/cpu_info.h: threads,
+// at most the host's, x clock x FMA units x lanes x 2), which no step
+// exceeds; where the OpenBLAS sgemm 1024^3 rate measured now (all ranks at
+// once) is higher, the host named too low a clock, and that rate is the peak.
+DevicePeak cpu_peak();
 
 // This rank's memory by class, bytes, and its peak (resident set on the
 // CPU, the allocator's peak on a device).

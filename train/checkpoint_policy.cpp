@@ -5,6 +5,7 @@
 
 #include "data/sha256.h"
 #include "data/text_input.h"
+#include "dist/agree.h"
 #include "dist/diagnostics.h"
 #include "kernels/cpu_info.h"
 #include "kernels/backend.h"
@@ -41,8 +42,22 @@ nlohmann::json blend_json(const std::vector<BlendSource>& blend) {
   return j;
 }
 
-// What a manifest records about the run besides its identity (informative:
-// resume checks only the identity).
+nlohmann::json stages_json(const std::vector<DataStage>& stages) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const DataStage& s : stages) j.push_back({{"from", s.from}, {"weights", s.weights}});
+  return j;
+}
+
+// The data stages that began by step `step` (a resume may change only later ones).
+nlohmann::json stages_until(const nlohmann::json& stages, int64_t step) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& s : stages)
+    if (s.at("from").get<int64_t>() <= step) j.push_back(s);
+  return j;
+}
+
+// What a manifest records about the run besides its identity (informative,
+// but for "schedule" and "data_stages": check_lr_schedule, check_data_stages).
 nlohmann::json checkpoint_info(const RunSettings& run, const StageLayers& layers, bool zero) {
   const RunConfig& rc = run.rc;
   const auto& par = rc.parallel;
@@ -68,13 +83,10 @@ nlohmann::json checkpoint_info(const RunSettings& run, const StageLayers& layers
           {"simd", cpu_simd_target()},  // the kernels' run-time target on this rank
           {"cpu", host_cpu_model()},
           {"blas", run.ops.device_name().empty() ? cpu_blas_json() : nlohmann::json()},  // the CPU backend's kernels
-          {"schedule",
-           {{"t_max", run.budget.t_max},
-            {"warmup", run.budget.warmup},
-            {"lr_max", rc.train.lr_max},
-            {"lr_min", rc.train.lr_min}}},
+          {"schedule", run.budget.lr.to_json()},
           {"data_path", rc.data.path},
-          {"data_blend", blend_json(rc.data.blend)}};
+          {"data_blend", blend_json(rc.data.blend)},
+          {"data_stages", stages_json(rc.data.stages)}};
 }
 
 }  // namespace
@@ -127,6 +139,8 @@ std::optional<ResumeState> CheckpointPolicy::setup() {
     const ResumeState& st = resumed.emplace(ckpt_->resume(folder));
     resumed_from_ = st.step;
     resumed_gemm_ = st.gemm;
+    check_lr_schedule(folder, st);
+    check_data_stages(folder, st);
     if (p.root()) {
       std::printf("wiola train: resuming from %s (step %lld, %lld tokens, layout of this run: tp %d x pp %d x dp %d)\n",
                   folder.c_str(), (long long)st.step, (long long)st.tokens, rc.parallel.tp, rc.parallel.pp,
@@ -143,6 +157,33 @@ std::optional<ResumeState> CheckpointPolicy::setup() {
   if (ckpt_ && p.root()) attach_tokenizer();
   std::fflush(stdout);
   return resumed;
+}
+
+// A WSD schedule may change on a resume (a longer stable phase, a decay
+// branched off) as long as the rate at the checkpoint's step stays what it
+// was. Every rank meets the same finding, rank 0 reports it.
+void CheckpointPolicy::check_lr_schedule(const std::string& folder, const ResumeState& st) const {
+  if (st.schedule.is_null()) return;
+  const LrSchedule then = LrSchedule::from_json(st.schedule, folder + "/manifest.json: schedule");
+  const std::string jump = lr_jump(then, run_.budget.lr, st.step);
+  if (jump.empty()) return;
+  if (!run_.root()) throw dist::SetupFailed();
+  fail("cannot resume from '", folder, "': ", jump,
+       ". A resume may extend a WSD run's stable phase or start its decay at or after the checkpoint's step, "
+       "not change the rate it has reached (docs/model.md#wsd)");
+}
+
+// Data stages may change from the step after the checkpoint's on (an anneal
+// branched off), not those that made its loader state.
+void CheckpointPolicy::check_data_stages(const std::string& folder, const ResumeState& st) const {
+  const nlohmann::json then =
+      stages_until(st.data_stages.is_array() ? st.data_stages : nlohmann::json::array(), st.step);
+  const nlohmann::json now = stages_until(stages_json(run_.rc.data.stages), st.step);
+  if (then == now) return;
+  if (!run_.root()) throw dist::SetupFailed();
+  fail("cannot resume from '", folder, "': data.stages that began by its step ", st.step, " differ: ", then.dump(),
+       " in the checkpoint, ", now.dump(), " in this run. A resume may change or add only stages from step ",
+       st.step + 1, " on (docs/data.md#stages-other-shares-from-a-step-on)");
 }
 
 // The tokenizer the data was made with (the prep manifest names it, with its

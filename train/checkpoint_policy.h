@@ -63,6 +63,8 @@ class CheckpointPolicy {
 
  private:
   void attach_tokenizer();
+  void check_lr_schedule(const std::string& folder, const ResumeState& st) const;
+  void check_data_stages(const std::string& folder, const ResumeState& st) const;
 
   const RunSettings& run_;
   const TrainData& data_;

@@ -278,6 +278,8 @@ ResumeState Checkpointer::resume(const std::string& folder) {
     if (mf.contains("gemm")) st.gemm = mf.at("gemm");
     if (mf.contains("simd")) st.simd = mf.at("simd");
     if (mf.contains("blas")) st.blas = mf.at("blas");
+    if (mf.contains("schedule")) st.schedule = mf.at("schedule");
+    if (mf.contains("data_stages")) st.data_stages = mf.at("data_stages");
     if (mf.contains("spike")) {
       const nlohmann::json& sp = mf.at("spike");
       st.spike = true;

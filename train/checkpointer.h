@@ -65,14 +65,17 @@ struct ResumeState {
   // The CPU kernels it computed with: the SIMD target and the BLAS kernels
   // (manifest "simd", "blas"; null where absent: older checkpoints, GPU runs).
   nlohmann::json simd, blas;
+  // The learning-rate schedule it ran (manifest "schedule", LrSchedule::to_json)
+  // and its data stages ("data_stages"; null in older checkpoints: none).
+  nlohmann::json schedule, data_stages;
 };
 
 class Checkpointer {
  public:
   // Collective over grid.world(). `identity`: run_identity(); `info`: what
   // the manifest records about the run (config, layout, backend...).
-  Checkpointer(const RunConfig& rc, dist::Grid& grid, Ops<float>& ops, Model<float>& model,
-               dist::DistAdamW& adam, nlohmann::json identity, nlohmann::json info);
+  Checkpointer(const RunConfig& rc, dist::Grid& grid, Ops<float>& ops, Model<float>& model, dist::DistAdamW& adam,
+               nlohmann::json identity, nlohmann::json info);
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -120,7 +123,7 @@ class Checkpointer {
   double last_save_seconds() const { return last_save_s_; }  // snapshot + write + commit of the last save
 
  private:
-  struct Share;  // which local flat ranges this rank writes
+  struct Share;                               // which local flat ranges this rank writes
   std::vector<ckpt::TensorPiece> snapshot();  // collective over TP (replica check)
   void check_tp_replicas(const std::vector<float>& params);
   std::vector<dist::DistAdamW::Range> owned() const;
@@ -147,10 +150,10 @@ class Checkpointer {
   // The save in flight.
   ResumeState saving_;
   std::thread writer_;
-  bool pending_ = false;            // saved, not yet committed
-  bool has_file_ = false;           // this rank writes a file
+  bool pending_ = false;   // saved, not yet committed
+  bool has_file_ = false;  // this rank writes a file
   ckpt::FileRecord record_;
-  std::string write_error_;         // this rank's write failed: why
+  std::string write_error_;       // this rank's write failed: why
   std::atomic<bool> done_{true};  // the writer thread finished
   std::chrono::steady_clock::time_point save_t0_;
   double last_save_s_ = 0;

@@ -148,7 +148,7 @@ void Outputs::schedule_done(int64_t t) {
   executed_.clear();
 }
 
-void Outputs::banner(bool checkpoints) {
+void Outputs::banner(bool checkpoints, const Accounting& acct) {
   const RunSettings& s = run_;
   if (!s.root()) return;
   const RunConfig& rc = s.rc;
@@ -164,17 +164,28 @@ void Outputs::banner(bool checkpoints) {
       rc.data.blend.empty() ? rc.data.path.c_str() : "blend", (unsigned long long)di.num_samples, (long long)s.GB, s.B,
       s.m, par.dp, (long long)(s.GB * s.T));
   if (!rc.data.blend.empty()) print_blend(*data_.loader, s.budget.t_max * s.GB);
+  for (size_t j = 0; j < rc.data.stages.size(); ++j) {
+    std::printf("    data stage %zu from step %lld: weights", j + 1, (long long)rc.data.stages[j].from);
+    for (double w : rc.data.stages[j].weights) std::printf(" %g", w);
+    std::printf("\n");
+  }
   std::printf("  Chinchilla budget: D = 20 x %lld = %lld tokens; T_max = ceil(D / (%lld x %d)) = %lld steps\n",
               (long long)n_params, (long long)(20 * n_params), (long long)s.GB, s.T,
               (long long)chinchilla_steps(n_params, s.GB, s.T));
   std::printf("  steps T_max = %lld (from %s), warmup %lld, lr %.3g -> %.3g, backend %s, %d threads per rank\n",
               (long long)s.budget.t_max, s.budget.source, (long long)s.budget.warmup, rc.train.lr_max, rc.train.lr_min,
               s.ops.name(), cpu_threads());
+  if (s.budget.lr.kind == LrScheduleKind::Wsd)
+    std::printf("  lr schedule wsd: stable to step %lld, then %s decay over %lld steps\n",
+                (long long)s.budget.lr.decay_start, to_string(s.budget.lr.shape).data(),
+                (long long)(s.budget.t_max - s.budget.lr.decay_start));
   std::string compiled;
   for (const auto& n : cpu_simd_compiled_targets()) compiled += (compiled.empty() ? "" : " ") + n;
   std::printf("  CPU %s, SIMD %s (compiled: %s; -march=%s)\n", host_cpu_model().c_str(), cpu_simd_target(),
               compiled.c_str(), cpu_build_march());
   if (s.ops.device_name().empty()) std::printf("  BLAS %s\n", cpu_blas().summary.c_str());
+  if (acct.peak().flops > 0)
+    std::printf("  MFU against %.4g GFLOP/s per rank: %s\n", acct.peak().flops / 1e9, acct.peak().source.c_str());
   if (s.world.size() > 1)
     std::printf(
         "  layout: %d ranks = tp %d x pp %d x dp %d; ZeRO %s; schedule %s%s with %d micro-batches, "
@@ -227,6 +238,7 @@ void Outputs::log_step(int64_t t, const StepOutcome& out, bool evaluated, const 
                       {"skipped", progress.skipped}};
   if (s.rc.train.z_loss > 0) j["z_loss"] = std::isfinite(out.z_loss) ? nlohmann::json(out.z_loss) : nlohmann::json();
   if (data_skipped) j["data_skipped"] = true;
+  if (!s.rc.data.stages.empty()) j["data_stage"] = data_stage_at(s.rc.data.stages, t);  // 0: data.blend's weights
   if (nlohmann::json r = spikes.take_rewind_record(); !r.is_null())  // the first record after a loss-spike rewind
     j["rewind"] = std::move(r);
   if (checkpoints) j["checkpoint_ms"] = out.checkpoint_seconds * 1e3;

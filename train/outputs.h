@@ -51,8 +51,9 @@ class Outputs final : public ScheduleObserver {
   // step appears twice. Also config.toml (with the skip list `windows`),
   // the schedule trace and TensorBoard's writer.
   void open(int64_t step, const std::vector<StepWindow>& windows);
-  // Rank 0: the run's banner (model, data, budget, layout, memory, checkpoints).
-  void banner(bool checkpoints);
+  // Rank 0: the run's banner (model, data, budget, the MFU peak `acct`
+  // measures against, layout, memory, checkpoints).
+  void banner(bool checkpoints, const Accounting& acct);
 
   // The schedule trace (TrainOptions::trace_schedule): an action as it
   // completes, named by the work that ran; then the step's line.

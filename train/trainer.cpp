@@ -59,6 +59,7 @@ StepBudget StepBudget::of(const RunConfig& rc) {
   }
   b.warmup = tr.warmup >= 0 ? tr.warmup : default_warmup(b.t_max);
   b.last_step = tr.max_steps > 0 ? std::min(b.t_max, tr.max_steps) : b.t_max;
+  b.lr = LrSchedule::of(tr, b.t_max, b.warmup);
   return b;
 }
 
@@ -120,7 +121,7 @@ Trainer::Trainer(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, 
   outputs_->open(progress_.step, spikes_->windows());
   share_gemm_tuning(false);
   check_resumed_gemm();
-  outputs_->banner(checkpoints_->on());
+  outputs_->banner(checkpoints_->on(), *acct_);
 }
 
 // The communicators (control plane MPI; data plane for the backend's
@@ -271,7 +272,7 @@ StepOutcome Trainer::step(int64_t t) {
   forward_backward(t, dumping);
   out.loss = embedding_sum_and_loss(t, dumping);
   out.z_loss = z_loss_;
-  out.lr = lr_at(t, run.budget.t_max, run.budget.warmup, run.rc.train.lr_max, run.rc.train.lr_min);
+  out.lr = run.budget.lr.at(t);
   dumps_->grads();                                        // dump steps: the gradient the update is about to use
   out.adam_step = optimizer_->adam->applied_steps() + 1;  // bias correction counts applied updates only
   const dist::StepResult res = update(t, out.lr, out.adam_step);
@@ -371,7 +372,7 @@ StepOutcome Trainer::skip_data_step(int64_t t) {
   }
   StepOutcome out;
   out.loss = out.grad_norm = out.z_loss = std::nan("");
-  out.lr = lr_at(t, p.budget.t_max, p.budget.warmup, p.rc.train.lr_max, p.rc.train.lr_min);
+  out.lr = p.budget.lr.at(t);
   out.adam_step = optimizer_->adam->applied_steps();
   progress_.step = t;
   out.seconds = acct_->end_step();

@@ -47,6 +47,7 @@
 #include "dist/optimizer.h"
 #include "kernels/ops.h"
 #include "model/params.h"
+#include "train/lr_schedule.h"
 
 namespace wiola {
 
@@ -85,6 +86,7 @@ struct TrainSummary {
 struct StepBudget {
   int64_t t_max = 0, warmup = 0, last_step = 0;
   const char* source = "";  // which rule set T_max
+  LrSchedule lr;            // eta(t) (train/lr_schedule.h)
   static StepBudget of(const RunConfig& rc);
 };
 

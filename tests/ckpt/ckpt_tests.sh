@@ -867,6 +867,94 @@ case_spike_refusals() {
     train1 $(where "$t/badpair") --set "train.skip_batches=[[4]]"
 }
 
+# ---- WSD schedules: extending and branching a run (docs/model.md §4) -------------
+# steps 1..2 warmup, stable to T_max - round(0.2 T_max): 8 steps decay from 6, 16 from 13.
+wsd=(--set train.lr_schedule=wsd --set train.warmup=2 --set checkpoint.every=4)
+case_wsd_extend() {
+  # A run of 8 steps stopped at step 4 (stable), extended to 16: steps 5..8
+  # equal bit for bit a run told 16 from the start (the old decay began at 6).
+  # shellcheck disable=SC2046
+  expect_ok short train1 $(where "$t/ext") "${wsd[@]}" --set train.max_steps=4
+  # shellcheck disable=SC2046
+  expect_ok extended train1 $(where "$t/ext") "${wsd[@]}" --set train.steps=16 --set train.max_steps=8
+  grep -q "resuming from .*/step-00000004" "$t/extended.out" || fail "did not resume from step 4"
+  # shellcheck disable=SC2046
+  expect_ok long train1 $(where "$t/long") "${wsd[@]}" --set train.steps=16 --set train.max_steps=8
+  same_as_ref "$t/ext" "$t/long"
+  "$python" - "$t/ext/run" "$t/long/run" <<'EOF2' || fail "the learning rates differ"
+import json, sys
+a, b = ([json.loads(l)["lr"] for l in open(f"{d}/metrics.jsonl")] for d in sys.argv[1:])
+assert a == b and a[1] == a[7] == 3e-4 and a[0] == 1.5e-4, (a, b)
+EOF2
+  # A decay branched off the stable checkpoint at step 4 into its own folders
+  # (steps 5..6), and one that would have begun before it: refused naming the keys.
+  mkdir -p "$t/branch/ck" "$t/early/ck"
+  cp -a "$(step_dir "$t/ext/ck" 4)" "$t/branch/ck/"
+  cp -a "$(step_dir "$t/ext/ck" 4)" "$t/early/ck/"
+  # shellcheck disable=SC2046
+  expect_ok branch train1 $(where "$t/branch") "${wsd[@]}" --set train.steps=6 --set train.decay_steps=2
+  "$python" - "$t/branch/run" <<'EOF2' || fail "the branch did not decay over steps 5..6"
+import json, sys
+rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
+assert [r["step"] for r in rows] == [5, 6] and 0 < rows[0]["lr"] < 3e-4 and rows[1]["lr"] == 0, rows
+EOF2
+  # shellcheck disable=SC2046
+  expect_fail early "cannot resume from .*step-00000004': the learning rate at step 4 would jump from 0.0003 to .*T_max \(train.steps / train.tokens\) 8 -> 6.*the decay's start \(train.decay_steps / train.decay_share\) step 6 -> 3" \
+    train1 $(where "$t/early") "${wsd[@]}" --set train.steps=6 --set train.decay_steps=3
+  one_error "$t/early.err"
+}
+
+# ---- data stages: other shares from a step on (docs/data.md) -------------------
+# Two sources at 1:1 for steps 1..3, then an anneal on source 2 alone with a
+# WSD decay over the same steps: one config, the optimizer state kept.
+stages=(--set 'data.path=""' --set "data.blend=[{path=\"$shards\", weight=1}, {path=\"$work/shards_other\", weight=1}]"
+        --set 'data.stages=[{from=4, weights=[0, 1]}]' --set train.lr_schedule=wsd --set train.decay_steps=5)
+case_stages() {
+  # shellcheck disable=SC2046
+  expect_ok full train1 $(where "$t/full") "${stages[@]}"
+  grep -q "data stage 1 from step 4: weights 0 1" "$t/full.out" || fail "no stage in the banner"
+  "$python" - "$t/full" "$steps" <<'EOF2' || fail "the stages' samples or metrics"
+import json, sys
+d, n = sys.argv[1], int(sys.argv[2])
+rows = [json.loads(l) for l in open(f"{d}/run/metrics.jsonl")]
+assert [r["data_stage"] for r in rows] == [0, 0, 0, 1, 1, 1, 1, 1], [r.get("data_stage") for r in rows]
+assert rows[2]["lr"] == 3e-4 > rows[3]["lr"] > rows[6]["lr"] > rows[7]["lr"] == 0, [r["lr"] for r in rows]
+drawn = lambda s: [c["drawn"] for c in json.load(open(f"{d}/ck/step-{s:08d}/manifest.json"))["loader"]["blend"]]
+assert drawn(2) == [8, 8] and drawn(4) == [12, 20] and drawn(n) == [12, 52], (drawn(2), drawn(4), drawn(n))
+EOF2
+  # Killed inside either stage: resumed from step 2 (stage 0) and step 6 (stage 1).
+  local s
+  for s in 2 6; do
+    mkdir -p "$t/res$s/ck" "$t/res$s/run"
+    cp -a "$(step_dir "$t/full/ck" $s)" "$t/res$s/ck/"
+    head -n $s "$t/full/run/metrics.jsonl" > "$t/res$s/run/metrics.jsonl"
+    # shellcheck disable=SC2046
+    expect_ok "resume$s" train1 $(where "$t/res$s") "${stages[@]}"
+    grep -q "resuming from .*/step-0000000$s" "$t/resume$s.out" || fail "did not resume from step $s"
+    same_as_ref "$t/res$s" "$t/full"
+  done
+  # The same from step 6 on tp2 x pp2 x dp2 (8 ranks, resharded): the same
+  # samples, the same losses up to summation order.
+  mkdir -p "$t/tp2pp2dp2/ck"
+  cp -a "$(step_dir "$t/full/ck" 6)" "$t/tp2pp2dp2/ck/"
+  # shellcheck disable=SC2046
+  expect_ok tp2pp2dp2 timeout -k 5 "$limit" "$mpiexec" -n 8 --bind-to none "$wiola" train "${common[@]}" "${dp2[@]}" \
+    --set parallel.tp=2 --set parallel.pp=2 $(where "$t/tp2pp2dp2") "${stages[@]}"
+  "$python" - "$t/full" "$t/tp2pp2dp2" "$steps" <<'EOF2' || fail "tp2 x pp2 x dp2 differs from one process"
+import json, sys
+ref, run, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+a, b = ([json.loads(l) for l in open(f"{d}/run/metrics.jsonl")] for d in (ref, run))
+assert [r["step"] for r in b] == list(range(7, n + 1)), [r["step"] for r in b]
+worst = max(abs(x["loss"] - y["loss"]) / x["loss"] for x, y in zip(a[6:], b))
+assert worst < 1e-5, f"worst loss difference {worst:.2e}"
+m = lambda d: json.load(open(f"{d}/ck/step-{n:08d}/manifest.json"))["loader"]
+assert m(ref) == m(run), (m(ref), m(run))
+EOF2
+  # A stage may be added or changed after the checkpoint's step, not at or before it.
+  REFUSED_FROM=$t/full refused moved "^wiola train: error: ${cannot}data.stages that began by its step 8 differ: \[\{\"from\":4,\"weights\":\[0.0,1.0\]\}\] in the checkpoint, \[\{\"from\":5," \
+    train1 "${stages[@]}" --set 'data.stages=[{from=5, weights=[0, 1]}]' --set train.decay_steps=4
+}
+
 fn=case_$what
 declare -F "$fn" > /dev/null || { echo "ckpt_tests.sh: unknown case '$what'" >&2; exit 2; }
 start=$SECONDS

@@ -232,8 +232,9 @@ TEST(Loader, BadSourcesAreClearErrors) {
   // Counts that are not integers of their field's range (found by fuzzing:
   // 4.6e19 was an undefined cast, 2^40 wrapped silently).
   for (const std::string count : {"1099511627776", "46116860184273879042", "12.5", "-3"}) {
-    test::write_text(dir / "count.json", R"({"format": "wiola-manifest-1", "tokenizer": {"sha256": "", "vocab_size": )" +
-                                             count + R"(, "eos_id": 0}, "splits": {}})");
+    test::write_text(dir / "count.json",
+                     R"({"format": "wiola-manifest-1", "tokenizer": {"sha256": "", "vocab_size": )" + count +
+                         R"(, "eos_id": 0}, "splits": {}})");
     e = error_of([&] { read_manifest(dir / "count.json"); });
     EXPECT_NE(e.find("count.json: tokenizer.vocab_size is "), std::string::npos) << e;
     EXPECT_NE(e.find(", not an integer from 0 to 4294967295"), std::string::npos) << e;
@@ -313,8 +314,8 @@ TEST(OpenShards, AShardChangedAfterTheStartFailsItsReopen) {
 // ---- blends of several sources (docs/data.md) ----
 
 TEST(Blend, EverySourceStaysWithinOneSampleOfItsShare) {
-  for (const std::vector<double>& w : std::vector<std::vector<double>>{
-           {0.5, 0.3, 0.2}, {1, 1, 1}, {1000, 1, 0.001}, {0.7, 0.3}, {3, 5, 7, 11, 13}}) {
+  for (const std::vector<double>& w :
+       std::vector<std::vector<double>>{{0.5, 0.3, 0.2}, {1, 1, 1}, {1000, 1, 0.001}, {0.7, 0.3}, {3, 5, 7, 11, 13}}) {
     double sum = 0;
     for (double x : w) sum += x;
     std::vector<double> p;
@@ -467,6 +468,86 @@ TEST(Blend, BadBlendsAreClearErrors) {
   EXPECT_NE(e.find("a blend needs one tokenizer"), std::string::npos) << e;
   e = error_of([&] { l.read_tokens(0, 4, nullptr); });
   EXPECT_NE(e.find("not a blend"), std::string::npos) << e;
+}
+
+// ---- data stages: other shares from a step on (docs/data.md) ----
+
+// Stage 0 (the blend's 2:5:3) for steps 1..700, then 1:0:3 (an anneal
+// without source 1) for 701..1400, then 0:1:1: 11200 samples each at G = 16.
+const std::vector<DataStage> kStages = {{701, {1, 0, 3}}, {1401, {0, 1, 1}}};
+constexpr int kStageG = 16;
+constexpr uint64_t kStageSamples = 700 * kStageG;
+
+TEST(Stages, EachStageHoldsItsSharesAndEverySourceItsOwnStream) {
+  ThreeSources s;
+  TokenLoader l(s.blend, "train", ThreeSources::T, kStageG, 0, 1, 42, true, false, kDefaultMaxOpenShards, kStages);
+  TokenLoader plain(s.blend, "train", ThreeSources::T, kStageG, 0, 1, 42, true, false);
+  LoaderState st = l.state(), ps = plain.state();
+  const auto all = l.take_samples(st, 3 * kStageSamples);
+  // Before its first stage a staged blend is the plain blend, sample for sample.
+  EXPECT_EQ(std::vector<TokenLoader::Sample>(all.begin(), all.begin() + kStageSamples),
+            plain.take_samples(ps, kStageSamples));
+  const std::vector<std::vector<double>> shares = {{0.2, 0.5, 0.3}, {0.25, 0, 0.75}, {0, 0.5, 0.5}};
+  std::vector<std::vector<uint64_t>> seen(3);
+  for (size_t j = 0; j < 3; ++j) {
+    uint64_t count[3] = {};
+    for (uint64_t n = j * kStageSamples; n < (j + 1) * kStageSamples; ++n) {
+      ++count[all[n].source];
+      seen[all[n].source].push_back(all[n].index);
+    }
+    for (size_t k = 0; k < 3; ++k) {
+      const double measured = double(count[k]) / double(kStageSamples);
+      if (shares[j][k] == 0) EXPECT_LE(count[k], 1u) << "stage " << j << " source " << k;
+      else EXPECT_LE(std::abs(measured - shares[j][k]), 0.01 * shares[j][k]) << "stage " << j << " source " << k;
+    }
+  }
+  // Each source went on through its own permutations across the stages.
+  const uint64_t S[3] = {100, 400, 624};
+  for (size_t k = 0; k < 3; ++k)
+    for (size_t i = 0; i < seen[k].size(); ++i)
+      ASSERT_EQ(seen[k][i], epoch_permutation(S[k], blend_source_seed(42, k), i / S[k])[i % S[k]])
+          << "source " << k << " sample " << i;
+  EXPECT_EQ(st.blend[0].drawn + st.blend[1].drawn + st.blend[2].drawn, 3 * kStageSamples);
+  EXPECT_EQ(data_stage_at(kStages, 700), 0u);
+  EXPECT_EQ(data_stage_at(kStages, 701), 1u);
+  EXPECT_EQ(data_stage_at(kStages, 5000), 2u);
+}
+
+// A loader resumed (another DP layout, prefetch on) inside either stage or at
+// a stage's first step continues the stream of the uninterrupted one.
+TEST(Stages, ResumeAnywhereContinuesTheStream) {
+  ThreeSources s;
+  const int T = ThreeSources::T;
+  const std::vector<DataStage> stages = {{6, {1, 0, 3}}, {11, {0, 1, 1}}};
+  TokenLoader whole(s.blend, "train", T, kStageG, 0, 1, 7, true, false, kDefaultMaxOpenShards, stages);
+  std::vector<std::vector<int32_t>> batches;
+  std::vector<LoaderState> states;
+  for (int step = 1; step <= 16; ++step) {
+    states.push_back(whole.state());
+    batches.push_back(next(whole));
+  }
+  for (int from : {3, 6, 8, 11, 14}) {  // resume before step `from`
+    TokenLoader r(s.blend, "train", T, kStageG, 1, 2, 0, true, true, kDefaultMaxOpenShards, stages);
+    r.restore(states[size_t(from - 1)]);
+    for (int step = from; step <= 16; ++step) {
+      const auto& g = batches[size_t(step - 1)];
+      ASSERT_EQ(next(r), std::vector<int32_t>(g.begin() + (kStageG / 2) * (T + 1), g.end()))
+          << "resumed before step " << from << ", step " << step;
+    }
+  }
+}
+
+TEST(Stages, BadStagesAreClearErrors) {
+  ThreeSources s;
+  const int T = ThreeSources::T;
+  auto err = [&](const std::vector<BlendSource>& blend, const std::vector<DataStage>& st) {
+    return error_of([&] { TokenLoader x(blend, "train", T, 4, 0, 1, 1, true, false, kDefaultMaxOpenShards, st); });
+  };
+  EXPECT_NE(err(s.blend, {{5, {1, 2}}}).find("stage 1 has 2 weights for 3 sources"), std::string::npos);
+  EXPECT_NE(err(s.blend, {{5, {1, 1, 1}}, {5, {1, 1, 1}}}).find("in increasing order"), std::string::npos);
+  EXPECT_NE(err(s.blend, {{5, {0, 0, 0}}}).find("must not all be 0"), std::string::npos);
+  EXPECT_NE(err(s.blend, {{5, {1, -1, 0}}}).find("weights must be finite and >= 0"), std::string::npos);
+  EXPECT_NE(err({s.blend[0]}, {{5, {1}}}).find("need a blend of at least two sources"), std::string::npos);
 }
 
 }  // namespace

@@ -92,7 +92,7 @@ def main():
         tm = rep["time_per_step_s"]["mean"]
         parts = sum(tm[k] for k in ("compute", "comm", "bubble", "data", "optimizer", "checkpoint", "other"))
         check("breakdown parts = total", parts, tm["total"], rel=1e-6)
-        if not (0 < rep["mfu"] < 1.5):
+        if not (0 < rep["mfu"] <= 1.0):  # the CPU peak bounds the step (issue 47)
             failures.append(f"{name}: MFU {rep['mfu']} out of range")
         if not rep["accounting_share"] < 0.01:
             failures.append(f"{name}: accounting took {100 * rep['accounting_share']:.2f} % of the step")

@@ -623,6 +623,53 @@ path = "runs/b\"ooks"
   }
 }
 
+// data.stages: [[data.stages]] sections or inline tables, the canonical form,
+// and the errors (file:line:column for the shapes, the keys for the checks
+// against data.blend).
+TEST_F(RunConfigTest, DataStages) {
+  const std::string blend = "[data]\nblend = [{ path = \"a\", weight = 1 }, { path = \"b\", weight = 3 }]\n";
+  const RunConfig a = load_run_config(write("a.toml", blend + R"(
+[[data.stages]]
+from = 801
+weights = [0, 1]
+
+[[data.stages]]
+weights = [1, 1.5]
+from = 901
+)"),
+                                      {});
+  EXPECT_EQ(a.data.stages, (std::vector<DataStage>{{801, {0.0, 1.0}}, {901, {1.0, 1.5}}}));
+  const std::string text = run_config_to_toml(a);
+  EXPECT_CONTAINS(text, "stages = [{ from = 801, weights = [0.0, 1.0] }, { from = 901, weights = [1.0, 1.5] }]");
+  EXPECT_EQ(load_run_config(write("b.toml", text), {}).data.stages, a.data.stages);
+  EXPECT_EQ(load_run_config(write("c.toml", blend), {"data.stages=[{from=5, weights=[2, 0]}]"}).data.stages,
+            (std::vector<DataStage>{{5, {2.0, 0.0}}}));
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"stages = 3", "expected an array of {from = step, weights = [...]} tables, got an integer"},
+      {"stages = [{ from = 1, weights = [1, 1] }]", "stage 1 of 1: from must be a step >= 2, got an integer (1)"},
+      {"stages = [{ from = 5 }]", "stage 1 of 1: needs both from and weights"},
+      {"stages = [{ from = 5, weights = [1, -1] }]", "stage 1 of 1: weight 2 must be a finite number >= 0"},
+      {"stages = [{ from = 5, weights = 1 }]", "weights must be an array of numbers, got an integer"},
+      {"stages = [{ from = 5, weights = [1, 1], shares = 2 }]",
+       "unknown field 'shares' (a stage has from and weights)"},
+  };
+  for (const auto& [line, want] : bad) {
+    const std::string m = load_error(write("bad.toml", blend + line + "\n"));
+    EXPECT_CONTAINS(m, "bad.toml:3:");
+    EXPECT_CONTAINS(m, "data.stages: ");
+    EXPECT_CONTAINS(m, want);
+  }
+  EXPECT_CONTAINS(load_error(write("n.toml", blend + "stages = [{ from = 5, weights = [1, 1, 1] }]\n")),
+                  "data.stages: stage 1 (from step 5) has 3 weights, data.blend 2 sources");
+  EXPECT_CONTAINS(load_error(write(
+                      "o.toml", blend + "stages = [{ from = 5, weights = [1, 1] }, { from = 5, weights = [1, 0] }]\n")),
+                  "data.stages: stage 2 (from step 5) must start after stage 1 (from step 5)");
+  EXPECT_CONTAINS(load_error(write("z.toml", blend + "stages = [{ from = 5, weights = [0, 0] }]\n")),
+                  "has no weight above 0");
+  EXPECT_CONTAINS(load_error(write("p.toml", "[data]\npath = \"x\"\nstages = [{ from = 5, weights = [1] }]\n")),
+                  "data.stages changes the shares of a blend: set data.blend");
+}
+
 // The text a checkpoint manifest records loads like the file it came from,
 // and its errors name the given source.
 TEST_F(RunConfigTest, FromTomlTextMatchesTheFile) {
