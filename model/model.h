@@ -136,6 +136,10 @@ class Model {
   // call (accumulated in double on the backend), downloaded, and reset.
   // 0 on other stages.
   double take_loss_sum();
+  // The B*T cross-entropies of the last forward on the last stage (host
+  // copy, [B, T]; a masked target's is 0): per-token log-likelihoods for
+  // task scoring (data/tasks.h).
+  std::vector<T> token_losses() const;
   // Logits [B, T, V_local] of the last forward (host copy), when
   // keep_logits is set or after eval_logits.
   const std::vector<T>& last_logits() const { return logits_host_; }
