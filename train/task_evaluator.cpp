@@ -1,7 +1,6 @@
 #include "train/task_evaluator.h"
 
 #include <algorithm>
-#include <memory>
 #include <string>
 
 #include "data/tokenizer.h"
@@ -11,6 +10,7 @@
 #include "train/schedule_runner.h"
 #include "train/stage_schedule.h"
 #include "train/train_data.h"
+#include "train/validator.h"
 #include "util/error.h"
 
 namespace wiola {
@@ -62,17 +62,8 @@ std::vector<double> TaskEvaluator::logliks(const std::vector<TaskRequest>& reqs)
   std::vector<int32_t> tokens(size_t(n) * mb);
   for (size_t r = 0; r < size_t(n) * size_t(B); ++r)
     fill_task_row(reqs[first + r < reqs.size() ? first + r : 0], T, tokens.data() + r * size_t(T + 1));
-  const StageSchedule forwards = make_forward_schedule(schedule_, n);
-  std::vector<std::unique_ptr<ModelChunk>> chunks;
-  std::vector<StageChunk*> runs;
-  for (auto& model : model_.chunks) {
-    chunks.push_back(std::make_unique<ModelChunk>(*model, false));
-    runs.push_back(chunks.back().get());
-  }
-  HeadLosses head(forwards, model_, n);
-  ScheduleRunner runner(forwards, runs, *comms_.link, mb, 0.0);
-  runner.add_observer(head);
-  runner.run(0, "task scores", tokens.data(), false);
+  HeadLosses head(schedule_, model_, n);  // the forward schedule's chunks are the training one's
+  run_evaluation_forwards(schedule_, model_, comms_, n, mb, tokens.data(), "task scores", &head);
   model_.head().take_loss_sum();  // not a validation figure: dropped
   std::vector<double> ll(reqs.size(), 0.0);
   if (run_.me.tp == 0)
