@@ -44,8 +44,12 @@ void TaskEvaluator::open(const TrainData& data) {
   const Tokenizer tok = Tokenizer::load(file);
   WIOLA_CHECK(tok.sha256() == data.loader->info().tokenizer_sha256, "train.eval_tasks: ", file,
               " changed since prep (its SHA-256 is not the data's)");
-  tasks_ = read_task_files(run_.rc.train.eval_tasks);
-  for (const TaskFile& t : tasks_) requests_.push_back(task_requests(t, tok, run_.T));
+  try {
+    tasks_ = read_task_files(run_.rc.train.eval_tasks);
+    for (const TaskFile& t : tasks_) requests_.push_back(task_requests(t, tok, run_.T));
+  } catch (const Error& e) {
+    fail("train.eval_tasks: ", e.what());
+  }
 }
 
 bool TaskEvaluator::due(int64_t t, int64_t last_step) const {

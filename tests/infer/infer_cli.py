@@ -181,6 +181,10 @@ def check_tasks(a, ck):
     with open(bad, "w") as f:
         f.write('{"context": "x", "choices": ["a", "b"], "gold": 0}\n{"context": "x", "choices": ["a", "b"], "gold": 5}\n')
     expect_error([a.wiola, "eval", "--checkpoint", ck, "--tasks", bad], "bad_task.jsonl:2: \"gold\" is 5")
+    shards = os.path.join(a.trained, "shards", "manifest.json")
+    expect_error([a.wiola, "train", "--config", a.config, "--set", f"data.path={shards}", "--set", "train.steps=1",
+                  "--set", f"train.run_dir={a.work}/bad_tasks_run", "--set", f'train.eval_tasks=["{bad}"]'],
+                 "train.eval_tasks: " + bad + ":2:")
     print("wiola eval --tasks = the training's scores at step 30: " +
           ", ".join(f"{n} acc {s['acc']:.3f} acc_norm {s['acc_norm']:.3f}" for n, s in scores.items()))
 
