@@ -57,23 +57,27 @@ bool TaskEvaluator::due(int64_t t, int64_t last_step) const {
   return !tasks_.empty() && ((every > 0 && t % every == 0) || t == last_step);
 }
 
-// Rows r of the job: DP rank j holds rows [j·n·B, (j+1)·n·B), n micro-batches
-// of B rows each; rows past the last request repeat the first.
+// In rounds of one training step's shape: each DP rank runs m micro-batches
+// of B rows, rank j the round's rows [j·m·B, (j+1)·m·B) (so the stage
+// link's tags and pending messages stay those of a step); rows past the
+// last request repeat the first.
 std::vector<double> TaskEvaluator::logliks(const std::vector<TaskRequest>& reqs) {
-  const int B = run_.B, T = run_.T, dp = run_.rc.parallel.dp;
-  const int n = int((reqs.size() + size_t(B) * dp - 1) / (size_t(B) * dp));
-  const size_t mb = run_.mb_tokens(), first = size_t(run_.me.dp) * size_t(n) * size_t(B);
-  std::vector<int32_t> tokens(size_t(n) * mb);
-  for (size_t r = 0; r < size_t(n) * size_t(B); ++r)
-    fill_task_row(reqs[first + r < reqs.size() ? first + r : 0], T, tokens.data() + r * size_t(T + 1));
-  HeadLosses head(schedule_, model_, n);  // the forward schedule's chunks are the training one's
-  run_evaluation_forwards(schedule_, model_, comms_, n, mb, tokens.data(), "task scores", &head);
-  model_.head().take_loss_sum();  // not a validation figure: dropped
+  const int B = run_.B, T = run_.T, m = run_.m;
+  const size_t per_rank = size_t(B) * size_t(m), per_round = per_rank * size_t(run_.rc.parallel.dp);
   std::vector<double> ll(reqs.size(), 0.0);
-  if (run_.me.tp == 0)
-    for (size_t r = 0; r < size_t(n) * size_t(B) && first + r < reqs.size(); ++r)
+  std::vector<int32_t> tokens(size_t(m) * run_.mb_tokens());
+  for (size_t base = 0; base < reqs.size(); base += per_round) {
+    const size_t first = base + size_t(run_.me.dp) * per_rank;
+    for (size_t r = 0; r < per_rank; ++r)
+      fill_task_row(reqs[first + r < reqs.size() ? first + r : 0], T, tokens.data() + r * size_t(T + 1));
+    HeadLosses head(schedule_, model_, m);  // the forward schedule's chunks are the training one's
+    run_evaluation_forwards(schedule_, model_, comms_, m, run_.mb_tokens(), tokens.data(), "task scores", &head);
+    if (run_.me.tp != 0) continue;  // one rank of each TP group contributes
+    for (size_t r = 0; r < per_rank && first + r < reqs.size(); ++r)
       if (const auto& l = head.of(int(r / size_t(B))); !l.empty())
         ll[first + r] = task_loglik(reqs[first + r], l.data() + (r % size_t(B)) * size_t(T));
+  }
+  model_.head().take_loss_sum();  // not a validation figure: dropped
   if (run_.world.size() > 1) run_.world.all_reduce(ll.data(), ll.size(), dist::ReduceOp::Sum);
   return ll;
 }

@@ -6,7 +6,8 @@
 // row of a [B, T + 1] micro-batch (data/tasks.h); the DP ranks take
 // consecutive rows; the ranks holding the head read each row's per-token
 // cross-entropies and the world sums the rows' log-likelihoods (one rank
-// contributes each, so the sum is exact), then every rank scores them.
+// contributes each, so the sum is exact), then every rank scores them. The
+// rows go in rounds of a training step's shape (m micro-batches per rank).
 #pragma once
 
 #include <cstdint>
