@@ -61,8 +61,11 @@ PIQA = [
     {"goal": "How do I keep the election fair?", "sol1": "Count every vote twice.", "sol2": "Hide the ballots."},
     {"goal": "To praise the city,", "sol1": "burn it down.", "sol2": "thank its people for their work."},
     {"goal": "Open a jar", "sol1": "Twist the lid.", "sol2": "Sing at the lid."},
+    # Longer than the model's context (T = 128): truncated on the left, as lm-eval does.
+    {"goal": "The jury praised the city for the manner in which the election was conducted. " * 12,
+     "sol1": "Thank the jury.", "sol2": "Ask the city."},
 ]
-PIQA_LABELS = [0, 1, 0]
+PIQA_LABELS = [0, 1, 0, 1]
 
 
 def write_jsonl(path, rows):
