@@ -63,7 +63,7 @@ EnumRef enum_ref(E* field) {
 }
 
 using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<BlendSource>*,
-                              std::vector<DataStage>*, std::vector<StepWindow>*, std::vector<int>*, EnumRef>;
+                              std::vector<DataStage>*, std::vector<StepWindow>*, std::vector<int>*, std::vector<std::string>*, EnumRef>;
 
 template <class T>
 FieldPtr bind(T* field) {
@@ -251,6 +251,12 @@ std::string toml_ints(const std::vector<int>& v) {
   return o + "]";
 }
 
+std::string toml_strings(const std::vector<std::string>& v) {
+  std::string o = "[";
+  for (size_t i = 0; i < v.size(); ++i) o += detail::concat(i ? ", " : "", toml_string(v[i]));
+  return o + "]";
+}
+
 // A key's value as the effective config writes it.
 std::string toml_value(const FieldPtr& field) {
   return std::visit(
@@ -262,6 +268,7 @@ std::string toml_value(const FieldPtr& field) {
         else if constexpr (std::is_same_v<T, std::vector<DataStage>>) return toml_stages(*p);
         else if constexpr (std::is_same_v<T, std::vector<StepWindow>>) return toml_windows(*p);
         else if constexpr (std::is_same_v<T, std::vector<int>>) return toml_ints(*p);
+        else if constexpr (std::is_same_v<T, std::vector<std::string>>) return toml_strings(*p);
         else if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
         else if constexpr (std::is_same_v<T, double>) return toml_double(*p);
         else return std::to_string(*p);
@@ -283,6 +290,7 @@ const char* doc_type(const FieldPtr& field) {
         else if constexpr (std::is_same_v<T, std::vector<BlendSource>> || std::is_same_v<T, std::vector<DataStage>>)
           return "array of tables";
         else if constexpr (std::is_same_v<T, std::vector<int>>) return "array of int";
+        else if constexpr (std::is_same_v<T, std::vector<std::string>>) return "array of string";
         else return "array of [int64, int64]";
       },
       field);
@@ -437,6 +445,19 @@ std::vector<int> read_ints(const toml::node& n, const Entry& e, std::string_view
   return out;
 }
 
+// An array of strings (train.eval_tasks).
+std::vector<std::string> read_strings(const toml::node& n, const Entry& e, std::string_view sec, const char* key) {
+  const auto* arr = n.as_array();
+  if (!arr) key_error(e, sec, key, detail::concat("expected an array of strings, got ", describe(n)));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const auto* v = (*arr)[i].as_string();
+    if (!v) key_error(e, sec, key, detail::concat("element ", i + 1, " of ", arr->size(), ": expected a string"));
+    out.push_back(v->get());
+  }
+  return out;
+}
+
 // train.skip_batches: an array of [from, to] step pairs (inclusive).
 std::vector<StepWindow> read_windows(const toml::node& n, const Entry& e, std::string_view sec, const char* key) {
   const auto* arr = n.as_array();
@@ -476,6 +497,8 @@ void assign(RunConfig& rc, const KeyDef& k, std::string_view sec, const Entry& e
           *p = read_windows(n, e, sec, k.name);
         } else if constexpr (std::is_same_v<T, std::vector<int>>) {
           *p = read_ints(n, e, sec, k.name);
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          *p = read_strings(n, e, sec, k.name);
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!n.is_boolean()) want("a boolean (true or false)");
           *p = n.as_boolean()->get();

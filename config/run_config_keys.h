@@ -136,6 +136,12 @@ constexpr std::array<std::string_view, 3> enum_names(DecayShape) { return {"line
   X(int, log_every, 1, at_least(1), "progress line every N steps") \
   X(int, eval_every, 0, at_least(0), "validation loss every N steps; 0: off") \
   X(int, eval_batches, 4, at_least(1), "global batches per validation") \
+  X(std::vector<std::string>, eval_tasks, {}, kAnyValue, \
+    "multiple-choice task files (JSONL) scored during training: `acc` and `acc_norm` of each in " \
+    "`metrics.jsonl`, TensorBoard and `report.json` ([inference.md](inference.md#downstream-tasks)); " \
+    "encoded with the data's tokenizer") \
+  X(int, eval_tasks_every, 0, at_least(0), \
+    "score `train.eval_tasks` every N steps and at the last step; 0: at the last step only") \
   X(std::string, run_dir, "runs/default", kAnyValue, "output directory: `metrics.jsonl`, `config.toml`, …") \
   X(int64_t, max_steps, 0, at_least(0), \
     "stop after this many steps of the T_max schedule; 0: run all T_max. The LR schedule " \

@@ -16,6 +16,7 @@
 #include "infer/eval_windows.h"
 #include "infer/evaluate.h"
 #include "infer/loaded_model.h"
+#include "infer/task_eval.h"
 #include "kernels/backend.h"
 #include "launch/cli.h"
 #include "util/error.h"
@@ -28,6 +29,8 @@ using Clock = std::chrono::steady_clock;
 
 struct Args {
   std::string checkpoint, data, split = "val", text, tokenizer, backend = "cpu", logits_out, ids_out;
+  std::vector<std::string> tasks;
+  std::string tasks_out;
   std::string documents = "auto";  // auto: as the checkpoint's run trained (data.documents)
   bool as_training = false, any_tokenizer = false, as_json = false;
   int batch = 8, threads = 0;
@@ -48,6 +51,33 @@ void report(const infer::EvalTotals& r, const infer::WindowPlan& p, const Args& 
   }
 }
 
+// --tasks: each file's acc and acc_norm (docs/inference.md "Downstream tasks").
+int eval_tasks(const Args& a, const std::string& folder, const infer::LoadOptions& lo) {
+  const std::vector<wiola::TaskFile> tasks = wiola::read_task_files(a.tasks);
+  infer::LoadedModel lm(folder, lo);
+  std::vector<infer::TaskResult> results;
+  nlohmann::json all = nlohmann::json::array();
+  for (const wiola::TaskFile& t : tasks) {
+    const auto t0 = Clock::now();
+    results.push_back(infer::evaluate_task(lm.model(), t, lm.tokenizer()));
+    const wiola::TaskScores& s = results.back().scores;
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    all.push_back({{"task", s.name},
+                   {"file", t.path},
+                   {"items", s.items},
+                   {"acc", s.acc},
+                   {"acc_norm", s.acc_norm},
+                   {"gold_loglik", s.gold_loglik},
+                   {"seconds", secs}});
+    if (!a.as_json)
+      std::printf("wiola eval: task %s: %lld items: acc %.4f, acc_norm %.4f (%.1f s)\n", s.name.c_str(),
+                  (long long)s.items, s.acc, s.acc_norm, secs);
+  }
+  if (a.as_json) std::printf("%s\n", nlohmann::json{{"checkpoint", lm.folder()}, {"tasks", all}}.dump().c_str());
+  if (!a.tasks_out.empty()) infer::write_task_logliks(a.tasks_out, tasks, results);
+  return 0;
+}
+
 }  // namespace
 
 int wiola_cmd_eval(int argc, char** argv) {
@@ -56,7 +86,12 @@ int wiola_cmd_eval(int argc, char** argv) {
   app.add_option("--checkpoint", a.checkpoint, "checkpoint folder (step-N) or checkpoint directory")->required();
   auto* data = app.add_option("--data", a.data, "prep output: manifest.json, its folder, or one .h5 shard");
   auto* text = app.add_option("--text", a.text, "a UTF-8 text file, tokenized with the checkpoint's tokenizer");
+  auto* tasks = app.add_option("--tasks", a.tasks,
+                               "multiple-choice task files (JSONL, comma-separated): acc and acc_norm of each")
+                    ->delimiter(',');
   data->excludes(text);
+  tasks->excludes(data)->excludes(text);
+  app.add_option("--tasks-out", a.tasks_out, "--tasks: each item's choice log-likelihoods as JSONL");
   app.add_option("--split", a.split, "split of --data")->capture_default_str();
   app.add_flag("--as-training", a.as_training,
                "the training run's validation figure: its windows, micro-batch and loss sum (--data)");
@@ -77,15 +112,22 @@ int wiola_cmd_eval(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   if (int rc = wiola::cli::parse(app, argc, argv, "eval"); rc >= 0) return rc;
-  WIOLA_CHECK(data->count() || text->count(), "give --data MANIFEST or --text FILE");
+  WIOLA_CHECK(data->count() || text->count() || tasks->count(), "give --data MANIFEST, --text FILE or --tasks FILES");
+  WIOLA_CHECK(a.tasks_out.empty() || tasks->count(), "--tasks-out needs --tasks");
   WIOLA_CHECK(!a.as_training || data->count(), "--as-training needs --data");
   WIOLA_CHECK((a.logits_out.empty() && a.ids_out.empty()) || text->count(), "--save-logits/--save-ids need --text");
   WIOLA_CHECK(a.batch >= 1 && a.max_windows >= 0, "--batch must be positive, --max-windows >= 0");
   if (a.threads > 0) wiola::set_cpu_threads(a.threads);
 
-  // The batch comes from the training run when reproducing its figure.
   const std::string folder = wiola::ckpt::resolve_checkpoint(a.checkpoint);
   const wiola::ckpt::Reader ck(folder);
+  const bool documents = a.documents == "on" || (a.documents == "auto" && infer::trained_with_documents(ck.manifest()));
+  if (tasks->count()) {
+    infer::LoadOptions lo{a.backend, a.batch, a.tokenizer, true, a.any_tokenizer};
+    if (documents) lo.documents_eos = infer::kTokenizerEos;
+    return eval_tasks(a, folder, lo);
+  }
+  // The batch comes from the training run when reproducing its figure.
   infer::TrainingEval te;
   if (a.as_training) {
     te = infer::training_eval(ck.manifest(), folder + "/manifest.json");
@@ -98,8 +140,7 @@ int wiola_cmd_eval(int argc, char** argv) {
   // "Documents"; --documents on/off overrides): split at the data's EOS id,
   // or the tokenizer's for --text.
   infer::LoadOptions lo{a.backend, a.batch, a.tokenizer, text->count() > 0, a.any_tokenizer};
-  if (a.documents == "on" || (a.documents == "auto" && infer::trained_with_documents(ck.manifest())))
-    lo.documents_eos = loader ? int32_t(loader->info().eos_id) : infer::kTokenizerEos;
+  if (documents) lo.documents_eos = loader ? int32_t(loader->info().eos_id) : infer::kTokenizerEos;
   infer::LoadedModel lm(folder, lo);
 
   std::vector<int32_t> ids;

@@ -341,6 +341,14 @@ double Model<T>::take_z_loss_sum() {
   return s;
 }
 
+template <class T>
+std::vector<T> Model<T>::token_losses() const {
+  WIOLA_CHECK(shard_.last_stage(cfg_), "token_losses: only the last stage computes the loss");
+  std::vector<T> out(impl_->loss.size());
+  ops_.download(out.data(), impl_->loss.data(), out.size() * sizeof(T));
+  return out;
+}
+
 // Logits [count] as T on the host, whatever their storage type.
 template <class T>
 std::vector<T> Model<T>::download_logits(size_t count) const {

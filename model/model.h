@@ -143,6 +143,10 @@ class Model {
   // The same for the z-loss terms z * lse^2 of the training forwards (0
   // without z-loss).
   double take_z_loss_sum();
+  // The B*T cross-entropies of the last forward on the last stage (host
+  // copy, [B, T]; a masked target's is 0): per-token log-likelihoods for
+  // task scoring (data/tasks.h).
+  std::vector<T> token_losses() const;
   // Logits [B, T, V_local] of the last forward (host copy), when
   // keep_logits is set or after eval_logits.
   const std::vector<T>& last_logits() const { return logits_host_; }

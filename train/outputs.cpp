@@ -264,11 +264,22 @@ void Outputs::log_step(int64_t t, const StepOutcome& out, bool evaluated, const 
     for (double x : val.last_sources()) per.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json());
     j["val_loss_sources"] = per;
   }
+  const std::vector<TaskScores> tasks = std::exchange(tasks_, {});
+  if (!tasks.empty()) {  // {"NAME/acc": a, "NAME/acc_norm": b, ...}; TensorBoard: metrics/tasks/NAME/acc
+    nlohmann::json tj = nlohmann::json::object();
+    for (const TaskScores& ts : tasks) {
+      tj[ts.name + "/acc"] = ts.acc;
+      tj[ts.name + "/acc_norm"] = ts.acc_norm;
+      tj[ts.name + "/gold_loglik"] = ts.gold_loglik;
+    }
+    j["tasks"] = tj;
+  }
   metrics_ << j.dump() << '\n';
   metrics_.flush();
   if (tb_) tb_->add_metrics(t, j);
   const int64_t last_step = s.budget.last_step;
-  if (s.opt.quiet || !(t % s.rc.train.log_every == 0 || t == 1 || t == last_step || evaluated)) return;
+  if (s.opt.quiet || !(t % s.rc.train.log_every == 0 || t == 1 || t == last_step || evaluated || !tasks.empty()))
+    return;
   std::printf("step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %.0f ms | ETA %s", (long long)t,
               (long long)last_step, out.loss, out.lr, out.grad_norm, tps, out.seconds * 1e3,
               human_duration(acct.ema_step_seconds() * double(last_step - t)).c_str());
@@ -287,6 +298,7 @@ void Outputs::log_step(int64_t t, const StepOutcome& out, bool evaluated, const 
       std::printf("%s%zu: %.4f", i ? ", " : "", val.source_number(i), val.last_sources()[val.source_number(i) - 1]);
     std::printf(")");
   }
+  for (const TaskScores& ts : tasks) std::printf(" | %s acc %.3f norm %.3f", ts.name.c_str(), ts.acc, ts.acc_norm);
   if (data_skipped) std::printf(" | DATA SKIPPED (skipped window)");
   if (out.skipped) std::printf(" | SKIPPED (non-finite grad norm; %lld so far)", (long long)progress.skipped);
   std::printf("\n");

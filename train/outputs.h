@@ -69,6 +69,8 @@ class Outputs final : public ScheduleObserver {
   void trace_end() { timeline_->end_step(); }
 
   // Rank 0: step t's metrics record and, every log_every, its progress line.
+  // Task scores (train.eval_tasks) for the next log_step's record.
+  void record_tasks(const std::vector<TaskScores>& scores) { tasks_ = scores; }
   void log_step(int64_t t, const StepOutcome& out, bool evaluated, const TrainProgress& progress,
                 const Accounting& acct, const Validator& val, SpikePolicy& spikes, bool checkpoints);
   // After a rewind to checkpoint step `step` (rank 0): metrics.jsonl and
@@ -91,6 +93,7 @@ class Outputs final : public ScheduleObserver {
   std::filesystem::path run_dir_;
   std::unique_ptr<dist::RankStateBoard> board_;
   std::ofstream metrics_;                  // world rank 0
+  std::vector<TaskScores> tasks_;          // recorded for the next log_step
   std::unique_ptr<TensorBoardWriter> tb_;  // world rank 0, train.tensorboard
   std::ofstream trace_;                    // this rank's executed actions
   std::unique_ptr<Timeline> timeline_;     // train.trace_steps

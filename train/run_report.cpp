@@ -238,6 +238,8 @@ void write_run_report(const RunSettings& run, const RankComms& comms, const Rank
   if (root) {
     std::printf("done: %lld steps, loss %.4f -> %.4f", (long long)sum.steps, sum.first_loss, sum.last_loss);
     if (sum.val_loss >= 0) std::printf(", val %.4f", sum.val_loss);
+    for (const TaskScores& ts : sum.tasks)
+      std::printf(", %s acc %.4f acc_norm %.4f", ts.name.c_str(), ts.acc, ts.acc_norm);
     std::printf(", %.0f tokens/s, %lld skipped steps, peak RSS %.0f MiB (rank 0)\n", sum.tokens_per_s,
                 (long long)sum.skipped, figures.rss);
     for (const auto& s : acct.atm_stats())
@@ -259,6 +261,9 @@ void write_run_report(const RunSettings& run, const RankComms& comms, const Rank
               {"bubble_predicted_fill_drain", bubble.bubble_fill_drain},
               {"bubble_predicted_imbalance", bubble.bubble_imbalance},
               {"bubble_formula", formula}};
+    for (const TaskScores& ts : sum.tasks)  // the last scores of train.eval_tasks
+      report["tasks"][ts.name] = {
+          {"items", ts.items}, {"acc", ts.acc}, {"acc_norm", ts.acc_norm}, {"gold_loglik", ts.gold_loglik}};
     if (meas.steps > 0 && world.size() > 1)
       report_measured_pipeline(figures, meas.steps, sum.steps, bubble_for, bubble, rc.layout(), report);
   }

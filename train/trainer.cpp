@@ -31,6 +31,7 @@
 #include "train/stage_schedule.h"
 #include "train/train_data.h"
 #include "train/stragglers.h"
+#include "train/task_evaluator.h"
 #include "train/validator.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -103,6 +104,7 @@ Trainer::Trainer(const RunConfig& rc, const TrainOptions& opt, Ops<float>& ops, 
       optimizer_(std::make_unique<RankOptimizer>()),
       validator_(
           std::make_unique<Validator>(*run_, *schedule_, *model_, *comms_, *data_, [this] { return world_loss(); })),
+      tasks_(std::make_unique<TaskEvaluator>(*run_, *schedule_, *model_, *comms_)),
       spikes_(std::make_unique<SpikePolicy>(rc, world)) {
   check_and_open_data();
   outputs_ = std::make_unique<Outputs>(*run_, *data_, *comms_, *layers_, *schedule_, *model_, *optimizer_);
@@ -184,6 +186,7 @@ void Trainer::check_and_open_data() {
                   p.budget.last_step);
     CheckpointPolicy::check_setup(rc, p.world.rank());
     if (rc.train.eval_every > 0) validator_->open(data_seed);
+    if (!rc.train.eval_tasks.empty()) tasks_->open(*data_);
   });
   data_->batch.resize(data_->loader->local_batch() * size_t(p.T + 1));
   if (rc.data.documents) run_->documents_eos = int32_t(data_->loader->info().eos_id);
@@ -431,6 +434,7 @@ TrainSummary Trainer::run() {
     const bool eval_now = validator_->due(t, last_step);
     if (t == last_step) acct_->keep_atm_stats();  // before eval (ATM off)
     if (eval_now) sum.val_loss = evaluate();
+    if (tasks_->due(t, last_step)) outputs_->record_tasks(sum.tasks = tasks_->evaluate());
     bool stop = false;
     {
       auto checkpoint = acct_->phase(Phase::Checkpoint);

@@ -15,6 +15,7 @@
 //   ScheduleRunner    one step of the schedule over the stage link, telling
 //                     its observers (train/schedule_runner.h)
 //   Validator         validation loaders and losses (train/validator.h)
+//   TaskEvaluator     multiple-choice task scores, train.eval_tasks (train/task_evaluator.h)
 //   Accounting        the step's phases as timed scopes, MFU, memory, the
 //                     run's measurements (train/accounting.h)
 //   Outputs           config.toml, metrics.jsonl, TensorBoard, schedule
@@ -43,6 +44,7 @@
 #include <vector>
 
 #include "config/run_config.h"
+#include "data/tasks.h"
 #include "dist/comm.h"
 #include "dist/optimizer.h"
 #include "kernels/ops.h"
@@ -79,6 +81,8 @@ struct TrainSummary {
   double tokens_per_s = 0;   // whole run, wall clock of the steps
   int64_t resumed_from = 0;  // checkpoint step this run resumed from (0: a fresh start)
   bool stopped = false;      // stopped early at a checkpoint (stop_requested)
+  // The last task scores (train.eval_tasks; empty: none).
+  std::vector<TaskScores> tasks;
 };
 
 // Step budget of a run (docs/model.md §4): T_max from train.steps, else
@@ -118,6 +122,7 @@ struct RankOptimizer;
 class StageChunk;
 class ScheduleRunner;
 class Validator;
+class TaskEvaluator;
 class Accounting;
 class Outputs;
 class CheckpointPolicy;
@@ -195,6 +200,7 @@ class Trainer {
   double counted_targets_ = 0;          // documents: this step's, over the global batch
   double z_loss_sum_ = 0, z_loss_ = 0;  // train.z_loss: the last world sum, and the step's mean term
   std::unique_ptr<Validator> validator_;
+  std::unique_ptr<TaskEvaluator> tasks_;
   std::unique_ptr<Accounting> acct_;
   std::unique_ptr<Outputs> outputs_;
   std::unique_ptr<CheckpointPolicy> checkpoints_;

@@ -18,6 +18,20 @@
 
 namespace wiola {
 
+void run_evaluation_forwards(const StageSchedule& train, RankModel& model, RankComms& comms, int n, size_t mb_tokens,
+                             const int32_t* tokens, const std::string& what, ScheduleObserver* observer) {
+  const StageSchedule forwards = make_forward_schedule(train, n);
+  std::vector<std::unique_ptr<ModelChunk>> chunks;
+  std::vector<StageChunk*> runs;
+  for (auto& m : model.chunks) {
+    chunks.push_back(std::make_unique<ModelChunk>(*m, false));
+    runs.push_back(chunks.back().get());
+  }
+  ScheduleRunner runner(forwards, runs, *comms.link, mb_tokens, 0.0);
+  if (observer) runner.add_observer(*observer);
+  runner.run(0, what, tokens, false);
+}
+
 Validator::Validator(const RunSettings& run, const StageSchedule& schedule, RankModel& model, RankComms& comms,
                      const TrainData& data, WorldLoss world_loss)
     : run_(run), schedule_(schedule), model_(model), comms_(comms), data_(data), world_loss_(std::move(world_loss)) {}
@@ -63,16 +77,9 @@ double Validator::loss_of(Source& v) {
     v.loader->next_batch(tokens.data() + size_t(i) * mb);
     counted += double(counted_targets(tokens.data() + size_t(i) * mb, run_.B, run_.T, run_.documents_eos));
   }
-  const StageSchedule forwards = make_forward_schedule(schedule_, n);
-  std::vector<std::unique_ptr<ModelChunk>> chunks;
-  std::vector<StageChunk*> runs;
-  for (auto& model : model_.chunks) {
-    chunks.push_back(std::make_unique<ModelChunk>(*model, false));
-    runs.push_back(chunks.back().get());
-  }
-  ScheduleRunner runner(forwards, runs, *comms_.link, mb, 0.0);
-  runner.run(0, "evaluation" + (vals_.size() > 1 ? " of blend source " + std::to_string(v.source + 1) : std::string()),
-             tokens.data(), false);
+  run_evaluation_forwards(
+      schedule_, model_, comms_, n, mb, tokens.data(),
+      "evaluation" + (vals_.size() > 1 ? " of blend source " + std::to_string(v.source + 1) : std::string()));
   if (run_.documents_eos >= 0) {
     if (run_.rc.parallel.dp > 1)
       comms_.grid->dp().all_reduce(&counted, &counted, 1, dist::DType::F64, dist::ReduceOp::Sum);

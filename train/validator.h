@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "data/loader.h"
@@ -19,6 +20,16 @@ struct StageSchedule;
 struct RankModel;
 struct RankComms;
 struct TrainData;
+class ScheduleObserver;
+
+// Forwards only of n micro-batches (`tokens`: n · mb_tokens ids, this
+// rank's) through the schedule runner (make_forward_schedule of `train`) on
+// `model`'s chunks in evaluation mode (ATM off), the boundary messages on
+// `comms`' stage link; `observer`, if any, is told each action. `what` names
+// them in diagnostics. The validation batches and the task rows
+// (train/task_evaluator.h) run through here.
+void run_evaluation_forwards(const StageSchedule& train, RankModel& model, RankComms& comms, int n, size_t mb_tokens,
+                             const int32_t* tokens, const std::string& what, ScheduleObserver* observer = nullptr);
 
 class Validator {
  public:

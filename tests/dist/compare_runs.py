@@ -4,7 +4,10 @@
     term, train.z_loss, where the reference has them);
   - the final parameters (/params_after of the step dumps) within --tol
     relative, norm-wise over the whole model: ||a-b||_2 / ||a||_2;
-  - each tensor norm-wise within --tol-tensor (default 1e-4).
+  - each tensor norm-wise within --tol-tensor (default 1e-4);
+  - where the run scored tasks (train.eval_tasks), the reference scored them at
+    the same steps: acc and acc_norm equal, the gold log-likelihood within
+    --tol-tensor relative.
 Why the per-tensor bound is looser: AdamW's update is ~lr whatever the
 gradient's size, and m is a cancelling sum over steps, so fp32
 summation-order rounding of the gradients (~1e-7) reaches ~1e-5 in a few
@@ -30,6 +33,34 @@ def losses(run_dir, key="loss"):
     with open(f"{run_dir}/metrics.jsonl") as f:
         out = [json.loads(line).get(key) for line in f if line.strip()]
     return [float("nan") if x is None else x for x in out]
+
+
+def task_scores(run_dir):
+    """{step: {"NAME/acc": ..., ...}} of the records with task scores."""
+    with open(f"{run_dir}/metrics.jsonl") as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    return {r["step"]: r["tasks"] for r in recs if "tasks" in r}
+
+
+def compare_tasks(ref_run, run, tol, bad):
+    """Appends to `bad` where the run's task scores differ from the reference's; returns a summary."""
+    ref, got = task_scores(ref_run), task_scores(run)
+    worst = 0.0
+    for step, scores in got.items():
+        if step not in ref:
+            bad.append(f"step {step}: task scores here, none in the reference"); continue
+        for key, v in scores.items():
+            r = ref[step].get(key)
+            if r is None:
+                bad.append(f"step {step}: task score {key} missing in the reference")
+            elif key.endswith("/gold_loglik"):
+                rel = abs(v - r) / max(1.0, abs(r))
+                worst = max(worst, rel)
+                if not rel < tol:
+                    bad.append(f"step {step}: {key} {v!r} vs reference {r!r} (rel {rel:.2e})")
+            elif v != r:
+                bad.append(f"step {step}: {key} {v!r} vs reference {r!r}")
+    return f"; task scores at {len(got)} steps equal (gold log-likelihood worst rel {worst:.2e})" if got else ""
 
 
 def main():
@@ -87,12 +118,13 @@ def main():
                 flips += differ; decisions += x.size
                 if differ > a.atm_flips * x.size:
                     bad.append(f"/atm/{lname}: {differ} of {x.size} merge decisions differ")
+    tasks = compare_tasks(a.ref_run, a.run, a.tol_tensor, bad)
     model_rel = (sq_d / sq_r) ** 0.5 if sq_r > 0 else 0.0
     if not model_rel < a.tol:
         bad.append(f"final parameters (whole model) differ by {model_rel:.2e} relative")
     print(f"{len(lr)} losses: worst rel {worst_loss:.2e}; final parameters (whole model, L2) rel {model_rel:.2e}; "
           f"{n} tensors: worst rel (L2) {worst_p:.2e} ({worst_name}); "
-          f"element-wise max|a-b|/max|a| {worst_e:.2e}; ATM decisions differing {flips} of {decisions}")
+          f"element-wise max|a-b|/max|a| {worst_e:.2e}; ATM decisions differing {flips} of {decisions}{tasks}")
     if bad:
         print("NOT EQUIVALENT:\n  " + "\n  ".join(bad[:20]))
         return 1

@@ -51,6 +51,12 @@ tols=(--tol "${TOL:-1e-5}" --tol-tensor "${TOL_TENSOR:-1e-4}" --atm-flips "${ATM
 common=(--set model.preset=wiola-tiny --set model.vocab_size=32000 --set model.atm_tau=0.7
         --set train.micro_batch=2 --set train.grad_accum=4 --set train.steps=10
         --set train.lr_max=1e-3 --set train.threads=1 --set "data.path=$work/shards/manifest.json" -q)
+# The references score the task at steps 5 and 10; a layout given --tasks
+# too, and compare_runs.py holds its scores to theirs.
+tasks=(--set "train.eval_tasks=[\"$work/tasks.jsonl\"]" --set train.eval_tasks_every=5)
+args=()
+for x in "$@"; do if [ "$x" = --tasks ]; then args+=("${tasks[@]}"); else args+=("$x"); fi; done
+set -- "${args[@]}"
 if [ "$mode" = setup ]; then
   rm -rf "$work"; mkdir -p "$work"
   xz -dc "$root/data/brown/brown.txt.xz" > "$work/full.txt"
@@ -64,13 +70,26 @@ if [ "$mode" = setup ]; then
     "$work/brown.txt" > "$work/docs.txt"
   "$wiola" prep --no-progress --parse-special --tokenizer "$root/data/wiola360m/tokenizer.json" \
     --output "$work/docs_shards" "$work/docs.txt" > "$work/prep_docs.log"
-  "$wiola" train "${common[@]}" --set "train.run_dir=$work/single" --dump-step "10:$work/single.h5"
+  # A small multiple-choice task (docs/inference.md "Downstream tasks") for
+  # the runs given --tasks: 8 lines of the text, each its first 8 words and
+  # three 4-word continuations, its own among them.
+  "$python" - "$work/brown.txt" "$work/tasks.jsonl" <<'PY'
+import json, sys
+lines = [l.split() for l in open(sys.argv[1], encoding="utf-8") if len(l.split()) >= 12][:10]
+with open(sys.argv[2], "w", encoding="utf-8") as f:
+    for i in range(8):
+        conts = [" ".join(lines[(i + k) % 10][8:12]) for k in range(3)]
+        gold = i % 3
+        conts[0], conts[gold] = conts[gold], conts[0]
+        f.write(json.dumps({"task": "brown", "context": " ".join(lines[i][:8]), "choices": conts, "gold": gold}) + "\n")
+PY
+  "$wiola" train "${common[@]}" "${tasks[@]}" --set "train.run_dir=$work/single" --dump-step "10:$work/single.h5"
   exit 0
 fi
 if [ "$mode" = setup_ref ]; then
   name=$1; shift
   rm -rf "${work:?}/$name" "$work/$name.h5"
-  "$wiola" train "${common[@]}" "$@" --set "train.run_dir=$work/$name" --dump-step "10:$work/$name.h5"
+  "$wiola" train "${common[@]}" "${tasks[@]}" "$@" --set "train.run_dir=$work/$name" --dump-step "10:$work/$name.h5"
   exit 0
 fi
 ref=${REF:-single}

@@ -3,6 +3,7 @@ line, and a small trained checkpoint of the Brown corpus (made once by
 trained_checkpoint.py, the ctest fixture infer_checkpoint, and read by every
 test)."""
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -53,7 +54,9 @@ def trained(a):
 
 def train(a, work):
     """wiola-small (configs/brown-small.toml) for 30 steps on 400 kB of Brown; a
-    checkpoint at steps 15 and 30. Returns (text, shards, checkpoint dir)."""
+    checkpoint and a validation figure at steps 15 and 30, the scores of
+    tasks_common's task files (converted into WORK/tasks/) at the last. Returns (text, shards,
+    checkpoint dir)."""
     with open(a.text, "rb") as f:
         data = f.read()
     text = os.path.join(work, "brown.txt")
@@ -63,8 +66,12 @@ def train(a, work):
     run([a.wiola, "prep", "--no-progress", "--val-fraction", "0.1", "--tokenizer", a.tokenizer, "--output", shards,
          text])
     ck = os.path.join(work, "ck")
+    from tasks_common import make_task_files  # noqa: E402 - it imports this module
+    tasks = make_task_files(work)
     run([a.wiola, "train", "--config", a.config, "--set", f"data.path={shards}/manifest.json",
          "--set", "train.steps=30", "--set", "train.micro_batch=4", "--set", "train.eval_every=15",
          "--set", "train.eval_batches=2", "--set", f"train.run_dir={work}/run", "--set", "train.threads=2",
-         "--set", f"checkpoint.dir={ck}", "--set", "checkpoint.every=15", "--set", "train.log_every=15"])
+         "--set", f"checkpoint.dir={ck}", "--set", "checkpoint.every=15", "--set", "train.log_every=15",
+         "--set", "train.eval_tasks=[" + ", ".join(json.dumps(t) for t in tasks) + "]",
+         "--set", "train.tensorboard=true"])
     return text, shards, ck

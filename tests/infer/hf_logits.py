@@ -12,7 +12,11 @@ computes.
   4. greedy `generate()` in transformers (KV cache on, and off) gives the
      tokens `wiola generate --greedy` gives;
   5. a bf16 export and a sharded export load too (bf16: within bf16
-     rounding of the weights, max |Δ| / max |logit| < 5e-2).
+     rounding of the weights, max |Δ| / max |logit| < 5e-2);
+  6. multiple-choice tasks (tasks_common.py): each choice's log-likelihood
+     from `wiola eval --tasks` equals the one transformers computes on the
+     export with lm-evaluation-harness's recipe (float64; 1e-4 relative to
+     max(1, |ll|)), and acc and acc_norm equal an independent scorer's.
 
 Skips (exit 77) with the reason when transformers cannot be imported.
 
@@ -33,6 +37,7 @@ except Exception as e:  # noqa: BLE001 - any import failure means: cannot run he
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import parse_args, fail, run, trained  # noqa: E402
+import tasks_common  # noqa: E402
 
 
 def heldout(a, work):
@@ -91,6 +96,10 @@ def main():
         if text != w:
             fail(f"transformers generate (use_cache={cache}) {text!r} != wiola generate {w!r}")
     print(f"greedy generate, transformers (cache on and off) = wiola: {w!r}")
+
+    tasks = tasks_common.task_files(a.trained)
+    scores, per_item = tasks_common.wiola_eval(a, ck, tasks, os.path.join(a.work, "ll.jsonl"), 8)
+    tasks_common.hf_check(out, tasks, scores, per_item)
 
     for extra, tol, what in ((["--dtype", "bf16"], 5e-2, "bf16"), (["--max-shard-size", "2MB"], 1e-4, "sharded")):
         o = os.path.join(a.work, "hf-" + what)

@@ -13,7 +13,13 @@
      seed;
   5. on cpu-bf16, eval stays within 1e-3 of cpu and greedy decoding passes
      --check-greedy;
-  6. bad input is one error line and exit 1: an empty prompt (argument and
+  6. multiple-choice tasks (tasks_common.py): scripts/convert_tasks.py made
+     lm-evaluation-harness's prompts of each published layout (the fixture
+     converted them) and refuses a bad line naming it; `wiola eval --tasks`
+     on the step-30 checkpoint gives the scores the training wrote at step
+     30 (metrics.jsonl, report.json, TensorBoard): acc and acc_norm equal,
+     the gold log-likelihood within 1e-6; a bad task file is one error line;
+  7. bad input is one error line and exit 1: an empty prompt (argument and
      file line), a prompt longer than the context, a tokenizer that is not
      the training data's or whose vocabulary is not the model's, a
      checkpoint without a tokenizer, one that does not exist.
@@ -27,6 +33,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import parse_args, expect_error, fail, run, trained  # noqa: E402
+import tasks_common  # noqa: E402
 
 
 def check_tokenizer_stored(a, ck):
@@ -147,6 +154,41 @@ def check_bad_input(a, work, text, ck):
     print("bad input: OK")
 
 
+def check_tasks(a, ck):
+    tasks_common.check_converted(a.trained, a.work)
+    tasks = tasks_common.task_files(a.trained)
+    scores, _ = tasks_common.wiola_eval(a, ck, tasks, os.path.join(a.work, "ll.jsonl"), 4)
+    run_dir = os.path.join(a.trained, "run")
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        recs = {r["step"]: r for r in map(json.loads, f)}
+    if sorted(s for s, r in recs.items() if "tasks" in r) != [30]:
+        fail(f"metrics.jsonl: task scores at steps {[s for s, r in recs.items() if 'tasks' in r]}, not the last (30)")
+    report = json.load(open(os.path.join(run_dir, "report.json")))
+    got = recs[30]["tasks"]
+    for name, s in scores.items():
+        if (got[name + "/acc"], got[name + "/acc_norm"]) != (s["acc"], s["acc_norm"]):
+            fail(f"{name}: training's scores at step 30 {got} != wiola eval's {s}")
+        g = got[name + "/gold_loglik"]
+        if not abs(g - s["gold_loglik"]) <= 1e-6 * max(1.0, abs(g)):
+            fail(f"{name}: gold log-likelihood {g} in training, {s['gold_loglik']} in eval")
+        if (report["tasks"][name]["acc"], report["tasks"][name]["acc_norm"]) != (s["acc"], s["acc_norm"]):
+            fail(f"report.json tasks: {report['tasks']}")
+    tb = os.path.join(run_dir, "tensorboard")
+    events = b"".join(open(os.path.join(tb, f), "rb").read() for f in os.listdir(tb))
+    if b"metrics/tasks/piqa/acc_norm" not in events:
+        fail("TensorBoard: no metrics/tasks/piqa/acc_norm")
+    bad = os.path.join(a.work, "bad_task.jsonl")
+    with open(bad, "w") as f:
+        f.write('{"context": "x", "choices": ["a", "b"], "gold": 0}\n{"context": "x", "choices": ["a", "b"], "gold": 5}\n')
+    expect_error([a.wiola, "eval", "--checkpoint", ck, "--tasks", bad], "bad_task.jsonl:2: \"gold\" is 5")
+    shards = os.path.join(a.trained, "shards", "manifest.json")
+    expect_error([a.wiola, "train", "--config", a.config, "--set", f"data.path={shards}", "--set", "train.steps=1",
+                  "--set", f"train.run_dir={a.work}/bad_tasks_run", "--set", f'train.eval_tasks=["{bad}"]'],
+                 "train.eval_tasks: " + bad + ":2:")
+    print("wiola eval --tasks = the training's scores at step 30: " +
+          ", ".join(f"{n} acc {s['acc']:.3f} acc_norm {s['acc_norm']:.3f}" for n, s in scores.items()))
+
+
 def main():
     a = parse_args()
     text, shards, ck = trained(a)
@@ -154,6 +196,7 @@ def main():
     check_eval(a, shards, ck)
     check_generate(a, a.work, ck)
     check_bf16(a, shards, ck)
+    check_tasks(a, ck)
     check_bad_input(a, a.work, text, ck)
     print("infer_cli: all checks passed")
 

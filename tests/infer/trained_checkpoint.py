@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The ctest fixture infer_checkpoint: tokenizes 400 kB of the Brown corpus and
 trains wiola-small (configs/brown-small.toml) for 30 steps, with a checkpoint
-and a validation figure at steps 15 and 30, into --work. The CLI tests of
+and a validation figure at steps 15 and 30 and the scores of tasks_common.py's
+multiple-choice files (converted by scripts/convert_tasks.py) at step 30, into
+--work. The CLI tests of
 tests/infer read it through their --trained argument and never change it; one
 training instead of one per test.
 

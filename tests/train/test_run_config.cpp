@@ -239,6 +239,11 @@ TEST_F(RunConfigTest, WrongTypes) {
   m = err("[parallel]\ntp = [1, 2]\n");
   EXPECT_CONTAINS(m, "parallel.tp");
   EXPECT_CONTAINS(m, "array");
+  m = err("[train]\neval_tasks = \"a.jsonl\"\n");  // a list of files, not one
+  EXPECT_CONTAINS(m, "train.eval_tasks");
+  EXPECT_CONTAINS(m, "expected an array of strings");
+  m = err("[train]\neval_tasks = [\"a.jsonl\", 2]\n");
+  EXPECT_CONTAINS(m, "element 2 of 2: expected a string");
   // Integers are fine for floats.
   EXPECT_DOUBLE_EQ(load_run_config(write("ok.toml", "[train]\nclip = 2\n"), {}).train.clip, 2.0);
   // In an override.
@@ -521,6 +526,8 @@ threads = 7
 log_every = 10
 eval_every = 25
 eval_batches = 3
+eval_tasks = ["tasks/hellaswag.jsonl", "q\"uote.jsonl"]
+eval_tasks_every = 7
 run_dir = "runs/q\"uote\\back\tslash ünï 日本"
 max_steps = 17
 tensorboard = true
@@ -548,6 +555,8 @@ keep = 5
   const RunConfig b = load_run_config(write("b.toml", text), {});
   expect_same(a, b);
   EXPECT_EQ(run_config_to_toml(b), text);
+  EXPECT_EQ(b.train.eval_tasks, (std::vector<std::string>{"tasks/hellaswag.jsonl", "q\"uote.jsonl"}));
+  EXPECT_EQ(b.train.eval_tasks_every, 7);
   EXPECT_NE(text.find("preset = \"wiola-tiny\""), std::string::npos) << text;
 
   // Custom model (no preset) and defaults round-trip too; no preset key.
