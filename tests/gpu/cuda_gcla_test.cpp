@@ -167,10 +167,10 @@ std::vector<int32_t> starts_of(const std::vector<std::vector<int>>& lens, int Tn
 // CPU's, in fp32 (cpu, cuda-fp32) and in bf16 (cpu-bf16, cuda): the prefix
 // means restarting at each document, forward and backward; SRPE's split and
 // join with each document's positions; ATM's plan with no pair across a
-// start; the cross-entropy with masked (negative) targets. The documents: an
-// EOS-only one (length 1), ones of one and two tokens (ATM's pair) and of
-// fewer rows than a scan chunk, starts on a chunk's first row, and documents
-// across several chunks (the scans split Tn = 301 into 32 chunks of 10 rows,
+// start; the cross-entropy with masked (negative) targets. The documents:
+// EOS-only ones (one token), ones of two (ATM's pair) and of fewer rows than
+// a scan chunk, starts on a chunk's first row, and documents
+// across several chunks (the scans split Tn = 301 into chunks of 10 rows,
 // Tn = 37 into chunks of 2); a sequence with no start but 0.
 TEST(CudaOps, DocumentsMatchCpu) {
   REQUIRE_GPU();
