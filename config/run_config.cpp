@@ -689,10 +689,6 @@ void check_data(const RunConfig& rc) {
               "one source (data.path) or a blend of several (data.blend), not both (to override the file's "
               "data.path, add --set 'data.path=\"\"')");
   check_stages(rc.data);
-  const BackendKind b = rc.train.backend;
-  WIOLA_CHECK(!rc.data.documents || (b != BackendKind::Cuda && b != BackendKind::CudaFp32),
-              "data.documents = true is not supported on the CUDA backend yet (train.backend = \"", to_string(b),
-              "\"); use a CPU backend, or data.documents = false");
 }
 
 // [parallel]: the grid against the model, the schedule's chunks.

@@ -211,7 +211,7 @@ constexpr std::array<std::string_view, 3> enum_names(DecayShape) { return {"line
   X(bool, documents, false, kAnyValue, \
     "document masking: each document of a window (it ends with the shards' EOS id) is computed as " \
     "if alone, and EOS targets are masked ([model.md §2](model.md#documents)); false: a window is " \
-    "one document. Recorded in checkpoints (a resume may not change it); not on the CUDA backend yet") \
+    "one document. Recorded in checkpoints (a resume may not change it)") \
   X(int, prefetch, 2, at_least(0), "batches the loader thread prepares ahead") \
   X(int, max_open_shards, 64, at_least(0), \
     "shards of each source kept open at once (0: all). Each open shard holds a file " \

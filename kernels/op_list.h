@@ -247,8 +247,7 @@ WIOLA_OP(ce_sumexp_target, cross_entropy,
 // Phase 3: loss[N] = log(sumexp) + row_max - tgt, and in place
 // logits <- scale * (softmax - onehot(target)) = dL/dlogits. A negative
 // target is a masked position (an EOS's target with documents, docs/model.md
-// §2 "Documents"): loss 0 and a zero gradient row (ce_loss: loss 0; the
-// CUDA backend does not take them yet).
+// §2 "Documents"): loss 0 and a zero gradient row (ce_loss: loss 0).
 WIOLA_OP(ce_loss_grad, cross_entropy,
          (Ptr logits, const int32_t* targets, int N, int V_local, int v0, CPtr row_max, CPtr sumexp, CPtr tgt,
           double scale, Ptr loss),

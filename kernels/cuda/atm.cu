@@ -1,6 +1,6 @@
 // ATM on the GPU: neighbour similarity (sums in double), the plan
-// (kernels/atm_plan.h, one thread per sequence) and the merged rows,
-// forward and backward.
+// (kernels/atm_plan.h, one thread per sequence, each document planned alone)
+// and the merged rows, forward and backward.
 #include <cstdint>
 
 #include "kernels/atm_plan.h"
@@ -31,12 +31,14 @@ __global__ void k_atm_similarity(const E* x, int Tn, int d, double* rho) {
     rho[size_t(b) * (Tn - 1) + t] = (n0 > 0 && n1 > 0) ? s / (n0 * n1) : 0.0;
   }
 }
-__global__ void k_atm_plan(const double* rho, int B, int Tn, double tau, uint8_t* open, int32_t* group_first,
-                           int32_t* key_end, int32_t* n_groups) {
+// doc_start (may be null: one document per sequence): no pair crosses a
+// document's start (atm_greedy_row).
+__global__ void k_atm_plan(const double* rho, int B, int Tn, double tau, const int32_t* doc_start, uint8_t* open,
+                           int32_t* group_first, int32_t* key_end, int32_t* n_groups) {
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= B) return;
   uint8_t* ob = open + size_t(b) * Tn;
-  atm_greedy_row(rho + size_t(b) * (Tn - 1), Tn, tau, ob);
+  atm_greedy_row(rho + size_t(b) * (Tn - 1), Tn, tau, ob, doc_start ? doc_start + size_t(b) * Tn : nullptr);
   n_groups[b] = atm_layout_row(ob, Tn, group_first + size_t(b) * Tn, key_end + size_t(b) * Tn);
 }
 template <class E>
@@ -85,8 +87,7 @@ void atm_similarity(Ctx c, CPtr x, int B, int Tn, int d, double* rho) {
 }
 void atm_plan(Ctx c, const double* rho, int B, int Tn, double tau, const int32_t* doc_start, uint8_t* open,
               int32_t* group_first, int32_t* key_end, int32_t* n_groups) {
-  no_documents(doc_start, "atm_plan");
-  k_atm_plan<<<(B + 63) / 64, 64, 0, c.s>>>(rho, B, Tn, tau, open, group_first, key_end, n_groups);
+  k_atm_plan<<<(B + 63) / 64, 64, 0, c.s>>>(rho, B, Tn, tau, doc_start, open, group_first, key_end, n_groups);
   after_launch("atm_plan");
 }
 void atm_merge_rows(Ctx c, CPtr x, int B, int Tn, int w, const int32_t* group_first, const int32_t* key_end,

@@ -19,6 +19,13 @@ namespace {
 // after (backward) it, and each thread rescans its chunk from that offset. A
 // serial loop over T = 2048 per column left most of the GPU idle and waited on
 // each load in turn. The sums' order is fixed by (T, chunking): deterministic.
+// Documents (kDocs; doc_start, a device array [B, Tn]; docs/model.md §2): the
+// scans restart at each position t with doc_start[t] == t. A chunk then
+// passes on only the part of its sum that a neighbouring chunk's document
+// sees (forward: from its last document start on; backward: before its
+// first one), flagged where it holds a start, and a chunk's offset restarts
+// at the nearest flagged chunk before it (after it, backward): a segmented
+// scan, still O(T) per column.
 constexpr int kScanCols = 32, kScanChunks = 32;
 
 // This thread's column j of sequence b (active: j < d) and its chunk [t0, t1)
@@ -33,66 +40,112 @@ struct ScanChunk {
   }
 };
 
+// Shared memory of a scan: the chunks' sums, and with documents whether each
+// chunk holds a document start.
+template <bool kDocs>
+struct ScanShared {
+  double sums[kScanChunks][kScanCols];
+};
+template <>
+struct ScanShared<true> {
+  double sums[kScanChunks][kScanCols];
+  bool cut[kScanChunks];
+};
+
 // Sums of each thread's chunk of its column into sums[chunk][col], and the
 // offset from the other chunks of the column: chunks before it (forward,
-// starting from `start`) or after it (backward).
-template <bool kBackward, class Term>
-__device__ double scan_offset(double (*sums)[kScanCols], const ScanChunk& ch, double start, Term term) {
+// starting from `start`) or after it (backward). With documents (kDocs) the
+// parts the neighbours' documents see, restarting at a chunk with a start;
+// starts(t): position t starts a document.
+template <bool kBackward, bool kDocs, class Term, class Starts>
+__device__ double scan_offset(ScanShared<kDocs>& sh, const ScanChunk& ch, double start, Term term, Starts starts) {
   double part = 0;
+  bool cut = false;
   if (ch.active) {
 #pragma unroll 8
-    for (int t = ch.t0; t < ch.t1; ++t) part += term(t);
+    for (int t = ch.t0; t < ch.t1; ++t) {
+      if constexpr (kDocs) {
+        if (starts(t)) {
+          cut = true;
+          if (!kBackward) part = 0;  // forward: only from the last start on
+        }
+        if (kBackward && cut) continue;  // backward: only before the first start
+      }
+      part += term(t);
+    }
   }
-  sums[threadIdx.y][threadIdx.x] = part;
+  sh.sums[threadIdx.y][threadIdx.x] = part;
+  if constexpr (kDocs) {  // the starts are the sequence's: any active column's
+    if (threadIdx.x == 0) sh.cut[threadIdx.y] = cut;
+  }
   __syncthreads();
   double off = start;
+  auto add = [&](int c) {
+    if constexpr (kDocs) off = sh.cut[c] ? sh.sums[c][threadIdx.x] : off + sh.sums[c][threadIdx.x];
+    else off += sh.sums[c][threadIdx.x];
+  };
   if (kBackward) {
-    for (int c = kScanChunks - 1; c > int(threadIdx.y); --c) off += sums[c][threadIdx.x];
+    for (int c = kScanChunks - 1; c > int(threadIdx.y); --c) add(c);
   } else {
-    for (int c = 0; c < int(threadIdx.y); ++c) off += sums[c][threadIdx.x];
+    for (int c = 0; c < int(threadIdx.y); ++c) add(c);
   }
   return off;
 }
 
 // out_op (may be null): out again in storage O, as convert(out, out_op)
-// would round it (the context projections' GEMM operand).
+// would round it (the context projections' GEMM operand). kDocs: the means
+// restart at each document (doc_start; no carry, pos0 0).
 // (clang-format 14 reads a product in __launch_bounds__ as a pointer)
 // clang-format off
-template <class R, class O>
+template <class R, class O, bool kDocs>
 __global__ void __launch_bounds__(kScanCols * kScanChunks)
-    k_prefix_mean_fwd(const R* x, int B, int Tn, int d, int pos0, R* carry, R* out, O* out_op) {
+    k_prefix_mean_fwd(const R* x, int B, int Tn, int d, int pos0, const int32_t* doc_start, R* carry, R* out,
+                      O* out_op) {
   // clang-format on
-  __shared__ double sums[kScanChunks][kScanCols];
+  __shared__ ScanShared<kDocs> sh;
   const ScanChunk ch(Tn, d);
   const R* xc = x + size_t(ch.b) * Tn * d + ch.j;
+  const int32_t* ds = kDocs ? doc_start + size_t(ch.b) * Tn : nullptr;
+  auto starts = [&](int t) { return ds[t] == t; };
   const double start = carry && ch.active ? double(ld(carry + size_t(ch.b) * d + ch.j)) : 0.0;
-  double acc = scan_offset<false>(sums, ch, start, [&](int t) { return double(ld(xc + size_t(t) * d)); });
+  auto term = [&](int t) { return double(ld(xc + size_t(t) * d)); };
+  double acc = scan_offset<false>(sh, ch, start, term, starts);
   if (!ch.active) return;
   for (int t = ch.t0; t < ch.t1; ++t) {
-    acc += double(ld(xc + size_t(t) * d));
+    int first = 0;  // the first position of t's document
+    if constexpr (kDocs) {
+      first = ds[t];
+      if (first == t) acc = 0;
+    }
+    acc += term(t);
     const size_t i = (size_t(ch.b) * Tn + t) * d + ch.j;
-    const float v = float(acc / double(pos0 + t + 1));
+    const float v = float(acc / double(pos0 + t + 1 - first));
     st(out + i, v);
     if (out_op) st(out_op + i, as_stored<R>(v));
   }
   if (carry && threadIdx.y == kScanChunks - 1) st(carry + size_t(ch.b) * d + ch.j, float(acc));
 }
 // (clang-format 14 reads a product in __launch_bounds__ as a pointer)
+// kDocs: dx[u] sums over t in u's document, each dout[t] divided by t's
+// count t - doc_start[t] + 1.
 // clang-format off
-template <class R>
+template <class R, bool kDocs>
 __global__ void __launch_bounds__(kScanCols * kScanChunks)
-    k_prefix_mean_bwd(const R* dout, int B, int Tn, int d, R* dx) {
+    k_prefix_mean_bwd(const R* dout, int B, int Tn, int d, const int32_t* doc_start, R* dx) {
   // clang-format on
-  __shared__ double sums[kScanChunks][kScanCols];
+  __shared__ ScanShared<kDocs> sh;
   const ScanChunk ch(Tn, d);
   const R* gc = dout + size_t(ch.b) * Tn * d + ch.j;
-  auto term = [&](int t) { return double(ld(gc + size_t(t) * d)) / double(t + 1); };
-  double acc = scan_offset<true>(sums, ch, 0.0, term);
+  const int32_t* ds = kDocs ? doc_start + size_t(ch.b) * Tn : nullptr;
+  auto starts = [&](int t) { return ds[t] == t; };
+  auto term = [&](int t) { return double(ld(gc + size_t(t) * d)) / double(t + 1 - (kDocs ? ds[t] : 0)); };
+  double acc = scan_offset<true>(sh, ch, 0.0, term, starts);
   if (!ch.active) return;
   for (int t = ch.t1 - 1; t >= ch.t0; --t) {
     acc += term(t);
     R* p = dx + (size_t(ch.b) * Tn + t) * d + ch.j;
     st(p, float(double(ld(p)) + acc));
+    if (kDocs && starts(t)) acc = 0;  // positions before t are another document's
   }
 }
 inline dim3 scan_grid(int B, int d) { return dim3(unsigned((d + kScanCols - 1) / kScanCols), unsigned(B)); }
@@ -267,30 +320,44 @@ __global__ void k_blend_bwd_finish(const double* part, int nb, const float* phi,
 
 }  // namespace
 
-void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, const int32_t* doc_start, Ptr out, Ptr out_op) {
-  no_documents(doc_start, "prefix_mean_fwd");
-  prefix_mean_carry_fwd(c, x, B, Tn, d, 0, nullptr, out, out_op);
-}
-void prefix_mean_bwd(Ctx c, CPtr dout, int B, int Tn, int d, const int32_t* doc_start, Ptr dx) {
-  no_documents(doc_start, "prefix_mean_bwd");
-  dispatch(dx.dtype(), "prefix_mean_bwd", [&](auto e) {
-    using R = decltype(e);
-    k_prefix_mean_bwd<R><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(dout), B, Tn, d, dev<R>(dx));
-  });
-  after_launch("prefix_mean_bwd");
-}
-// carry null: the plain prefix mean (prefix_mean_fwd).
-void prefix_mean_carry_fwd(Ctx c, CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out, Ptr out_op) {
+namespace {
+// k_prefix_mean_fwd: carry null, the plain prefix mean (pos0 0), per
+// document where doc_start is not null (a device array).
+void prefix_mean_launch(Ctx c, CPtr x, int B, int Tn, int d, int pos0, const int32_t* doc_start, Ptr carry, Ptr out,
+                        Ptr out_op) {
   const char* op = carry ? "prefix_mean_carry_fwd" : "prefix_mean_fwd";
   dispatch(x.dtype(), op, [&](auto e) {
     dispatch(out_op ? out_op.dtype() : x.dtype(), op, [&](auto eo) {
       using R = decltype(e);
       using O = decltype(eo);
-      k_prefix_mean_fwd<R, O><<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(x), B, Tn, d, pos0, dev<R>(carry),
-                                                                         dev<R>(out), dev<O>(out_op));
+      auto launch = [&](auto kernel) {
+        kernel<<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(x), B, Tn, d, pos0, doc_start, dev<R>(carry),
+                                                          dev<R>(out), dev<O>(out_op));
+      };
+      if (doc_start) launch(k_prefix_mean_fwd<R, O, true>);
+      else launch(k_prefix_mean_fwd<R, O, false>);
     });
   });
   after_launch(op);
+}
+}  // namespace
+
+void prefix_mean_fwd(Ctx c, CPtr x, int B, int Tn, int d, const int32_t* doc_start, Ptr out, Ptr out_op) {
+  prefix_mean_launch(c, x, B, Tn, d, 0, doc_start, nullptr, out, out_op);
+}
+void prefix_mean_bwd(Ctx c, CPtr dout, int B, int Tn, int d, const int32_t* doc_start, Ptr dx) {
+  dispatch(dx.dtype(), "prefix_mean_bwd", [&](auto e) {
+    using R = decltype(e);
+    auto launch = [&](auto kernel) {
+      kernel<<<scan_grid(B, d), scan_block(), 0, c.s>>>(dev<R>(dout), B, Tn, d, doc_start, dev<R>(dx));
+    };
+    if (doc_start) launch(k_prefix_mean_bwd<R, true>);
+    else launch(k_prefix_mean_bwd<R, false>);
+  });
+  after_launch("prefix_mean_bwd");
+}
+void prefix_mean_carry_fwd(Ctx c, CPtr x, int B, int Tn, int d, int pos0, Ptr carry, Ptr out, Ptr out_op) {
+  prefix_mean_launch(c, x, B, Tn, d, pos0, nullptr, carry, out, out_op);
 }
 
 void ctx_attention_fwd(Ctx c, CPtr q, CPtr kc, CPtr vc, int N, int nc, int H, int Hkv, int dh, int ldkv, Ptr out,

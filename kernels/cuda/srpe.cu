@@ -95,10 +95,12 @@ __device__ __forceinline__ void copy_k(const E* src, E* dst) {
 // the gate's H. A thread moves K consecutive pairs (j, j + dh/2) of one
 // head: K = 16 bytes of E where every head starts on a 16-byte boundary
 // (one 16-byte load and store per half), else 1; the pairs go through
-// srpe_pair as in k_srpe_apply, element by element (the same bits).
+// srpe_pair as in k_srpe_apply, element by element (the same bits). Row r =
+// b Tn + t takes the table row of its position: t, or t - doc_start[r] with
+// documents (doc_start may be null; docs/model.md §2 "Documents").
 template <class E, int K, bool kJoin>
-__global__ void k_srpe_split(E* fused, int B, int Tn, int H, int Hkv, int dh, const float* table, E* q, E* k, E* v,
-                             E* g) {
+__global__ void k_srpe_split(E* fused, int B, int Tn, int H, int Hkv, int dh, const float* table,
+                             const int32_t* doc_start, E* q, E* k, E* v, E* g) {
   const int half = dh / 2, per_head = half / K, nheads = 2 * (H + Hkv);
   const size_t width = size_t(nheads) * dh;
   const size_t n = size_t(B) * Tn * nheads * per_head;
@@ -124,7 +126,8 @@ __global__ void k_srpe_split(E* fused, int B, int Tn, int H, int Hkv, int dh, co
     float a[K], b[K], lo[K], hi[K];
     load_k<E, K>(src, a);
     load_k<E, K>(src + half, b);
-    const float* tab = table + (size_t(r % size_t(Tn)) * half + j) * 2;
+    const size_t pos = r % size_t(Tn) - (doc_start ? size_t(doc_start[r]) : 0);
+    const float* tab = table + (pos * half + j) * 2;
 #pragma unroll
     for (int e = 0; e < K; ++e) srpe_pair(a[e], b[e], tab[2 * e], tab[2 * e + 1], kJoin, lo[e], hi[e]);
     store_k<E, K>(dst, lo);
@@ -148,8 +151,8 @@ namespace {
 // k_srpe_split over B Tn rows, 16 bytes a thread where every pointer and
 // head start allows it.
 template <bool kJoin>
-void srpe_split(Ctx c, const char* op, DType t, void* fused, int B, int Tn, int H, int Hkv, int dh, CPtr table, void* q,
-                void* k, void* v, void* g) {
+void srpe_split(Ctx c, const char* op, DType t, void* fused, int B, int Tn, int H, int Hkv, int dh, CPtr table,
+                const int32_t* doc_start, void* q, void* k, void* v, void* g) {
   dispatch(t, op, [&](auto e) {
     using E = decltype(e);
     constexpr int W = int(16 / sizeof(E));
@@ -159,8 +162,8 @@ void srpe_split(Ctx c, const char* op, DType t, void* fused, int B, int Tn, int 
     auto launch = [&](auto kk) {
       constexpr int K = decltype(kk)::value;
       k_srpe_split<E, K, kJoin><<<grid_for(pairs / K), kThreads, 0, c.s>>>(
-          static_cast<E*>(fused), B, Tn, H, Hkv, dh, dev<float>(table), static_cast<E*>(q), static_cast<E*>(k),
-          static_cast<E*>(v), static_cast<E*>(g));
+          static_cast<E*>(fused), B, Tn, H, Hkv, dh, dev<float>(table), doc_start, static_cast<E*>(q),
+          static_cast<E*>(k), static_cast<E*>(v), static_cast<E*>(g));
     };
     if (vec) launch(std::integral_constant<int, W>{});
     else launch(std::integral_constant<int, 1>{});
@@ -170,28 +173,28 @@ void srpe_split(Ctx c, const char* op, DType t, void* fused, int B, int Tn, int 
 }  // namespace
 
 // SRPE fused with the Q|K|V|gate split and with its gradients' join: one
-// kernel (k_srpe_split) each way, no copies.
+// kernel (k_srpe_split) each way, no copies; with documents (doc_start, a
+// device array) each row rotates by its position in its document.
 void srpe_split_fwd(Ctx c, CPtr proj, int B, int Tn, int H, int Hkv, int dh, CPtr table, const int32_t* doc_start,
                     Ptr q, Ptr k, Ptr v, Ptr gate) {
-  no_documents(doc_start, "srpe_split_fwd");
   WIOLA_CHECK(dh % 2 == 0, "srpe_split_fwd: head dim ", dh, " is odd");
   const DType t = proj.dtype();
   WIOLA_CHECK(q.dtype() == t && k.dtype() == t && v.dtype() == t && gate.dtype() == t,
               "cuda srpe_split_fwd: q, k, v, gate not all ", dtype_name(t));
-  srpe_split<false>(c, "srpe_split_fwd", t, const_cast<void*>(proj.raw()), B, Tn, H, Hkv, dh, table, q.raw(), k.raw(),
-                    v.raw(), gate.raw());
+  srpe_split<false>(c, "srpe_split_fwd", t, const_cast<void*>(proj.raw()), B, Tn, H, Hkv, dh, table, doc_start, q.raw(),
+                    k.raw(), v.raw(), gate.raw());
 }
 void srpe_split_bwd(Ctx c, CPtr dq, CPtr dk, CPtr dv, CPtr dgate, int B, int Tn, int H, int Hkv, int dh, CPtr table,
                     const int32_t* doc_start, Ptr dproj) {
-  no_documents(doc_start, "srpe_split_bwd");
   WIOLA_CHECK(dh % 2 == 0, "srpe_split_bwd: head dim ", dh, " is odd");
   const DType t = dproj.dtype();
   WIOLA_CHECK(dq.dtype() == t && dk.dtype() == t && dv.dtype() == t && dgate.dtype() == t,
               "cuda srpe_split_bwd: dq, dk, dv, dgate not all ", dtype_name(t));
   // The kernel only reads the parts here (kJoin): their pointers lose const
   // to share one kernel with the forward, which writes them.
-  srpe_split<true>(c, "srpe_split_bwd", t, dproj.raw(), B, Tn, H, Hkv, dh, table, const_cast<void*>(dq.raw()),
-                   const_cast<void*>(dk.raw()), const_cast<void*>(dv.raw()), const_cast<void*>(dgate.raw()));
+  srpe_split<true>(c, "srpe_split_bwd", t, dproj.raw(), B, Tn, H, Hkv, dh, table, doc_start,
+                   const_cast<void*>(dq.raw()), const_cast<void*>(dk.raw()), const_cast<void*>(dv.raw()),
+                   const_cast<void*>(dgate.raw()));
 }
 
 }  // namespace wiola::cuda

@@ -1,7 +1,7 @@
 // The vocab-parallel embedding and the three-phase cross-entropy on the GPU.
 // The embedding's backward sums the rows of equal ids in token order (a
 // stable sort, no atomics); the cross-entropy takes one block per row, its
-// statistics in fp32.
+// statistics in fp32; a negative target (masked) adds no loss or gradient.
 #include <cub/cub.cuh>
 
 #include "kernels/cuda/common.cuh"
@@ -66,13 +66,20 @@ __global__ void k_ce_sumexp_target(const A* logits, const int32_t* targets, int 
     tgt[row] = (t >= 0 && t < V) ? ld(logits + row * V + t) : 0.f;
   }
 }
+// A negative target is a masked position (documents: an EOS's target,
+// docs/model.md §2): loss 0, and with Grad a zero gradient row.
 template <class A, bool Grad>
 __global__ void k_ce_loss(A* logits, const int32_t* targets, int V, int v0, const float* row_max, const float* sumexp,
                           const float* tgt, float scale, float* loss) {
   const size_t row = blockIdx.x;
   const float m = row_max[row], se = sumexp[row];
-  if (threadIdx.x == 0) loss[row] = logf(se) + m - tgt[row];
+  const bool masked = targets[row] < 0;
+  if (threadIdx.x == 0) loss[row] = masked ? 0.f : logf(se) + m - tgt[row];
   if (!Grad) return;
+  if (masked) {
+    for (int j = threadIdx.x; j < V; j += blockDim.x) st(logits + row * V + j, 0.f);
+    return;
+  }
   const float inv = 1.f / se;
   const int t = targets[row] - v0;
   for (int j = threadIdx.x; j < V; j += blockDim.x) {

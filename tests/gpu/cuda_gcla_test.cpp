@@ -1,22 +1,35 @@
 // The CUDA backend's GCLA pieces, SRPE and ATM (kernels/cuda/gcla.cu, srpe.cu,
 // atm.cu) against the CPU backend in the fp32 mode: prefix means, the context
-// attention, the rotation, and ATM's similarity, plan and row merges.
+// attention, the rotation, and ATM's similarity, plan and row merges; with
+// documents (and the cross-entropy's masked targets, vocab.cu) in both modes.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
-#include <functional>
-#include <string>
+#include <deque>
+#include <random>
 #include <tuple>
 #include <vector>
 
+#include "kernels/atm_plan.h"
 #include "tests/gpu/cuda_test_util.h"
-#include "util/error.h"
 
 namespace wiola {
 namespace {
 
 using namespace cuda_test;
+
+// An SRPE table [Tn, dh/2, 2] of (c, s) with a norm that varies by position.
+Vec srpe_test_table(int Tn, int dh) {
+  Vec table(size_t(Tn) * dh);
+  for (int t = 0; t < Tn; ++t)
+    for (int j = 0; j < dh / 2; ++j) {
+      const double th = t * std::pow(1e4, -2.0 * j / dh), rr = 1 + 0.1 * std::sin(0.01 * t);
+      table[(size_t(t) * dh / 2 + j) * 2] = float(rr * std::cos(th));
+      table[(size_t(t) * dh / 2 + j) * 2 + 1] = float(rr * std::sin(th));
+    }
+  return table;
+}
 
 TEST(CudaOps, GcladPiecesAndAtm) {
   REQUIRE_GPU();
@@ -73,13 +86,7 @@ TEST(CudaOps, GcladPiecesAndAtm) {
                             r.out(dkv, kv.size()), r.out(dk, kv.size())};
   });
   // SRPE with a non-trivial table, forward then the transpose.
-  Vec table(size_t(Tn) * dh);
-  for (int t = 0; t < Tn; ++t)
-    for (int j = 0; j < dh / 2; ++j) {
-      const double th = t * std::pow(1e4, -2.0 * j / dh), rr = 1 + 0.1 * std::sin(0.01 * t);
-      table[(size_t(t) * dh / 2 + j) * 2] = float(rr * std::cos(th));
-      table[(size_t(t) * dh / 2 + j) * 2 + 1] = float(rr * std::sin(th));
-    }
+  const Vec table = srpe_test_table(Tn, dh);
   same_on_gpu("srpe", 1e-6, [&](Ops<float>& o) {
     OnBackend r(o);
     float *bq = r.in(q), *tb = r.in(table), *b2 = r.in(q);
@@ -113,42 +120,174 @@ TEST(CudaOps, GcladPiecesAndAtm) {
   same_on_gpu("atm", 1e-6, atm);
 }
 
-// Documents (data.documents, docs/model.md §2) are not computed by the CUDA
-// kernels yet: every op given document starts refuses them, naming the key,
-// instead of computing something else.
-TEST(CudaOps, DocumentStartsRefused) {
-  REQUIRE_GPU();
-  auto o = make_cuda_ops(CudaPrecision::FP32);
-  const int B = 1, Tn = 8, d = 4, H = 2, Hkv = 1, dh = 4, N = B * Tn;
-  Buffer<float> x(*o, size_t(N) * d), y(*o, size_t(N) * d), q(*o, size_t(N) * H * dh), lse(*o, size_t(N) * H);
-  Buffer<float> proj(*o, size_t(N) * (2 * H + 2 * Hkv) * dh), k(*o, size_t(N) * Hkv * dh), table(*o, size_t(Tn) * dh);
-  Buffer<float, int32_t> ds(*o, N), gf(*o, N), ke(*o, N), ng(*o, B);
-  Buffer<float, double> rho(*o, size_t(B) * (Tn - 1));
-  Buffer<float, uint8_t> open(*o, N);
-  const AttnShape s{B, Tn, Tn, H, Hkv, dh, 0};
-  const AttnKeys keys{nullptr, nullptr, nullptr, ds.data()};
-  const std::function<void()> calls[] = {
-      [&] { o->prefix_mean_fwd(x.data(), B, Tn, d, ds.data(), y.data(), nullptr); },
-      [&] { o->prefix_mean_bwd(x.data(), B, Tn, d, ds.data(), y.data()); },
-      [&] { o->atm_plan(rho.data(), B, Tn, 0.9, ds.data(), open.data(), gf.data(), ke.data(), ng.data()); },
-      [&] {
-        o->srpe_split_fwd(proj.data(), B, Tn, H, Hkv, dh, table.data(), ds.data(), q.data(), k.data(), k.data(),
-                          q.data());
-      },
-      [&] {
-        o->srpe_split_bwd(q.data(), k.data(), k.data(), q.data(), B, Tn, H, Hkv, dh, table.data(), ds.data(),
-                          proj.data());
-      },
-      [&] { o->attention_fwd(s, keys, q.data(), k.data(), k.data(), nullptr, nullptr, q.data(), lse.data()); },
-  };
-  for (const auto& call : calls) {
-    try {
-      call();
-      ADD_FAILURE() << "document starts were accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("data.documents"), std::string::npos) << e.what();
-    }
+// Buffers of any storage type on one backend: host values in (rounded once
+// to the type), values out as floats; document starts and targets in.
+struct Typed {
+  Ops<float>& ops;
+  std::deque<DynBuffer<float>> bufs;
+  std::deque<Buffer<float, int32_t>> ints;
+  explicit Typed(Ops<float>& o) : ops(o) {}
+  Ptr in(DType t, const Vec& h) {
+    Buffer<float> f(ops, h.size());
+    ops.upload(f.data(), h.data(), f.bytes());
+    bufs.emplace_back(ops, t, h.size());
+    ops.convert(f.data(), bufs.back().data(), h.size());
+    return bufs.back().data();
   }
+  const int32_t* in(const std::vector<int32_t>& h) {
+    ints.emplace_back(ops, h.size());
+    ops.upload(ints.back().data(), h.data(), h.size() * sizeof(int32_t));
+    return ints.back().data();
+  }
+  Vec out(CPtr p, size_t n) {
+    Buffer<float> f(ops, n);
+    ops.convert(p, f.data(), n);
+    Vec h(n);
+    ops.download(h.data(), f.data(), f.bytes());
+    return h;
+  }
+};
+
+// Document starts [B, Tn] (model/model.cpp's document_starts) from each
+// sequence's document lengths.
+std::vector<int32_t> starts_of(const std::vector<std::vector<int>>& lens, int Tn) {
+  std::vector<int32_t> ds;
+  for (const auto& seq : lens) {
+    int first = 0;
+    for (const int len : seq) {
+      ds.insert(ds.end(), size_t(len), first);
+      first += len;
+    }
+    EXPECT_EQ(first, Tn) << "document lengths";
+  }
+  return ds;
+}
+
+// Documents (data.documents, docs/model.md §2) on the CUDA backend against the
+// CPU's, in fp32 (cpu, cuda-fp32) and in bf16 (cpu-bf16, cuda): the prefix
+// means restarting at each document, forward and backward; SRPE's split and
+// join with each document's positions; ATM's plan with no pair across a
+// start; the cross-entropy with masked (negative) targets. The documents:
+// EOS-only ones (one token), ones of two (ATM's pair) and of fewer rows than
+// a scan chunk, starts on a chunk's first row, and documents
+// across several chunks (the scans split Tn = 301 into chunks of 10 rows,
+// Tn = 37 into chunks of 2); a sequence with no start but 0.
+TEST(CudaOps, DocumentsMatchCpu) {
+  REQUIRE_GPU();
+  struct Shape {
+    int B, Tn, d;
+    std::vector<std::vector<int>> lens;
+  };
+  const Shape shapes[] = {{2, 301, 40, {{3, 1, 1, 5, 10, 45, 2, 150, 84}, {1, 299, 1}}},
+                          {3, 37, 64, {{1, 1, 2, 3, 30}, {37}, {5, 1, 14, 17}}}};
+  for (const Shape& sh : shapes) {
+    const int sB = sh.B, sTn = sh.Tn, sd = sh.d;  // captured by the lambdas below
+    SCOPED_TRACE(testing::Message() << "B " << sB << " Tn " << sTn);
+    const std::vector<int32_t> ds = starts_of(sh.lens, sTn);
+    const size_t n = size_t(sB) * sTn * sd;
+    const Vec x = randn(n, 12), dout = randn(n, 13);
+    // The summaries: residual-type x (fp32 in both modes, and the
+    // activation type), the GEMM operand copy in the activation type.
+    auto prefix = [&](Ops<float>& o) {
+      Typed r(o);
+      std::vector<Vec> outs;
+      std::vector<DType> residual{DType::F32};
+      if (o.precision().act != DType::F32) residual.push_back(o.precision().act);
+      for (const DType res : residual) {
+        const Ptr out = r.in(res, Vec(n)), op = r.in(o.precision().act, Vec(n)), dx = r.in(res, Vec(n, 1.f));
+        const int32_t* bds = r.in(ds);
+        o.prefix_mean_fwd(r.in(res, x), sB, sTn, sd, bds, out, op);
+        o.prefix_mean_bwd(r.in(res, dout), sB, sTn, sd, bds, dx);
+        for (const CPtr p : {CPtr(out), CPtr(op), CPtr(dx)}) outs.push_back(r.out(p, n));
+      }
+      return outs;
+    };
+    same_on_gpu("prefix means, documents", 1e-6, prefix);
+    same_on_gpu_bf16("prefix means, documents bf16", 8e-3, prefix);
+  }
+
+  // SRPE split and join (16 bytes a thread at dh 16, one element at dh 6),
+  // the table's row of each position in its document.
+  const int B = 3, Tn = 37;
+  const std::vector<int32_t> ds = starts_of({{1, 1, 2, 3, 30}, {37}, {5, 1, 14, 17}}, Tn);
+  for (const int dh : {16, 6}) {
+    const int H = 4, Hkv = 2, N = B * Tn;
+    const size_t nq = size_t(N) * H * dh, nk = size_t(N) * Hkv * dh, nw = 2 * (nq + nk);
+    const Vec table = srpe_test_table(Tn, dh);
+    const Vec proj = randn(nw, 40), g = randn(nw, 41);
+    auto srpe = [&](Ops<float>& o) {
+      Typed r(o);
+      const DType act = o.precision().act;
+      const int32_t* bds = r.in(ds);
+      const Ptr tab = r.in(DType::F32, table), p = r.in(act, proj), dp = r.in(act, Vec(nw));
+      const Ptr q = r.in(act, Vec(nq)), k = r.in(act, Vec(nk)), v = r.in(act, Vec(nk)), gate = r.in(act, Vec(nq));
+      const CPtr gs = r.in(act, g);
+      o.srpe_split_fwd(p, B, Tn, H, Hkv, dh, tab, bds, q, k, v, gate);
+      o.srpe_split_bwd(gs, gs + nq, gs + (nq + nk), gs + (nq + 2 * nk), B, Tn, H, Hkv, dh, tab, bds, dp);
+      return std::vector<Vec>{r.out(q, nq), r.out(k, nk), r.out(v, nk), r.out(gate, nq), r.out(dp, nw)};
+    };
+    same_on_gpu("srpe split, documents", 1e-6, srpe);
+    same_on_gpu_bf16("srpe split, documents bf16", 8e-3, srpe);
+  }
+
+  // ATM's plan: every pair above tau at a document's start, so that only
+  // the documents keep them apart (the plan differs without them).
+  std::vector<double> rho(size_t(B) * (Tn - 1));
+  std::mt19937_64 rg(5);
+  for (auto& v : rho) v = double(rg() % 2001) / 1000.0 - 1.0;
+  for (int b = 0; b < B; ++b)
+    for (int t = 1; t < Tn; ++t)
+      if (ds[size_t(b) * Tn + t] == t) rho[size_t(b) * (Tn - 1) + t - 1] = 0.99;
+  const double tau = 0.2;
+  same_on_gpu("atm plan, documents", 1e-6, [&](Ops<float>& o) {
+    Typed r(o);
+    Buffer<float, double> br(o, rho.size());
+    o.upload(br.data(), rho.data(), rho.size() * sizeof(double));
+    Buffer<float, uint8_t> open(o, size_t(B) * Tn);
+    Buffer<float, int32_t> gf(o, size_t(B) * Tn), ke(o, size_t(B) * Tn), ng(o, B);
+    o.atm_plan(br.data(), B, Tn, tau, r.in(ds), open.data(), gf.data(), ke.data(), ng.data());
+    std::vector<uint8_t> op(open.size());
+    std::vector<int32_t> f(gf.size()), e(ke.size()), c(ng.size());
+    o.download(op.data(), open.data(), op.size());
+    o.download(f.data(), gf.data(), f.size() * 4);
+    o.download(e.data(), ke.data(), e.size() * 4);
+    o.download(c.data(), ng.data(), c.size() * 4);
+    for (int b = 0; b < B; ++b)  // no pair crosses a start
+      for (int t = 0; t + 1 < Tn; ++t)
+        EXPECT_FALSE(op[size_t(b) * Tn + t] && ds[size_t(b) * Tn + t + 1] == t + 1) << b << " " << t;
+    std::vector<uint8_t> plain(static_cast<size_t>(Tn));
+    atm_greedy_row(rho.data(), Tn, tau, plain.data());
+    EXPECT_NE(std::vector<uint8_t>(op.begin(), op.begin() + Tn), plain) << "the documents changed no merge";
+    return std::vector<Vec>{Vec(op.begin(), op.end()), Vec(f.begin(), f.end()), Vec(e.begin(), e.end()),
+                            Vec(c.begin(), c.end())};
+  });
+
+  // Cross-entropy with masked targets (the EOS positions' with documents):
+  // loss 0 and a zero gradient row; a vocab slice [v0, v0 + V).
+  const int N = 60, V = 517, v0 = 40;
+  const Vec logits = randn(size_t(N) * V, 10, 3.f);
+  std::vector<int32_t> tg(N);
+  for (int i = 0; i < N; ++i) tg[size_t(i)] = i % 5 == 2 ? -1 : int32_t(rg() % 600);
+  auto ce = [&](Ops<float>& o) {
+    Typed r(o);
+    const DType F = DType::F32;
+    const int32_t* bt = r.in(tg);
+    const Ptr lg = r.in(o.precision().act, logits), mx = r.in(F, Vec(N)), se = r.in(F, Vec(N)), t = r.in(F, Vec(N));
+    const Ptr loss = r.in(F, Vec(N, 5.f)), l2 = r.in(F, Vec(N, 5.f));
+    o.ce_row_max(lg, N, V, mx);
+    o.ce_sumexp_target(lg, bt, N, V, v0, mx, se, t);
+    o.ce_loss(lg, bt, N, V, v0, mx, se, t, l2);
+    o.ce_loss_grad(lg, bt, N, V, v0, mx, se, t, 0.01, loss);
+    std::vector<Vec> outs{r.out(loss, N), r.out(l2, N), r.out(lg, logits.size())};
+    for (int i = 2; i < N; i += 5) {  // the masked rows: nothing
+      EXPECT_EQ(outs[0][size_t(i)], 0.f);
+      EXPECT_EQ(outs[1][size_t(i)], 0.f);
+      for (int j = 0; j < V; ++j) EXPECT_EQ(outs[2][size_t(i) * V + j], 0.f);
+    }
+    return outs;
+  };
+  same_on_gpu("cross-entropy, masked targets", 2e-5, ce);
+  same_on_gpu_bf16("cross-entropy, masked bf16", 8e-3, ce);
 }
 
 }  // namespace

@@ -27,26 +27,35 @@ using namespace cuda_test;
 using checks::segments;
 
 // The whole model step in fp32: loss, every gradient, parameters after
-// AdamW, and ATM decisions, against the CPU step.
-TEST(CudaModel, StepMatchesCpu) {
-  REQUIRE_GPU();
+// AdamW, and ATM decisions, against the CPU step; with documents
+// (docs/model.md §2; eos >= 0) each window holds several, the EOS targets
+// masked and the loss scaled by the targets that count.
+void step_matches_cpu(int32_t eos) {
   ModelConfig c = model_preset("wiola-tiny");
   c.tau = 0.5;  // merges in the ATM layers
   const int B = 2;
   std::mt19937_64 rg(3);
   std::vector<int32_t> tok(size_t(B) * (c.T + 1));
   for (auto& t : tok) t = int32_t(rg() % uint64_t(c.V));
+  ModelOptions mo{B, false, false};
+  if (eos >= 0) {
+    mo.documents_eos = eos;
+    for (auto& t : tok) t = t == eos ? eos + 1 : t;  // EOS only where placed:
+    // [0,5) [5,6) (only an EOS) [6,9) [9,T) in the first window, [0,20) [20,T) in the second
+    tok[4] = tok[5] = tok[8] = tok[size_t(c.T + 1) + 19] = eos;
+  }
+  const double scale = 1.0 / double(counted_targets(tok.data(), B, c.T, eos));
   struct Out {
     double loss;
     Vec grads, after;
     std::vector<std::vector<uint8_t>> atm;
   };
   auto step = [&](Ops<float>& ops) {
-    Model<float> m(ops, c, ModelShard{}, nullptr, ModelOptions{B, false, false});
+    Model<float> m(ops, c, ModelShard{}, nullptr, mo);
     m.init(5);
     m.zero_grads();
     Out o;
-    o.loss = m.train_micro_step(tok.data(), 1.0 / (B * c.T));
+    o.loss = m.train_micro_step(tok.data(), scale);
     o.grads.resize(m.n_params());
     ops.download(o.grads.data(), m.grads(), o.grads.size() * 4);
     for (int l = 0; l < c.L; ++l) o.atm.push_back(m.atm_open(l));
@@ -59,13 +68,33 @@ TEST(CudaModel, StepMatchesCpu) {
   };
   auto cpu = make_backend<float>("cpu");
   auto gpu = make_cuda_ops(CudaPrecision::FP32);
-  const Out a = step(*cpu), b = step(*gpu);
+  const Out a = step(*cpu);
+  Out b;
+  try {
+    b = step(*gpu);
+  } catch (const Error& e) {
+    // Until the CUDA self-attention kernels take documents (issue 46; the
+    // other half of the CUDA work), attention_fwd refuses document starts.
+    const std::string what = e.what();
+    if (eos >= 0 && what.find("attention") != std::string::npos && what.find("data.documents") != std::string::npos)
+      GTEST_SKIP() << "the CUDA self-attention refuses documents on this build: " << what;
+    throw;
+  }
   std::printf("  loss cpu %.8f gpu %.8f; grads max rel %.2e; params after AdamW max rel %.2e\n", a.loss, b.loss,
               rel(a.grads, b.grads), rel(a.after, b.after));
   EXPECT_LT(std::abs(a.loss - b.loss) / a.loss, 1e-5);
   EXPECT_LT(rel(a.grads, b.grads), 1e-4);
   EXPECT_LT(rel(a.after, b.after), 1e-4);
   EXPECT_EQ(a.atm, b.atm);
+}
+
+TEST(CudaModel, StepMatchesCpu) {
+  REQUIRE_GPU();
+  step_matches_cpu(-1);
+}
+TEST(CudaModel, StepMatchesCpuWithDocuments) {
+  REQUIRE_GPU();
+  step_matches_cpu(2);
 }
 
 // CUDA Graphs (train.cuda_graphs = layers; docs/gpu.md): five steps of

@@ -37,10 +37,11 @@ double rel(const Vec& a, const Vec& b, double floor) {
   return d / m;
 }
 
-void same_on_gpu(const char* name, double tol, const std::function<std::vector<Vec>(Ops<float>&)>& f) {
-  auto cpu = make_backend<float>("cpu");
-  auto gpu = make_cuda_ops(CudaPrecision::FP32);
-  const auto a = f(*cpu), b = f(*gpu);
+namespace {
+// f on the reference backend and on the GPU's: every output within tol.
+void same_on(const char* name, double tol, Ops<float>& ref, Ops<float>& gpu,
+             const std::function<std::vector<Vec>(Ops<float>&)>& f) {
+  const auto a = f(ref), b = f(gpu);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(a[i].size(), b[i].size()) << name << " output " << i;
@@ -48,6 +49,14 @@ void same_on_gpu(const char* name, double tol, const std::function<std::vector<V
     std::printf("  %-28s output %zu: max rel diff %.2e (tol %.0e)\n", name, i, e, tol);
     EXPECT_LT(e, tol) << name << " output " << i;
   }
+}
+}  // namespace
+
+void same_on_gpu(const char* name, double tol, const std::function<std::vector<Vec>(Ops<float>&)>& f) {
+  same_on(name, tol, *make_backend<float>("cpu"), *make_cuda_ops(CudaPrecision::FP32), f);
+}
+void same_on_gpu_bf16(const char* name, double tol, const std::function<std::vector<Vec>(Ops<float>&)>& f) {
+  same_on(name, tol, *make_backend<float>("cpu-bf16"), *make_cuda_ops(CudaPrecision::BF16), f);
 }
 
 Vec bf16_round_trip(Ops<float>& gpu, const Vec& h, DynBuffer<float>& dst) {

@@ -44,6 +44,9 @@ double rel(const Vec& a, const Vec& b, double floor = 1e-20);
 
 // Runs f on the CPU backend and on cuda-fp32; every output within tol.
 void same_on_gpu(const char* name, double tol, const std::function<std::vector<Vec>(Ops<float>&)>& f);
+// The same on the cpu-bf16 backend and on cuda (bf16): f takes its bf16
+// buffers' type from the backend (precision().act).
+void same_on_gpu_bf16(const char* name, double tol, const std::function<std::vector<Vec>(Ops<float>&)>& f);
 
 // Rounds h through the bf16 buffer dst on the GPU; returns the rounded values.
 Vec bf16_round_trip(Ops<float>& gpu, const Vec& h, DynBuffer<float>& dst);

@@ -14,6 +14,10 @@
 #   gpu2cpu   a cuda-fp32 checkpoint of step 4 continued on the CPU to step 8,
 #   cpu2gpu   and the reverse: each within those bounds of the other backend's
 #             uninterrupted run
+#   documents `cuda-fp32` against the CPU with data.documents = true, 8 steps
+#             on shards where every Brown paragraph is a document (about 40
+#             tokens: several per window, each with its EOS target masked):
+#             the bounds of "cpu"
 #   nccl      bf16 with parallel.data_plane = "nccl" (single-rank NCCL
 #             communicators in the trainer) against the default: bit for bit
 #   decode    `wiola generate --check-greedy --backend cuda` on the bf16 run's
@@ -116,6 +120,31 @@ switch() {  # switch NAME FIRST SECOND REFERENCE
 echo "== gpu2cpu, cpu2gpu: a checkpoint of step $half continued on the other backend"
 switch gpu2cpu cuda-fp32 cpu gpu32
 switch cpu2gpu cpu cuda-fp32 cpu32
+
+# ---- documents: packed documents (data.documents) on cuda-fp32 against the CPU ----
+# Shards of short documents: each paragraph (line) of the same text a document
+# of its own (a blank line after each), so that most windows hold several.
+echo "== documents: cuda-fp32 against cpu with data.documents = true, $small_steps steps"
+sed 's/$/\n/' "$work/brown.txt" > "$work/paragraphs.txt"
+"$w" prep --no-progress --tokenizer data/wiola360m/tokenizer.json --output "$work/docshards" \
+  "$work/paragraphs.txt" | grep "train:"  # its tokens and documents
+docs=("${fp[@]}" --set data.documents=true --set "data.path=$work/docshards/manifest.json")
+train docgpu --set train.backend=cuda-fp32 "${docs[@]}" > "$work/docgpu.log" 2>&1
+r1=$?
+cat "$work/docgpu.log"
+# Until the CUDA self-attention kernels take document starts (issue 46, the
+# other half of the CUDA work) they refuse them: the check is skipped, said here.
+if [ "$r1" != 0 ] && grep -q "attention_fwd: document masking" "$work/docgpu.log"; then
+  echo "== documents: SKIPPED (the CUDA self-attention refuses documents in this build)"
+else
+  train doccpu --set train.backend=cpu "${docs[@]}"
+  r2=$?
+  figs=$(ckpt_diff "$work/doccpu/ck" "$work/docgpu/ck" --tol 1e-5); same=$?
+  lr=$(loss_rel "$work/doccpu" "$work/docgpu")
+  ok=0
+  [ "$r1" = 0 ] && [ "$r2" = 0 ] && [ "$same" = 0 ] && losses_ok "$lr" within && ok=1
+  record documents $ok "{\"gpu_exit\": $r1, \"cpu_exit\": $r2, \"diff\": $figs, \"losses\": $lr}"
+fi
 
 # ---- nccl: single-rank NCCL data plane in the trainer ----
 # Against the resume check's uninterrupted run (the default data plane) at one

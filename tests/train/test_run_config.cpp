@@ -359,14 +359,12 @@ TEST_F(RunConfigTest, ValidationOfTrainParallelCheckpoint) {
   const std::string m2 = error_of([&] { validate_run_config(rc); });
   EXPECT_CONTAINS(m2, "hand.toml");
   EXPECT_CONTAINS(m2, "train.seed");
-  // data.documents (docs/model.md §2 "Documents"): the CPU backends compute
-  // it, the CUDA backend refuses it with one message naming the key.
+  // data.documents (docs/model.md §2 "Documents"): every backend computes it.
   EXPECT_TRUE(load_run_config("", {"data.documents=true"}).data.documents);
   EXPECT_FALSE(load_run_config("", {}).data.documents);
   const auto names = backend_names();
   if (std::find(names.begin(), names.end(), "cuda") != names.end()) {
-    EXPECT_CONTAINS(load_error("", {"train.backend=cuda", "data.documents=true"}), "data.documents");
-    EXPECT_NO_THROW(load_run_config("", {"train.backend=cuda"}));
+    EXPECT_TRUE(load_run_config("", {"train.backend=cuda", "data.documents=true"}).data.documents);
   }
 }
 
