@@ -344,10 +344,7 @@ void run_attention_documents(Ops<float>& g, const Shapes& sh, const Options& o, 
       line = "FAILED its check (not timed): " + j["check"]["max_rel"].dump();
     }
   } catch (const std::exception& e) {
-    g.synchronize();
-    j["ok"] = false;
-    j["error"] = e.what();
-    line = std::string("ERROR: ") + e.what();
+    line = put_error(g, j, e);
   }
   rep.emit(j);
   std::printf("attention documents fwd+bwd (mean %d) B=%d T=%d H=%d Hkv=%d dh=%d: %s\n", mean, sh.B, sh.T, sh.cfg.H,
