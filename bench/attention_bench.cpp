@@ -18,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/document_layout.h"
 #include "kernels/cpu/attention.h"
 
 namespace {
@@ -66,16 +67,9 @@ struct Inputs {
   wiola::AttnKeys keys{};  // documents: keys.doc_start = starts
   std::vector<int32_t> starts;
   // Documents of random lengths with mean `mean_len` (exponential, seeded)
-  // in every window.
+  // in every window: the layout of wiola_kernel_bench's documents row.
   void documents(int mean_len) {
-    std::mt19937_64 rng(7);
-    std::exponential_distribution<double> len(1.0 / mean_len);
-    starts.resize(size_t(s.B) * s.Tq);
-    for (int b = 0; b < s.B; ++b)
-      for (int t = 0, start = 0, next = int(len(rng)) + 1; t < s.Tq; ++t) {
-        if (t == next) start = t, next = t + int(len(rng)) + 1;
-        starts[size_t(b) * s.Tq + t] = start;
-      }
+    starts = wiola::bench::random_documents(s.B, s.Tq, mean_len);
     keys.doc_start = starts.data();
   }
   void fwd() {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -105,6 +106,9 @@ struct Timing {
 // interface's timeline on the backend's stream) before and after each.
 Timing time_op(Ops<float>& ops, const Options& o, const std::function<void()>& f);
 void put_timing(json& j, const Timing& t);
+// A result whose ops threw e: synchronises (the error is reported, the stream
+// drained), marks j not ok with the message; returns the log line "ERROR: ...".
+std::string put_error(Ops<float>& g, json& j, const std::exception& e);
 
 // A rate: its JSON key, its unit, and the amount per unit per second.
 struct RateUnit {

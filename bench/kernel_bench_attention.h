@@ -19,22 +19,26 @@ inline constexpr const char* kAttnFlopRule =
 double attn_fwd_flops(const AttnShape& s);
 
 // One attention problem on the GPU: bf16 q, k, v, dout; for ATM the merge plan
-// of random X-tilde and the merged keys and values; outputs.
+// of random X-tilde and the merged keys and values; packed documents
+// (doc_start, bench/document_layout.h) or none; outputs.
 struct AttnProblem {
   AttnShape s;
   bool atm = false;
   size_t nq = 0, nk = 0, nl = 0;
   DynBuffer<float> q, k, v, dout, mk, mv, o, dq, dk, dv, drk, drv;
   Buffer<float> lse;
-  Buffer<float, int32_t> key_end, n_groups, group_first;
+  Buffer<float, int32_t> key_end, n_groups, group_first, doc_start;
   Buffer<float, uint8_t> open;
   double tau = 0, merged_pairs = 0, keys_frac = 1;
-  // Host copies (bf16 values) for the correctness check.
+  // Host copies (bf16 values) for the correctness check; hdoc: the document
+  // starts (empty: one document a window).
   Vec hq, hk, hv, hdout;
+  std::vector<int32_t> hdoc;
 
   AttnKeys keys() const {
-    if (!atm) return AttnKeys{};
-    return AttnKeys{key_end.data(), n_groups.data(), open.data()};
+    AttnKeys a = atm ? AttnKeys{key_end.data(), n_groups.data(), open.data()} : AttnKeys{};
+    if (!hdoc.empty()) a.doc_start = doc_start.data();
+    return a;
   }
   CPtr keys_k() const { return atm ? CPtr(mk.data()) : CPtr(k.data()); }
   CPtr keys_v() const { return atm ? CPtr(mv.data()) : CPtr(v.data()); }
@@ -49,7 +53,10 @@ struct AttnProblem {
   }
 };
 
-std::unique_ptr<AttnProblem> make_attn(Ops<float>& g, const Shapes& sh, int B, int T, bool atm, uint64_t seed);
+// mean_doc_len > 0: plain causal attention over windows of packed documents
+// of that mean length (bench/document_layout.h; not with ATM).
+std::unique_ptr<AttnProblem> make_attn(Ops<float>& g, const Shapes& sh, int B, int T, bool atm, uint64_t seed,
+                                       int mean_doc_len = 0);
 
 // The CPU backend's o, lse, dq, dk, dv (and draw_k, draw_v for ATM) on
 // exactly the GPU problem's bf16 inputs (merged keys as the GPU merged them).

@@ -89,6 +89,13 @@ void put_timing(json& j, const Timing& t) {
   j["reps"] = t.reps;
 }
 
+std::string put_error(Ops<float>& g, json& j, const std::exception& e) {
+  g.synchronize();
+  j["ok"] = false;
+  j["error"] = e.what();
+  return std::string("ERROR: ") + e.what();
+}
+
 Rated time_rated(Ops<float>& g, const Options& o, json& j, const RateUnit& u, double amount, double peak,
                  const std::function<void()>& f) {
   Rated r;

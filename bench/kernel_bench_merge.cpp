@@ -229,10 +229,7 @@ void run_merges(Ops<float>& g, const Shapes& sh, const Options& o, Report& rep) 
     try {
       line = run_merge_case(g, o, op, m, j);
     } catch (const std::exception& e) {
-      g.synchronize();
-      j["ok"] = false;
-      j["error"] = e.what();
-      line = std::string("ERROR: ") + e.what();
+      line = put_error(g, j, e);
     }
     rep.emit(j);
     std::printf("gemm merge %-20s x%-3ld: %s\n", m.name.c_str(), m.per_step, line.c_str());

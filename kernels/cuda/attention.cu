@@ -11,7 +11,11 @@
 // p = q_pos0 + i iff j < n_keys[b] and key_end[b, j] <= p (key_end null: j <=
 // p); rows are sorted by key_end, so the visible rows are a prefix. A query
 // whose position opens a merged pair also sees its own raw key/value
-// (self_open).
+// (self_open). Documents (doc_start): a query sees only the rows of its
+// document (attention_common.cuh), and the loops visit only those: the
+// forward and dq from its document's first row, dk/dv up to the last query of
+// the row's document.
+#include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.cuh"
 #include "util/error.h"
@@ -22,14 +26,8 @@ namespace {
 constexpr int kMaxPerLane = 8;  // head dims up to 256
 constexpr int kWarpsPerBlock = 8;
 
-struct KeysDev {
-  const int32_t* key_end;
-  const int32_t* n_keys;
-  const uint8_t* self_open;
-};
-
-__device__ __forceinline__ int n_keys_of(const KeysDev& k, int b, int Tk) { return k.n_keys ? k.n_keys[b] : Tk; }
-__device__ __forceinline__ int end_of(const KeysDev& k, int b, int Tk, int j) {
+__device__ __forceinline__ int n_keys_of(const AttnKeys& k, int b, int Tk) { return k.n_keys ? k.n_keys[b] : Tk; }
+__device__ __forceinline__ int end_of(const AttnKeys& k, int b, int Tk, int j) {
   return k.key_end ? k.key_end[size_t(b) * Tk + j] : j;
 }
 
@@ -55,7 +53,7 @@ __device__ __forceinline__ void load_row(float (&a)[kMaxPerLane], const E* row, 
 
 // Forward: one warp per (b, h, query i).
 template <class A>
-__global__ void k_attention_fwd(AttnShape s, KeysDev keys, const A* q, const A* k, const A* v, const A* raw_k,
+__global__ void k_attention_fwd(AttnShape s, AttnKeys keys, const A* q, const A* k, const A* v, const A* raw_k,
                                 const A* raw_v, A* o, float* lse) {
   const int warp = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (warp >= s.B * s.H * s.Tq) return;
@@ -81,7 +79,8 @@ __global__ void k_attention_fwd(AttnShape s, KeysDev keys, const A* q, const A* 
     }
   };
   const int nk = n_keys_of(keys, b, s.Tk);
-  for (int j = 0; j < nk && end_of(keys, b, s.Tk, j) <= p; ++j) {
+  const int j_lo = doc_first_key(keys, b, s.Tk, nk, doc_start_of(keys.doc_start, b, s.Tq, i));
+  for (int j = j_lo; j < nk && end_of(keys, b, s.Tk, j) <= p; ++j) {
     const size_t row = (size_t(b) * s.Tk + j) * kv_ld + size_t(g) * dh;
     visit(k + row, v + row);
   }
@@ -113,9 +112,10 @@ __global__ void k_attention_bwd_rowdot(AttnShape s, const A* o, const A* dout, f
 }
 
 // dq, and the raw self key/value gradients: one warp per (b, query i, KV
-// group g), looping over the group's heads.
-template <class A>
-__global__ void k_attention_bwd_dq(AttnShape s, KeysDev keys, const A* q, const A* k, const A* v, const A* raw_k,
+// group g), looping over the group's heads. kDocs: with document starts (a
+// kernel of its own: the one without keeps its registers, ptxas_budget.json).
+template <class A, bool kDocs>
+__global__ void k_attention_bwd_dq(AttnShape s, AttnKeys keys, const A* q, const A* k, const A* v, const A* raw_k,
                                    const A* raw_v, const float* lse, const float* D, const A* dout, A* dq, A* draw_k,
                                    A* draw_v) {
   const int warp = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -151,9 +151,18 @@ __global__ void k_attention_bwd_dq(AttnShape s, KeysDev keys, const A* q, const 
       }
       return PDs{pj, ds};
     };
-    for (int j = 0; j < nk && end_of(keys, b, s.Tk, j) <= p; ++j) {
-      const size_t row = (size_t(b) * s.Tk + j) * kv_ld + size_t(g) * dh;
-      grad(k + row, v + row);
+    if constexpr (kDocs) {
+      // The key rows the query sees, its document's up to its position
+      // (found for each head: held across the heads they cost registers).
+      const size_t row0 = size_t(b) * s.Tk * kv_ld + size_t(g) * dh;
+      const size_t lo = row0 + doc_first_key(keys, b, s.Tk, nk, keys.doc_start[size_t(b) * s.Tq + i]) * kv_ld;
+      const size_t hi = row0 + visible_prefix(keys.key_end, b, s.Tk, nk, p) * kv_ld;
+      for (size_t row = lo; row < hi; row += kv_ld) grad(k + row, v + row);
+    } else {
+      for (int j = 0; j < nk && end_of(keys, b, s.Tk, j) <= p; ++j) {
+        const size_t row = (size_t(b) * s.Tk + j) * kv_ld + size_t(g) * dh;
+        grad(k + row, v + row);
+      }
     }
     if (self) {
       const PDs r = grad(raw_k + raw_row, raw_v + raw_row);
@@ -182,9 +191,9 @@ __global__ void k_attention_bwd_dq(AttnShape s, KeysDev keys, const A* q, const 
 }
 
 // dk, dv: one warp per (b, key row j, KV group g), over the queries that see
-// the row (positions >= its key_end) and the group's heads.
+// the row (positions >= its key_end, within its document) and the group's heads.
 template <class A>
-__global__ void k_attention_bwd_dkv(AttnShape s, KeysDev keys, const A* q, const A* k, const A* v, const float* lse,
+__global__ void k_attention_bwd_dkv(AttnShape s, AttnKeys keys, const A* q, const A* k, const A* v, const float* lse,
                                     const float* D, const A* dout, A* dk, A* dv) {
   const int warp = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (warp >= s.B * s.Tk * s.Hkv) return;
@@ -199,9 +208,10 @@ __global__ void k_attention_bwd_dkv(AttnShape s, KeysDev keys, const A* q, const
 #pragma unroll
   for (int e = 0; e < kMaxPerLane; ++e) ak[e] = av[e] = 0.f;
   if (j < n_keys_of(keys, b, s.Tk)) {
-    const int i0 = max(0, end_of(keys, b, s.Tk, j) - s.q_pos0);
+    const int e = end_of(keys, b, s.Tk, j);
+    const int i0 = max(0, e - s.q_pos0), i1 = doc_query_end(keys.doc_start, b, s.Tq, e);
     for (int h = g; h < s.H; h += s.Hkv)
-      for (int i = i0; i < s.Tq; ++i) {
+      for (int i = i0; i < i1; ++i) {
         const size_t qoff = (size_t(b) * s.Tq + i) * q_ld + size_t(h) * dh;
         const float L = lse[(size_t(b) * s.H + h) * s.Tq + i], Dv = D[(size_t(b) * s.H + h) * s.Tq + i];
         float sc = 0.f, dp = 0.f;
@@ -250,17 +260,15 @@ void check_shape(const AttnShape& s, const char* op) {
 void attention_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                    Ptr o, Ptr lse) {
   check_shape(s, "attention_fwd");
-  no_documents(keys.doc_start, "attention_fwd");
   WIOLA_CHECK(!keys.self_open || (raw_k && raw_v), "attention: self_open given without raw keys/values");
   if (attention_fwd_tc(c, s, keys, q, k, v, raw_k, raw_v, o, lse)) {
     after_launch("attention_fwd (tensor cores)");
     return;
   }
-  const KeysDev kd{keys.key_end, keys.n_keys, keys.self_open};
   dispatch(q.dtype(), "attention_fwd", [&](auto e) {
     using A = decltype(e);
     k_attention_fwd<A><<<blocks_of_warps(size_t(s.B) * s.H * s.Tq), 32 * kWarpsPerBlock, 0, c.s>>>(
-        s, kd, dev<A>(q), dev<A>(k), dev<A>(v), dev<A>(raw_k), dev<A>(raw_v), dev<A>(o), dev<float>(lse));
+        s, keys, dev<A>(q), dev<A>(k), dev<A>(v), dev<A>(raw_k), dev<A>(raw_v), dev<A>(o), dev<float>(lse));
   });
   after_launch("attention_fwd");
 }
@@ -268,9 +276,7 @@ void attention_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr
 void attention_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
                    CPtr o, CPtr lse, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
   check_shape(s, "attention_bwd");
-  no_documents(keys.doc_start, "attention_bwd");
   WIOLA_CHECK(!keys.self_open || (draw_k && draw_v), "attention_bwd: self_open given without draw_k/draw_v");
-  const KeysDev kd{keys.key_end, keys.n_keys, keys.self_open};
   DeviceTemp D(c.mem, size_t(s.B) * s.H * s.Tq * sizeof(float), "attention_bwd row terms");
   const int threads = 32 * kWarpsPerBlock;
   dispatch(q.dtype(), "attention_bwd", [&](auto e) {
@@ -284,11 +290,12 @@ void attention_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr
   }
   dispatch(q.dtype(), "attention_bwd", [&](auto e) {
     using A = decltype(e);
-    k_attention_bwd_dq<A><<<blocks_of_warps(size_t(s.B) * s.Tq * s.Hkv), threads, 0, c.s>>>(
-        s, kd, dev<A>(q), dev<A>(k), dev<A>(v), dev<A>(raw_k), dev<A>(raw_v), dev<float>(lse), D.as<float>(),
+    auto dq_kernel = keys.doc_start ? k_attention_bwd_dq<A, true> : k_attention_bwd_dq<A, false>;
+    dq_kernel<<<blocks_of_warps(size_t(s.B) * s.Tq * s.Hkv), threads, 0, c.s>>>(
+        s, keys, dev<A>(q), dev<A>(k), dev<A>(v), dev<A>(raw_k), dev<A>(raw_v), dev<float>(lse), D.as<float>(),
         dev<A>(dout), dev<A>(dq), dev<A>(draw_k), dev<A>(draw_v));
     k_attention_bwd_dkv<A><<<blocks_of_warps(size_t(s.B) * s.Tk * s.Hkv), threads, 0, c.s>>>(
-        s, kd, dev<A>(q), dev<A>(k), dev<A>(v), dev<float>(lse), D.as<float>(), dev<A>(dout), dev<A>(dk), dev<A>(dv));
+        s, keys, dev<A>(q), dev<A>(k), dev<A>(v), dev<float>(lse), D.as<float>(), dev<A>(dout), dev<A>(dk), dev<A>(dv));
   });
   after_launch("attention_bwd");
 }

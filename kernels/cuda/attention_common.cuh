@@ -1,7 +1,8 @@
 // What the two bf16 self-attention implementations share (attention_tc.cu:
 // WMMA tiles in shared memory; attention_fa2_{fwd,bwd}.cu: the FlashAttention-2 form in
-// registers): the visible key prefix of a position, whether the device grants
-// a block's shared memory, and the raw self-key gradients of one query row.
+// registers): the visible key range of a position (a prefix, or with documents
+// the rows of the position's document), whether the device grants a block's
+// shared memory, and the raw self-key gradients of one query row.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +22,55 @@ __device__ inline int visible_prefix(const int32_t* key_end, int b, int Tk, int 
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
     if (e[mid] <= p) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Documents (AttnKeys::doc_start, docs/model.md §2 "Documents"): the query at
+// index i (position p) sees the key rows [doc_first_key(ds), visible_prefix(p))
+// with ds = doc_start[b, i], the rows whose key_end lies in [ds, p]: ATM's
+// groups never cross a document start, so that is a contiguous range. The
+// kernels skip the rows before it (a block starts its key loop at its first
+// row's document, doc_start being non-decreasing along a sequence) and mask
+// element by element inside a partially visible tile, as for the causal edge.
+
+// The first key row of [0, nk) with key_end >= e (plain causal: row e).
+__device__ inline int first_key_from(const int32_t* key_end, int b, int Tk, int nk, int e) {
+  if (!key_end) return min(nk, max(e, 0));
+  const int32_t* k = key_end + size_t(b) * Tk;
+  int lo = 0, hi = nk;  // first row with key_end >= e
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (k[mid] < e) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// The document start of query i of sequence b: 0 without documents (every key
+// row then ends at or after it).
+__device__ inline int doc_start_of(const int32_t* doc_start, int b, int Tq, int i) {
+  return doc_start ? doc_start[size_t(b) * Tq + i] : 0;
+}
+
+// The first key row a query whose document starts at position ds sees (0
+// without documents).
+__device__ inline int doc_first_key(const AttnKeys& keys, int b, int Tk, int nk, int ds) {
+  return keys.doc_start ? first_key_from(keys.key_end, b, Tk, nk, ds) : 0;
+}
+
+// The end of the queries that can see a key row ending at position e: the
+// first query index i with doc_start[b, i] > e (doc_start is non-decreasing
+// along a sequence), Tq without documents or where there is none. The queries
+// seeing the row are [e - q_pos0, doc_query_end) (and only those).
+__device__ inline int doc_query_end(const int32_t* doc_start, int b, int Tq, int e) {
+  if (!doc_start) return Tq;
+  const int32_t* d = doc_start + size_t(b) * Tq;
+  int lo = 0, hi = Tq;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (d[mid] <= e) lo = mid + 1;
     else hi = mid;
   }
   return lo;

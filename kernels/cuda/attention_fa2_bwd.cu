@@ -41,6 +41,12 @@ namespace {
 //   d_h <= 64, reloaded above.
 // - draw_k, draw_v: a warp per (row, group), the group's heads in order, the
 //   computation of attention_tc.cu's dQ kernel.
+// - Documents (doc_start, attention_common.cuh): a dK/dV block's query tiles
+//   stop at the last query that sees its last key row (the first query of a
+//   later document ends them: doc_query_end), a dQ block's key tiles start at
+//   the tile of the first key row its first query's document sees; inside,
+//   each element is masked by its query's document as by the causal edge
+//   (the query tiles' document starts ride with their lse and D).
 // lse enters in base 2 (times log2 e); a row with no visible key (lse = -inf)
 // or past Tq gets lse = +inf there, so its P is 0 without a mask.
 // Tile shapes (backend option attention_bwd_tile, c.attn_bwd_tile: key rows a
@@ -57,14 +63,15 @@ constexpr bool fa_bwd_hold(int D) { return D <= 64; }
 
 // Shared memory of the dK/dV kernel with KM key rows a block: K, V tiles
 // [KM][D + 8], Q[2], dO[2] tiles [64][D + 8] (bf16), lse[2][64], D[2][64]
-// (fp32) and the key rows' ends [KM].
+// (fp32), the query rows' document starts [2][64] and the key rows' ends [KM].
 constexpr size_t fa2_dkv_smem_bytes(int D, int KM = kFaRows) {
-  return size_t((2 * KM + 4 * kFaRows) * fa_ld(D)) * 2 + size_t(4 * kFaRows + KM) * 4;
+  return size_t((2 * KM + 4 * kFaRows) * fa_ld(D)) * 2 + size_t(6 * kFaRows + KM) * 4;
 }
 // Of the dQ kernel with QM query rows a block: Q, dO tiles [QM][D + 8], K[2],
-// V[2] tiles [64][D + 8] and the key tiles' ends [2][64].
+// V[2] tiles [64][D + 8], the key tiles' ends [2][64] and the query rows'
+// document starts [QM].
 constexpr size_t fa2_dq_smem_bytes(int D, int QM = kFaRows) {
-  return size_t((2 * QM + 4 * kFaRows) * fa_ld(D)) * 2 + size_t(2 * kFaRows) * 4;
+  return size_t((2 * QM + 4 * kFaRows) * fa_ld(D)) * 2 + size_t(2 * kFaRows + QM) * 4;
 }
 // Blocks per SM a backward kernel's registers are held to (__launch_bounds__)
 // with `rows` rows a block: 64 (128 threads) two, as before; 128 (256
@@ -141,11 +148,13 @@ struct FaDkvIter {
 };
 
 // Copies of item `it`'s Q and dO tiles into buffer Qs, dOs (cp.async) and its
-// rows' lse (base 2) and D into ls, Ds (plain stores).
+// rows' lse (base 2), D and document starts into ls, Ds, dss (plain stores;
+// a row past Tq takes the last row's document start, 0 without documents).
 template <int D, int NT = kFaThreads>
-__device__ __forceinline__ void fa_dkv_issue(const AttnShape& s, int b, const FaDkvIter& iter, int it, const bf16_t* q,
-                                             const bf16_t* dout, const float* lse, const float* Dterm, bf16_t* Qs,
-                                             bf16_t* dOs, float* ls, float* Ds) {
+__device__ __forceinline__ void fa_dkv_issue(const AttnShape& s, const int32_t* doc_start, int b, const FaDkvIter& iter,
+                                             int it, const bf16_t* q, const bf16_t* dout, const float* lse,
+                                             const float* Dterm, bf16_t* Qs, bf16_t* dOs, float* ls, float* Ds,
+                                             int* dss) {
   const int h = iter.head(it), i0 = iter.row0(it);
   const size_t q_ld = size_t(s.H) * D, off = size_t(b) * s.Tq * q_ld + size_t(h) * D;
   fa_copy_tile<D, kFaRows, NT>(Qs, q + off, q_ld, i0, s.Tq);
@@ -155,6 +164,7 @@ __device__ __forceinline__ void fa_dkv_issue(const AttnShape& s, int b, const Fa
     const size_t at = (size_t(b) * s.H + h) * s.Tq + i;
     ls[c] = fa_lse2(lse, at, i < s.Tq);
     Ds[c] = i < s.Tq ? Dterm[at] : 0.f;
+    dss[c] = doc_start_of(doc_start, b, s.Tq, min(i, s.Tq - 1));
   }
 }
 
@@ -180,23 +190,30 @@ __global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
   bf16_t* dOs = Qs + 2 * kFaRows * LD;                              // [2][64][LD]
   float* lse_s = reinterpret_cast<float*>(dOs + 2 * kFaRows * LD);  // [2][64]
   float* D_s = lse_s + 2 * kFaRows;                                 // [2][64]
-  int* kend = reinterpret_cast<int*>(D_s + 2 * kFaRows);            // [KM]
+  int* ds_s = reinterpret_cast<int*>(D_s + 2 * kFaRows);            // [2][64]
+  int* kend = ds_s + 2 * kFaRows;                                   // [KM]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tq = lane & 3;
   const int j0 = blockIdx.x * KM, g = blockIdx.y, b = blockIdx.z;
   const size_t kv_ld = size_t(s.Hkv) * D, kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
   const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
-  // The first query that sees the block's first key row (rows sorted by key_end).
+  // The first query that sees the block's first key row (rows sorted by
+  // key_end), and the end of those that see its last (documents: the first
+  // query of a later document; Tq without).
+  const int j_last = min(j0 + KM, nk) - 1;
   const int first = j0 < nk ? max(0, (keys.key_end ? keys.key_end[size_t(b) * s.Tk + j0] : j0) - s.q_pos0) : s.Tq;
+  const int q_end =
+      j0 < nk ? doc_query_end(keys.doc_start, b, s.Tq, keys.key_end ? keys.key_end[size_t(b) * s.Tk + j_last] : j_last)
+              : s.Tq;
   FaDkvIter iter;
   iter.g = g, iter.Hkv = s.Hkv, iter.qt0 = first / kFaRows;
-  iter.n_qt = max(0, (s.Tq + kFaRows - 1) / kFaRows - iter.qt0);
+  iter.n_qt = max(0, (q_end + kFaRows - 1) / kFaRows - iter.qt0);
   const int n_it = iter.n_qt > 0 ? iter.n_qt * ((s.H - g + s.Hkv - 1) / s.Hkv) : 0;
 
   fa_copy_tile<D, KM, NT>(Ks, k + kv_off, kv_ld, j0, nk);
   fa_copy_tile<D, KM, NT>(Vs, v + kv_off, kv_ld, j0, nk);
   fa_key_ends<KM>(kend, keys, b, s.Tk, j0, nk);
-  if (n_it > 0) fa_dkv_issue<D, NT>(s, b, iter, 0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
+  if (n_it > 0) fa_dkv_issue<D, NT>(s, keys.doc_start, b, iter, 0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s, ds_s);
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
   __syncthreads();
@@ -222,8 +239,8 @@ __global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
     const int cur = it & 1;
     if (it + 1 < n_it) {  // the next item's copies fly while this one is computed
       const int nxt = cur ^ 1;
-      fa_dkv_issue<D, NT>(s, b, iter, it + 1, q, dout, lse, Dterm, Qs + nxt * kFaRows * LD, dOs + nxt * kFaRows * LD,
-                          lse_s + nxt * kFaRows, D_s + nxt * kFaRows);
+      fa_dkv_issue<D, NT>(s, keys.doc_start, b, iter, it + 1, q, dout, lse, Dterm, Qs + nxt * kFaRows * LD,
+                          dOs + nxt * kFaRows * LD, lse_s + nxt * kFaRows, D_s + nxt * kFaRows, ds_s + nxt * kFaRows);
       ptx::cp_async_commit();
       ptx::cp_async_wait<1>();
     } else {
@@ -234,7 +251,8 @@ __global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
     const bf16_t* dOt = dOs + cur * kFaRows * LD;
     const float* ls = lse_s + cur * kFaRows;
     const float* Ds = D_s + cur * kFaRows;
-    const int p0 = s.q_pos0 + iter.row0(it);  // the tile's first query position
+    const int* dq_start = ds_s + cur * kFaRows;  // the tile's queries' document starts
+    const int p0 = s.q_pos0 + iter.row0(it);     // the tile's first query position
 
     // S^T = K Q^T: the warp's 16 key rows against the tile's 64 queries.
     float acc_s[NQ][4];
@@ -258,8 +276,9 @@ __global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
     }
     // P^T = exp(S^T * scale - lse) as bf16 A fragments (C tiles 2kk, 2kk + 1
     // are k step kk's A fragment); masked only where some key row of the
-    // block is not visible to the tile's first query.
-    const bool mask = kend[KM - 1] > p0;
+    // block is not visible to the tile's first query, or ends before the
+    // document of the tile's last query.
+    const bool mask = kend[KM - 1] > p0 || kend[0] < dq_start[kFaRows - 1];
     uint32_t pf[KQ][4];
 #pragma unroll
     for (int kk = 0; kk < KQ; ++kk)
@@ -271,7 +290,7 @@ __global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
         for (int e = 0; e < 4; ++e) {
           const int c = 8 * n + 2 * tq + (e & 1);
           p[e] = exp2f(fmaf(acc_s[n][e], scale_log2, -ls[c]));
-          if (mask && ke[e >> 1] > p0 + c) p[e] = 0.f;
+          if (mask && (ke[e >> 1] > p0 + c || ke[e >> 1] < dq_start[c])) p[e] = 0.f;
         }
         pf[kk][2 * half] = ptx::pack_bf16(p[0], p[1]);
         pf[kk][2 * half + 1] = ptx::pack_bf16(p[2], p[3]);
@@ -341,7 +360,7 @@ __global__ void __launch_bounds__(2 * KM, fa2_bwd_min_blocks(KM))
 // functions, they would pass through arrays the compiler may put in local
 // memory, and the PTX (registers, spills: ptxas_budget.json) and bits are
 // pinned to this form (docs/gpu.md). Its steps are marked by comments.
-template <int D, int QM>
+template <int D, int QM, bool kDocs>
 __global__ void __launch_bounds__(2 * QM, fa2_bwd_min_blocks(QM))
     k_attention_bwd_dq_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
                            const bf16_t* raw_k, const bf16_t* raw_v, const float* lse, const float* Dterm,
@@ -357,23 +376,32 @@ __global__ void __launch_bounds__(2 * QM, fa2_bwd_min_blocks(QM))
   bf16_t* Ks = dOs + QM * LD;                                 // [2][64][LD]
   bf16_t* Vs = Ks + 2 * kFaRows * LD;                         // [2][64][LD]
   int* kend = reinterpret_cast<int*>(Vs + 2 * kFaRows * LD);  // [2][64]
+  int* dss = kend + 2 * kFaRows;                              // [QM]: the rows' document starts
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tq = lane & 3;
   const int i0 = (gridDim.x - 1 - blockIdx.x) * QM, h = blockIdx.y, b = blockIdx.z, g = h % s.Hkv;
   const size_t q_ld = size_t(s.H) * D, kv_ld = size_t(s.Hkv) * D;
   const size_t q_off = size_t(b) * s.Tq * q_ld + size_t(h) * D, kv_off = size_t(b) * s.Tk * kv_ld + size_t(g) * D;
   const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
-  const int kmax = visible_prefix(keys.key_end, b, s.Tk, nk, s.q_pos0 + min(i0 + QM, s.Tq) - 1);
-  const int n_tiles = (kmax + kFaRows - 1) / kFaRows;
+  const int i_last = min(i0 + QM, s.Tq) - 1;
+  const int kmax = visible_prefix(keys.key_end, b, s.Tk, nk, s.q_pos0 + i_last);
+  // Documents (kDocs): the first key tile the block's rows see (0 without);
+  // the rows' document starts are staged in shared memory for the mask (a
+  // row past Tq takes the last row's).
+  const int j_base =
+      kDocs ? doc_first_key(keys, b, s.Tk, nk, keys.doc_start[size_t(b) * s.Tq + i0]) / kFaRows * kFaRows : 0;
+  const int n_tiles = (kmax - j_base + kFaRows - 1) / kFaRows;
+  if constexpr (kDocs)
+    for (int r = threadIdx.x; r < QM; r += NT) dss[r] = keys.doc_start[size_t(b) * s.Tq + min(i0 + r, i_last)];
 
   // Copies: Q and dO (group 1), then K and V tile 0 (group 2).
   fa_copy_tile<D, QM, NT>(Qs, q + q_off, q_ld, i0, s.Tq);
   fa_copy_tile<D, QM, NT>(dOs, dout + q_off, q_ld, i0, s.Tq);
   ptx::cp_async_commit();
   if (n_tiles > 0) {
-    fa_copy_tile<D, kFaRows, NT>(Ks, k + kv_off, kv_ld, 0, kmax);
-    fa_copy_tile<D, kFaRows, NT>(Vs, v + kv_off, kv_ld, 0, kmax);
-    fa_key_ends(kend, keys, b, s.Tk, 0, kmax);
+    fa_copy_tile<D, kFaRows, NT>(Ks, k + kv_off, kv_ld, j_base, kmax);
+    fa_copy_tile<D, kFaRows, NT>(Vs, v + kv_off, kv_ld, j_base, kmax);
+    fa_key_ends(kend, keys, b, s.Tk, j_base, kmax);
   }
   ptx::cp_async_commit();
   ptx::cp_async_wait<1>();
@@ -407,9 +435,10 @@ __global__ void __launch_bounds__(2 * QM, fa2_bwd_min_blocks(QM))
     const int cur = t & 1;
     if (t + 1 < n_tiles) {
       const int nxt = cur ^ 1;
-      fa_copy_tile<D, kFaRows, NT>(Ks + nxt * kFaRows * LD, k + kv_off, kv_ld, (t + 1) * kFaRows, kmax);
-      fa_copy_tile<D, kFaRows, NT>(Vs + nxt * kFaRows * LD, v + kv_off, kv_ld, (t + 1) * kFaRows, kmax);
-      fa_key_ends(kend + nxt * kFaRows, keys, b, s.Tk, (t + 1) * kFaRows, kmax);
+      const int j1 = j_base + (t + 1) * kFaRows;
+      fa_copy_tile<D, kFaRows, NT>(Ks + nxt * kFaRows * LD, k + kv_off, kv_ld, j1, kmax);
+      fa_copy_tile<D, kFaRows, NT>(Vs + nxt * kFaRows * LD, v + kv_off, kv_ld, j1, kmax);
+      fa_key_ends(kend + nxt * kFaRows, keys, b, s.Tk, j1, kmax);
       ptx::cp_async_commit();
       ptx::cp_async_wait<1>();
     } else {
@@ -440,8 +469,11 @@ __global__ void __launch_bounds__(2 * QM, fa2_bwd_min_blocks(QM))
         ptx::mma_bf16_16816(acc_s[n + 1], a, b1, acc_s[n + 1]);
       }
     }
-    // P = exp(S * scale - lse) where visible, as bf16 A fragments.
-    const bool mask = ke[kFaRows - 1] > s.q_pos0 + i0;
+    // P = exp(S * scale - lse) where visible, as bf16 A fragments (masked
+    // where a key is past the block's first query or before its last query's
+    // document).
+    const bool mask = ke[kFaRows - 1] > s.q_pos0 + i0 || (kDocs && ke[0] < dss[QM - 1]);
+    const int ds[2] = {kDocs ? dss[qr0 + gr] : 0, kDocs ? dss[qr0 + gr + 8] : 0};
     uint32_t pf[KS][4];
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
@@ -452,7 +484,8 @@ __global__ void __launch_bounds__(2 * QM, fa2_bwd_min_blocks(QM))
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           p[e] = exp2f(fmaf(acc_s[n][e], scale_log2, -lse2[e >> 1]));
-          if (mask && ke[8 * n + 2 * tq + (e & 1)] > pos[e >> 1]) p[e] = 0.f;
+          const int kc = ke[8 * n + 2 * tq + (e & 1)];
+          if (mask && (kc > pos[e >> 1] || (kDocs && kc < ds[e >> 1]))) p[e] = 0.f;
         }
         pf[kk][2 * half] = ptx::pack_bf16(p[0], p[1]);
         pf[kk][2 * half + 1] = ptx::pack_bf16(p[2], p[3]);
@@ -565,8 +598,8 @@ void launch_fa2_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPt
     check(
         cudaFuncSetAttribute(k_attention_bwd_dkv_fa2<D, KM>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)),
         what);
-    check(cudaFuncSetAttribute(k_attention_bwd_dq_fa2<D, QM>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)),
-          what);
+    for (auto dq_kernel : {k_attention_bwd_dq_fa2<D, QM, false>, k_attention_bwd_dq_fa2<D, QM, true>})
+      check(cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)), what);
     return true;
   }();
   (void)attr_set;
@@ -578,9 +611,12 @@ void launch_fa2_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPt
   }
   if (s.Tq > 0) {
     const dim3 grid(unsigned((s.Tq + QM - 1) / QM), unsigned(s.H), unsigned(s.B));
-    k_attention_bwd_dq_fa2<D, QM>
-        <<<grid, 2 * QM, smem_q, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v), dev<bf16_t>(raw_k),
-                                        dev<bf16_t>(raw_v), dev<float>(lse), Dterm, dev<bf16_t>(dout), dev<bf16_t>(dq));
+    // With document starts or without: a kernel each (the one without keeps
+    // its registers, ptxas_budget.json).
+    auto dq_kernel = keys.doc_start ? k_attention_bwd_dq_fa2<D, QM, true> : k_attention_bwd_dq_fa2<D, QM, false>;
+    dq_kernel<<<grid, 2 * QM, smem_q, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
+                                             dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse), Dterm,
+                                             dev<bf16_t>(dout), dev<bf16_t>(dq));
     if (draw_k) {
       const size_t rows = size_t(s.B) * s.Tq * s.Hkv;
       k_attention_bwd_draw_fa2<D><<<unsigned((rows + kFaWarps - 1) / kFaWarps), kFaThreads, 0, c.s>>>(

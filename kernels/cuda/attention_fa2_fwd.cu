@@ -30,6 +30,11 @@
 //   m16n8k16 C fragment pair is the A fragment of the next product) and
 //   O += P V with V by ldmatrix .trans; O, m, l stay in registers (fp32).
 // - Key tiles stop at the last one visible to the block's last query.
+// - Documents (doc_start): key tiles start at the tile (of the BN-row grid)
+//   holding the first key row the block's first query's document sees
+//   (attention_common.cuh), not at row 0; a tile is masked where some key is
+//   not visible to the block's first query or lies before its last query's
+//   document, each element by its row's position and document.
 // - A query whose position opens a merged pair adds its own raw key/value
 //   after the tiles: q . raw_k by the row's quad (a shuffle reduction), then
 //   m, l and O are updated, as attention_tc.cu does.
@@ -64,10 +69,11 @@ namespace {
 
 // Shared memory of the forward with BM query rows a block and BN key rows a
 // tile: the Q tile [BM][D + 8], K[2], V[2] tiles [BN][D + 8] (bf16) and the
-// visibility ends of the two K/V tiles in flight. At most 171 KB (128 x 128,
-// d_h 128), within H100's opt-in 227 KB a block.
+// visibility ends of the two K/V tiles in flight, and the document starts of
+// the block's positions (at most BM). At most 171 KB (128 x 128, d_h 128),
+// within H100's opt-in 227 KB a block.
 constexpr size_t fa2_fwd_smem_bytes(int D, int BM = kFaRows, int BN = kFaRows) {
-  return size_t((BM + 4 * BN) * fa_ld(D)) * 2 + size_t(2 * BN) * 4;
+  return size_t((BM + 4 * BN) * fa_ld(D)) * 2 + size_t(2 * BN + BM) * 4;
 }
 
 // Blocks per SM the register allocation is held to (__launch_bounds__): the
@@ -92,7 +98,7 @@ constexpr bool fa2_fwd_hold_q(int D, int BN) { return D * BN < 128 * 128; }
 // pinned to this form (docs/gpu.md). Its steps are marked by comments.
 // (clang-format 14 reads a product in __launch_bounds__ as a pointer)
 // clang-format off
-template <int D, int BM, int BN, int HP = 1>
+template <int D, int BM, int BN, int HP, bool kDocs>
 __global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN))
     k_attention_fwd_fa2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
                         const bf16_t* raw_k, const bf16_t* raw_v, bf16_t* o, float* lse) {
@@ -108,6 +114,7 @@ __global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN
   bf16_t* Ks = Qs + HP * BM * LD;                        // [2][BN][LD]
   bf16_t* Vs = Ks + 2 * BN * LD;                         // [2][BN][LD]
   int* kend = reinterpret_cast<int*>(Vs + 2 * BN * LD);  // [2][BN]
+  int* dss = kend + 2 * BN;                              // [BM]: the positions' document starts
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tq = lane & 3;
   // The warp's head among the block's (hw) and its 16 rows of that head (wr):
@@ -123,8 +130,16 @@ __global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN
   const bf16_t* kb = k + size_t(b) * s.Tk * kv_ld + size_t(g) * D;
   const bf16_t* vb = v + size_t(b) * s.Tk * kv_ld + size_t(g) * D;
   const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
-  const int kmax = visible_prefix(keys.key_end, b, s.Tk, nk, s.q_pos0 + min(i0 + BM, s.Tq) - 1);
-  const int n_tiles = (kmax + BN - 1) / BN;
+  const int i_last = min(i0 + BM, s.Tq) - 1;
+  const int kmax = visible_prefix(keys.key_end, b, s.Tk, nk, s.q_pos0 + i_last);
+  // Documents (kDocs): the first key tile (of the BN grid) the block's rows
+  // see (0 without); the rows' document starts are staged in shared memory
+  // for the mask (a row past Tq takes the last row's), where reading them
+  // costs no registers across the tiles.
+  const int j_base = kDocs ? doc_first_key(keys, b, s.Tk, nk, keys.doc_start[size_t(b) * s.Tq + i0]) / BN * BN : 0;
+  const int n_tiles = (kmax - j_base + BN - 1) / BN;
+  if constexpr (kDocs)
+    for (int r = threadIdx.x; r < BM; r += NT) dss[r] = keys.doc_start[size_t(b) * s.Tq + min(i0 + r, i_last)];
 
   // Copies: Q (group 1), then K and V tile 0 (group 2).
   if constexpr (HP == 1) {
@@ -134,9 +149,9 @@ __global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN
   }
   ptx::cp_async_commit();
   if (n_tiles > 0) {
-    fa_copy_tile<D, BN, NT>(Ks, kb, kv_ld, 0, kmax);
-    fa_copy_tile<D, BN, NT>(Vs, vb, kv_ld, 0, kmax);
-    fa_key_ends<BN>(kend, keys, b, s.Tk, 0, kmax);
+    fa_copy_tile<D, BN, NT>(Ks, kb, kv_ld, j_base, kmax);
+    fa_copy_tile<D, BN, NT>(Vs, vb, kv_ld, j_base, kmax);
+    fa_key_ends<BN>(kend, keys, b, s.Tk, j_base, kmax);
   }
   ptx::cp_async_commit();
   ptx::cp_async_wait<1>();
@@ -167,9 +182,10 @@ __global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN
     const int cur = t & 1;
     if (t + 1 < n_tiles) {  // the next tile's copies fly while this one is computed
       const int nxt = cur ^ 1;
-      fa_copy_tile<D, BN, NT>(Ks + nxt * BN * LD, kb, kv_ld, (t + 1) * BN, kmax);
-      fa_copy_tile<D, BN, NT>(Vs + nxt * BN * LD, vb, kv_ld, (t + 1) * BN, kmax);
-      fa_key_ends<BN>(kend + nxt * BN, keys, b, s.Tk, (t + 1) * BN, kmax);
+      const int j1 = j_base + (t + 1) * BN;
+      fa_copy_tile<D, BN, NT>(Ks + nxt * BN * LD, kb, kv_ld, j1, kmax);
+      fa_copy_tile<D, BN, NT>(Vs + nxt * BN * LD, vb, kv_ld, j1, kmax);
+      fa_key_ends<BN>(kend + nxt * BN, keys, b, s.Tk, j1, kmax);
       ptx::cp_async_commit();
       ptx::cp_async_wait<1>();
     } else {
@@ -199,13 +215,17 @@ __global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN
     }
 
     // Visibility: only a tile with a key that the block's first query does
-    // not see (keys sorted by their ends; past kmax INT_MAX) needs the mask.
-    if (ke[BN - 1] > s.q_pos0 + i0) {
+    // not see (keys sorted by their ends; past kmax INT_MAX) or that ends
+    // before its last query's document needs the mask.
+    if (ke[BN - 1] > s.q_pos0 + i0 || (kDocs && ke[0] < dss[BM - 1])) {
+      const int ds[2] = {kDocs ? dss[wr * 16 + gr] : 0, kDocs ? dss[wr * 16 + gr + 8] : 0};
 #pragma unroll
       for (int n = 0; n < NS; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (ke[8 * n + 2 * tq + (e & 1)] > pos[e >> 1]) acc_s[n][e] = -INFINITY;
+        for (int e = 0; e < 4; ++e) {
+          const int kc = ke[8 * n + 2 * tq + (e & 1)];
+          if (kc > pos[e >> 1] || (kDocs && kc < ds[e >> 1])) acc_s[n][e] = -INFINITY;
+        }
     }
 
     // Online softmax on the fragments: values e = 0, 1 are row 0's, 2, 3 row 1's.
@@ -335,22 +355,32 @@ __global__ void __launch_bounds__(2 * BM * HP, fa2_fwd_min_blocks(D, BM * HP, BN
   }
 }
 
-// BM query rows of each of HP heads a block (BM x HP: the tile's query rows).
-template <int D, int BM, int BN, int HP>
-void launch_fa2_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
-                    Ptr o, Ptr lse) {
+// BM query rows of each of HP heads a block (BM x HP: the tile's query rows);
+// kDocs: the variant with document starts.
+template <int D, int BM, int BN, int HP, bool kDocs>
+void launch_fa2_fwd_v(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                      Ptr o, Ptr lse) {
   const size_t smem = fa2_fwd_smem_bytes(D, BM * HP, BN);
   static const bool attr_set = [&] {
-    check(cudaFuncSetAttribute(k_attention_fwd_fa2<D, BM, BN, HP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    check(cudaFuncSetAttribute(k_attention_fwd_fa2<D, BM, BN, HP, kDocs>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(smem)),
           "attention_fwd (fa2): shared memory size");
     return true;
   }();
   (void)attr_set;
   const dim3 grid(unsigned((s.Tq + BM - 1) / BM), unsigned(s.H / HP), unsigned(s.B));
-  k_attention_fwd_fa2<D, BM, BN, HP>
+  k_attention_fwd_fa2<D, BM, BN, HP, kDocs>
       <<<grid, 2 * BM * HP, smem, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v), dev<bf16_t>(raw_k),
                                          dev<bf16_t>(raw_v), dev<bf16_t>(o), dev<float>(lse));
+}
+
+// The forward with document starts or without: a kernel each (the one
+// without keeps its registers, ptxas_budget.json).
+template <int D, int BM, int BN, int HP>
+void launch_fa2_fwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                    Ptr o, Ptr lse) {
+  if (keys.doc_start) launch_fa2_fwd_v<D, BM, BN, HP, true>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+  else launch_fa2_fwd_v<D, BM, BN, HP, false>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
 }
 
 // The forward at tile shape BM x BN (BM / HP rows of HP heads a block) for the

@@ -14,6 +14,10 @@
 // by MMA with O held in shared memory in fp32. The next key tile's loads are
 // in flight meanwhile (TileRegs). A query whose position opens a merged pair
 // adds its own raw key/value after the tiles, as the row kernel does.
+// Documents (doc_start): a block's key tiles start at the tile of the first
+// row its first query's document sees (attention_common.cuh) instead of at
+// row 0, and each element is masked by its row's document as by the causal
+// edge.
 // Backward: below. No atomics anywhere: each output row has one writer.
 #include <mma.h>
 
@@ -34,12 +38,6 @@ namespace {
 
 constexpr int kTileQ = 64, kTileK = 64, kWarps = 4;
 
-struct TcKeys {
-  const int32_t* key_end;
-  const int32_t* n_keys;
-  const uint8_t* self_open;
-};
-
 // Row strides of the forward's shared tiles, padded by 8 elements: the
 // softmax has two lanes per row reading 16-byte pieces, and unpadded rows
 // (256 bytes apart) would put every row on the same banks.
@@ -54,14 +52,15 @@ constexpr size_t tc_smem_bytes(int D) {
          + size_t(kTileQ * kLdS) * 4     // S (fp32)
          + size_t(kTileQ * ld_o(D)) * 4  // O (fp32)
          + size_t(2 * kTileQ) * 4        // m, l
-         + size_t(kTileK) * 4;           // the key tile's visibility ends
+         + size_t(kTileK) * 4            // the key tile's visibility ends
+         + size_t(kTileQ) * 4;           // the query rows' document starts
 }
 
 // The visibility ends of key rows [j0, j0 + 64) into kend[64]: key j is
 // visible to position p iff kend[j - j0] <= p. Rows at or past jmax get
 // INT_MAX (never visible). One global read per key per tile instead of one
 // per (query, key) pair.
-__device__ void load_key_ends(int* kend, const TcKeys& keys, int b, int Tk, int j0, int jmax) {
+__device__ void load_key_ends(int* kend, const AttnKeys& keys, int b, int Tk, int j0, int jmax) {
   for (int c = threadIdx.x; c < 64; c += blockDim.x) {
     const int j = j0 + c;
     kend[c] = j >= jmax ? INT_MAX : keys.key_end ? keys.key_end[size_t(b) * Tk + j] : j;
@@ -170,13 +169,17 @@ __device__ void zero_acc(AccFrag (&acc)[NF]) {
 // per row (lane 2r' and 2r'+1 of the warp's rows), each taking every other
 // 16-byte piece of the row, so a row costs one shuffle per reduction instead
 // of five, and all 16 rows go at once. Writes P = exp(S - m) as bf16,
-// rescales the row of O and updates the row's m and l.
-template <int D>
+// rescales the row of O and updates the row's m and l. kDocs: masked by the
+// rows' document starts too (dss, shared memory).
+template <int D, bool kDocs>
 __device__ void warp_online_softmax(const float* Ss, bf16_t* Ps, float* Os, float* ms, float* ls, const int* kend,
-                                    int i0, int Tq, int q_pos0, float scale) {
+                                    int i0, int Tq, int q_pos0, const int* dss, float scale) {
   constexpr int kPieces = kTileK / 4 / 2;  // float4 pieces of S per lane
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, half = lane & 1;
   const int r = warp * 16 + (lane >> 1), i = i0 + r, p = q_pos0 + i;
+  // Documents: key c is visible iff ds <= kend[c] <= p, one unsigned compare.
+  const int ds = kDocs ? dss[r] : 0;
+  const unsigned span = unsigned(p - ds);
   const float* srow = Ss + r * kLdS;
   float sv[4 * kPieces], mx = -INFINITY;
 #pragma unroll
@@ -186,7 +189,7 @@ __device__ void warp_online_softmax(const float* Ss, bf16_t* Ps, float* Os, floa
     const float e[4] = {f.x, f.y, f.z, f.w};
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      const bool vis = i < Tq && kend[c0 + u] <= p;
+      const bool vis = i < Tq && (kDocs ? unsigned(kend[c0 + u] - ds) <= span : kend[c0 + u] <= p);
       sv[4 * k + u] = vis ? e[u] * scale : -INFINITY;
       mx = fmaxf(mx, sv[4 * k + u]);
     }
@@ -224,10 +227,12 @@ __device__ void warp_online_softmax(const float* Ss, bf16_t* Ps, float* Os, floa
   __syncwarp();
 }
 
-template <int D>
+// kDocs: with document starts (keys.doc_start; a variant of its own, so the
+// kernel without them keeps its registers: ptxas_budget.json).
+template <int D, bool kDocs>
 __global__ void __launch_bounds__(32 * kWarps)
-    k_attention_fwd_tc(AttnShape s, TcKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v, const bf16_t* raw_k,
-                       const bf16_t* raw_v, bf16_t* o, float* lse) {
+    k_attention_fwd_tc(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+                       const bf16_t* raw_k, const bf16_t* raw_v, bf16_t* o, float* lse) {
   using namespace nvcuda;
   constexpr int kLdO = ld_o(D);
   extern __shared__ __align__(128) unsigned char smem[];
@@ -240,6 +245,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* ms = Os + kTileQ * kLdO;                            // [kTileQ]
   float* ls = ms + kTileQ;                                   // [kTileQ]
   int* kend = reinterpret_cast<int*>(ls + kTileQ);           // [kTileK]
+  int* dss = kend + kTileK;                                  // [kTileQ]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int i0 = blockIdx.x * kTileQ, h = blockIdx.y, b = blockIdx.z, g = h % s.Hkv;
@@ -254,13 +260,18 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int nk = keys.n_keys ? keys.n_keys[b] : s.Tk;
   const int i_last = min(i0 + kTileQ, s.Tq) - 1;
   const int kmax = visible_prefix(keys.key_end, b, s.Tk, nk, s.q_pos0 + i_last);
+  // Documents: from the tile of the first key row the block's first query sees.
+  // The rows' document starts, staged for the mask (0 without documents).
+  const int j_start =
+      kDocs ? doc_first_key(keys, b, s.Tk, nk, keys.doc_start[size_t(b) * s.Tq + i0]) / kTileK * kTileK : 0;
+  if (kDocs && tid < kTileQ) dss[tid] = keys.doc_start[size_t(b) * s.Tq + min(i0 + tid, s.Tq - 1)];
   TileRegs<D> kr, vr;
-  if (kmax > 0) {
-    kr.issue(k, kv_off, kv_ld, 0, kmax);
-    vr.issue(v, kv_off, kv_ld, 0, kmax);
+  if (kmax > j_start) {
+    kr.issue(k, kv_off, kv_ld, j_start, kmax);
+    vr.issue(v, kv_off, kv_ld, j_start, kmax);
   }
 
-  for (int j0 = 0; j0 < kmax; j0 += kTileK) {
+  for (int j0 = j_start; j0 < kmax; j0 += kTileK) {
     kr.commit(Ks);
     vr.commit(Vs);
     load_key_ends(kend, keys, b, s.Tk, j0, kmax);
@@ -274,7 +285,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     warp_mma<wmma::row_major, wmma::col_major, D, kTileK>(Ss + warp * 16 * kLdS, kLdS, Qs + warp * 16 * D, D, Ks, D,
                                                           false);
     __syncwarp();
-    warp_online_softmax<D>(Ss, Ps, Os, ms, ls, kend, i0, s.Tq, s.q_pos0, scale);
+    warp_online_softmax<D, kDocs>(Ss, Ps, Os, ms, ls, kend, i0, s.Tq, s.q_pos0, dss, scale);
 
     // O[16 rows][D] += P V.
     warp_mma<wmma::row_major, wmma::row_major, kTileK, D>(Os + warp * 16 * kLdO, kLdO, Ps + warp * 16 * kLdS, kLdS, Vs,
@@ -325,16 +336,18 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 // Shared memory of a backward kernel: four [64][D] bf16 tiles (K, V, Q, dO
 // in some order), P and dS (bf16), S or dP (fp32), n_acc [64][D] fp32
-// accumulators (dK and dV, or dQ), and the rows' lse and D.
+// accumulators (dK and dV, or dQ), the rows' lse and D, the key tile's ends
+// and the query rows' document starts.
 constexpr size_t tc_bwd_smem_bytes(int D, int n_acc) {
   return size_t(4 * 64 * D) * 2 + size_t(2 * 64 * 64) * 2 + size_t(64 * 64) * 4 + size_t(n_acc * 64 * D) * 4 +
-         size_t(2 * 64) * 4 + size_t(64) * 4;
+         size_t(2 * 64) * 4 + size_t(64) * 4 + size_t(64) * 4;
 }
 struct BwdSmem {
   bf16_t* tile[4];
   bf16_t *Ps, *dSs;
   float *Ss, *acc[2], *lse_s, *D_s;
   int* kend;  // the key tile's visibility ends (load_key_ends)
+  int* ds_s;  // the query rows' document starts (load_query_rows)
 };
 template <int D>
 __device__ BwdSmem carve_bwd_smem(unsigned char* smem, int n_acc) {
@@ -350,17 +363,19 @@ __device__ BwdSmem carve_bwd_smem(unsigned char* smem, int n_acc) {
   m.lse_s = f + n_acc * 64 * D;
   m.D_s = m.lse_s + 64;
   m.kend = reinterpret_cast<int*>(m.D_s + 64);
+  m.ds_s = m.kend + 64;
   return m;
 }
 
 // The warp's 16 query rows of a (query tile, key tile) pair, tiles [64][D]
 // in shared memory: S = Q K^T into Ss; P = exp(S*scale - lse) where visible
-// (kend, load_key_ends) into Ps as bf16; dP = dO V^T
-// into Ss; dS = P (dP - D) * scale into dSs as bf16.
-template <int D>
+// (kend, load_key_ends; ds_s: the rows' document starts, load_query_rows)
+// into Ps as bf16; dP = dO V^T into Ss; dS = P (dP - D) * scale into dSs as
+// bf16.
+template <int D, bool kDocs>
 __device__ void warp_probs_dscores(const bf16_t* Qs, const bf16_t* dOs, const bf16_t* Ks, const bf16_t* Vs,
-                                   const float* lse_s, const float* D_s, const int* kend, float* Ss, bf16_t* Ps,
-                                   bf16_t* dSs, const AttnShape& s, int i0, float scale) {
+                                   const float* lse_s, const float* D_s, const int* kend, const int* ds_s, float* Ss,
+                                   bf16_t* Ps, bf16_t* dSs, const AttnShape& s, int i0, float scale) {
   using namespace nvcuda;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* S = Ss + warp * 16 * 64;
@@ -368,8 +383,9 @@ __device__ void warp_probs_dscores(const bf16_t* Qs, const bf16_t* dOs, const bf
   __syncwarp();
   for (int rr = 0; rr < 16; ++rr) {
     const int r = warp * 16 + rr, i = i0 + r, p = s.q_pos0 + i;
+    const int ds = kDocs ? ds_s[r] : 0;  // documents: ds <= kend[c] <= p, one unsigned compare
     for (int c = lane; c < 64; c += 32) {
-      const bool vis = i < s.Tq && kend[c] <= p;
+      const bool vis = i < s.Tq && (kDocs ? unsigned(kend[c] - ds) <= unsigned(p - ds) : kend[c] <= p);
       Ps[r * 64 + c] = __float2bfloat16(vis ? __expf(Ss[r * 64 + c] * scale - lse_s[r]) : 0.f);
     }
   }
@@ -386,13 +402,14 @@ __device__ void warp_probs_dscores(const bf16_t* Qs, const bf16_t* dOs, const bf
 }
 
 // Query rows [i0, i0 + 64) of head h in sequence b as both backward kernels
-// read them: the Q and dO tiles, and each row's lse and D (0 past Tq).
+// read them: the Q and dO tiles, and each row's lse, D (0 past Tq) and
+// document start (0 without documents).
 // (Issuing the next rows' loads before computing, as the forward does, made
 // the backward 3 % slower on an H100: docs/gpu.md.)
-template <int D>
+template <int D, bool kDocs>
 __device__ void load_query_rows(const AttnShape& s, int b, int h, int i0, const bf16_t* q, const bf16_t* dout,
-                                const float* lse, const float* Dterm, bf16_t* Qs, bf16_t* dOs, float* lse_s,
-                                float* D_s) {
+                                const float* lse, const float* Dterm, const int32_t* doc_start, bf16_t* Qs, bf16_t* dOs,
+                                float* lse_s, float* D_s, int* ds_s) {
   const size_t q_ld = size_t(s.H) * D, q_off = size_t(b) * s.Tq * q_ld + size_t(h) * D;
   load_tile<D>(Qs, q, q_off, q_ld, i0, s.Tq);
   load_tile<D>(dOs, dout, q_off, q_ld, i0, s.Tq);
@@ -401,20 +418,23 @@ __device__ void load_query_rows(const AttnShape& s, int b, int h, int i0, const 
     const size_t at = (size_t(b) * s.H + h) * s.Tq + i;
     lse_s[threadIdx.x] = i < s.Tq ? lse[at] : 0.f;
     D_s[threadIdx.x] = i < s.Tq ? Dterm[at] : 0.f;
+    if constexpr (kDocs) ds_s[threadIdx.x] = i < s.Tq ? doc_start[size_t(b) * s.Tq + i] : 0;
   }
 }
 
 // The key block of a dK/dV kernel: rows [j0, j0 + 64) of group g in sequence
 // b (from the block index), its K and V tiles and visibility ends loaded into
-// shared memory, and the first query that sees any of its rows (rows sorted by
-// key_end). The caller syncs before reading them.
+// shared memory, the first query that sees any of its rows (rows sorted by
+// key_end) and the end of the queries that see any (with documents, the last
+// row's document ends them; doc_query_end). The caller syncs before reading
+// them.
 struct KeyBlock {
-  int j0, g, b, nk, i_start;
+  int j0, g, b, nk, i_start, i_end;
   size_t kv_ld, kv_off;
 };
-template <int D>
-__device__ KeyBlock load_key_block(const AttnShape& s, const TcKeys& keys, const bf16_t* k, const bf16_t* v, bf16_t* Ks,
-                                   bf16_t* Vs, int* kend) {
+template <int D, bool kDocs>
+__device__ KeyBlock load_key_block(const AttnShape& s, const AttnKeys& keys, const bf16_t* k, const bf16_t* v,
+                                   bf16_t* Ks, bf16_t* Vs, int* kend) {
   KeyBlock kb;
   kb.j0 = blockIdx.x * 64, kb.g = blockIdx.y, kb.b = blockIdx.z;
   kb.kv_ld = size_t(s.Hkv) * D;
@@ -425,13 +445,19 @@ __device__ KeyBlock load_key_block(const AttnShape& s, const TcKeys& keys, const
   load_key_ends(kend, keys, kb.b, s.Tk, kb.j0, kb.nk);
   kb.i_start =
       kb.j0 < kb.nk ? max(0, (keys.key_end ? keys.key_end[size_t(kb.b) * s.Tk + kb.j0] : kb.j0) - s.q_pos0) : s.Tq;
+  const int j_last = min(kb.j0 + 64, kb.nk) - 1;
+  kb.i_end = !kDocs || j_last < kb.j0
+                 ? s.Tq
+                 : doc_query_end(keys.doc_start, kb.b, s.Tq,
+                                 keys.key_end ? keys.key_end[size_t(kb.b) * s.Tk + j_last] : j_last);
   return kb;
 }
 
-// dK, dV of key rows [j0, j0 + 64) of group g in sequence b.
-template <int D>
+// dK, dV of key rows [j0, j0 + 64) of group g in sequence b (kDocs: with
+// document starts, as the forward).
+template <int D, bool kDocs>
 __global__ void __launch_bounds__(32 * kWarps)
-    k_attention_bwd_dkv_tc(AttnShape s, TcKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+    k_attention_bwd_dkv_tc(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
                            const float* lse, const float* Dterm, const bf16_t* dout, bf16_t* dk, bf16_t* dv) {
   using namespace nvcuda;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -441,17 +467,17 @@ __global__ void __launch_bounds__(32 * kWarps)
 
   const int tid = threadIdx.x, warp = tid >> 5;
   const float scale = rsqrtf(float(D));
-  const KeyBlock kb = load_key_block<D>(s, keys, k, v, Ks, Vs, m.kend);
+  const KeyBlock kb = load_key_block<D, kDocs>(s, keys, k, v, Ks, Vs, m.kend);
   const int j0 = kb.j0, g = kb.g, b = kb.b, nk = kb.nk;
   const size_t kv_ld = kb.kv_ld, kv_off = kb.kv_off;
   for (int idx = tid; idx < 64 * D; idx += blockDim.x) dKs[idx] = dVs[idx] = 0.f;
   __syncthreads();
 
   for (int h = g; h < s.H; h += s.Hkv) {
-    for (int i0 = (kb.i_start / 64) * 64; i0 < s.Tq; i0 += 64) {
-      load_query_rows<D>(s, b, h, i0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
+    for (int i0 = (kb.i_start / 64) * 64; i0 < kb.i_end; i0 += 64) {
+      load_query_rows<D, kDocs>(s, b, h, i0, q, dout, lse, Dterm, keys.doc_start, Qs, dOs, lse_s, D_s, m.ds_s);
       __syncthreads();
-      warp_probs_dscores<D>(Qs, dOs, Ks, Vs, lse_s, D_s, m.kend, Ss, Ps, dSs, s, i0, scale);
+      warp_probs_dscores<D, kDocs>(Qs, dOs, Ks, Vs, lse_s, D_s, m.kend, m.ds_s, Ss, Ps, dSs, s, i0, scale);
       __syncthreads();
       // Per warp, its 16 key rows: dV += P^T dO, dK += dS^T Q.
       warp_mma<wmma::col_major, wmma::row_major, 64, D>(dVs + warp * 16 * D, D, Ps + warp * 16, 64, dOs, D, true);
@@ -472,9 +498,9 @@ __global__ void __launch_bounds__(32 * kWarps)
 // self-key gradients of those rows (summed over the group's heads). kRegAcc
 // (backward v2): each warp's dQ rows stay in registers over the key tiles and
 // go to shared memory once per head, instead of at every tile.
-template <int D, bool kRegAcc = false>
+template <int D, bool kRegAcc, bool kDocs>
 __global__ void __launch_bounds__(32 * kWarps)
-    k_attention_bwd_dq_tc(AttnShape s, TcKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+    k_attention_bwd_dq_tc(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
                           const bf16_t* raw_k, const bf16_t* raw_v, const float* lse, const float* Dterm,
                           const bf16_t* dout, bf16_t* dq, bf16_t* draw_k, bf16_t* draw_v) {
   using namespace nvcuda;
@@ -493,7 +519,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 
   for (int h = g; h < s.H; h += s.Hkv) {
     const size_t q_off = size_t(b) * s.Tq * q_ld + size_t(h) * D;
-    load_query_rows<D>(s, b, h, i0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
+    load_query_rows<D, kDocs>(s, b, h, i0, q, dout, lse, Dterm, keys.doc_start, Qs, dOs, lse_s, D_s, m.ds_s);
     AccFrag acc[kRegAcc ? D / 16 : 1];
     if constexpr (kRegAcc) {
       zero_acc(acc);
@@ -502,13 +528,16 @@ __global__ void __launch_bounds__(32 * kWarps)
       for (int idx = tid; idx < 64 * D; idx += blockDim.x) dQs[idx] = 0.f;
     }
     __syncthreads();
-    for (int j0 = 0; j0 < kmax; j0 += 64) {
+    // Documents: from the tile of the first key row the block's first query
+    // sees (found again for each head, from the staged document starts:
+    // held across the heads it costs registers).
+    for (int j0 = kDocs ? doc_first_key(keys, b, s.Tk, nk, m.ds_s[0]) / 64 * 64 : 0; j0 < kmax; j0 += 64) {
       __syncthreads();  // the previous tile's K and V are no longer read
       load_tile<D>(Ks, k, kv_off, kv_ld, j0, kmax);
       load_tile<D>(Vs, v, kv_off, kv_ld, j0, kmax);
       load_key_ends(m.kend, keys, b, s.Tk, j0, kmax);
       __syncthreads();
-      warp_probs_dscores<D>(Qs, dOs, Ks, Vs, lse_s, D_s, m.kend, Ss, Ps, dSs, s, i0, scale);
+      warp_probs_dscores<D, kDocs>(Qs, dOs, Ks, Vs, lse_s, D_s, m.kend, m.ds_s, Ss, Ps, dSs, s, i0, scale);
       __syncwarp();
       // dQ[16 rows][D] += dS K.
       if constexpr (kRegAcc) {
@@ -569,20 +598,21 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 // Shared memory of the v2 dK/dV kernel: K, V, Q, dO tiles [64][D] (bf16); per
 // warp S^T or dP^T [16][64] (fp32) and P^T, dS^T [16][64] (bf16); the query
-// tile's lse and D; the key tile's visibility ends.
+// tile's lse, D and document starts; the key tile's visibility ends.
 constexpr size_t tc_bwd2_smem_bytes(int D) {
-  return size_t(4 * 64 * D) * 2 + size_t(kWarps * 16 * 64) * 4 + size_t(2 * kWarps * 16 * 64) * 2 + size_t(2 * 64) * 4 +
+  return size_t(4 * 64 * D) * 2 + size_t(kWarps * 16 * 64) * 4 + size_t(2 * kWarps * 16 * 64) * 2 + size_t(3 * 64) * 4 +
          size_t(64) * 4;
 }
 
 // The warp's 16 key rows (K_w, V_w, their ends kend_w) against the query tile
 // [i0, i0 + 64): S^T = K Q^T into S_w; P^T = exp(S^T*scale - lse) where
-// visible into P_w (bf16); dP^T = V dO^T into S_w; dS^T = P^T (dP^T - D) *
-// scale into dS_w (bf16). Lane c and c + 32 take query columns.
-template <int D>
-__device__ void warp_keys_dscores(const bf16_t* K_w, const bf16_t* V_w, const int* kend_w, const bf16_t* Qs,
-                                  const bf16_t* dOs, const float* lse_s, const float* D_s, float* S_w, bf16_t* P_w,
-                                  bf16_t* dS_w, const AttnShape& s, int i0, float scale) {
+// visible (ds_s: the query rows' document starts) into P_w (bf16); dP^T = V
+// dO^T into S_w; dS^T = P^T (dP^T - D) * scale into dS_w (bf16). Lane c and
+// c + 32 take query columns.
+template <int D, bool kDocs>
+__device__ void warp_keys_dscores(const bf16_t* K_w, const bf16_t* V_w, const int* kend_w, const int* ds_s,
+                                  const bf16_t* Qs, const bf16_t* dOs, const float* lse_s, const float* D_s, float* S_w,
+                                  bf16_t* P_w, bf16_t* dS_w, const AttnShape& s, int i0, float scale) {
   using namespace nvcuda;
   const int lane = threadIdx.x & 31;
   warp_mma<wmma::row_major, wmma::col_major, D, 64>(S_w, 64, K_w, D, Qs, D, false);
@@ -590,7 +620,8 @@ __device__ void warp_keys_dscores(const bf16_t* K_w, const bf16_t* V_w, const in
   for (int rr = 0; rr < 16; ++rr)
     for (int c = lane; c < 64; c += 32) {
       const int i = i0 + c;
-      const bool vis = i < s.Tq && kend_w[rr] <= s.q_pos0 + i;
+      const bool vis = i < s.Tq && (kDocs ? unsigned(kend_w[rr] - ds_s[c]) <= unsigned(s.q_pos0 + i - ds_s[c])
+                                          : kend_w[rr] <= s.q_pos0 + i);
       P_w[rr * 64 + c] = __float2bfloat16(vis ? __expf(S_w[rr * 64 + c] * scale - lse_s[c]) : 0.f);
     }
   __syncwarp();
@@ -623,10 +654,11 @@ __device__ void store_acc_rows(const AccFrag (&acc)[D / 16], float* stage, bf16_
   }
 }
 
-// dK, dV of key rows [j0, j0 + 64) of group g in sequence b (v2).
-template <int D>
+// dK, dV of key rows [j0, j0 + 64) of group g in sequence b (v2; kDocs:
+// with document starts).
+template <int D, bool kDocs>
 __global__ void __launch_bounds__(32 * kWarps)
-    k_attention_bwd_dkv_tc2(AttnShape s, TcKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+    k_attention_bwd_dkv_tc2(AttnShape s, AttnKeys keys, const bf16_t* q, const bf16_t* k, const bf16_t* v,
                             const float* lse, const float* Dterm, const bf16_t* dout, bf16_t* dk, bf16_t* dv) {
   extern __shared__ __align__(128) unsigned char smem[];
   bf16_t* Ks = reinterpret_cast<bf16_t*>(smem);  // [64][D] each
@@ -637,10 +669,11 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* lse_s = reinterpret_cast<float*>(dSt + kWarps * 16 * 64);
   float* D_s = lse_s + 64;
   int* kend = reinterpret_cast<int*>(D_s + 64);
+  int* ds_s = kend + 64;
 
   const int warp = threadIdx.x >> 5;
   const float scale = rsqrtf(float(D));
-  const KeyBlock kb = load_key_block<D>(s, keys, k, v, Ks, Vs, kend);
+  const KeyBlock kb = load_key_block<D, kDocs>(s, keys, k, v, Ks, Vs, kend);
   float* S_w = St + warp * 16 * 64;
   bf16_t *P_w = Pt + warp * 16 * 64, *dS_w = dSt + warp * 16 * 64;
   AccFrag acc_dk[D / 16], acc_dv[D / 16];
@@ -649,11 +682,11 @@ __global__ void __launch_bounds__(32 * kWarps)
   __syncthreads();
 
   for (int h = kb.g; h < s.H; h += s.Hkv) {
-    for (int i0 = (kb.i_start / 64) * 64; i0 < s.Tq; i0 += 64) {
-      load_query_rows<D>(s, kb.b, h, i0, q, dout, lse, Dterm, Qs, dOs, lse_s, D_s);
+    for (int i0 = (kb.i_start / 64) * 64; i0 < kb.i_end; i0 += 64) {
+      load_query_rows<D, kDocs>(s, kb.b, h, i0, q, dout, lse, Dterm, keys.doc_start, Qs, dOs, lse_s, D_s, ds_s);
       __syncthreads();
-      warp_keys_dscores<D>(Ks + warp * 16 * D, Vs + warp * 16 * D, kend + warp * 16, Qs, dOs, lse_s, D_s, S_w, P_w,
-                           dS_w, s, i0, scale);
+      warp_keys_dscores<D, kDocs>(Ks + warp * 16 * D, Vs + warp * 16 * D, kend + warp * 16, ds_s, Qs, dOs, lse_s, D_s,
+                                  S_w, P_w, dS_w, s, i0, scale);
       // The warp's 16 key rows: dV += P^T dO, dK += dS^T Q.
       warp_mma_regs<64>(acc_dv, P_w, 64, dOs, D);
       warp_mma_regs<64>(acc_dk, dS_w, 64, Qs, D);
@@ -664,55 +697,68 @@ __global__ void __launch_bounds__(32 * kWarps)
   store_acc_rows<D>(acc_dv, S_w, dv + kb.kv_off, kb.kv_ld, kb.j0 + warp * 16, s.Tk, kb.nk);
 }
 
-template <int D>
-void launch_tc_bwd(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
-                   CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
+template <int D, bool kDocs>
+void launch_tc_bwd_v(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                     CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
   const size_t smem_kv = tc_bwd_smem_bytes(D, 2), smem_q = tc_bwd_smem_bytes(D, 1), smem_kv2 = tc_bwd2_smem_bytes(D);
   static const bool attr_set = [&] {
     const char* what = "attention_bwd (tensor cores): shared memory size";
-    check(cudaFuncSetAttribute(k_attention_bwd_dkv_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv)),
-          what);
-    check(cudaFuncSetAttribute(k_attention_bwd_dq_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)),
-          what);
-    check(cudaFuncSetAttribute(k_attention_bwd_dkv_tc2<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv2)),
-          what);
-    check(
-        cudaFuncSetAttribute(k_attention_bwd_dq_tc<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q)),
-        what);
+    const auto max_smem = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    check(cudaFuncSetAttribute(k_attention_bwd_dkv_tc<D, kDocs>, max_smem, int(smem_kv)), what);
+    check(cudaFuncSetAttribute(k_attention_bwd_dq_tc<D, false, kDocs>, max_smem, int(smem_q)), what);
+    check(cudaFuncSetAttribute(k_attention_bwd_dkv_tc2<D, kDocs>, max_smem, int(smem_kv2)), what);
+    check(cudaFuncSetAttribute(k_attention_bwd_dq_tc<D, true, kDocs>, max_smem, int(smem_q)), what);
     return true;
   }();
   (void)attr_set;
   const bool v2 = c.attn_bwd == AttentionBwd::V2;
   const dim3 grid_kv(unsigned((s.Tk + 63) / 64), unsigned(s.Hkv), unsigned(s.B));
   if (v2)
-    k_attention_bwd_dkv_tc2<D><<<grid_kv, 32 * kWarps, smem_kv2, c.s>>>(
+    k_attention_bwd_dkv_tc2<D, kDocs><<<grid_kv, 32 * kWarps, smem_kv2, c.s>>>(
         s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v), dev<float>(lse), Dterm, dev<bf16_t>(dout),
         dev<bf16_t>(dk), dev<bf16_t>(dv));
   else
-    k_attention_bwd_dkv_tc<D><<<grid_kv, 32 * kWarps, smem_kv, c.s>>>(
+    k_attention_bwd_dkv_tc<D, kDocs><<<grid_kv, 32 * kWarps, smem_kv, c.s>>>(
         s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v), dev<float>(lse), Dterm, dev<bf16_t>(dout),
         dev<bf16_t>(dk), dev<bf16_t>(dv));
   const dim3 grid_q(unsigned((s.Tq + 63) / 64), unsigned(s.Hkv), unsigned(s.B));
-  auto dq_kernel = v2 ? k_attention_bwd_dq_tc<D, true> : k_attention_bwd_dq_tc<D, false>;
+  auto dq_kernel = v2 ? k_attention_bwd_dq_tc<D, true, kDocs> : k_attention_bwd_dq_tc<D, false, kDocs>;
   dq_kernel<<<grid_q, 32 * kWarps, smem_q, c.s>>>(
       s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v), dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<float>(lse),
       Dterm, dev<bf16_t>(dout), dev<bf16_t>(dq), dev<bf16_t>(draw_k), dev<bf16_t>(draw_v));
 }
 
+// The backward's kernels with document starts or without (kDocs).
 template <int D>
-void launch_tc(Ctx c, const AttnShape& s, const TcKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v, Ptr o,
-               Ptr lse) {
+void launch_tc_bwd(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v,
+                   CPtr lse, const float* Dterm, CPtr dout, Ptr dq, Ptr dk, Ptr dv, Ptr draw_k, Ptr draw_v) {
+  if (keys.doc_start)
+    launch_tc_bwd_v<D, true>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+  else launch_tc_bwd_v<D, false>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+}
+
+template <int D, bool kDocs>
+void launch_tc_v(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v, Ptr o,
+                 Ptr lse) {
   const size_t smem = tc_smem_bytes(D);
   static const bool attr_set = [&] {
-    check(cudaFuncSetAttribute(k_attention_fwd_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+    check(cudaFuncSetAttribute(k_attention_fwd_tc<D, kDocs>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
           "attention_fwd (tensor cores): shared memory size");
     return true;
   }();
   (void)attr_set;
   const dim3 grid(unsigned((s.Tq + kTileQ - 1) / kTileQ), unsigned(s.H), unsigned(s.B));
-  k_attention_fwd_tc<D><<<grid, 32 * kWarps, smem, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k), dev<bf16_t>(v),
-                                                          dev<bf16_t>(raw_k), dev<bf16_t>(raw_v), dev<bf16_t>(o),
-                                                          dev<float>(lse));
+  k_attention_fwd_tc<D, kDocs><<<grid, 32 * kWarps, smem, c.s>>>(s, keys, dev<bf16_t>(q), dev<bf16_t>(k),
+                                                                 dev<bf16_t>(v), dev<bf16_t>(raw_k), dev<bf16_t>(raw_v),
+                                                                 dev<bf16_t>(o), dev<float>(lse));
+}
+
+// The forward with document starts or without (kDocs).
+template <int D>
+void launch_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, CPtr k, CPtr v, CPtr raw_k, CPtr raw_v, Ptr o,
+               Ptr lse) {
+  if (keys.doc_start) launch_tc_v<D, true>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
+  else launch_tc_v<D, false>(c, s, keys, q, k, v, raw_k, raw_v, o, lse);
 }
 
 }  // namespace
@@ -735,12 +781,11 @@ bool attention_fwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, C
   if (c.attn_fwd == AttentionFwd::Fa2 && attention_fwd_fa2(c, s, keys, q, k, v, raw_k, raw_v, o, lse)) return true;
   if (s.dh % 32 != 0 || s.dh > 128 || !attention_smem_fits(tc_smem_bytes(s.dh))) return false;
   if (s.Tq <= 0 || s.B <= 0 || s.H <= 0) return true;  // nothing to do
-  const TcKeys tk{keys.key_end, keys.n_keys, keys.self_open};
   switch (s.dh) {
-    case 32: launch_tc<32>(c, s, tk, q, k, v, raw_k, raw_v, o, lse); return true;
-    case 64: launch_tc<64>(c, s, tk, q, k, v, raw_k, raw_v, o, lse); return true;
-    case 96: launch_tc<96>(c, s, tk, q, k, v, raw_k, raw_v, o, lse); return true;
-    case 128: launch_tc<128>(c, s, tk, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 32: launch_tc<32>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 64: launch_tc<64>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 96: launch_tc<96>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
+    case 128: launch_tc<128>(c, s, keys, q, k, v, raw_k, raw_v, o, lse); return true;
     default: return false;
   }
 }
@@ -757,19 +802,18 @@ bool attention_bwd_tc(Ctx c, const AttnShape& s, const AttnKeys& keys, CPtr q, C
       !attention_smem_fits(std::max(tc_bwd_smem_bytes(s.dh, 2), tc_bwd2_smem_bytes(s.dh))))
     return false;
   if (s.B <= 0 || s.H <= 0 || (s.Tq <= 0 && s.Tk <= 0)) return true;
-  const TcKeys tk{keys.key_end, keys.n_keys, keys.self_open};
   switch (s.dh) {
     case 32:
-      launch_tc_bwd<32>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+      launch_tc_bwd<32>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
       return true;
     case 64:
-      launch_tc_bwd<64>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+      launch_tc_bwd<64>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
       return true;
     case 96:
-      launch_tc_bwd<96>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+      launch_tc_bwd<96>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
       return true;
     case 128:
-      launch_tc_bwd<128>(c, s, tk, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
+      launch_tc_bwd<128>(c, s, keys, q, k, v, raw_k, raw_v, lse, Dterm, dout, dq, dk, dv, draw_k, draw_v);
       return true;
     default: return false;
   }

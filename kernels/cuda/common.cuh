@@ -22,13 +22,6 @@ void check(cudaError_t e, const char* what);
 // After a kernel launch: launch errors now; with WIOLA_CUDA_SYNC=1 also
 // synchronises so an asynchronous fault is reported with the op that caused it.
 void after_launch(const char* op);
-// Documents (data.documents, docs/model.md §2 "Documents") are not computed
-// by these kernels yet: an op given document starts refuses them.
-inline void no_documents(const void* doc_start, const char* op) {
-  WIOLA_CHECK(!doc_start, "cuda ", op,
-              ": document masking (data.documents = true) is not supported on the CUDA backend yet");
-}
-
 // Typed device pointer of a storage element type (float or bf16_t).
 template <class E>
 E* dev(Ptr p) {

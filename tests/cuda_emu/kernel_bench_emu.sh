@@ -5,7 +5,9 @@
 # each tile shape among them, the forward also with 2 and 4 heads of a KV group
 # a block), checked against the CPU and timed (ok, a positive time,
 # its errors within their bounds), or skipped with the message of the refused
-# switch value (here 4 heads a block: --small has 2 query heads a KV group); every GEMM (aligned and
+# switch value (here 4 heads a block: --small has 2 query heads a KV group); the documents row
+# (forward + backward, causal against packed documents: checked, both timed, the tile count's
+# expected ratio); every GEMM (aligned and
 # misaligned), merged-projection comparison and memory-bound op ok with a
 # positive time; the cuDNN
 # reference one skipped row (kernel_bench_cudnn_emu.sh checks it); then --preset
@@ -34,6 +36,7 @@ required = [f"attention {v} {layer}" for layer in ("causal", "atm")
                       "fwd fa2 128x64 hp2", "fwd fa2 128x64 hp4", "fwd fa2 128x128 hp2", "fwd fa2 128x128 hp4",
                       "bwd v1", "bwd v2", "bwd fa2", "bwd fa2 64x128", "bwd fa2 128x64", "bwd fa2 128x128",
                       "bwd rows")]
+required += ["attention documents"]
 required += ["gemm step total", "gemm step total misaligned"]
 required += [f"gemm merge {c} {d}" for c in ("ctx k|v", "dsff up") for d in ("fwd", "bwd data", "bwd weight")]
 required += ["rmsnorm_fwd", "add_rmsnorm_fwd", "rmsnorm_bwd", "add", "swiglu_fwd", "gelu_fwd", "srpe_split_fwd",
@@ -74,6 +77,13 @@ assert by_name["attention fwd fa2 causal"]["options"]["attention_heads_per_block
 # cuDNN's rows (the last section) cannot run on the emulator: one skipped row.
 cudnn = [r for r in rows if r.get("variant") == "cudnn"]
 assert len(cudnn) == 1 and cudnn[0]["name"] == "attention cudnn causal" and cudnn[0]["skipped"], cudnn
+# Packed documents: checked against the CPU, both windows timed, the ratios
+# recorded (--small's T = 64 is one key tile a window: the tile count expects 1).
+docs = by_name["attention documents"]
+assert all(e < docs["check"]["tol"][k] for k, e in docs["check"]["max_rel"].items()), docs
+assert docs["causal_ms"] > 0 and docs["documents_ms"] > 0 and docs["ratio"] > 0, docs
+assert docs["documents"] > docs["B"] and 0 < docs["tiles_documents"] <= docs["tiles_causal"], docs
+assert docs["expected_ratio"] == docs["tiles_documents"] / docs["tiles_causal"], docs
 atm = by_name["attention fwd tc atm"]["atm"]
 assert 0.15 <= atm["merged_pair_frac"] <= 0.3, f"ATM merged {atm['merged_pair_frac']} of the pairs"
 gemms = [r for r in rows if r["section"] == "gemm" and "roles" in r]

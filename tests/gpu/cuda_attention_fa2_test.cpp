@@ -64,6 +64,15 @@ using namespace cuda_test;
 //   max moving between 64-key tiles that one 128-key tile takes at once.
 // - Decoding, 67 queries from position T - 67 over T keys (q_pos0 off the
 //   64-row grid): every query block's visibility shifted, forward only.
+// - Packed documents (test_documents: starts inside a tile and on its
+//   boundaries, EOS-only documents, one across the boundary at 128), plain
+//   and ATM (no pair merged across a start), at T = 67 and the longer T (on
+//   the emulator at d_h = 64 only, so the four cases meet the three other
+//   backward tile shapes in turn): forward and dQ blocks whose key loop
+//   starts past tile 0 (j_base), dK/dV blocks whose query items end before
+//   the last tile (doc_query_end), tiles masked by the document alone, and
+//   at every tile shape the bits of 64x64 (the extra tiles a 128-row block
+//   meets are wholly invisible to the rows they add).
 TEST(CudaOps, AttentionFa2Bf16) {
   REQUIRE_GPU();
   auto gpu = make_cuda_ops(CudaPrecision::BF16);
@@ -97,12 +106,20 @@ TEST(CudaOps, AttentionFa2Bf16) {
           gdo(*gpu, DType::BF16, nq);
       const Vec q = bf16_round_trip(*gpu, randn(nq, 50), gq), k = bf16_round_trip(*gpu, randn(nk, 51), gk),
                 v = bf16_round_trip(*gpu, randn(nk, 52), gv), dout = bf16_round_trip(*gpu, randn(nq, 53), gdo);
-      std::vector<uint8_t> open(size_t(s.B) * s.Tq, 0);
-      for (int b = 0; b < s.B; ++b)
-        for (int t = 1 + b; t + 1 < s.Tq; t += 4) open[size_t(b) * s.Tq + t] = 1;
-      const AtmLayout lay = atm_layout(open, s.B, s.Tq);
-      for (int with_atm = 0; with_atm < (decoding ? 1 : 2); ++with_atm) {
-        GpuAttnCall c(*gpu, s, lay, open, gk.data(), gv.data(), with_atm);
+#ifdef WIOLA_CUDA_EMU
+      const int n_variants = decoding ? 1 : dh == 64 ? 4 : 2;
+#else
+      const int n_variants = decoding ? 1 : 4;
+#endif
+      for (int variant = 0; variant < n_variants; ++variant) {
+        const bool with_atm = variant % 2 == 1, with_docs = variant >= 2;
+        const std::vector<int32_t> docs = with_docs ? test_documents(s.B, s.Tq) : std::vector<int32_t>{};
+        std::vector<uint8_t> open(size_t(s.B) * s.Tq, 0);
+        for (int b = 0; b < s.B; ++b)
+          for (int t = 1 + b; t + 1 < s.Tq; t += 4) open[size_t(b) * s.Tq + t] = 1;
+        if (with_docs) no_merge_across(open, docs, s.B, s.Tq);
+        const AtmLayout lay = atm_layout(open, s.B, s.Tq);
+        GpuAttnCall c(*gpu, s, lay, open, gk.data(), gv.data(), with_atm, docs);
         // o and lse, then (bwd) the tensor-core backward's gradients from them.
         // fwd = false: the backward alone, on the o and lse already there.
         auto run_gpu = [&](bool bwd, bool fwd = true) {
@@ -150,7 +167,7 @@ TEST(CudaOps, AttentionFa2Bf16) {
 #ifdef WIOLA_CUDA_EMU
             // One shape a case in turn (the fa2 backward is the emulator's
             // slowest kernel): 64x128, 128x64, 128x128, 64x128, ... over the
-            // ten cases, so each 128-row kernel (dK/dV of 128x64 and 128x128,
+            // fourteen cases, so each 128-row kernel (dK/dV of 128x64 and 128x128,
             // dQ of 64x128 and 128x128) runs at every head dim.
             if (t != bwd_case % 3) continue;
 #endif
@@ -165,13 +182,14 @@ TEST(CudaOps, AttentionFa2Bf16) {
 
         // The CPU on the same (bf16-valued) inputs (decoding: forward only).
         const std::vector<Vec> ref =
-            cpu_attention(*cpu, *gpu, s, AttnInputs{q, k, v, decoding ? Vec{} : dout, open, lay}, c, with_atm);
+            cpu_attention(*cpu, *gpu, s, AttnInputs{q, k, v, decoding ? Vec{} : dout, open, lay, docs}, c, with_atm);
 
         const char* names[] = {"o", "lse", "dq", "dk", "dv", "draw_k", "draw_v"};
         const double tols[] = {2e-2, 1e-3, 3e-2, 3e-2, 3e-2, 3e-2, 3e-2};
         std::string name = "dh=" + std::to_string(dh) + " T=" + std::to_string(s.Tq);
         if (decoding) name += " from " + std::to_string(s.q_pos0);
         if (with_atm) name += " ATM";
+        if (with_docs) name += " docs";
         // (name, outputs, forward only: o and lse)
         std::vector<std::tuple<std::string, const std::vector<Vec>*, bool>> runs{{"fa2", &fa2, decoding},
                                                                                  {"tc", &tc, true}};
@@ -228,7 +246,8 @@ TEST(CudaOps, AttentionFa2Bf16) {
         // 128-key tiles ran: at T = 130 or 200 the running max moves between
         // 64-key tiles that one 128-key tile takes at once (one rescale fewer:
         // other bits). (At T = 67 the sums run in the same order: the same bits.)
-        if (shape.Tq > 128) {
+        // (Not with documents: there each row's keys may lie in one tile either way.)
+        if (shape.Tq > 128 && !with_docs) {
           EXPECT_NE(tiles[0][1], fa2[1]) << name << ": attention_tile = 64x128 gave 64x64's lse";
         }
         // 128 query rows a block: the bits of 64 at the same key tile (o, lse).
@@ -240,9 +259,9 @@ TEST(CudaOps, AttentionFa2Bf16) {
       }
     }
 #ifdef WIOLA_CUDA_EMU
-  EXPECT_EQ(bwd_case, 10);  // T = 67 at every head dim, T = 130 at d_h 64; causal and ATM
+  EXPECT_EQ(bwd_case, 14);  // T = 67 at every head dim, T = 130 at d_h 64; causal and ATM; documents at d_h 64
 #else
-  EXPECT_EQ(bwd_case, 16);     // T = 67 and 200 at every head dim; causal and ATM
+  EXPECT_EQ(bwd_case, 32);  // T = 67 and 200 at every head dim; causal and ATM, without and with documents
 #endif
 }
 
@@ -260,6 +279,11 @@ TEST(CudaOps, AttentionFa2Bf16) {
 // back (tools/cuda_emu/launch_record.h): H / HP blocks of heads, rows / HP a
 // block of each. A packing that does not divide H / H_kv is refused, naming
 // the key. On the emulator (three runs in CI) one tile shape a case, in turn.
+// Then with packed documents and ATM (test_documents: a start inside the
+// first 64-row tile, one on its boundary, an EOS-only document), at every
+// tile shape (on the emulator at d_h = 64 only): the packed blocks skip the
+// key tiles before their first row's document as the unpacked ones do, with
+// the same bits.
 TEST(CudaOps, AttentionFa2HeadPacking) {
   REQUIRE_GPU();
   auto gpu = make_cuda_ops(CudaPrecision::BF16);
@@ -287,8 +311,19 @@ TEST(CudaOps, AttentionFa2HeadPacking) {
       std::vector<uint8_t> open(size_t(s.B) * s.Tq, 0);
       for (int t = 2; t + 1 < s.Tq; t += 3) open[size_t(t)] = 1;
       const AtmLayout lay = atm_layout(open, s.B, s.Tq);
-      for (int with_atm = 0; with_atm < 2; ++with_atm, ++n_case) {
-        GpuAttnCall c(*gpu, s, lay, open, gk.data(), gv.data(), with_atm);
+#ifdef WIOLA_CUDA_EMU
+      const int n_variants = dh == 64 ? 3 : 2;
+#else
+      const int n_variants = 3;
+#endif
+      for (int variant = 0; variant < n_variants; ++variant) {
+        // 0: causal, 1: ATM, 2: ATM with documents.
+        const bool with_atm = variant >= 1, with_docs = variant == 2;
+        const std::vector<int32_t> docs = with_docs ? test_documents(s.B, s.Tq) : std::vector<int32_t>{};
+        std::vector<uint8_t> v_open = open;
+        if (with_docs) no_merge_across(v_open, docs, s.B, s.Tq);
+        const AtmLayout v_lay = with_docs ? atm_layout(v_open, s.B, s.Tq) : lay;
+        GpuAttnCall c(*gpu, s, v_lay, v_open, gk.data(), gv.data(), with_atm, docs);
         auto run_gpu = [&](AttentionTile tile, HeadsPerBlock hp) {
           set_cuda_backend_options(
               *gpu, {.attention = AttentionFwd::Fa2, .attention_tile = tile, .attention_heads_per_block = hp});
@@ -306,16 +341,18 @@ TEST(CudaOps, AttentionFa2HeadPacking) {
         };
 
         // The CPU on the same (bf16-valued) inputs, forward only.
-        const std::vector<Vec> ref = cpu_attention(*cpu, *gpu, s, AttnInputs{q, k, v, {}, open, lay}, c, with_atm);
+        const std::vector<Vec> ref =
+            cpu_attention(*cpu, *gpu, s, AttnInputs{q, k, v, {}, v_open, v_lay, docs}, c, with_atm);
 
         const char* names[] = {"o", "lse"};
         const double tols[] = {2e-2, 1e-3};
         const std::string name = "dh=" + std::to_string(dh) + " H=" + std::to_string(s.H) + "/" +
-                                 std::to_string(s.Hkv) + (with_atm ? " ATM" : "");
+                                 std::to_string(s.Hkv) + (with_atm ? " ATM" : "") + (with_docs ? " docs" : "");
         for (int t = 0; t < 4; ++t) {
 #ifdef WIOLA_CUDA_EMU
-          // One tile shape a case, in turn: each with HP 2 at every head dim, with HP 4 at two.
-          if (t != (n_case + dh / 32 - 1) % 4) continue;
+          // One tile shape a case, in turn: each with HP 2 at every head dim,
+          // with HP 4 at two. (Documents: every tile shape.)
+          if (!with_docs && t != (n_case + dh / 32 - 1) % 4) continue;
 #endif
           const std::vector<Vec>& unpacked_here = unpacked_at(t % 2);
           for (int hp : {2, 4}) {
@@ -350,6 +387,7 @@ TEST(CudaOps, AttentionFa2HeadPacking) {
             }
           }
         }
+        if (!with_docs) ++n_case;
       }
       // A packing that does not divide the heads of a KV group is refused.
       if (s.H / s.Hkv == 2) {
@@ -366,9 +404,11 @@ TEST(CudaOps, AttentionFa2HeadPacking) {
       set_cuda_backend_options(*gpu, {});
     }
 #ifdef WIOLA_CUDA_EMU
-  EXPECT_EQ(packed_runs, 24);  // 16 cases, one tile each: HP 2 and 4 at ratio 4, HP 2 at ratio 2
+  // 16 cases, one tile each: HP 2 and 4 at ratio 4, HP 2 at ratio 2; documents (d_h 64) every tile
+  EXPECT_EQ(packed_runs, 24 + 12);
 #else
-  EXPECT_EQ(packed_runs, 96);  // 16 cases, every tile: HP 2 and 4 at ratio 4, HP 2 at ratio 2
+  // 16 cases and 8 with documents, every tile: HP 2 and 4 at ratio 4, HP 2 at ratio 2
+  EXPECT_EQ(packed_runs, 96 + 48);
 #endif
 }
 

@@ -1,6 +1,7 @@
 // The CUDA backend's self-attention (kernels/cuda/attention.cu, the row
 // kernels; attention_tc.cu, the bf16 tensor-core kernels) against the CPU
-// backend, plain causal and with ATM keys, forward and backward.
+// backend, plain causal and with ATM keys, with and without packed documents,
+// forward and backward.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -17,7 +18,10 @@ namespace {
 using namespace cuda_test;
 
 // Self-attention with GQA, plain causal and with ATM keys (merged rows,
-// self_open raw keys), forward and backward.
+// self_open raw keys), forward and backward; at d_h = 64 again with packed
+// documents (doc_start): each sequence holds short documents, documents that
+// are only an EOS (length 1, at the window's start too) and a long one, and
+// the ATM plan merges no pair across a document start.
 TEST(CudaOps, AttentionPlainAndAtm) {
   REQUIRE_GPU();
   for (int dh : {16, 64, 128}) {
@@ -29,13 +33,20 @@ TEST(CudaOps, AttentionPlainAndAtm) {
     s.dh = dh;
     const size_t nq = size_t(s.B) * s.Tq * s.H * dh, nk = size_t(s.B) * s.Tk * s.Hkv * dh;
     const Vec q = randn(nq, 20), k = randn(nk, 21), v = randn(nk, 22), dout = randn(nq, 23);
-    // A merge plan: pairs (t, t+1) for t % 5 == 1.
-    std::vector<uint8_t> open(size_t(s.B) * s.Tq, 0);
-    for (int b = 0; b < s.B; ++b)
-      for (int t = 1; t + 1 < s.Tq; t += 5) open[size_t(b) * s.Tq + t] = 1;
-    const AtmLayout lay = atm_layout(open, s.B, s.Tq);
-    for (bool with_atm : {false, true}) {
-      const std::string name = "attention dh=" + std::to_string(dh) + (with_atm ? " ATM" : "");
+    // Documents: starts at 3, 4 (an EOS-only document), 20, 31, 32 (EOS-only)
+    // and at 1 (after an EOS-only first one), 2, 9 (a long one), 44 (the last
+    // position alone).
+    const std::vector<int32_t> docs = doc_starts(s.Tq, {{3, 4, 20, 31, 32}, {1, 2, 9, 44}});
+    for (int variant = 0; variant < (dh == 64 ? 4 : 2); ++variant) {
+      const bool with_atm = variant % 2 == 1, with_docs = variant >= 2;
+      // A merge plan: pairs (t, t+1) for t % 5 == 1 (none across a document start).
+      std::vector<uint8_t> open(size_t(s.B) * s.Tq, 0);
+      for (int b = 0; b < s.B; ++b)
+        for (int t = 1; t + 1 < s.Tq; t += 5) open[size_t(b) * s.Tq + t] = 1;
+      if (with_docs) no_merge_across(open, docs, s.B, s.Tq);
+      const AtmLayout lay = atm_layout(open, s.B, s.Tq);
+      const std::string name =
+          "attention dh=" + std::to_string(dh) + (with_atm ? " ATM" : "") + (with_docs ? " docs" : "");
       same_on_gpu(name.c_str(), 3e-5, [&](Ops<float>& o) {
         OnBackend r(o);
         float *bq = r.in(q), *bk = r.in(k), *bv = r.in(v), *bd = r.in(dout);
@@ -43,10 +54,13 @@ TEST(CudaOps, AttentionPlainAndAtm) {
         float *dq = r.in(Vec(nq)), *dk = r.in(Vec(nk)), *dv = r.in(Vec(nk)), *drk = r.in(Vec(nk)), *drv = r.in(Vec(nk));
         Buffer<float, int32_t> ke(o, lay.key_end.size()), ng(o, lay.n_groups.size());
         Buffer<float, uint8_t> so(o, open.size());
+        Buffer<float, int32_t> ds(o, docs.size());
         o.upload(ke.data(), lay.key_end.data(), ke.bytes());
         o.upload(ng.data(), lay.n_groups.data(), ng.bytes());
         o.upload(so.data(), open.data(), so.bytes());
-        const AttnKeys keys = with_atm ? AttnKeys{ke.data(), ng.data(), so.data()} : AttnKeys{};
+        o.upload(ds.data(), docs.data(), ds.bytes());
+        AttnKeys keys = with_atm ? AttnKeys{ke.data(), ng.data(), so.data()} : AttnKeys{};
+        if (with_docs) keys.doc_start = ds.data();
         // With ATM the keys are the merged rows; the raw ones are k and v.
         float *mk = bk, *mv = bv;
         if (with_atm) {
@@ -91,7 +105,13 @@ TEST(CudaOps, AttentionPlainAndAtm) {
 // - T = 150 (two full tiles and a partial one): as T = 67, and a dK/dV block
 //   meeting a full query tile below the diagonal, a query tile with two whole
 //   key tiles before its diagonal one. On the GPU at every head dim; on the
-//   emulator (three runs in CI: emu, rev, asan) at d_h = 64.
+//   emulator (three runs in CI: emu, rev, asan) at d_h = 64. At T = 150 also
+//   with packed documents (test_documents: starts inside a tile and on its
+//   boundaries, EOS-only documents, one across the boundary at 128), plain
+//   and ATM (no pair merged across a start): query blocks whose key loop
+//   starts past tile 0 (rows 64.. and 128.. of the first sequence), dK/dV
+//   blocks whose query loop ends before the last tile (keys 0..63, whose
+//   documents end at 64), partially visible tiles masked by the document.
 TEST(CudaOps, AttentionTensorCoresBf16) {
   REQUIRE_GPU();
   auto gpu = make_cuda_ops(CudaPrecision::BF16);
@@ -116,13 +136,16 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
       in.k = bf16_round_trip(*gpu, randn(nk, 41), gk);
       in.v = bf16_round_trip(*gpu, randn(nk, 42), gv);
       in.dout = bf16_round_trip(*gpu, randn(nq, 43), gdo);
-      in.open.assign(size_t(s.B) * s.Tq, 0);
-      for (int b = 0; b < s.B; ++b)
-        for (int t = 1 + b; t + 1 < s.Tq; t += 5) in.open[size_t(b) * s.Tq + t] = 1;
-      in.lay = atm_layout(in.open, s.B, s.Tq);
-      for (bool with_atm : {false, true}) {
+      for (int variant = 0; variant < (T == 150 ? 4 : 2); ++variant) {
+        const bool with_atm = variant % 2 == 1, with_docs = variant >= 2;
+        in.doc_start = with_docs ? test_documents(s.B, s.Tq) : std::vector<int32_t>{};
+        in.open.assign(size_t(s.B) * s.Tq, 0);
+        for (int b = 0; b < s.B; ++b)
+          for (int t = 1 + b; t + 1 < s.Tq; t += 5) in.open[size_t(b) * s.Tq + t] = 1;
+        if (with_docs) no_merge_across(in.open, in.doc_start, s.B, s.Tq);
+        in.lay = atm_layout(in.open, s.B, s.Tq);
         // The GPU: merged rows (ATM) in bf16, then forward and backward.
-        GpuAttnCall c(*gpu, s, in.lay, in.open, gk.data(), gv.data(), with_atm);
+        GpuAttnCall c(*gpu, s, in.lay, in.open, gk.data(), gv.data(), with_atm, in.doc_start);
         auto run_gpu = [&] {
           gpu->attention_fwd(s, c.keys, gq.data(), c.keys_k, c.keys_v, c.raw_k, c.raw_v, c.go.data(), c.glse.data());
           gpu->attention_bwd(s, c.keys, gq.data(), c.keys_k, c.keys_v, c.raw_k, c.raw_v, c.go.data(), c.glse.data(),
@@ -148,7 +171,8 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
 
         const char* names[] = {"o", "lse", "dq", "dk", "dv", "draw_k", "draw_v"};
         const double tols[] = {2e-2, 1e-3, 3e-2, 3e-2, 3e-2, 3e-2, 3e-2};
-        const std::string name = "dh=" + std::to_string(dh) + " T=" + std::to_string(T) + (with_atm ? " ATM" : "");
+        const std::string name = "dh=" + std::to_string(dh) + " T=" + std::to_string(T) + (with_atm ? " ATM" : "") +
+                                 (with_docs ? " docs" : "");
         for (const auto& [kernel, got] :
              {std::pair{"tensor cores", tc}, std::pair{"tc bwd v2", tc2}, std::pair{"rows", rows}}) {
           ASSERT_EQ(got.size(), ref.size());

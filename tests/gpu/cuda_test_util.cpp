@@ -77,11 +77,42 @@ Vec bf16_download(Ops<float>& gpu, CPtr src, size_t n) {
   return r;
 }
 
+std::vector<int32_t> doc_starts(int T, const std::vector<std::vector<int>>& starts) {
+  std::vector<int32_t> ds(starts.size() * size_t(T), 0);
+  for (size_t b = 0; b < starts.size(); ++b) {
+    int cur = 0;
+    size_t next = 0;
+    for (int t = 0; t < T; ++t) {
+      if (next < starts[b].size() && starts[b][next] == t) cur = starts[b][next++];
+      ds[b * size_t(T) + t] = cur;
+    }
+  }
+  return ds;
+}
+
+std::vector<int32_t> test_documents(int B, int T) {
+  std::vector<std::vector<int>> starts(static_cast<size_t>(B));
+  for (int b = 0; b < B; ++b) {
+    const std::vector<int> at = b % 2 == 0 ? std::vector<int>{3, 4, 40, 64, 100, 101, 140, 192, 193}
+                                           : std::vector<int>{1, 2, 63, 64, 128, 129, T - 1};
+    for (int t : at)
+      if (t > 0 && t < T && (starts[b].empty() || t > starts[b].back())) starts[b].push_back(t);
+  }
+  return doc_starts(T, starts);
+}
+
+void no_merge_across(std::vector<uint8_t>& open, const std::vector<int32_t>& doc_start, int B, int T) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t + 1 < T; ++t)
+      if (doc_start[size_t(b) * T + t + 1] == t + 1) open[size_t(b) * T + t] = 0;
+}
+
 GpuAttnCall::GpuAttnCall(Ops<float>& gpu, const AttnShape& s, const AtmLayout& lay, const std::vector<uint8_t>& open,
-                         CPtr k, CPtr v, bool with_atm)
+                         CPtr k, CPtr v, bool with_atm, const std::vector<int32_t>& doc_start)
     : ke(gpu, lay.key_end.size()),
       ng(gpu, lay.n_groups.size()),
       gf(gpu, lay.group_first.size()),
+      ds(gpu, doc_start.size()),
       so(gpu, open.size()),
       mk(gpu, DType::BF16, nk(s)),
       mv(gpu, DType::BF16, nk(s)),
@@ -109,14 +140,23 @@ GpuAttnCall::GpuAttnCall(Ops<float>& gpu, const AttnShape& s, const AtmLayout& l
     draw_v = gdrv.data();
     keys = AttnKeys{ke.data(), ng.data(), so.data()};
   }
+  if (!doc_start.empty()) {
+    gpu.upload(ds.data(), doc_start.data(), ds.bytes());
+    keys.doc_start = ds.data();
+  }
 }
 
-CpuAttnKeys::CpuAttnKeys(Ops<float>& cpu, const AtmLayout& lay, const std::vector<uint8_t>& open, bool with_atm)
-    : ke(cpu, lay.key_end.size()), ng(cpu, lay.n_groups.size()), so(cpu, open.size()) {
+CpuAttnKeys::CpuAttnKeys(Ops<float>& cpu, const AtmLayout& lay, const std::vector<uint8_t>& open, bool with_atm,
+                         const std::vector<int32_t>& doc_start)
+    : ke(cpu, lay.key_end.size()), ng(cpu, lay.n_groups.size()), ds(cpu, doc_start.size()), so(cpu, open.size()) {
   cpu.upload(ke.data(), lay.key_end.data(), ke.bytes());
   cpu.upload(ng.data(), lay.n_groups.data(), ng.bytes());
   cpu.upload(so.data(), open.data(), so.bytes());
   if (with_atm) keys = AttnKeys{ke.data(), ng.data(), so.data()};
+  if (!doc_start.empty()) {
+    cpu.upload(ds.data(), doc_start.data(), ds.bytes());
+    keys.doc_start = ds.data();
+  }
 }
 
 std::vector<Vec> cpu_attention(Ops<float>& cpu, Ops<float>& gpu, const AttnShape& s, const AttnInputs& in,
@@ -129,7 +169,7 @@ std::vector<Vec> cpu_attention(Ops<float>& cpu, Ops<float>& gpu, const AttnShape
   OnBackend r(cpu);
   float *cq = r.in(in.q), *ck = r.in(mkh), *cv = r.in(mvh), *crk = r.in(in.k), *crv = r.in(in.v);
   float *co = r.in(Vec(nq)), *clse = r.in(Vec(nl));
-  const CpuAttnKeys cpu_keys(cpu, in.lay, in.open, with_atm);
+  const CpuAttnKeys cpu_keys(cpu, in.lay, in.open, with_atm, in.doc_start);
   const AttnKeys ckeys = cpu_keys.keys;
   float *raw_k = with_atm ? crk : nullptr, *raw_v = with_atm ? crv : nullptr;
   cpu.attention_fwd(s, ckeys, cq, ck, cv, raw_k, raw_v, co, clse);

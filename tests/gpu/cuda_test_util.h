@@ -53,11 +53,27 @@ Vec bf16_round_trip(Ops<float>& gpu, const Vec& h, DynBuffer<float>& dst);
 // n values of the bf16 buffer src as floats.
 Vec bf16_download(Ops<float>& gpu, CPtr src, size_t n);
 
+// Packed documents for the attention tests: doc_start [B, T] (AttnKeys::
+// doc_start) from each sequence's document starts (position 0 is always one;
+// starts[b] lists the others, increasing).
+std::vector<int32_t> doc_starts(int T, const std::vector<std::vector<int>>& starts);
+// The bf16 attention tests' documents for B sequences of T positions:
+// even sequences start documents at 3, 4 (an EOS-only one), 40 (inside a
+// 64-row tile), 64 (on a tile boundary), 100, 101 (EOS-only; the next one
+// runs across the boundary at 128), 140, 192, 193; odd ones at 1 (after an
+// EOS-only first document), 2, 63, 64 (an EOS-only one ending on a tile
+// boundary), 128, 129 and T - 1 (the last position alone); those below T.
+std::vector<int32_t> test_documents(int B, int T);
+// Clears open[b, t] where t + 1 starts a document (an ATM plan with
+// documents never merges across a start): open as atm_plan makes it.
+void no_merge_across(std::vector<uint8_t>& open, const std::vector<int32_t>& doc_start, int B, int T);
+
 // The device side of one bf16 attention call in the attention tests: the ATM
 // layout uploaded, the merged keys and values (with_atm), the outputs and
-// gradients, and the key and raw-key pointers the op takes.
+// gradients, the document starts (doc_start, empty: one document), and the
+// key and raw-key pointers the op takes.
 struct GpuAttnCall {
-  Buffer<float, int32_t> ke, ng, gf;
+  Buffer<float, int32_t> ke, ng, gf, ds;
   Buffer<float, uint8_t> so;
   DynBuffer<float> mk, mv, go, gdq, gdk, gdv, gdrk, gdrv;
   Buffer<float> glse;
@@ -65,27 +81,29 @@ struct GpuAttnCall {
   Ptr draw_k, draw_v;
   AttnKeys keys{};
   GpuAttnCall(Ops<float>& gpu, const AttnShape& s, const AtmLayout& lay, const std::vector<uint8_t>& open, CPtr k,
-              CPtr v, bool with_atm);
+              CPtr v, bool with_atm, const std::vector<int32_t>& doc_start = {});
   static size_t nq(const AttnShape& s) { return size_t(s.B) * s.Tq * s.H * s.dh; }
   static size_t nk(const AttnShape& s) { return size_t(s.B) * s.Tk * s.Hkv * s.dh; }
   static size_t nl(const AttnShape& s) { return size_t(s.B) * s.H * s.Tq; }
 };
 
-// The same ATM layout on the CPU backend, for the reference call: `keys` is
-// empty unless with_atm.
+// The same ATM layout and documents on the CPU backend, for the reference
+// call: `keys` has no ATM keys unless with_atm.
 struct CpuAttnKeys {
-  Buffer<float, int32_t> ke, ng;
+  Buffer<float, int32_t> ke, ng, ds;
   Buffer<float, uint8_t> so;
   AttnKeys keys{};
-  CpuAttnKeys(Ops<float>& cpu, const AtmLayout& lay, const std::vector<uint8_t>& open, bool with_atm);
+  CpuAttnKeys(Ops<float>& cpu, const AtmLayout& lay, const std::vector<uint8_t>& open, bool with_atm,
+              const std::vector<int32_t>& doc_start = {});
 };
 
 // The host copies of one bf16 attention problem (the values the GPU's bf16
-// buffers hold) and its ATM plan.
+// buffers hold), its ATM plan and its document starts (empty: one document).
 struct AttnInputs {
   Vec q, k, v, dout;  // dout empty: forward only
   std::vector<uint8_t> open;
   AtmLayout lay;
+  std::vector<int32_t> doc_start = {};
 };
 
 // The CPU's attention on exactly the GPU's bf16 inputs of call `c` (its

@@ -9,7 +9,11 @@
 # hp4 rows say skipped); attention_bwd v1,
 # v2, fa2, the fa2 backward at each tile shape attention_bwd_tile 64x64,
 # 64x128, 128x64, 128x128; plain causal and ATM), each checked against the CPU before it is
-# timed, in ms and TFLOP/s; every distinct GEMM of the step, aligned and
+# timed, in ms and TFLOP/s; the documents row ("attention documents": forward +
+# backward of the causal windows against the same windows holding packed
+# documents of mean length 256, checked, both timed, the measured ratio beside
+# the one the 64x64 tile count expects, 0.345 at wiola-360m's B = 4, T = 2048);
+# every distinct GEMM of the step, aligned and
 # misaligned, in TFLOP/s, then each swept (cublasGemmEx and cuBLASLt's
 # candidates, split-K ones included, checked, then timed) with the winners
 # written as this card's tuning table to $OUT/gemm_tuning.json (for

@@ -132,19 +132,13 @@ docs=("${fp[@]}" --set data.documents=true --set "data.path=$work/docshards/mani
 train docgpu --set train.backend=cuda-fp32 "${docs[@]}" > "$work/docgpu.log" 2>&1
 r1=$?
 cat "$work/docgpu.log"
-# Until the CUDA self-attention kernels take document starts (issue 46, the
-# other half of the CUDA work) they refuse them: the check is skipped, said here.
-if [ "$r1" != 0 ] && grep -q "attention_fwd: document masking" "$work/docgpu.log"; then
-  echo "== documents: SKIPPED (the CUDA self-attention refuses documents in this build)"
-else
-  train doccpu --set train.backend=cpu "${docs[@]}"
-  r2=$?
-  figs=$(ckpt_diff "$work/doccpu/ck" "$work/docgpu/ck" --tol 1e-5); same=$?
-  lr=$(loss_rel "$work/doccpu" "$work/docgpu")
-  ok=0
-  [ "$r1" = 0 ] && [ "$r2" = 0 ] && [ "$same" = 0 ] && losses_ok "$lr" within && ok=1
-  record documents $ok "{\"gpu_exit\": $r1, \"cpu_exit\": $r2, \"diff\": $figs, \"losses\": $lr}"
-fi
+train doccpu --set train.backend=cpu "${docs[@]}"
+r2=$?
+figs=$(ckpt_diff "$work/doccpu/ck" "$work/docgpu/ck" --tol 1e-5); same=$?
+lr=$(loss_rel "$work/doccpu" "$work/docgpu")
+ok=0
+[ "$r1" = 0 ] && [ "$r2" = 0 ] && [ "$same" = 0 ] && losses_ok "$lr" within && ok=1
+record documents $ok "{\"gpu_exit\": $r1, \"cpu_exit\": $r2, \"diff\": $figs, \"losses\": $lr}"
 
 # ---- nccl: single-rank NCCL data plane in the trainer ----
 # Against the resume check's uninterrupted run (the default data plane) at one
