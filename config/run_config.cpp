@@ -63,7 +63,8 @@ EnumRef enum_ref(E* field) {
 }
 
 using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<BlendSource>*,
-                              std::vector<DataStage>*, std::vector<StepWindow>*, std::vector<int>*, std::vector<std::string>*, EnumRef>;
+                              std::vector<DataStage>*, std::vector<StepWindow>*, std::vector<int>*,
+                              std::vector<std::string>*, EnumRef>;
 
 template <class T>
 FieldPtr bind(T* field) {
