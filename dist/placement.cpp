@@ -21,8 +21,10 @@ namespace {
 
 // The link of `kind`'s groups: none (single ranks), intra (every group on
 // one node) or inter; `across` gets the first group that spans nodes.
-LinkKind links_of(const GridConfig& g, const std::vector<std::string>& node, GroupKind kind, std::vector<int>* across) {
+LinkKind links_of(const GridConfig& g, const std::vector<std::string>& node, GroupKind kind, std::vector<int>* across,
+                  int* flows) {
   LinkKind out = LinkKind::None;
+  std::vector<std::pair<std::string, int>> on_node;  // crossing groups with a rank on each node
   for (int r = 0; r < g.world(); ++r) {
     const std::vector<int> group = group_ranks(g, r, kind);
     if (group.size() < 2 || group.front() != r) continue;  // each group once, from its first rank
@@ -34,10 +36,20 @@ LinkKind links_of(const GridConfig& g, const std::vector<std::string>& node, Gro
     }
     if (across && across->empty()) *across = group;
     out = LinkKind::Inter;
+    std::vector<std::string> touched;
+    for (int q : group)
+      if (std::find(touched.begin(), touched.end(), node[size_t(q)]) == touched.end())
+        touched.push_back(node[size_t(q)]);
+    for (const std::string& n : touched) {
+      auto it = std::find_if(on_node.begin(), on_node.end(), [&](const auto& e) { return e.first == n; });
+      if (it == on_node.end()) on_node.emplace_back(n, 1);
+      else ++it->second;
+    }
   }
+  *flows = 0;
+  for (const auto& e : on_node) *flows = std::max(*flows, e.second);
   return out;
 }
-
 }  // namespace
 
 Placement placement_of(const GridConfig& g, std::vector<std::string> rank_node) {
@@ -45,9 +57,9 @@ Placement placement_of(const GridConfig& g, std::vector<std::string> rank_node) 
   p.rank_node = std::move(rank_node);
   for (const std::string& n : p.rank_node)
     if (std::find(p.nodes.begin(), p.nodes.end(), n) == p.nodes.end()) p.nodes.push_back(n);
-  p.tp = links_of(g, p.rank_node, GroupKind::Tp, &p.tp_across);
-  p.pp = links_of(g, p.rank_node, GroupKind::Pp, nullptr);
-  p.dp = links_of(g, p.rank_node, GroupKind::Dp, nullptr);
+  p.tp = links_of(g, p.rank_node, GroupKind::Tp, &p.tp_across, &p.tp_flows);
+  p.pp = links_of(g, p.rank_node, GroupKind::Pp, nullptr, &p.pp_flows);
+  p.dp = links_of(g, p.rank_node, GroupKind::Dp, nullptr, &p.dp_flows);
   return p;
 }
 

@@ -20,6 +20,11 @@ struct Placement {
   std::vector<std::string> nodes;      // distinct nodes, in the order of their first rank
   LinkKind tp = LinkKind::None, pp = LinkKind::None, dp = LinkKind::None;
   std::vector<int> tp_across;  // the first TP group that spans nodes (empty: none does)
+  // Flows on a node's link at once: for each dimension, the most groups
+  // that span nodes and have a rank on one node (0: none spans nodes).
+  // Every such group sends off that node at the same time (a ring leaves
+  // each node it touches), so they share its link.
+  int tp_flows = 0, pp_flows = 0, dp_flows = 0;
 
   // "node1 ranks 0-1, node2 ranks 2-3" (ranges of consecutive ranks).
   std::string nodes_summary() const;

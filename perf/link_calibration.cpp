@@ -71,8 +71,9 @@ nlohmann::json measure(dist::Comm& c) {
 nlohmann::json calibrate_link(dist::Comm& world) {
   const int p = world.size();
   WIOLA_CHECK(p >= 2, "plan --calibrate-link: run it under mpirun with the ranks the layouts will use (>= 2)");
-  // Several nodes: the ranks of each node together (intra), and the ranks
-  // of equal place on each node together (inter), every group at once.
+  // Several nodes: the ranks of each node together (intra, every node at
+  // once), and one rank a node (inter: one flow on each node's link; the
+  // planner divides the rate among the flows a layout puts on it).
   const dist::Placement pl = dist::gather_placement(dist::GridConfig{1, 1, p}, world);
   const int nodes = int(pl.nodes.size());
   std::vector<int> local(size_t(p), 0), node_of(size_t(p), 0), per(size_t(nodes), 0);
@@ -96,9 +97,14 @@ nlohmann::json calibrate_link(dist::Comm& world) {
     auto c = world.split(node_of[size_t(me)], me, "intra");
     intra = measure(*c);
   }
-  {
+  {  // One flow a node link: the ranks of place 0 on each node, the others wait.
     auto c = world.split(local[size_t(me)], me, "inter");
-    inter = measure(*c);
+    if (local[size_t(me)] == 0) inter = measure(*c);
+    nlohmann::json::string_t text = inter.dump();
+    std::vector<char> buf(65536, '\0');
+    if (me == 0) std::copy(text.begin(), text.begin() + std::min(text.size(), buf.size() - 1), buf.begin());
+    world.broadcast(buf.data(), buf.size(), dist::DType::U8, 0);
+    inter = nlohmann::json::parse(buf.data());
   }
   const nlohmann::json& top = per_node > 1 ? intra : inter;
   nlohmann::json j = {{"ranks", p},

@@ -6,8 +6,8 @@
 // training run is involved. `wiola plan --calibrate-link FILE` runs it under
 // mpirun and `wiola plan --cpu --link FILE` reads its result. Across several
 // nodes (ranks placed by host name) it measures the link inside a node (each
-// node's ranks together) and between nodes (the ranks of equal place on
-// each node together), every group at once, as training loads them.
+// node's ranks together, every node at once) and between nodes (one rank a
+// node: one flow on each node's link).
 #pragma once
 
 #include <vector>

@@ -261,10 +261,13 @@ Prediction predict_once(const Workload& w, const Cluster& cl, ComputeModel& cm, 
   Link tp_link = link_for(cl, lay.tp), pp_link = link_for(cl, lay.tp * lay.pp), dp_link = link_for(cl, lay.world());
   if (int(cl.rank_node.size()) == lay.world()) {  // a known placement: each dimension's groups
     const dist::Placement pl = dist::placement_of(dist::GridConfig{lay.tp, lay.pp, lay.dp}, cl.rank_node);
-    const auto of = [&](dist::LinkKind k) {
-      return k == dist::LinkKind::Inter ? Link{cl.inter_gbs, cl.inter_latency_s} : Link{cl.intra_gbs, cl.latency_s};
+    // Between nodes: the link's rate for one flow, shared by the flows the
+    // dimension puts on a node's link at once.
+    const auto of = [&](dist::LinkKind k, int flows) {
+      return k == dist::LinkKind::Inter ? Link{cl.inter_gbs / std::max(1, flows), cl.inter_latency_s}
+                                        : Link{cl.intra_gbs, cl.latency_s};
     };
-    tp_link = of(pl.tp), pp_link = of(pl.pp), dp_link = of(pl.dp);
+    tp_link = of(pl.tp, pl.tp_flows), pp_link = of(pl.pp, pl.pp_flows), dp_link = of(pl.dp, pl.dp_flows);
   }
   // The pipeline's units: the stages, or (interleaved, zb-v) the p·v
   // chunks, global chunk g on rank dist::chunk_rank(p, g).

@@ -54,12 +54,14 @@ sw=$tag-sw
 ns_of() { echo "$tag-n${1#node}"; }
 nodes() { [ -f "$dir/nodes" ] && awk '{print $1}' "$dir/nodes"; }
 
-# tbf burst: at least 10 ms of the rate (tc refuses a burst below rate / HZ).
+# tbf burst: 1 ms of the rate (at least 32 KiB): a real link sends a
+# message of a few hundred KiB at its rate too, where a larger bucket would
+# let it through at memory speed.
 set_rate() { # namespace device rate
   local bits bytes burst
   bits=$(tc_bits "$3") || die "bad rate '$3' (e.g. 1gbit, 500mbit)"
   bytes=$((bits / 8))
-  burst=$((bytes / 100 > 65536 ? bytes / 100 : 65536))
+  burst=$((bytes / 1000 > 32768 ? bytes / 1000 : 32768))
   ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst "$burst" latency 100ms
 }
 tc_bits() { # 10gbit -> bits per second

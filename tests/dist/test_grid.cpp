@@ -187,6 +187,9 @@ TEST(Placement, LinksOfEachDimension) {
   EXPECT_EQ(tp_dp.pp, LinkKind::None);
   EXPECT_TRUE(tp_dp.tp_across.empty());
   EXPECT_EQ(tp_dp.nodes_summary(), "n1 ranks 0-1; n2 ranks 2-3");
+  EXPECT_EQ(tp_dp.dp_flows, 2);  // both DP groups leave each node at once
+  EXPECT_EQ(tp_dp.tp_flows, 0);
+  EXPECT_EQ(wiola::dist::placement_of({1, 1, 4}, two_a_node).dp_flows, 1);  // one ring over both nodes
   const auto tp_pp = wiola::dist::placement_of({2, 2, 1}, two_a_node);
   EXPECT_EQ(tp_pp.pp, LinkKind::Inter);
   EXPECT_EQ(tp_pp.dp, LinkKind::None);
@@ -195,6 +198,7 @@ TEST(Placement, LinksOfEachDimension) {
   EXPECT_EQ(rr.tp, LinkKind::Inter);
   EXPECT_EQ(rr.dp, LinkKind::Intra);
   EXPECT_EQ(rr.tp_across, (std::vector<int>{0, 1}));
+  EXPECT_EQ(rr.tp_flows, 2);
   EXPECT_EQ(rr.nodes_summary(), "n1 ranks 0,2; n2 ranks 1,3");
   // One node: everything intra.
   const auto one = wiola::dist::placement_of({2, 2, 1}, {"a", "a", "a", "a"});
