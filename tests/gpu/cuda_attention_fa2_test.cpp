@@ -16,6 +16,7 @@
 #include "tests/gpu/cuda_test_util.h"
 
 #ifdef WIOLA_CUDA_EMU
+#include "tools/cuda_emu/emu_sanitizer.h"
 #include "tools/cuda_emu/launch_record.h"
 #endif
 
@@ -113,6 +114,11 @@ TEST(CudaOps, AttentionFa2Bf16) {
 #endif
       for (int variant = 0; variant < n_variants; ++variant) {
         const bool with_atm = variant % 2 == 1, with_docs = variant >= 2;
+#ifdef WIOLA_CUDA_EMU
+        // Under ASan the long shape with ATM and documents only: every mask
+        // path of it, each variant already at T = 67.
+        if (wiola_emu::under_address_sanitizer() && shape.Tk == 130 && !decoding && variant != 3) continue;
+#endif
         const std::vector<int32_t> docs = with_docs ? test_documents(s.B, s.Tq) : std::vector<int32_t>{};
         std::vector<uint8_t> open(size_t(s.B) * s.Tq, 0);
         for (int b = 0; b < s.B; ++b)
@@ -259,7 +265,9 @@ TEST(CudaOps, AttentionFa2Bf16) {
       }
     }
 #ifdef WIOLA_CUDA_EMU
-  EXPECT_EQ(bwd_case, 14);  // T = 67 at every head dim, T = 130 at d_h 64; causal and ATM; documents at d_h 64
+  // T = 67 at every head dim, T = 130 at d_h 64; causal and ATM; documents at
+  // d_h 64 (under ASan T = 130 with ATM and documents only).
+  EXPECT_EQ(bwd_case, wiola_emu::under_address_sanitizer() ? 11 : 14);
 #else
   EXPECT_EQ(bwd_case, 32);  // T = 67 and 200 at every head dim; causal and ATM, without and with documents
 #endif

@@ -12,6 +12,10 @@
 
 #include "tests/gpu/cuda_test_util.h"
 
+#ifdef WIOLA_CUDA_EMU
+#include "tools/cuda_emu/emu_sanitizer.h"
+#endif
+
 namespace wiola {
 namespace {
 
@@ -138,6 +142,11 @@ TEST(CudaOps, AttentionTensorCoresBf16) {
       in.dout = bf16_round_trip(*gpu, randn(nq, 43), gdo);
       for (int variant = 0; variant < (T == 150 ? 4 : 2); ++variant) {
         const bool with_atm = variant % 2 == 1, with_docs = variant >= 2;
+#ifdef WIOLA_CUDA_EMU
+        // Under ASan T = 150 with ATM and documents only: every mask path of
+        // it, each variant already at T = 67.
+        if (wiola_emu::under_address_sanitizer() && T == 150 && variant != 3) continue;
+#endif
         in.doc_start = with_docs ? test_documents(s.B, s.Tq) : std::vector<int32_t>{};
         in.open.assign(size_t(s.B) * s.Tq, 0);
         for (int b = 0; b < s.B; ++b)

@@ -9,6 +9,7 @@
 // Graphs: emu_streams.cpp.
 #include "tools/cuda_emu/emu.h"
 #include "tools/cuda_emu/emu_internal.h"
+#include "tools/cuda_emu/emu_sanitizer.h"
 #include "tools/cuda_emu/launch_record.h"
 #include "util/test_hooks.h"
 
@@ -174,8 +175,9 @@ thread_local size_t t_sched_size = 0;
 bool reverse_order();
 
 // The lane of f's warp that the scheduler's sweep (run_warp) would run after
-// f, if it is ready; nullptr otherwise.
-Fiber* next_ready_lane(const Fiber& f) {
+// f, if it is ready; nullptr otherwise. (Not under ASan, whose fibers switch
+// through the scheduler.)
+[[maybe_unused]] Fiber* next_ready_lane(const Fiber& f) {
   std::vector<Fiber>& fs = t_run->fibers;
   const int w0 = f.warp * kWarp, w1 = std::min(int(fs.size()), w0 + kWarp);
   if (reverse_order()) {
@@ -416,6 +418,15 @@ LaunchRecord& launch_record() {
 }  // namespace
 
 void set_reverse_order(bool reverse) { g_reverse = reverse; }
+
+// emu_sanitizer.h.
+bool under_address_sanitizer() {
+#ifdef WIOLA_EMU_ASAN
+  return true;
+#else
+  return false;
+#endif
+}
 
 void record_launches(bool on) {
   std::lock_guard<std::mutex> lock(launch_record().mu);
