@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <map>
+#include <set>
 
 namespace wiola::dist {
 
@@ -20,36 +22,30 @@ const char* link_name(LinkKind k) {
 namespace {
 
 // The link of `kind`'s groups: none (single ranks), intra (every group on
-// one node) or inter; `across` gets the first group that spans nodes.
+// one node) or inter; `across` gets the first group that spans nodes,
+// `flows` the most spanning groups with a rank on one node.
 LinkKind links_of(const GridConfig& g, const std::vector<std::string>& node, GroupKind kind, std::vector<int>* across,
                   int* flows) {
   LinkKind out = LinkKind::None;
-  std::vector<std::pair<std::string, int>> on_node;  // crossing groups with a rank on each node
+  std::map<std::string, int> on_node;  // crossing groups with a rank on each node
   for (int r = 0; r < g.world(); ++r) {
     const std::vector<int> group = group_ranks(g, r, kind);
     if (group.size() < 2 || group.front() != r) continue;  // each group once, from its first rank
-    const bool one_node =
-        std::all_of(group.begin(), group.end(), [&](int q) { return node[size_t(q)] == node[size_t(group.front())]; });
-    if (one_node) {
+    std::set<std::string> touched;                         // the nodes the group has ranks on
+    for (int q : group) touched.insert(node[size_t(q)]);
+    if (touched.size() == 1) {
       if (out == LinkKind::None) out = LinkKind::Intra;
       continue;
     }
     if (across && across->empty()) *across = group;
     out = LinkKind::Inter;
-    std::vector<std::string> touched;
-    for (int q : group)
-      if (std::find(touched.begin(), touched.end(), node[size_t(q)]) == touched.end())
-        touched.push_back(node[size_t(q)]);
-    for (const std::string& n : touched) {
-      auto it = std::find_if(on_node.begin(), on_node.end(), [&](const auto& e) { return e.first == n; });
-      if (it == on_node.end()) on_node.emplace_back(n, 1);
-      else ++it->second;
-    }
+    for (const std::string& n : touched) ++on_node[n];
   }
   *flows = 0;
-  for (const auto& e : on_node) *flows = std::max(*flows, e.second);
+  for (const auto& [n, k] : on_node) *flows = std::max(*flows, k);
   return out;
 }
+
 }  // namespace
 
 Placement placement_of(const GridConfig& g, std::vector<std::string> rank_node) {

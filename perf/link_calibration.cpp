@@ -97,14 +97,10 @@ nlohmann::json calibrate_link(dist::Comm& world) {
     auto c = world.split(node_of[size_t(me)], me, "intra");
     intra = measure(*c);
   }
-  {  // One flow a node link: the ranks of place 0 on each node, the others wait.
+  {  // One flow a node link: the ranks of place 0 on each node (world rank 0
+     // among them), the others wait.
     auto c = world.split(local[size_t(me)], me, "inter");
     if (local[size_t(me)] == 0) inter = measure(*c);
-    nlohmann::json::string_t text = inter.dump();
-    std::vector<char> buf(65536, '\0');
-    if (me == 0) std::copy(text.begin(), text.begin() + std::min(text.size(), buf.size() - 1), buf.begin());
-    world.broadcast(buf.data(), buf.size(), dist::DType::U8, 0);
-    inter = nlohmann::json::parse(buf.data());
   }
   const nlohmann::json& top = per_node > 1 ? intra : inter;
   nlohmann::json j = {{"ranks", p},

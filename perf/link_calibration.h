@@ -33,7 +33,9 @@ LinkFit fit_link(const std::vector<LinkPoint>& points);
 
 // Collective over `world` (at least 2 ranks): the measured points (median
 // of repeats, the slowest rank's time) and their fit, as the JSON that
-// --link reads: ranks, latency_s, gbs, points.
+// --link reads: ranks, latency_s, gbs, points (several nodes: also nodes,
+// per_node, intra, inter). Complete on world rank 0, which writes it; on a
+// rank that measured no inter-node flow, "inter" is null.
 nlohmann::json calibrate_link(dist::Comm& world);
 
 }  // namespace wiola::perf

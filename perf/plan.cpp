@@ -142,7 +142,6 @@ void set_cpu_nodes(const MeasuredLink& l, const std::string& placement, Cluster&
   WIOLA_CHECK(cl.devices == l.nodes * l.per_node, "plan: --ranks ", cl.devices, " but the link file ", l.file,
               " was measured on ", l.nodes, " nodes x ", l.per_node, " ranks");
   cl.per_node = l.per_node;
-  if (l.per_node < 2) cl.intra_gbs = l.inter_gbs, cl.latency_s = l.inter_latency_s;  // never used: no intra group
   cl.inter_gbs = l.inter_gbs;
   cl.inter_latency_s = l.inter_latency_s;
   cl.rank_node.clear();
