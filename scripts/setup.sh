@@ -18,7 +18,8 @@ PACKAGES=(
   libssl-dev  # SHA-256 (data/sha256.cpp) from OpenSSL's libcrypto
   python3 python3-torch python3-h5py python3-numpy python3-matplotlib python3-pip python3-xxhash
   valgrind xz-utils
-  slurm-wlm munge libpmix-dev  # one-node Slurm for the launch tests (scripts/slurm_local.sh)
+  slurm-wlm munge libpmix-dev  # Slurm for the launch tests (scripts/slurm_local.sh)
+  iproute2 util-linux  # namespace nodes (ip, tc, nsenter, unshare: scripts/local_cluster.sh)
 )
 PY=/usr/bin/python3
 
